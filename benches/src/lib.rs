@@ -1,0 +1,1 @@
+//! The rserve benchmark crate: criterion benches live in `benches/`.

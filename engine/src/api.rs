@@ -1,0 +1,134 @@
+//! The engine's public request/response types: what the server hands in and gets back.
+//!
+//! A request is validated by the server into a `GenerateRequest` (token ids, sampling and stop settings); the engine
+//! answers with a stream of `RequestEvent`s. Nothing here parses JSON.
+
+/// Sampling settings of one request (already validated: ranges hold).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// 1.0 disables.
+    pub top_p: f32,
+    /// 0 (or -1 on the wire) disables.
+    pub top_k: usize,
+    /// 0.0 disables.
+    pub min_p: f32,
+    pub seed: Option<u64>,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// 1.0 disables.
+    pub repetition_penalty: f32,
+    /// (token id, bias) pairs added to the logits before sampling.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Return the sampled token's log-probability and this many top alternatives (None: no log-probs).
+    pub logprobs: Option<usize>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            min_p: 0.0,
+            seed: None,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            logit_bias: Vec::new(),
+            logprobs: None,
+        }
+    }
+}
+
+/// When a request stops.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StopParams {
+    /// Maximum new tokens (always set: the server defaults it to the rest of the context).
+    pub max_tokens: usize,
+    pub min_tokens: usize,
+    /// Extra stop token ids (the model's EOS ids are added unless `ignore_eos`).
+    pub stop_token_ids: Vec<u32>,
+    pub ignore_eos: bool,
+    /// Stop strings, matched across token boundaries; the matched string is not part of the output.
+    pub stop: Vec<String>,
+    /// Whether special tokens are left out of the text (default true).
+    pub skip_special_tokens: bool,
+}
+
+/// One generation request, as the engine takes it.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub prompt_token_ids: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub stop: StopParams,
+}
+
+/// Why a request finished, as OpenAI reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// Stop token or stop string.
+    Stop,
+    /// `max_tokens` or the context limit.
+    Length,
+    /// Aborted (client gone, shutdown).
+    Abort,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+        }
+    }
+}
+
+/// Log-probability of one token and its top alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token_id: u32,
+    pub token: String,
+    pub logprob: f32,
+    /// Top alternatives, highest first: (id, text, logprob).
+    pub top: Vec<(u32, String, f32)>,
+}
+
+/// Token counts of a finished request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+/// What the engine streams back for one request, in order: zero or more `Delta`s, then exactly one `Finished`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RequestEvent {
+    /// New output: the text is safe to show (complete UTF-8, not part of a possible stop string).
+    Delta { text: String, token_ids: Vec<u32>, logprobs: Vec<TokenLogprob> },
+    /// The request ended; `text` is any text held back until now.
+    Finished { reason: FinishReason, usage: Usage, stop_reason: Option<String> },
+    /// The engine failed to run this request (internal error); no more events follow.
+    Error(String),
+}
+
+/// Static facts about the loaded engine, for `/v1/models`, validation and start-up logs.
+#[derive(Debug, Clone)]
+pub struct EngineInfo {
+    pub model_path: String,
+    pub max_model_len: usize,
+    pub vocab_size: usize,
+    pub block_size: usize,
+    pub num_kv_blocks: usize,
+    pub kv_cache_bytes: u64,
+    pub weights_bytes: u64,
+    pub dtype: String,
+    pub device: String,
+    pub max_num_seqs: usize,
+    pub eos_token_ids: Vec<u32>,
+}
+

@@ -1,0 +1,101 @@
+//! CPU paged attention: writing k/v into the paged cache, and causal attention of each query row over its
+//! sequence's cached keys (the cached prefix plus the current chunk), grouped-query aware.
+
+use rayon::prelude::*;
+
+use super::be;
+use crate::error::Result;
+
+pub(super) struct Shape {
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub block_size: usize,
+    pub scale: f32,
+}
+
+pub(super) fn write_kv(src: &[f32], cache: &mut [f32], slots: &[u32], n: usize, row: usize) -> Result<()> {
+    if slots.len() < n || src.len() < n * row {
+        return Err(be("write_kv: batch buffers too small"));
+    }
+    for (t, &slot) in slots[..n].iter().enumerate() {
+        let at = slot as usize * row;
+        let dst = cache.get_mut(at..at + row).ok_or_else(|| be(format!("write_kv: slot {slot} outside the cache")))?;
+        dst.copy_from_slice(&src[t * row..(t + 1) * row]);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn paged_attention(
+    q: &[f32],
+    k_cache: &[f32],
+    v_cache: &[f32],
+    out: &mut [f32],
+    s: &Shape,
+    query_start: &[u32],
+    context_lens: &[u32],
+    block_tables: &[u32],
+    max_blocks: usize,
+) -> Result<()> {
+    let num_seqs = context_lens.len();
+    if query_start.len() != num_seqs + 1 || block_tables.len() < num_seqs * max_blocks {
+        return Err(be("paged_attention: metadata lengths disagree"));
+    }
+    if s.num_kv_heads == 0 || s.num_heads % s.num_kv_heads != 0 {
+        return Err(be("paged_attention: heads must be a multiple of kv heads"));
+    }
+    let group = s.num_heads / s.num_kv_heads;
+    let hd = s.head_dim;
+    let kv_row = s.num_kv_heads * hd;
+    let num_rows = query_start[num_seqs] as usize;
+    if q.len() < num_rows * s.num_heads * hd || out.len() < num_rows * s.num_heads * hd {
+        return Err(be("paged_attention: q/out too small"));
+    }
+    // Per query row: (sequence, position). Validate every slot the rows will read before the parallel part.
+    let mut row_info = Vec::with_capacity(num_rows);
+    for seq in 0..num_seqs {
+        let (qs, qe) = (query_start[seq] as usize, query_start[seq + 1] as usize);
+        let ctx = context_lens[seq] as usize;
+        let qlen = qe.checked_sub(qs).ok_or_else(|| be("paged_attention: query_start not increasing"))?;
+        if qlen > ctx || ctx.div_ceil(s.block_size) > max_blocks {
+            return Err(be("paged_attention: context does not fit its block table"));
+        }
+        for b in &block_tables[seq * max_blocks..seq * max_blocks + ctx.div_ceil(s.block_size)] {
+            if (*b as usize + 1) * s.block_size * kv_row > k_cache.len().min(v_cache.len()) {
+                return Err(be(format!("paged_attention: block {b} outside the cache")));
+            }
+        }
+        for t in 0..qlen {
+            row_info.push((seq, ctx - qlen + t));
+        }
+    }
+    let table = |seq: usize| &block_tables[seq * max_blocks..(seq + 1) * max_blocks];
+    out[..num_rows * s.num_heads * hd].par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
+        let (row, h) = (i / s.num_heads, i % s.num_heads);
+        let (seq, pos) = row_info[row];
+        let kvh = h / group;
+        let qv = &q[i * hd..(i + 1) * hd];
+        let bt = table(seq);
+        let slot = |j: usize| (bt[j / s.block_size] as usize * s.block_size + j % s.block_size) * kv_row + kvh * hd;
+        let mut scores: Vec<f32> = (0..=pos)
+            .map(|j| {
+                let k = &k_cache[slot(j)..slot(j) + hd];
+                qv.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * s.scale
+            })
+            .collect();
+        let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0.0f32;
+        for v in scores.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        o.iter_mut().for_each(|v| *v = 0.0);
+        for (j, p) in scores.iter().enumerate() {
+            let v = &v_cache[slot(j)..slot(j) + hd];
+            let p = p / sum;
+            o.iter_mut().zip(v).for_each(|(o, v)| *o += p * v);
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! The CPU backend: the reference implementation of every `Op`, on host memory.
+//!
+//! Activations and the KV cache are f32 vectors behind `RefCell` (ops write through shared references, like device
+//! memory); 2-D weights stay candle tensors in their dtype so matrix multiplies go through candle's GEMM; 1-D weights
+//! (norms, biases) are kept as f32. Elementwise ops and attention are parallelised with rayon.
+
+mod attention;
+mod elementwise;
+mod matmul;
+
+use std::cell::{Ref, RefCell, RefMut};
+
+use candle_core::{DType, Tensor};
+
+use super::{Backend, Op};
+use crate::error::{EngineError, Result};
+
+/// A host allocation of the CPU backend.
+#[derive(Debug)]
+pub enum CpuBuffer {
+    F32(RefCell<Vec<f32>>),
+    U32(Vec<u32>),
+    /// A 2-D weight matrix `[rows, cols]` in its weight dtype.
+    Matrix(Tensor),
+}
+
+impl CpuBuffer {
+    pub(crate) fn f32(&self) -> Result<Ref<'_, Vec<f32>>> {
+        match self {
+            CpuBuffer::F32(v) => v.try_borrow().map_err(|_| be("f32 buffer is being written")),
+            _ => Err(be("expected an f32 buffer")),
+        }
+    }
+
+    pub(crate) fn f32_mut(&self) -> Result<RefMut<'_, Vec<f32>>> {
+        match self {
+            CpuBuffer::F32(v) => v.try_borrow_mut().map_err(|_| be("f32 buffer is aliased by another argument")),
+            _ => Err(be("expected an f32 buffer")),
+        }
+    }
+
+    pub(crate) fn u32(&self) -> Result<&[u32]> {
+        match self {
+            CpuBuffer::U32(v) => Ok(v),
+            _ => Err(be("expected a u32 buffer")),
+        }
+    }
+
+    pub(crate) fn matrix(&self) -> Result<&Tensor> {
+        match self {
+            CpuBuffer::Matrix(t) => Ok(t),
+            _ => Err(be("expected a weight matrix")),
+        }
+    }
+}
+
+pub(crate) fn be(msg: impl Into<String>) -> EngineError {
+    EngineError::Backend(msg.into())
+}
+
+/// The CPU backend (stateless: rayon's global pool does the threading).
+#[derive(Debug, Default, Clone)]
+pub struct CpuBackend;
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        CpuBackend
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buffer = CpuBuffer;
+
+    fn device_name(&self) -> String {
+        format!("cpu ({} threads)", rayon::current_num_threads())
+    }
+
+    fn upload_weight(&self, t: &Tensor) -> Result<CpuBuffer> {
+        match t.rank() {
+            1 => Ok(CpuBuffer::F32(RefCell::new(t.to_dtype(DType::F32)?.to_vec1::<f32>()?))),
+            2 => Ok(CpuBuffer::Matrix(t.contiguous()?)),
+            r => Err(be(format!("weights must be 1-D or 2-D, got rank {r}"))),
+        }
+    }
+
+    fn alloc_f32(&self, len: usize) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::F32(RefCell::new(vec![0.0; len])))
+    }
+
+    fn upload_f32(&self, data: &[f32]) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::F32(RefCell::new(data.to_vec())))
+    }
+
+    fn upload_u32(&self, data: &[u32]) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::U32(data.to_vec()))
+    }
+
+    fn download_f32(&self, buf: &CpuBuffer) -> Result<Vec<f32>> {
+        Ok(buf.f32()?.clone())
+    }
+
+    fn run(&self, op: Op<'_, CpuBuffer>) -> Result<()> {
+        match op {
+            Op::Embedding { table, ids, out, num_tokens, hidden } => {
+                elementwise::embedding(table, ids.u32()?, &mut out.f32_mut()?, num_tokens, hidden)
+            }
+            Op::RmsNorm { x, weight, out, rows, hidden, eps } => {
+                elementwise::rms_norm(&x.f32()?, &weight.f32()?, &mut out.f32_mut()?, rows, hidden, eps)
+            }
+            Op::AddRmsNorm { x, residual, weight, out, rows, hidden, eps } => {
+                let mut res = residual.f32_mut()?;
+                elementwise::add_in_place(&mut res, &x.f32()?, rows * hidden)?;
+                elementwise::rms_norm(&res, &weight.f32()?, &mut out.f32_mut()?, rows, hidden, eps)
+            }
+            Op::MatMul { x, w, bias, out, m, k, n } => {
+                let bias = match bias {
+                    Some(b) => Some(b.f32()?),
+                    None => None,
+                };
+                matmul::matmul(&x.f32()?, w.matrix()?, bias.as_deref().map(|v| v.as_slice()), &mut out.f32_mut()?, m, k, n)
+            }
+            Op::Rope { x, positions, inv_freq, num_tokens, num_heads, head_dim } => elementwise::rope(
+                &mut x.f32_mut()?,
+                positions.u32()?,
+                &inv_freq.f32()?,
+                num_tokens,
+                num_heads,
+                head_dim,
+            ),
+            Op::SiluMul { gate, up, out, len } => {
+                elementwise::silu_mul(&gate.f32()?, &up.f32()?, &mut out.f32_mut()?, len)
+            }
+            Op::WriteKv { k, v, k_cache, v_cache, slot_mapping, num_tokens, num_kv_heads, head_dim, block_size: _ } => {
+                let row = num_kv_heads * head_dim;
+                attention::write_kv(&k.f32()?, &mut k_cache.f32_mut()?, slot_mapping.u32()?, num_tokens, row)?;
+                attention::write_kv(&v.f32()?, &mut v_cache.f32_mut()?, slot_mapping.u32()?, num_tokens, row)
+            }
+            Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale } => {
+                attention::paged_attention(
+                    &q.f32()?,
+                    &k_cache.f32()?,
+                    &v_cache.f32()?,
+                    &mut out.f32_mut()?,
+                    &attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale },
+                    meta.host_query_start,
+                    meta.host_context_lens,
+                    meta.host_block_tables,
+                    meta.max_blocks_per_seq,
+                )
+            }
+            Op::GatherRows { x, rows, out, num_rows, width } => {
+                elementwise::gather_rows(&x.f32()?, rows.u32()?, &mut out.f32_mut()?, num_rows, width)
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The backend seam: a narrow `Backend` trait plus the closed `Op` enum every backend implements.
+//!
+//! The model is written once against these ops; the CPU backend is the reference every device backend is tested
+//! against. Buffers are opaque handles; outputs are written through `&Buffer` (device memory is shared state, and
+//! the CPU backend uses interior mutability), so an op never needs exclusive access to its whole argument list.
+//!
+//! Invariant: an op never reads and writes the same buffer unless the op says so (`AddRmsNorm::residual`,
+//! `Rope::x`).
+
+pub mod cpu;
+mod ops;
+
+pub use ops::{AttentionMeta, Op};
+
+use crate::error::Result;
+
+/// Element type of a weight buffer. Activations and the KV cache are f32 on the CPU backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightDType {
+    F32,
+    BF16,
+    F16,
+}
+
+impl WeightDType {
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            WeightDType::F32 => 4,
+            WeightDType::BF16 | WeightDType::F16 => 2,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WeightDType::F32 => "float32",
+            WeightDType::BF16 => "bfloat16",
+            WeightDType::F16 => "float16",
+        }
+    }
+
+    pub fn to_candle(self) -> candle_core::DType {
+        match self {
+            WeightDType::F32 => candle_core::DType::F32,
+            WeightDType::BF16 => candle_core::DType::BF16,
+            WeightDType::F16 => candle_core::DType::F16,
+        }
+    }
+}
+
+/// A compute device: memory plus the ops of `Op`.
+pub trait Backend {
+    /// A device allocation (f32 activations, u32 indices, or a weight in its dtype).
+    type Buffer;
+
+    /// Human-readable device name for logs.
+    fn device_name(&self) -> String;
+    /// Upload a weight (1-D or row-major 2-D) in the dtype it already has.
+    fn upload_weight(&self, t: &candle_core::Tensor) -> Result<Self::Buffer>;
+    /// A zeroed f32 buffer of `len` elements.
+    fn alloc_f32(&self, len: usize) -> Result<Self::Buffer>;
+    /// Upload f32 values (activations, tables).
+    fn upload_f32(&self, data: &[f32]) -> Result<Self::Buffer>;
+    /// Upload u32 values (token ids, positions, slot mappings, block tables).
+    fn upload_u32(&self, data: &[u32]) -> Result<Self::Buffer>;
+    /// Read an f32 buffer back to the host.
+    fn download_f32(&self, buf: &Self::Buffer) -> Result<Vec<f32>>;
+    /// Run one op. Ops on one backend execute in submission order.
+    fn run(&self, op: Op<'_, Self::Buffer>) -> Result<()>;
+}

@@ -1,0 +1,67 @@
+//! The closed list of operations a backend executes, with the shapes each one assumes.
+//!
+//! Layouts (row-major): activations `[tokens, features]`; q `[tokens, heads, head_dim]`; k/v `[tokens, kv_heads,
+//! head_dim]`; the paged KV cache of one layer `[num_blocks, block_size, kv_heads, head_dim]` (vLLM's XPU layout),
+//! addressed by slot = block * block_size + offset.
+
+/// Where each sequence of a flattened batch lives, for attention.
+///
+/// Sequence `s` owns query rows `query_start[s]..query_start[s + 1]`; its tokens sit at positions
+/// `context_lens[s] - query_len .. context_lens[s]`; cached keys of positions `< context_lens[s] - query_len` are read
+/// from the paged cache through row `s` of `block_tables` (`max_blocks_per_seq` entries, unused ones 0).
+pub struct AttentionMeta<'a, B> {
+    pub num_seqs: usize,
+    pub query_start: &'a B,
+    pub context_lens: &'a B,
+    pub block_tables: &'a B,
+    pub max_blocks_per_seq: usize,
+    /// Host copies of the same values, for launch sizes and the CPU backend.
+    pub host_query_start: &'a [u32],
+    pub host_context_lens: &'a [u32],
+    pub host_block_tables: &'a [u32],
+}
+
+/// One backend operation. Matched exhaustively: a backend missing an op does not compile.
+pub enum Op<'a, B> {
+    /// `out[t] = table[ids[t]]`; table `[vocab, hidden]`.
+    Embedding { table: &'a B, ids: &'a B, out: &'a B, num_tokens: usize, hidden: usize },
+    /// `out = rmsnorm(x) * weight` per row.
+    RmsNorm { x: &'a B, weight: &'a B, out: &'a B, rows: usize, hidden: usize, eps: f32 },
+    /// `residual += x; out = rmsnorm(residual) * weight` per row (the residual add fused with the norm).
+    AddRmsNorm { x: &'a B, residual: &'a B, weight: &'a B, out: &'a B, rows: usize, hidden: usize, eps: f32 },
+    /// `out[m, n] = x[m, k] . w[n, k]^T (+ bias[n])`, f32 accumulation; `w` in its weight dtype.
+    MatMul { x: &'a B, w: &'a B, bias: Option<&'a B>, out: &'a B, m: usize, k: usize, n: usize },
+    /// Rotary embedding in place on `x[tokens, heads, head_dim]`, rotate-half (Hugging Face) layout;
+    /// `inv_freq[head_dim / 2]` already holds any llama3 scaling.
+    Rope { x: &'a B, positions: &'a B, inv_freq: &'a B, num_tokens: usize, num_heads: usize, head_dim: usize },
+    /// `out = silu(gate) * up`, elementwise over `len` values.
+    SiluMul { gate: &'a B, up: &'a B, out: &'a B, len: usize },
+    /// Write each token's k/v rows into the paged cache at `slot_mapping[t]`.
+    WriteKv {
+        k: &'a B,
+        v: &'a B,
+        k_cache: &'a B,
+        v_cache: &'a B,
+        slot_mapping: &'a B,
+        num_tokens: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        block_size: usize,
+    },
+    /// Causal attention of each query row over its sequence's cached keys/values (prefix and the current chunk,
+    /// which `WriteKv` has already stored). Grouped-query: head `h` reads kv head `h / (num_heads / num_kv_heads)`.
+    PagedAttention {
+        q: &'a B,
+        k_cache: &'a B,
+        v_cache: &'a B,
+        out: &'a B,
+        meta: &'a AttentionMeta<'a, B>,
+        num_heads: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        block_size: usize,
+        scale: f32,
+    },
+    /// `out[i] = x[rows[i]]`: pick the rows whose logits are needed.
+    GatherRows { x: &'a B, rows: &'a B, out: &'a B, num_rows: usize, width: usize },
+}

@@ -1,0 +1,80 @@
+//! `EngineConfig`: everything needed to load a model and start the engine thread, as the CLI resolved it.
+
+/// Compute dtype choice (`--dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DTypeArg {
+    /// The config's `torch_dtype` on devices that compute in it; float32 on the CPU backend.
+    Auto,
+    BFloat16,
+    Float16,
+    Float32,
+}
+
+impl DTypeArg {
+    /// Parses vLLM's spellings: auto, bfloat16, float16/half, float32/float.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "auto" => Some(Self::Auto),
+            "bfloat16" | "bf16" => Some(Self::BFloat16),
+            "float16" | "half" | "fp16" => Some(Self::Float16),
+            "float32" | "float" | "fp32" => Some(Self::Float32),
+            _ => None,
+        }
+    }
+}
+
+/// How to load and run the model. Defaults mirror `vllm serve`.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// HF repo id, local directory or `.gguf` file.
+    pub model: String,
+    pub revision: Option<String>,
+    /// Tokenizer override (repo id or directory); None: the model's own.
+    pub tokenizer: Option<String>,
+    pub dtype: DTypeArg,
+    /// None: the model's `max_position_embeddings` (capped by what the KV cache holds).
+    pub max_model_len: Option<usize>,
+    pub gpu_memory_utilization: f64,
+    /// Exact KV cache size in bytes; overrides the utilization-based budget.
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// "auto" only for now (the compute dtype).
+    pub kv_cache_dtype: String,
+    pub max_num_seqs: usize,
+    /// None: max(max_model_len, 2048)-style default chosen by the engine.
+    pub max_num_batched_tokens: Option<usize>,
+    pub block_size: usize,
+    pub enable_prefix_caching: bool,
+    /// `--chat-template`: a file path or an inline template.
+    pub chat_template: Option<String>,
+    /// `--generation-config`: "auto" (the model's generation_config.json), "vllm" (none), or a folder.
+    pub generation_config: String,
+    pub seed: u64,
+    /// "auto" or "cpu" today.
+    pub device: String,
+    /// Maximum number of waiting requests before new ones are refused (503).
+    pub max_waiting: usize,
+}
+
+impl EngineConfig {
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            revision: None,
+            tokenizer: None,
+            dtype: DTypeArg::Auto,
+            max_model_len: None,
+            gpu_memory_utilization: 0.9,
+            kv_cache_memory_bytes: None,
+            kv_cache_dtype: "auto".into(),
+            max_num_seqs: 256,
+            max_num_batched_tokens: None,
+            block_size: 16,
+            enable_prefix_caching: true,
+            chat_template: None,
+            generation_config: "auto".into(),
+            seed: 0,
+            device: "auto".into(),
+            max_waiting: 4096,
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! `EngineHandle`: the cloneable front of the engine thread. The server holds one; it sends commands and receives
+//! per-request event streams. Dropping a `RequestStream` aborts its request (its KV blocks are freed at once).
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::api::{EngineInfo, GenerateRequest, RequestEvent};
+use crate::engine::metrics::EngineMetrics;
+use crate::error::EngineError;
+use crate::tokenizer::Tokenizer;
+use crate::chat_template::ChatTemplate;
+use rserve_scheduler::RequestId;
+
+/// Commands the engine thread takes.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Add { id: RequestId, request: GenerateRequest, events: mpsc::UnboundedSender<RequestEvent> },
+    Abort { id: RequestId },
+    Shutdown,
+}
+
+/// A cloneable handle to the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    pub(crate) tx: std::sync::mpsc::Sender<Command>,
+    pub(crate) info: Arc<EngineInfo>,
+    pub(crate) metrics: Arc<EngineMetrics>,
+    pub(crate) tokenizer: Arc<Tokenizer>,
+    pub(crate) chat_template: Option<Arc<ChatTemplate>>,
+    pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The events of one request. Dropping it before `Finished` aborts the request.
+pub struct RequestStream {
+    pub id: RequestId,
+    rx: mpsc::UnboundedReceiver<RequestEvent>,
+    tx: std::sync::mpsc::Sender<Command>,
+    done: bool,
+}
+
+impl RequestStream {
+    /// The next event; `None` once the request has finished (after its `Finished`/`Error` event).
+    pub async fn next(&mut self) -> Option<RequestEvent> {
+        if self.done {
+            return None;
+        }
+        let ev = self.rx.recv().await;
+        match &ev {
+            Some(RequestEvent::Finished { .. }) | Some(RequestEvent::Error(_)) | None => self.done = true,
+            _ => {}
+        }
+        ev
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        if !self.done {
+            // The engine may already be gone at shutdown; nothing to free then.
+            let _ = self.tx.send(Command::Abort { id: self.id });
+        }
+    }
+}
+
+impl EngineHandle {
+    /// Queue a request. Errors: the engine thread has stopped, or the waiting queue is full.
+    pub fn submit(&self, request: GenerateRequest) -> Result<RequestStream, EngineError> {
+        let id = RequestId(self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let (etx, erx) = mpsc::unbounded_channel();
+        self.tx.send(Command::Add { id, request, events: etx }).map_err(|_| EngineError::EngineStopped)?;
+        Ok(RequestStream { id, rx: erx, tx: self.tx.clone(), done: false })
+    }
+
+    /// Ask the engine to stop after aborting what is left (used at the end of a graceful shutdown).
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Command::Shutdown);
+    }
+
+    pub fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.metrics
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The chat template, or None when the model has none (chat requests must then be refused).
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat_template.as_deref()
+    }
+}

@@ -1,0 +1,33 @@
+//! `EngineError`: every error the engine crate returns, by source. No panics cross this crate's API.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("model '{model}' was not found; searched: {}", searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    ModelNotFound { model: String, searched: Vec<PathBuf> },
+    #[error("download of '{model}' failed: {message}")]
+    Download { model: String, message: String },
+    #[error("unsupported architecture '{0}' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)")]
+    UnsupportedArchitecture(String),
+    #[error("invalid model config: {0}")]
+    Config(String),
+    #[error("weights: {0}")]
+    Weights(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+    #[error("backend: {0}")]
+    Backend(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("the engine has stopped")]
+    EngineStopped,
+    #[error("io error on {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

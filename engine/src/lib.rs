@@ -1,0 +1,19 @@
+//! rserve's engine: everything between validated requests and the model's tokens.
+//!
+//! Model files are resolved (`source`), read (`config`, `weights`, `tokenizer`, `chat_template`), and run by a
+//! `ModelRunner` over a `Backend` under the scheduler of `rserve-scheduler`, on one engine thread (`engine`).
+
+pub mod api;
+pub mod backend;
+pub mod chat_template;
+pub mod config;
+pub mod convert;
+pub mod engine;
+pub mod error;
+pub mod model;
+pub mod sampling;
+pub mod source;
+pub mod tokenizer;
+pub mod weights;
+
+pub use error::{EngineError, Result};

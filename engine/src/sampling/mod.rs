@@ -1,0 +1,9 @@
+//! Turning one sequence's logits into its next token: penalties and logit bias (`penalties`), then greedy or
+//! temperature / top-k / top-p / min-p sampling with a per-request RNG (`sampler`), and log-probs of the raw model
+//! distribution (`logprobs`).
+
+pub mod logprobs;
+pub mod penalties;
+pub mod sampler;
+
+pub use sampler::{sample, Sampled};

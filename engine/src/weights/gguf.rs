@@ -1,0 +1,112 @@
+//! Loading GGUF weights: every tensor is dequantized at load (F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K and the
+//! other block types candle knows), renamed from llama.cpp to Hugging Face names, and, for `llama` files, q/k rows
+//! are put back in Hugging Face order.
+//!
+//! Why the permutation: llama.cpp's converter reorders the rows of q_proj and k_proj of llama models so that its
+//! rotary embedding, which rotates adjacent pairs (x0, x1), (x2, x3), ..., gives the same result as Hugging Face's
+//! "rotate half", which pairs x_j with x_{j + d/2}. Per head of dimension d it stores HF row `p * d/2 + j` at row
+//! `2 * j + p` (p in {0, 1}). `unpermute_rows` undoes it so GGUF and safetensors models run the same forward pass.
+
+use std::collections::HashMap;
+use std::io::Cursor;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::Content;
+use candle_core::{DType, Device, Tensor};
+use rayon::prelude::*;
+
+use super::names::hf_to_gguf;
+use super::{check_dtype, expected_tensors, Weights};
+use crate::config::gguf_meta::gguf_architecture;
+use crate::config::ModelParams;
+use crate::{EngineError, Result};
+
+/// Puts the rows of a llama.cpp-permuted q or k projection (`[n_head * head_dim, in]`) back in Hugging Face order.
+pub fn unpermute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
+    let (out, inp) = w.dims2()?;
+    if n_head == 0 || out % (2 * n_head) != 0 {
+        return Err(EngineError::Weights(format!(
+            "cannot undo the q/k permutation: {out} rows are not a multiple of 2 * {n_head} heads"
+        )));
+    }
+    let half = out / n_head / 2;
+    // Stored as [head, j, p, in]; Hugging Face order is [head, p, j, in].
+    Ok(w.reshape((n_head, half, 2, inp))?.transpose(1, 2)?.contiguous()?.reshape((out, inp))?)
+}
+
+/// The inverse of `unpermute_rows`: Hugging Face order to llama.cpp order (used to write test GGUF files).
+pub fn permute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
+    let (out, inp) = w.dims2()?;
+    if n_head == 0 || out % (2 * n_head) != 0 {
+        return Err(EngineError::Weights(format!("cannot permute: {out} rows are not a multiple of 2 * {n_head} heads")));
+    }
+    let half = out / n_head / 2;
+    Ok(w.reshape((n_head, 2, half, inp))?.transpose(1, 2)?.contiguous()?.reshape((out, inp))?)
+}
+
+/// Memory-maps a GGUF file and parses its header.
+fn open(path: &Path) -> Result<(memmap2::Mmap, Content)> {
+    let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+    // SAFETY: read-only map of a file we only read; truncation of the file by another process while loading is the
+    // documented limit of mmap-based loading.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+    let content = Content::read(&mut Cursor::new(&map[..]))
+        .map_err(|e| EngineError::Weights(format!("{}: not a readable GGUF file: {e}", path.display())))?;
+    Ok((map, content))
+}
+
+/// Loads and dequantizes the tensors `params` needs from a GGUF file as `dtype`, under Hugging Face names.
+pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weights> {
+    check_dtype(dtype)?;
+    let (map, content) = open(path)?;
+    let permuted = gguf_architecture(&content)? == "llama";
+    let specs = expected_tensors(params);
+    let mut jobs = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let gguf_name = hf_to_gguf(&spec.name)
+            .ok_or_else(|| EngineError::Weights(format!("no GGUF name is known for `{}`", spec.name)))?;
+        let info = content.tensor_infos.get(&gguf_name).ok_or_else(|| {
+            EngineError::Weights(format!(
+                "{}: no tensor `{gguf_name}` (needed for `{}`, shape {:?})",
+                path.display(),
+                spec.name,
+                spec.shape
+            ))
+        })?;
+        spec.check(info.shape.dims(), params)
+            .map_err(|e| EngineError::Weights(format!("{} (GGUF tensor `{gguf_name}`)", strip_prefix(e))))?;
+        let heads = match (permuted, spec.name.rsplit('.').nth(1)) {
+            (true, Some("q_proj")) if spec.name.ends_with(".weight") => Some(params.num_heads),
+            (true, Some("k_proj")) if spec.name.ends_with(".weight") => Some(params.num_kv_heads),
+            _ => None,
+        };
+        jobs.push((spec.name, gguf_name, info, heads));
+    }
+    let data_offset = content.tensor_data_offset;
+    let loaded: Vec<(String, Tensor)> = jobs
+        .into_par_iter()
+        .map(|(name, gguf_name, info, heads)| {
+            let q = info
+                .read(&mut Cursor::new(&map[..]), data_offset, &Device::Cpu)
+                .map_err(|e| EngineError::Weights(format!("reading GGUF tensor `{gguf_name}`: {e}")))?;
+            let t = q
+                .dequantize(&Device::Cpu)
+                .map_err(|e| EngineError::Weights(format!("dequantizing `{gguf_name}` ({:?}): {e}", info.ggml_dtype)))?;
+            let t = match heads {
+                Some(n) => unpermute_rows(&t, n)?,
+                None => t,
+            };
+            let t = if t.dtype() == dtype { t } else { t.to_dtype(dtype)? };
+            Ok((name, t))
+        })
+        .collect::<Result<_>>()?;
+    let tensors: HashMap<String, Tensor> = loaded.into_iter().collect();
+    Weights::from_tensors(tensors, params, dtype)
+}
+
+fn strip_prefix(e: EngineError) -> String {
+    match e {
+        EngineError::Weights(m) => m,
+        other => other.to_string(),
+    }
+}

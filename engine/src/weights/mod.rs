@@ -1,0 +1,125 @@
+//! Model weights on the CPU: `Weights` maps Hugging Face tensor names (`model.layers.{i}.self_attn.q_proj.weight`,
+//! ...) to `candle_core::Tensor`s in one requested dtype (F32, BF16 or F16).
+//!
+//! Loaders: `safetensors` (mmapped, single or sharded, bf16/f16/f32) and `gguf` (dequantized at load, llama.cpp names
+//! mapped back to HF names, llama's q/k row permutation undone). Invariant: a `Weights` holds exactly the tensors
+//! `expected_tensors(params)` lists, each with the shape it gives, so models can index without further checks.
+
+pub mod gguf;
+pub mod names;
+pub mod safetensors;
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Tensor};
+
+use crate::config::ModelParams;
+use crate::source::ResolvedModel;
+use crate::{EngineError, Result};
+
+pub use names::{expected_tensors, TensorSpec};
+pub use safetensors::safetensors_param_count;
+
+/// The model's tensors by Hugging Face name, all in one dtype on the CPU.
+#[derive(Debug, Clone)]
+pub struct Weights {
+    tensors: HashMap<String, Tensor>,
+    dtype: DType,
+}
+
+/// Checks that a dtype is one the weights may be held in.
+pub fn check_dtype(dtype: DType) -> Result<()> {
+    match dtype {
+        DType::F32 | DType::BF16 | DType::F16 => Ok(()),
+        other => Err(EngineError::InvalidArgument(format!(
+            "weights can be loaded as f32, bf16 or f16, not {other:?}"
+        ))),
+    }
+}
+
+impl Weights {
+    /// Builds `Weights` from named tensors: keeps the tensors `params` needs, checks that none is missing and that
+    /// every shape matches, and converts them to `dtype`. Extra tensors (e.g. `rotary_emb.inv_freq`, or an
+    /// `lm_head.weight` of a tied model) are dropped.
+    pub fn from_tensors(mut tensors: HashMap<String, Tensor>, params: &ModelParams, dtype: DType) -> Result<Self> {
+        check_dtype(dtype)?;
+        let mut out = HashMap::new();
+        for spec in expected_tensors(params) {
+            let tensor = tensors.remove(&spec.name).ok_or_else(|| {
+                EngineError::Weights(format!("the checkpoint has no tensor `{}` (shape {:?})", spec.name, spec.shape))
+            })?;
+            spec.check(tensor.dims(), params)?;
+            let tensor = if tensor.dtype() == dtype { tensor } else { tensor.to_dtype(dtype)? };
+            out.insert(spec.name, tensor);
+        }
+        Ok(Weights { tensors: out, dtype })
+    }
+
+    /// The tensor called `name`; the error names it.
+    pub fn get(&self, name: &str) -> Result<&Tensor> {
+        self.tensors.get(name).ok_or_else(|| EngineError::Weights(format!("no tensor named `{name}` was loaded")))
+    }
+
+    /// Whether a tensor called `name` was loaded.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// `lm_head.weight`, or the token embeddings when they are tied.
+    pub fn lm_head(&self) -> Result<&Tensor> {
+        match self.tensors.get(names::LM_HEAD) {
+            Some(t) => Ok(t),
+            None => self.get(names::EMBED_TOKENS),
+        }
+    }
+
+    /// The dtype every tensor is held in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Whether no tensor was loaded (never true for a loaded model).
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// Tensor names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Bytes held by all tensors.
+    pub fn total_bytes(&self) -> usize {
+        self.tensors.values().map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum()
+    }
+
+    /// Number of parameters (elements) held.
+    pub fn param_count(&self) -> usize {
+        self.tensors.values().map(Tensor::elem_count).sum()
+    }
+
+    /// Iterates over `(name, tensor)` in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.tensors.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Gives the map away (e.g. to save it).
+    pub fn into_tensors(self) -> HashMap<String, Tensor> {
+        self.tensors
+    }
+}
+
+/// Loads the weights of a resolved model as `dtype`, checking every shape against `params`.
+pub fn load(resolved: &ResolvedModel, params: &ModelParams, dtype: DType) -> Result<Weights> {
+    match resolved {
+        ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype),
+        ResolvedModel::Gguf(m) => gguf::load_gguf(&m.file, params, dtype),
+    }
+}

@@ -1,0 +1,142 @@
+//! Tensor names and shapes of the llama family: the Hugging Face names a model needs (`expected_tensors`) and the
+//! llama.cpp GGUF name of each (`hf_to_gguf`, `gguf_to_hf`).
+
+use crate::config::ModelParams;
+use crate::{EngineError, Result};
+
+pub const EMBED_TOKENS: &str = "model.embed_tokens.weight";
+pub const FINAL_NORM: &str = "model.norm.weight";
+pub const LM_HEAD: &str = "lm_head.weight";
+
+/// A tensor the model needs, with its expected shape (`[out, in]` for linear layers, as Hugging Face stores them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub shape: Vec<usize>,
+}
+
+impl TensorSpec {
+    fn new(name: impl Into<String>, shape: &[usize]) -> Self {
+        TensorSpec { name: name.into(), shape: shape.to_vec() }
+    }
+
+    /// Checks a found shape against the expected one; the error names the tensor and the config values.
+    pub fn check(&self, found: &[usize], params: &ModelParams) -> Result<()> {
+        if found == self.shape.as_slice() {
+            return Ok(());
+        }
+        Err(EngineError::Weights(format!(
+            "tensor `{}` has shape {found:?}, but the config implies {:?} (vocab_size={}, hidden_size={}, \
+             intermediate_size={}, num_heads={}, num_kv_heads={}, head_dim={})",
+            self.name,
+            self.shape,
+            params.vocab_size,
+            params.hidden_size,
+            params.intermediate_size,
+            params.num_heads,
+            params.num_kv_heads,
+            params.head_dim
+        )))
+    }
+}
+
+/// Every tensor a llama-family model with `params` needs, in a stable order.
+pub fn expected_tensors(params: &ModelParams) -> Vec<TensorSpec> {
+    let h = params.hidden_size;
+    let q = params.num_heads * params.head_dim;
+    let kv = params.num_kv_heads * params.head_dim;
+    let i = params.intermediate_size;
+    let mut out = vec![TensorSpec::new(EMBED_TOKENS, &[params.vocab_size, h])];
+    for l in 0..params.num_layers {
+        let p = format!("model.layers.{l}");
+        out.push(TensorSpec::new(format!("{p}.input_layernorm.weight"), &[h]));
+        out.push(TensorSpec::new(format!("{p}.self_attn.q_proj.weight"), &[q, h]));
+        out.push(TensorSpec::new(format!("{p}.self_attn.k_proj.weight"), &[kv, h]));
+        out.push(TensorSpec::new(format!("{p}.self_attn.v_proj.weight"), &[kv, h]));
+        if params.attention_bias {
+            out.push(TensorSpec::new(format!("{p}.self_attn.q_proj.bias"), &[q]));
+            out.push(TensorSpec::new(format!("{p}.self_attn.k_proj.bias"), &[kv]));
+            out.push(TensorSpec::new(format!("{p}.self_attn.v_proj.bias"), &[kv]));
+        }
+        out.push(TensorSpec::new(format!("{p}.self_attn.o_proj.weight"), &[h, q]));
+        out.push(TensorSpec::new(format!("{p}.post_attention_layernorm.weight"), &[h]));
+        out.push(TensorSpec::new(format!("{p}.mlp.gate_proj.weight"), &[i, h]));
+        out.push(TensorSpec::new(format!("{p}.mlp.up_proj.weight"), &[i, h]));
+        out.push(TensorSpec::new(format!("{p}.mlp.down_proj.weight"), &[h, i]));
+    }
+    out.push(TensorSpec::new(FINAL_NORM, &[h]));
+    if !params.tie_word_embeddings {
+        out.push(TensorSpec::new(LM_HEAD, &[params.vocab_size, h]));
+    }
+    out
+}
+
+/// Per-layer name pairs: (Hugging Face suffix after `model.layers.{i}.`, llama.cpp suffix after `blk.{i}.`).
+const LAYER_NAMES: &[(&str, &str)] = &[
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+    ("input_layernorm", "attn_norm"),
+    ("post_attention_layernorm", "ffn_norm"),
+];
+
+/// Top-level name pairs (Hugging Face, llama.cpp), without the `.weight` suffix.
+const GLOBAL_NAMES: &[(&str, &str)] =
+    &[("model.embed_tokens", "token_embd"), ("model.norm", "output_norm"), ("lm_head", "output")];
+
+/// Splits `base.weight` / `base.bias` into `(base, suffix)`.
+fn split_kind(name: &str) -> Option<(&str, &str)> {
+    name.strip_suffix(".weight").map(|b| (b, "weight")).or_else(|| name.strip_suffix(".bias").map(|b| (b, "bias")))
+}
+
+/// The llama.cpp name of a Hugging Face tensor name, e.g. `model.layers.3.mlp.up_proj.weight` -> `blk.3.ffn_up.weight`.
+pub fn hf_to_gguf(name: &str) -> Option<String> {
+    let (base, kind) = split_kind(name)?;
+    if let Some((_, g)) = GLOBAL_NAMES.iter().find(|(h, _)| *h == base) {
+        return Some(format!("{g}.{kind}"));
+    }
+    let rest = base.strip_prefix("model.layers.")?;
+    let (layer, suffix) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (_, g) = LAYER_NAMES.iter().find(|(h, _)| *h == suffix)?;
+    Some(format!("blk.{layer}.{g}.{kind}"))
+}
+
+/// The Hugging Face name of a llama.cpp tensor name, e.g. `blk.0.attn_q.weight` -> `model.layers.0.self_attn.q_proj.weight`.
+pub fn gguf_to_hf(name: &str) -> Option<String> {
+    let (base, kind) = split_kind(name)?;
+    if let Some((h, _)) = GLOBAL_NAMES.iter().find(|(_, g)| *g == base) {
+        return Some(format!("{h}.{kind}"));
+    }
+    let rest = base.strip_prefix("blk.")?;
+    let (layer, suffix) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (h, _) = LAYER_NAMES.iter().find(|(_, g)| *g == suffix)?;
+    Some(format!("model.layers.{layer}.{h}.{kind}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for (hf, gg) in [
+            ("model.embed_tokens.weight", "token_embd.weight"),
+            ("model.norm.weight", "output_norm.weight"),
+            ("lm_head.weight", "output.weight"),
+            ("model.layers.12.self_attn.q_proj.bias", "blk.12.attn_q.bias"),
+            ("model.layers.0.self_attn.o_proj.weight", "blk.0.attn_output.weight"),
+            ("model.layers.7.post_attention_layernorm.weight", "blk.7.ffn_norm.weight"),
+        ] {
+            assert_eq!(hf_to_gguf(hf).as_deref(), Some(gg));
+            assert_eq!(gguf_to_hf(gg).as_deref(), Some(hf));
+        }
+        assert_eq!(gguf_to_hf("rope_freqs.weight"), None);
+        assert_eq!(hf_to_gguf("model.layers.x.mlp.up_proj.weight"), None);
+    }
+}

@@ -1,0 +1,121 @@
+//! `SchedulerConfig`: the scheduler's own small configuration (cache geometry and step limits) and its validation.
+
+use crate::error::SchedulerError;
+
+/// Default number of token slots per KV block.
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+/// Default cap on the number of running sequences.
+pub const DEFAULT_MAX_NUM_SEQS: usize = 256;
+/// Default cap on the number of tokens computed in one step.
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 2048;
+
+/// Configuration of one [`crate::Scheduler`]. Build it with [`SchedulerConfig::new`] and adjust fields;
+/// [`SchedulerConfig::validate`] (called by `Scheduler::new`) checks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Token slots per KV block.
+    pub block_size: usize,
+    /// Number of KV blocks in the cache.
+    pub num_blocks: usize,
+    /// Most sequences running at once.
+    pub max_num_seqs: usize,
+    /// Most tokens computed in one step (prefill chunks and decodes together).
+    pub max_num_batched_tokens: usize,
+    /// Longest sequence (prompt plus output) the model accepts.
+    pub max_model_len: usize,
+    /// Share full blocks between requests with equal prefixes.
+    pub enable_prefix_caching: bool,
+}
+
+impl SchedulerConfig {
+    /// A configuration with the given cache size and context length and default limits: block size 16, 256 sequences,
+    /// 2048 batched tokens, prefix caching on.
+    pub fn new(num_blocks: usize, max_model_len: usize) -> Self {
+        Self {
+            block_size: DEFAULT_BLOCK_SIZE,
+            num_blocks,
+            max_num_seqs: DEFAULT_MAX_NUM_SEQS,
+            max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            max_model_len,
+            enable_prefix_caching: true,
+        }
+    }
+
+    /// Tokens the whole cache can hold.
+    pub fn capacity_tokens(&self) -> usize {
+        self.num_blocks.saturating_mul(self.block_size)
+    }
+
+    /// Checks every rule; the first broken one is returned.
+    pub fn validate(&self) -> Result<(), SchedulerError> {
+        for (field, value) in [
+            ("block_size", self.block_size),
+            ("num_blocks", self.num_blocks),
+            ("max_num_seqs", self.max_num_seqs),
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
+            ("max_model_len", self.max_model_len),
+        ] {
+            if value == 0 {
+                return Err(SchedulerError::ZeroConfigValue { field });
+            }
+        }
+        if self.max_num_batched_tokens < self.max_num_seqs {
+            return Err(SchedulerError::BatchBudgetBelowMaxSeqs {
+                max_num_batched_tokens: self.max_num_batched_tokens,
+                max_num_seqs: self.max_num_seqs,
+            });
+        }
+        let max_slots = u64::from(u32::MAX);
+        let slots = (self.num_blocks as u128) * (self.block_size as u128);
+        if slots > u128::from(max_slots) {
+            return Err(SchedulerError::TooManySlots {
+                num_blocks: self.num_blocks,
+                block_size: self.block_size,
+                max_slots,
+            });
+        }
+        if self.capacity_tokens() < self.max_model_len {
+            return Err(SchedulerError::CacheSmallerThanModelLen {
+                num_blocks: self.num_blocks,
+                block_size: self.block_size,
+                capacity_tokens: self.capacity_tokens(),
+                max_model_len: self.max_model_len,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_shape_is_valid() {
+        let cfg = SchedulerConfig::new(64, 1024);
+        assert_eq!(cfg.block_size, 16);
+        assert!(cfg.enable_prefix_caching);
+        assert_eq!(cfg.validate(), Ok(()));
+    }
+
+    #[test]
+    fn each_rule_is_reported() {
+        let mut cfg = SchedulerConfig::new(64, 1024);
+        cfg.block_size = 0;
+        assert_eq!(cfg.validate(), Err(SchedulerError::ZeroConfigValue { field: "block_size" }));
+
+        let mut cfg = SchedulerConfig::new(64, 1024);
+        cfg.max_num_seqs = 300;
+        cfg.max_num_batched_tokens = 299;
+        assert!(matches!(cfg.validate(), Err(SchedulerError::BatchBudgetBelowMaxSeqs { .. })));
+
+        let cfg = SchedulerConfig::new(63, 1024 - 15);
+        assert!(matches!(cfg.validate(), Err(SchedulerError::CacheSmallerThanModelLen { capacity_tokens: 1008, .. })));
+
+        let mut cfg = SchedulerConfig::new(1 << 29, 1024);
+        cfg.block_size = 8;
+        assert!(matches!(cfg.validate(), Err(SchedulerError::TooManySlots { .. })));
+        let msg = cfg.validate().unwrap_err().to_string();
+        assert!(msg.contains("num_blocks") && msg.contains("block_size"), "{msg}");
+    }
+}

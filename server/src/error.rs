@@ -1,0 +1,162 @@
+//! `ApiError`: every error a route can return, and the single place where errors become HTTP responses
+//! (`impl IntoResponse`), OpenAI-shaped: `{"error": {"message", "type", "param", "code"}}`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::openai::validate::ValidationError;
+
+/// An error answered to the client.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A field broke one of the validation rules.
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    /// The body is not valid JSON for this route (`param` names the field when known).
+    #[error("invalid JSON body: {message}")]
+    InvalidJson { message: String, param: Option<String> },
+    /// The body could not be read.
+    #[error("could not read the request body: {0}")]
+    Body(String),
+    /// The body is larger than the limit.
+    #[error("request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("The model `{0}` does not exist.")]
+    ModelNotFound(String),
+    #[error("missing or invalid API key: send `Authorization: Bearer <key>`")]
+    Unauthorized,
+    /// The engine's waiting queue is full.
+    #[error("the server is overloaded: {waiting} requests are waiting (limit {limit}); retry later")]
+    Overloaded { waiting: usize, limit: usize },
+    #[error("the engine has stopped")]
+    EngineStopped,
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("no route for {0}")]
+    RouteNotFound(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// The engine failed while running the request.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// The JSON body of every error response.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<String>,
+}
+
+/// Seconds a client should wait before retrying an overloaded server.
+const RETRY_AFTER_SECS: &str = "1";
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Validation(_) | ApiError::InvalidJson { .. } | ApiError::Body(_) => StatusCode::BAD_REQUEST,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::ModelNotFound(_) | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Overloaded { .. } | ApiError::EngineStopped | ApiError::ShuttingDown => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The OpenAI error body for this error.
+    pub fn body(&self) -> ErrorBody {
+        let kind = match self.status() {
+            StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => "BadRequestError",
+            StatusCode::NOT_FOUND => "NotFoundError",
+            StatusCode::UNAUTHORIZED => "AuthenticationError",
+            StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableError",
+            StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowedError",
+            _ => "InternalServerError",
+        };
+        let (param, code): (Option<String>, Option<&str>) = match self {
+            ApiError::Validation(v) => (v.param(), v.code()),
+            ApiError::InvalidJson { param, .. } => (param.clone(), None),
+            ApiError::PayloadTooLarge { .. } => (None, Some("request_too_large")),
+            ApiError::ModelNotFound(_) => (Some("model".into()), Some("model_not_found")),
+            ApiError::Unauthorized => (None, Some("invalid_api_key")),
+            ApiError::Overloaded { .. } => (None, Some("server_overloaded")),
+            _ => (None, None),
+        };
+        ErrorBody { error: ErrorDetail { message: self.to_string(), kind, param, code: code.map(str::to_owned) } }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(status = status.as_u16(), "request failed: {self}");
+        } else {
+            tracing::debug!(status = status.as_u16(), "request refused: {self}");
+        }
+        let mut response = (status, axum::Json(self.body())).into_response();
+        if matches!(self, ApiError::Overloaded { .. } | ApiError::ShuttingDown) {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+        }
+        if matches!(self, ApiError::Unauthorized) {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_json(e: ApiError) -> (StatusCode, Option<String>, serde_json::Value) {
+        let r = e.into_response();
+        let status = r.status();
+        let retry = r.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.expect("body");
+        (status, retry, serde_json::from_slice(&bytes).expect("json"))
+    }
+
+    #[tokio::test]
+    async fn error_bodies_have_openai_shape() {
+        let (s, _, v) = body_json(ApiError::ModelNotFound("x".into())).await;
+        assert_eq!(s, 404);
+        assert_eq!(v["error"]["type"], "NotFoundError");
+        assert_eq!(v["error"]["param"], "model");
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert_eq!(v["error"]["message"], "The model `x` does not exist.");
+
+        let (s, _, v) = body_json(ApiError::Validation(ValidationError::TemperatureOutOfRange(3.0))).await;
+        assert_eq!(s, 400);
+        assert_eq!(v["error"]["type"], "BadRequestError");
+        assert_eq!(v["error"]["param"], "temperature");
+        assert!(v["error"]["code"].is_null());
+
+        let (s, retry, v) = body_json(ApiError::Overloaded { waiting: 3, limit: 3 }).await;
+        assert_eq!(s, 503);
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert_eq!(v["error"]["type"], "ServiceUnavailableError");
+
+        let (s, _, v) = body_json(ApiError::PayloadTooLarge { limit: 10 }).await;
+        assert_eq!(s, 413);
+        assert_eq!(v["error"]["code"], "request_too_large");
+
+        let (s, _, v) = body_json(ApiError::Unauthorized).await;
+        assert_eq!(s, 401);
+        assert_eq!(v["error"]["code"], "invalid_api_key");
+        let keys: Vec<_> = v["error"].as_object().expect("object").keys().cloned().collect();
+        assert_eq!(keys.len(), 4, "{keys:?}");
+    }
+}

@@ -1,0 +1,63 @@
+//! `LiveEngine`: the `Engine` port over the real `rserve_engine` (its handle, tokenizer and chat template). The only
+//! file of the server that calls the engine crate's loading and tokenizer APIs.
+
+use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams};
+use rserve_engine::chat_template::ChatMessage;
+use rserve_engine::engine::{EngineConfig, EngineHandle, EngineMetrics};
+use rserve_engine::EngineError;
+
+use crate::port::{ChatTurn, Engine, Events};
+
+/// The running engine.
+pub struct LiveEngine {
+    handle: EngineHandle,
+}
+
+impl LiveEngine {
+    /// Loads the model and starts the engine thread (blocking; logs the model, memory and KV cache lines).
+    pub fn start(config: EngineConfig) -> Result<Self, EngineError> {
+        let handle = rserve_engine::engine::start(config)?;
+        Ok(Self { handle })
+    }
+}
+
+impl Engine for LiveEngine {
+    fn info(&self) -> &EngineInfo {
+        self.handle.info()
+    }
+
+    fn metrics(&self) -> &EngineMetrics {
+        self.handle.metrics()
+    }
+
+    fn default_sampling(&self) -> SamplingParams {
+        self.handle.default_sampling()
+    }
+
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, EngineError> {
+        self.handle.tokenizer().encode(text, add_special_tokens)
+    }
+
+    fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, EngineError> {
+        self.handle.tokenizer().decode(ids, skip_special_tokens)
+    }
+
+    fn bos_token(&self) -> Option<String> {
+        self.handle.tokenizer().bos_token()
+    }
+
+    fn render_chat(&self, turns: &[ChatTurn], add_generation_prompt: bool) -> Option<Result<String, EngineError>> {
+        let template = self.handle.chat_template()?;
+        let messages: Vec<ChatMessage> =
+            turns.iter().map(|t| ChatMessage { role: t.role.clone(), content: t.content.clone() }).collect();
+        Some(template.render(&messages, add_generation_prompt))
+    }
+
+    fn submit(&self, request: GenerateRequest) -> Result<Events, EngineError> {
+        self.handle.submit(request).map(Events::live)
+    }
+
+    fn shutdown(&self) {
+        self.handle.shutdown();
+    }
+}

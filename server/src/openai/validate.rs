@@ -1,0 +1,620 @@
+//! Validation at the edge: an OpenAI request body becomes engine `GenerateRequest`s (one per choice) or a
+//! `ValidationError`. One variant per rule; each message names the field and the allowed range. After this, nothing
+//! re-reads the JSON.
+
+use std::collections::HashMap;
+
+use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams, StopParams};
+
+use crate::openai::types::{
+    ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField, StopField, StreamOptions,
+};
+use crate::port::{ChatTurn, Engine};
+
+/// Most choices (`n`) per prompt.
+pub const MAX_N: i64 = 128;
+/// Most choices per request (prompts × n).
+pub const MAX_CHOICES: usize = 256;
+/// Most log-prob alternatives per token (`top_logprobs`, completions `logprobs`).
+pub const MAX_LOGPROBS: i64 = 20;
+/// Most stop strings per request.
+pub const MAX_STOP_STRINGS: usize = 64;
+
+/// A broken rule. `param()` names the field; `code()` is OpenAI's error code where it has one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValidationError {
+    #[error("temperature must be between 0 and 2, got {0}")]
+    TemperatureOutOfRange(f64),
+    #[error("top_p must be greater than 0 and at most 1, got {0}")]
+    TopPOutOfRange(f64),
+    #[error("top_k must be -1 or 0 (disabled) or a positive integer, got {0}")]
+    TopKOutOfRange(i64),
+    #[error("min_p must be between 0 and 1, got {0}")]
+    MinPOutOfRange(f64),
+    #[error("presence_penalty must be between -2 and 2, got {0}")]
+    PresencePenaltyOutOfRange(f64),
+    #[error("frequency_penalty must be between -2 and 2, got {0}")]
+    FrequencyPenaltyOutOfRange(f64),
+    #[error("repetition_penalty must be greater than 0 and at most 2, got {0}")]
+    RepetitionPenaltyOutOfRange(f64),
+    #[error("n must be between 1 and {MAX_N}, got {0}")]
+    NOutOfRange(i64),
+    #[error("{field} must be at least 1, got {value}")]
+    MaxTokensTooSmall { field: &'static str, value: i64 },
+    #[error("min_tokens must be at least 0, got {0}")]
+    MinTokensNegative(i64),
+    #[error("min_tokens ({min_tokens}) must be at most max_tokens ({max_tokens})")]
+    MinTokensAboveMaxTokens { min_tokens: usize, max_tokens: usize },
+    #[error("logit_bias keys must be token ids between 0 and {max_id}, got \"{key}\"")]
+    LogitBiasKeyInvalid { key: String, max_id: usize },
+    #[error("logit_bias values must be between -100 and 100, got {value} for token {key}")]
+    LogitBiasValueOutOfRange { key: String, value: f64 },
+    #[error("top_logprobs must be between 0 and {MAX_LOGPROBS}, got {0}")]
+    TopLogprobsOutOfRange(i64),
+    #[error("top_logprobs requires logprobs to be true")]
+    TopLogprobsWithoutLogprobs,
+    #[error("logprobs must be between 0 and {MAX_LOGPROBS}, got {0}")]
+    LogprobsOutOfRange(i64),
+    #[error("{param} must hold token ids between 0 and {max_id}, got {value}")]
+    TokenIdOutOfRange { param: &'static str, value: i64, max_id: usize },
+    #[error("stop strings must not be empty")]
+    StopStringEmpty,
+    #[error("at most {MAX_STOP_STRINGS} stop strings are allowed, got {0}")]
+    TooManyStopStrings(usize),
+    #[error("stream_options can only be set when stream is true")]
+    StreamOptionsWithoutStream,
+    #[error("best_of ({best_of}) must be at least n ({n})")]
+    BestOfBelowN { best_of: i64, n: i64 },
+    #[error("a request may produce at most {MAX_CHOICES} choices (prompts x n), got {0}")]
+    TooManyChoices(usize),
+    #[error("messages must hold at least one message")]
+    MessagesEmpty,
+    #[error("messages[{index}].content: parts of type '{kind}' are not supported (only 'text')")]
+    ContentPartUnsupported { index: usize, kind: String },
+    #[error("messages[{index}].content: a part of type 'text' needs a 'text' field")]
+    ContentPartMissingText { index: usize },
+    #[error("this model has no chat template; start the server with --chat-template or use /v1/completions")]
+    NoChatTemplate,
+    #[error("the chat template failed on these messages: {0}")]
+    ChatTemplate(String),
+    #[error("the prompt could not be tokenized: {0}")]
+    Tokenization(String),
+    #[error("{0} must not be empty")]
+    PromptEmpty(&'static str),
+    #[error(
+        "This model's maximum context length is {max_model_len} tokens. However, your request has {prompt_tokens} \
+         input tokens, which leaves no room for output. Please reduce the length of the input."
+    )]
+    PromptTooLong { param: &'static str, prompt_tokens: usize, max_model_len: usize },
+    #[error(
+        "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens \
+         ({prompt_tokens} in the input, {max_tokens} in the completion). Please reduce the length of the input or \
+         of the completion.", prompt_tokens + max_tokens
+    )]
+    ContextLengthExceeded { param: &'static str, prompt_tokens: usize, max_tokens: usize, max_model_len: usize },
+    #[error("either prompt or messages is required")]
+    TokenizeInputMissing,
+    #[error("{field}: {what} is not supported by this server")]
+    Unsupported { field: String, what: String },
+}
+
+impl ValidationError {
+    /// The request field the error is about.
+    pub fn param(&self) -> Option<String> {
+        use ValidationError as V;
+        let p: &str = match self {
+            V::TemperatureOutOfRange(_) => "temperature",
+            V::TopPOutOfRange(_) => "top_p",
+            V::TopKOutOfRange(_) => "top_k",
+            V::MinPOutOfRange(_) => "min_p",
+            V::PresencePenaltyOutOfRange(_) => "presence_penalty",
+            V::FrequencyPenaltyOutOfRange(_) => "frequency_penalty",
+            V::RepetitionPenaltyOutOfRange(_) => "repetition_penalty",
+            V::NOutOfRange(_) | V::TooManyChoices(_) => "n",
+            V::MaxTokensTooSmall { field, .. } => field,
+            V::MinTokensNegative(_) | V::MinTokensAboveMaxTokens { .. } => "min_tokens",
+            V::LogitBiasKeyInvalid { .. } | V::LogitBiasValueOutOfRange { .. } => "logit_bias",
+            V::TopLogprobsOutOfRange(_) | V::TopLogprobsWithoutLogprobs => "top_logprobs",
+            V::LogprobsOutOfRange(_) => "logprobs",
+            V::TokenIdOutOfRange { param, .. } => param,
+            V::StopStringEmpty | V::TooManyStopStrings(_) => "stop",
+            V::StreamOptionsWithoutStream => "stream_options",
+            V::BestOfBelowN { .. } => "best_of",
+            V::MessagesEmpty
+            | V::ContentPartUnsupported { .. }
+            | V::ContentPartMissingText { .. }
+            | V::NoChatTemplate
+            | V::ChatTemplate(_) => "messages",
+            V::Tokenization(_) => return None,
+            V::PromptEmpty(p) => p,
+            V::PromptTooLong { param, .. } | V::ContextLengthExceeded { param, .. } => param,
+            V::TokenizeInputMissing => "prompt",
+            V::Unsupported { field, .. } => field,
+        };
+        Some(p.to_owned())
+    }
+
+    /// OpenAI's error code, where it defines one.
+    pub fn code(&self) -> Option<&'static str> {
+        match self {
+            ValidationError::PromptTooLong { .. } | ValidationError::ContextLengthExceeded { .. } => {
+                Some("context_length_exceeded")
+            }
+            _ => None,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, ValidationError>;
+
+/// The fields chat and completions share, borrowed from either request type.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommonFields<'a> {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub seed: Option<i64>,
+    pub logit_bias: Option<&'a HashMap<String, f64>>,
+    pub n: Option<i64>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub min_tokens: Option<i64>,
+    pub stop: Option<&'a StopField>,
+    pub stop_token_ids: Option<&'a [i64]>,
+    pub ignore_eos: Option<bool>,
+    pub skip_special_tokens: Option<bool>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<&'a StreamOptions>,
+}
+
+/// The checked shared settings; one `GenerateRequest` per choice is made from them per prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Common {
+    pub sampling: SamplingParams,
+    pub n: usize,
+    /// As requested; `None` means the rest of the context.
+    pub max_tokens: Option<usize>,
+    pub stop: StopParams,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+fn check_range(v: Option<f64>, lo: f64, hi: f64, err: fn(f64) -> ValidationError) -> Result<Option<f64>> {
+    match v {
+        Some(x) if !(lo..=hi).contains(&x) => Err(err(x)),
+        other => Ok(other),
+    }
+}
+
+fn token_id(param: &'static str, value: i64, vocab_size: usize) -> Result<u32> {
+    match u32::try_from(value) {
+        Ok(id) if (id as usize) < vocab_size => Ok(id),
+        _ => Err(ValidationError::TokenIdOutOfRange { param, value, max_id: vocab_size.saturating_sub(1) }),
+    }
+}
+
+/// Checks every shared rule, starting from the engine's sampling defaults.
+pub fn common(f: &CommonFields<'_>, info: &EngineInfo, defaults: &SamplingParams) -> Result<Common> {
+    use ValidationError as V;
+    let mut s = defaults.clone();
+    s.logprobs = None;
+    s.seed = None;
+    if let Some(t) = check_range(f.temperature, 0.0, 2.0, V::TemperatureOutOfRange)? {
+        s.temperature = t as f32;
+    }
+    if let Some(p) = f.top_p {
+        if !(p > 0.0 && p <= 1.0) {
+            return Err(V::TopPOutOfRange(p));
+        }
+        s.top_p = p as f32;
+    }
+    if let Some(k) = f.top_k {
+        if k < -1 {
+            return Err(V::TopKOutOfRange(k));
+        }
+        s.top_k = usize::try_from(k).unwrap_or(0);
+    }
+    if let Some(p) = check_range(f.min_p, 0.0, 1.0, V::MinPOutOfRange)? {
+        s.min_p = p as f32;
+    }
+    if let Some(p) = check_range(f.presence_penalty, -2.0, 2.0, V::PresencePenaltyOutOfRange)? {
+        s.presence_penalty = p as f32;
+    }
+    if let Some(p) = check_range(f.frequency_penalty, -2.0, 2.0, V::FrequencyPenaltyOutOfRange)? {
+        s.frequency_penalty = p as f32;
+    }
+    if let Some(p) = f.repetition_penalty {
+        if !(p > 0.0 && p <= 2.0) {
+            return Err(V::RepetitionPenaltyOutOfRange(p));
+        }
+        s.repetition_penalty = p as f32;
+    }
+    // Any 64-bit integer is a valid seed; negative ones keep their bits.
+    s.seed = f.seed.map(|x| x as u64);
+    if let Some(bias) = f.logit_bias {
+        let max_id = info.vocab_size.saturating_sub(1);
+        let mut pairs = Vec::with_capacity(bias.len());
+        for (key, &value) in bias {
+            let id = key
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|&id| (id as usize) < info.vocab_size)
+                .ok_or_else(|| V::LogitBiasKeyInvalid { key: key.clone(), max_id })?;
+            if !(-100.0..=100.0).contains(&value) {
+                return Err(V::LogitBiasValueOutOfRange { key: key.clone(), value });
+            }
+            pairs.push((id, value as f32));
+        }
+        pairs.sort_by_key(|p| p.0);
+        s.logit_bias = pairs;
+    }
+
+    let n = match f.n {
+        None => 1,
+        Some(n) if (1..=MAX_N).contains(&n) => n as usize,
+        Some(n) => return Err(V::NOutOfRange(n)),
+    };
+
+    let (max_field, max_value) = match (f.max_completion_tokens, f.max_tokens) {
+        (Some(m), _) => ("max_completion_tokens", Some(m)),
+        (None, m) => ("max_tokens", m),
+    };
+    let max_tokens = match max_value {
+        None => None,
+        Some(m) if m >= 1 => Some(usize::try_from(m).unwrap_or(usize::MAX)),
+        Some(m) => return Err(V::MaxTokensTooSmall { field: max_field, value: m }),
+    };
+    let min_tokens = match f.min_tokens {
+        None => 0,
+        Some(m) if m < 0 => return Err(V::MinTokensNegative(m)),
+        Some(m) => usize::try_from(m).unwrap_or(usize::MAX),
+    };
+    if let Some(max) = max_tokens {
+        if min_tokens > max {
+            return Err(V::MinTokensAboveMaxTokens { min_tokens, max_tokens: max });
+        }
+    }
+
+    let stop: Vec<String> = match f.stop {
+        None => Vec::new(),
+        Some(StopField::One(s)) => vec![s.clone()],
+        Some(StopField::Many(v)) => v.clone(),
+    };
+    if stop.len() > MAX_STOP_STRINGS {
+        return Err(V::TooManyStopStrings(stop.len()));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(V::StopStringEmpty);
+    }
+    let stop_token_ids = f
+        .stop_token_ids
+        .unwrap_or(&[])
+        .iter()
+        .map(|&id| token_id("stop_token_ids", id, info.vocab_size))
+        .collect::<Result<Vec<u32>>>()?;
+
+    let stream = f.stream.unwrap_or(false);
+    if f.stream_options.is_some() && !stream {
+        return Err(V::StreamOptionsWithoutStream);
+    }
+    let include_usage = f.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+
+    Ok(Common {
+        sampling: s,
+        n,
+        max_tokens,
+        stop: StopParams {
+            max_tokens: 0,
+            min_tokens,
+            stop_token_ids,
+            ignore_eos: f.ignore_eos.unwrap_or(false),
+            stop,
+            skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
+        },
+        stream,
+        include_usage,
+    })
+}
+
+/// The `n` engine requests of one prompt: checks the context length, fills `max_tokens`, derives per-choice seeds.
+pub fn requests_for_prompt(
+    c: &Common,
+    prompt: Vec<u32>,
+    info: &EngineInfo,
+    param: &'static str,
+) -> Result<Vec<GenerateRequest>> {
+    let prompt_tokens = prompt.len();
+    if prompt_tokens == 0 {
+        return Err(ValidationError::PromptEmpty(param));
+    }
+    let max_model_len = info.max_model_len;
+    let max_tokens = match c.max_tokens {
+        Some(m) => {
+            if prompt_tokens.saturating_add(m) > max_model_len {
+                return Err(ValidationError::ContextLengthExceeded { param, prompt_tokens, max_tokens: m, max_model_len });
+            }
+            m
+        }
+        None => {
+            if prompt_tokens >= max_model_len {
+                return Err(ValidationError::PromptTooLong { param, prompt_tokens, max_model_len });
+            }
+            max_model_len - prompt_tokens
+        }
+    };
+    let mut stop = c.stop.clone();
+    stop.max_tokens = max_tokens;
+    stop.min_tokens = stop.min_tokens.min(max_tokens);
+    Ok((0..c.n)
+        .map(|i| {
+            let mut sampling = c.sampling.clone();
+            sampling.seed = c.sampling.seed.map(|s| s.wrapping_add(i as u64));
+            GenerateRequest { prompt_token_ids: prompt.clone(), sampling, stop: stop.clone() }
+        })
+        .collect())
+}
+
+/// A checked chat request: one engine request per choice.
+#[derive(Debug, Clone)]
+pub struct ValidChat {
+    pub prompt_tokens: usize,
+    pub requests: Vec<GenerateRequest>,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// `Some(k)`: return log-probs with k alternatives.
+    pub logprobs: Option<usize>,
+}
+
+fn unsupported(field: &str, what: &str) -> ValidationError {
+    ValidationError::Unsupported { field: field.to_owned(), what: what.to_owned() }
+}
+
+/// True for JSON values that say "nothing": null, false, "", [], {}.
+fn is_empty_value(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Null | serde_json::Value::Bool(false) => true,
+        serde_json::Value::String(s) => s.is_empty() || s == "none",
+        serde_json::Value::Array(a) => a.is_empty(),
+        serde_json::Value::Object(o) => o.is_empty(),
+        _ => false,
+    }
+}
+
+/// Messages as plain-text turns (content parts joined with newlines, as vLLM does).
+pub fn chat_turns(messages: &[ChatMessageIn]) -> Result<Vec<ChatTurn>> {
+    if messages.is_empty() {
+        return Err(ValidationError::MessagesEmpty);
+    }
+    messages
+        .iter()
+        .enumerate()
+        .map(|(index, m)| {
+            if m.tool_calls.as_ref().is_some_and(|v| !is_empty_value(v)) {
+                return Err(unsupported("messages", "tool_calls in messages (tool calling)"));
+            }
+            let content = match &m.content {
+                None => String::new(),
+                Some(MessageContent::Text(t)) => t.clone(),
+                Some(MessageContent::Parts(parts)) => {
+                    let mut texts = Vec::with_capacity(parts.len());
+                    for p in parts {
+                        if p.kind != "text" {
+                            return Err(ValidationError::ContentPartUnsupported { index, kind: p.kind.clone() });
+                        }
+                        texts.push(p.text.clone().ok_or(ValidationError::ContentPartMissingText { index })?);
+                    }
+                    texts.join("\n")
+                }
+            };
+            Ok(ChatTurn { role: m.role.clone(), content })
+        })
+        .collect()
+}
+
+/// Renders the turns with the chat template and tokenizes the result (no second BOS when the template wrote one).
+pub fn chat_prompt(engine: &dyn Engine, turns: &[ChatTurn], add_generation_prompt: bool) -> Result<Vec<u32>> {
+    let text = engine
+        .render_chat(turns, add_generation_prompt)
+        .ok_or(ValidationError::NoChatTemplate)?
+        .map_err(|e| ValidationError::ChatTemplate(e.to_string()))?;
+    let starts_with_bos = engine.bos_token().is_some_and(|b| !b.is_empty() && text.starts_with(&b));
+    engine.encode(&text, !starts_with_bos).map_err(|e| ValidationError::Tokenization(e.to_string()))
+}
+
+/// Checks a chat request and turns it into engine requests.
+pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine) -> Result<ValidChat> {
+    if req.tools.as_ref().is_some_and(|v| !is_empty_value(v)) {
+        return Err(unsupported("tools", "tool calling"));
+    }
+    if req.tool_choice.as_ref().is_some_and(|v| !is_empty_value(v)) {
+        return Err(unsupported("tool_choice", "tool calling"));
+    }
+    if req.functions.as_ref().is_some_and(|v| !is_empty_value(v)) {
+        return Err(unsupported("functions", "function calling"));
+    }
+    if req.function_call.as_ref().is_some_and(|v| !is_empty_value(v)) {
+        return Err(unsupported("function_call", "function calling"));
+    }
+    if let Some(f) = &req.response_format {
+        if f.kind != "text" {
+            return Err(unsupported("response_format", &format!("response_format type '{}'", f.kind)));
+        }
+    }
+    let info = engine.info();
+    let fields = CommonFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        min_p: req.min_p,
+        presence_penalty: req.presence_penalty,
+        frequency_penalty: req.frequency_penalty,
+        repetition_penalty: req.repetition_penalty,
+        seed: req.seed,
+        logit_bias: req.logit_bias.as_ref(),
+        n: req.n,
+        max_tokens: req.max_tokens,
+        max_completion_tokens: req.max_completion_tokens,
+        min_tokens: req.min_tokens,
+        stop: req.stop.as_ref(),
+        stop_token_ids: req.stop_token_ids.as_deref(),
+        ignore_eos: req.ignore_eos,
+        skip_special_tokens: req.skip_special_tokens,
+        stream: req.stream,
+        stream_options: req.stream_options.as_ref(),
+    };
+    let mut c = common(&fields, info, &engine.default_sampling())?;
+    let top = match req.top_logprobs {
+        Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => return Err(ValidationError::TopLogprobsOutOfRange(k)),
+        Some(k) => k as usize,
+        None => 0,
+    };
+    let logprobs = match req.logprobs {
+        Some(true) => Some(top),
+        _ if top > 0 => return Err(ValidationError::TopLogprobsWithoutLogprobs),
+        _ => None,
+    };
+    c.sampling.logprobs = logprobs;
+    let turns = chat_turns(&req.messages)?;
+    let prompt = chat_prompt(engine, &turns, req.add_generation_prompt.unwrap_or(true))?;
+    let prompt_tokens = prompt.len();
+    let requests = requests_for_prompt(&c, prompt, info, "messages")?;
+    Ok(ValidChat { prompt_tokens, requests, stream: c.stream, include_usage: c.include_usage, logprobs })
+}
+
+/// One prompt of a completions request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidPrompt {
+    pub token_count: usize,
+    /// The prompt text to put in front of the output (`echo`).
+    pub echo: Option<String>,
+}
+
+/// A checked completions request. `requests[p * n + i]` is choice `i` of prompt `p`.
+#[derive(Debug, Clone)]
+pub struct ValidCompletion {
+    pub prompts: Vec<ValidPrompt>,
+    pub n: usize,
+    pub requests: Vec<GenerateRequest>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub logprobs: Option<usize>,
+}
+
+enum PromptInput<'a> {
+    Text(&'a str),
+    Tokens(&'a [i64]),
+}
+
+fn prompt_inputs(p: &PromptField) -> Result<Vec<PromptInput<'_>>> {
+    let v: Vec<PromptInput<'_>> = match p {
+        PromptField::Text(s) => vec![PromptInput::Text(s)],
+        PromptField::Texts(v) => v.iter().map(|s| PromptInput::Text(s)).collect(),
+        PromptField::Tokens(t) => vec![PromptInput::Tokens(t)],
+        PromptField::TokenLists(v) => v.iter().map(|t| PromptInput::Tokens(t)).collect(),
+    };
+    if v.is_empty() {
+        return Err(ValidationError::PromptEmpty("prompt"));
+    }
+    Ok(v)
+}
+
+/// Checks a completions request and turns it into engine requests.
+pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidCompletion> {
+    let info = engine.info();
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(unsupported("suffix", "suffix (insertion)"));
+    }
+    let fields = CommonFields {
+        temperature: req.temperature,
+        top_p: req.top_p,
+        top_k: req.top_k,
+        min_p: req.min_p,
+        presence_penalty: req.presence_penalty,
+        frequency_penalty: req.frequency_penalty,
+        repetition_penalty: req.repetition_penalty,
+        seed: req.seed,
+        logit_bias: req.logit_bias.as_ref(),
+        n: req.n,
+        max_tokens: req.max_tokens,
+        max_completion_tokens: req.max_completion_tokens,
+        min_tokens: req.min_tokens,
+        stop: req.stop.as_ref(),
+        stop_token_ids: req.stop_token_ids.as_deref(),
+        ignore_eos: req.ignore_eos,
+        skip_special_tokens: req.skip_special_tokens,
+        stream: req.stream,
+        stream_options: req.stream_options.as_ref(),
+    };
+    let mut c = common(&fields, info, &engine.default_sampling())?;
+    if let Some(b) = req.best_of {
+        let n = c.n as i64;
+        if b < n {
+            return Err(ValidationError::BestOfBelowN { best_of: b, n });
+        }
+        if b > n {
+            return Err(unsupported("best_of", "best_of greater than n"));
+        }
+    }
+    let logprobs = match req.logprobs {
+        Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => return Err(ValidationError::LogprobsOutOfRange(k)),
+        Some(k) => Some(k as usize),
+        None => None,
+    };
+    let echo = req.echo.unwrap_or(false);
+    if echo && logprobs.is_some() {
+        return Err(unsupported("echo", "echo together with logprobs (prompt log-probs)"));
+    }
+    c.sampling.logprobs = logprobs;
+    let inputs = prompt_inputs(&req.prompt)?;
+    let choices = inputs.len().saturating_mul(c.n);
+    if choices > MAX_CHOICES {
+        return Err(ValidationError::TooManyChoices(choices));
+    }
+    let add_special_tokens = req.add_special_tokens.unwrap_or(true);
+    let mut prompts = Vec::with_capacity(inputs.len());
+    let mut requests = Vec::with_capacity(choices);
+    for input in inputs {
+        let (ids, text) = match input {
+            PromptInput::Text(t) => {
+                let ids = engine
+                    .encode(t, add_special_tokens)
+                    .map_err(|e| ValidationError::Tokenization(e.to_string()))?;
+                (ids, echo.then(|| t.to_owned()))
+            }
+            PromptInput::Tokens(t) => {
+                let ids =
+                    t.iter().map(|&id| token_id("prompt", id, info.vocab_size)).collect::<Result<Vec<u32>>>()?;
+                let text = if echo {
+                    Some(engine.decode(&ids, false).map_err(|e| ValidationError::Tokenization(e.to_string()))?)
+                } else {
+                    None
+                };
+                (ids, text)
+            }
+        };
+        prompts.push(ValidPrompt { token_count: ids.len(), echo: text });
+        requests.extend(requests_for_prompt(&c, ids, info, "prompt")?);
+    }
+    Ok(ValidCompletion {
+        prompts,
+        n: c.n,
+        requests,
+        stream: c.stream,
+        include_usage: c.include_usage,
+        logprobs,
+    })
+}
+
+/// Token ids as given on the wire (`/detokenize`), checked against the vocabulary.
+pub fn token_ids(param: &'static str, ids: &[i64], info: &EngineInfo) -> Result<Vec<u32>> {
+    ids.iter().map(|&id| token_id(param, id, info.vocab_size)).collect()
+}
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;

@@ -1,0 +1,76 @@
+//! The server's one view of the engine: the `Engine` trait (what routes may ask of the engine) and `Events` (the
+//! event stream of one submitted request). The live implementation over `rserve_engine` is in `live.rs`; unit tests
+//! use a fake (`testing.rs`). Dropping an `Events` aborts its request.
+
+use rserve_engine::api::{EngineInfo, GenerateRequest, RequestEvent, SamplingParams};
+use rserve_engine::engine::{EngineMetrics, RequestStream};
+use rserve_engine::EngineError;
+
+/// One chat message, already reduced to plain text (content parts joined).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatTurn {
+    pub role: String,
+    pub content: String,
+}
+
+/// What the HTTP layer needs from the engine.
+pub trait Engine: Send + Sync + 'static {
+    /// Static facts: context length, vocabulary size, KV cache shape.
+    fn info(&self) -> &EngineInfo;
+    /// Live counters and gauges.
+    fn metrics(&self) -> &EngineMetrics;
+    /// Sampling defaults (the model's generation_config.json over OpenAI's defaults).
+    fn default_sampling(&self) -> SamplingParams;
+    /// Text to token ids.
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, EngineError>;
+    /// Token ids to text.
+    fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, EngineError>;
+    /// The tokenizer's BOS token string, if any.
+    fn bos_token(&self) -> Option<String>;
+    /// Renders a conversation with the chat template; `None` when the model has no template.
+    fn render_chat(&self, turns: &[ChatTurn], add_generation_prompt: bool) -> Option<Result<String, EngineError>>;
+    /// Queues a request.
+    fn submit(&self, request: GenerateRequest) -> Result<Events, EngineError>;
+    /// Stops the engine thread (aborting what is left).
+    fn shutdown(&self);
+}
+
+/// The events of one request, in order: `Delta`s, then one `Finished` (or `Error`); `None` afterwards.
+pub struct Events {
+    inner: Inner,
+    done: bool,
+}
+
+enum Inner {
+    Live(RequestStream),
+    #[cfg(test)]
+    Channel(tokio::sync::mpsc::UnboundedReceiver<RequestEvent>),
+}
+
+impl Events {
+    pub fn live(stream: RequestStream) -> Self {
+        Self { inner: Inner::Live(stream), done: false }
+    }
+
+    /// Events fed by a channel (test fakes); dropping the `Events` closes the channel, which the fake sees as abort.
+    #[cfg(test)]
+    pub fn channel(rx: tokio::sync::mpsc::UnboundedReceiver<RequestEvent>) -> Self {
+        Self { inner: Inner::Channel(rx), done: false }
+    }
+
+    /// The next event, or `None` once the request has ended (a closed channel also ends it).
+    pub async fn next(&mut self) -> Option<RequestEvent> {
+        if self.done {
+            return None;
+        }
+        let ev = match &mut self.inner {
+            Inner::Live(s) => s.next().await,
+            #[cfg(test)]
+            Inner::Channel(rx) => rx.recv().await,
+        };
+        if matches!(ev, None | Some(RequestEvent::Finished { .. }) | Some(RequestEvent::Error(_))) {
+            self.done = true;
+        }
+        ev
+    }
+}
