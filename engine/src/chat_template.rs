@@ -1,2 +1,0 @@
-//! (in progress)
-pub struct ChatTemplate;

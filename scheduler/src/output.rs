@@ -1,0 +1,97 @@
+//! What a scheduler step hands out and takes back: `SchedulerOutput` / `ScheduledSeq` (the flattened batch for the
+//! model runner), `RequestOutput` / `FinishStatus` (per-request results of `update_from_output`) and
+//! `SchedulerStats` (gauges and counters for metrics).
+
+use crate::ids::{BlockId, RequestId};
+
+/// One request's part of a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledSeq {
+    pub request_id: RequestId,
+    /// The tokens to compute this step: a prompt chunk, recomputed tokens after preemption, or the last sampled token.
+    pub token_ids: Vec<u32>,
+    /// Equals the request's `num_computed_tokens` before this step; the tokens sit at positions
+    /// `start_position..start_position + token_ids.len()`.
+    pub start_position: usize,
+    /// The request's whole block table after allocation.
+    pub block_table: Vec<BlockId>,
+    /// Per token, the cache slot its KV is written to: `block_id * block_size + offset`.
+    pub slot_mapping: Vec<u32>,
+    /// True when this step computes all known tokens of the request, so the runner samples one token for it.
+    pub sample: bool,
+    /// Prompt tokens this request got from the prefix cache at its first admission (for usage and metrics).
+    pub num_cached_tokens: usize,
+    /// First time scheduled since (re)admission: the runner may (re)build per-request state.
+    pub is_first_schedule: bool,
+}
+
+impl ScheduledSeq {
+    /// Number of tokens computed for this request in the step.
+    pub fn num_tokens(&self) -> usize {
+        self.token_ids.len()
+    }
+}
+
+/// The result of one [`crate::Scheduler::schedule`] call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SchedulerOutput {
+    /// Running requests first (in admission order), then newly admitted ones.
+    pub seqs: Vec<ScheduledSeq>,
+    /// Sum of `seqs[i].token_ids.len()`; never above `max_num_batched_tokens`.
+    pub num_batched_tokens: usize,
+    /// Requests preempted in this step: their blocks are freed and they wait to be recomputed.
+    pub preempted: Vec<RequestId>,
+    /// Requests that finished or were aborted since the previous step; the runner can drop their state.
+    pub finished_ids: Vec<RequestId>,
+}
+
+impl SchedulerOutput {
+    /// True when there is nothing to compute.
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// How many `sampled` entries `update_from_output` expects: one per seq with `sample == true`.
+    pub fn num_samples(&self) -> usize {
+        self.seqs.iter().filter(|s| s.sample).count()
+    }
+}
+
+/// Why a request finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinishStatus {
+    /// A stop token (EOS or a user stop token id) was sampled after `min_tokens`; the token is included in the output.
+    StopToken(u32),
+    /// `max_tokens` generated or `max_model_len` reached.
+    Length,
+}
+
+/// One request's result of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestOutput {
+    pub request_id: RequestId,
+    /// The token sampled this step (also when it is the stop token that finished the request).
+    pub new_token: Option<u32>,
+    /// Set when the request finished; its blocks are already freed.
+    pub finished: Option<FinishStatus>,
+}
+
+/// Gauges and counters of the scheduler.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedulerStats {
+    pub num_running: usize,
+    pub num_waiting: usize,
+    /// Blocks referenced by some request.
+    pub num_blocks_used: usize,
+    /// Blocks referenced by none, including cached blocks waiting for reuse.
+    pub num_blocks_free: usize,
+    pub num_blocks_total: usize,
+    /// Blocks registered in the prefix cache (used or free).
+    pub num_blocks_cached: usize,
+    /// Preemptions since start.
+    pub num_preemptions: u64,
+    /// Tokens looked up in the prefix cache at admissions since start.
+    pub prefix_cache_queries: u64,
+    /// Of those, tokens found in the cache.
+    pub prefix_cache_hits: u64,
+}

@@ -1,0 +1,299 @@
+//! Scenario tests of the scheduler: prefix-cache hits, LRU eviction through the scheduler, chunked prefill,
+//! preemption under a tiny cache, stop rules, aborts and request validation.
+
+mod support;
+
+use std::collections::HashMap;
+
+use rserve_scheduler::{
+    FinishStatus, Request, RequestId, Scheduler, SchedulerConfig, SchedulerError,
+};
+use support::{check_step, new_request, sample_step, step, Outcome};
+
+const VOCAB: u32 = 1000;
+
+fn cfg(block_size: usize, num_blocks: usize, max_model_len: usize) -> SchedulerConfig {
+    let mut c = SchedulerConfig::new(num_blocks, max_model_len);
+    c.block_size = block_size;
+    c
+}
+
+fn run_to_end(sched: &mut Scheduler, outcomes: &mut HashMap<RequestId, Outcome>) {
+    for _ in 0..10_000 {
+        if !sched.has_unfinished() {
+            return;
+        }
+        step(sched, VOCAB, outcomes).unwrap();
+    }
+    panic!("requests did not finish in 10000 steps");
+}
+
+/// Tokens a probe request with `prompt` would get from the prefix cache right now.
+fn cached_tokens(sched: &Scheduler, prompt: Vec<u32>) -> usize {
+    let mut probe = Request::new(new_request(u64::MAX, prompt, 1, 0, vec![]), sched.config().max_model_len).unwrap();
+    sched.kv_cache().update_block_hashes(&mut probe);
+    sched.kv_cache().get_computed_blocks(&probe).1
+}
+
+#[test]
+fn shared_prefix_starts_at_cached_full_blocks() {
+    let mut sched = Scheduler::new(cfg(16, 64, 512)).unwrap();
+    let shared: Vec<u32> = (1..=40).collect();
+    sched.add_request(new_request(1, shared.clone(), 3, 0, vec![])).unwrap();
+    let mut outcomes = HashMap::new();
+    run_to_end(&mut sched, &mut outcomes);
+
+    // Same first 37 tokens: the two full blocks (32 tokens) come from the cache, although request 1 is finished.
+    let mut prompt: Vec<u32> = shared[..37].to_vec();
+    prompt.extend([900, 901, 902]);
+    sched.add_request(new_request(2, prompt, 2, 0, vec![])).unwrap();
+    let out = sched.schedule();
+    check_step(&sched, &out).unwrap();
+    let seq = &out.seqs[0];
+    assert_eq!(seq.request_id, RequestId(2));
+    assert_eq!(seq.start_position, 32);
+    assert_eq!(seq.num_cached_tokens, 32);
+    assert_eq!(seq.token_ids.len(), 40 - 32);
+    assert!(seq.is_first_schedule && seq.sample);
+    let st = sched.stats();
+    assert_eq!((st.prefix_cache_queries, st.prefix_cache_hits), (40 + 40, 32));
+
+    // A request whose whole prompt is cached still computes its last block's tokens.
+    sched.add_request(new_request(3, shared[..32].to_vec(), 1, 0, vec![])).unwrap();
+    let sampled = sample_step(&out, VOCAB);
+    sched.update_from_output(&out, &sampled);
+    let out = sched.schedule();
+    check_step(&sched, &out).unwrap();
+    let s3 = out.seqs.iter().find(|s| s.request_id == RequestId(3)).unwrap();
+    assert_eq!((s3.start_position, s3.token_ids.len()), (16, 16));
+}
+
+#[test]
+fn prefix_caching_disabled_computes_everything() {
+    let mut c = cfg(16, 64, 512);
+    c.enable_prefix_caching = false;
+    let mut sched = Scheduler::new(c).unwrap();
+    let prompt: Vec<u32> = (1..=40).collect();
+    let mut outcomes = HashMap::new();
+    sched.add_request(new_request(1, prompt.clone(), 1, 0, vec![])).unwrap();
+    run_to_end(&mut sched, &mut outcomes);
+    sched.add_request(new_request(2, prompt, 1, 0, vec![])).unwrap();
+    let out = sched.schedule();
+    assert_eq!(out.seqs[0].start_position, 0);
+    assert_eq!(sched.stats().prefix_cache_hits, 0);
+}
+
+#[test]
+fn eviction_takes_least_recently_freed_blocks_tail_first() {
+    // 8 blocks of 4 slots. A and B each cache 2 full blocks and finish, A first.
+    let mut sched = Scheduler::new(cfg(4, 8, 32)).unwrap();
+    let a: Vec<u32> = (100..109).collect();
+    let b: Vec<u32> = (200..209).collect();
+    let mut outcomes = HashMap::new();
+    sched.add_request(new_request(1, a.clone(), 1, 0, vec![])).unwrap();
+    run_to_end(&mut sched, &mut outcomes);
+    sched.add_request(new_request(2, b.clone(), 1, 0, vec![])).unwrap();
+    run_to_end(&mut sched, &mut outcomes);
+    assert_eq!((cached_tokens(&sched, a.clone()), cached_tokens(&sched, b.clone())), (8, 8));
+    assert_eq!(sched.stats().num_blocks_free, 8);
+
+    // E needs 5 blocks: the 4 never-cached free blocks plus one cached block, which must be A's last full block
+    // (A was freed before B; a request's tail is evicted before its head).
+    sched.add_request(new_request(3, (300..320).collect(), 1, 0, vec![])).unwrap();
+    let out = sched.schedule();
+    check_step(&sched, &out).unwrap();
+    assert_eq!(out.seqs[0].block_table.len(), 5);
+    assert_eq!(cached_tokens(&sched, a.clone()), 4);
+    assert_eq!(cached_tokens(&sched, b.clone()), 8);
+}
+
+#[test]
+fn chunked_prefill_splits_a_long_prompt() {
+    let mut c = cfg(16, 64, 512);
+    c.max_num_batched_tokens = 32;
+    c.max_num_seqs = 4;
+    let mut sched = Scheduler::new(c).unwrap();
+    let prompt: Vec<u32> = (0..100).collect();
+    sched.add_request(new_request(1, prompt.clone(), 2, 0, vec![])).unwrap();
+    let mut outcomes = HashMap::new();
+    let mut chunks = Vec::new();
+    while sched.has_unfinished() {
+        let out = step(&mut sched, VOCAB, &mut outcomes).unwrap();
+        let s = &out.seqs[0];
+        if s.start_position < 100 {
+            assert_eq!(s.token_ids, prompt[s.start_position..s.start_position + s.token_ids.len()]);
+        }
+        chunks.push((s.start_position, s.token_ids.len(), s.sample));
+    }
+    assert_eq!(chunks, vec![(0, 32, false), (32, 32, false), (64, 32, false), (96, 4, true), (100, 1, true)]);
+    assert_eq!(outcomes[&RequestId(1)].tokens.len(), 2);
+    assert_eq!(outcomes[&RequestId(1)].finish, Some(FinishStatus::Length));
+}
+
+#[test]
+fn decodes_share_the_budget_with_a_prefill_chunk() {
+    let mut c = cfg(4, 64, 256);
+    c.max_num_batched_tokens = 8;
+    c.max_num_seqs = 4;
+    let mut sched = Scheduler::new(c).unwrap();
+    let mut outcomes = HashMap::new();
+    sched.add_request(new_request(1, vec![1, 2, 3], 50, 0, vec![])).unwrap();
+    step(&mut sched, VOCAB, &mut outcomes).unwrap();
+    sched.add_request(new_request(2, (0..20).collect(), 5, 0, vec![])).unwrap();
+    let out = step(&mut sched, VOCAB, &mut outcomes).unwrap();
+    let lens: Vec<_> = out.seqs.iter().map(|s| (s.request_id.0, s.token_ids.len())).collect();
+    assert_eq!(lens, vec![(1, 1), (2, 7)], "the decode goes first, the prefill chunk fills the rest");
+}
+
+/// The same workload on a cache large enough for everything and on a cache that forces preemption.
+fn run_workload(num_blocks: usize, caching: bool) -> (HashMap<RequestId, Outcome>, u64) {
+    let mut c = cfg(4, num_blocks, 24);
+    c.enable_prefix_caching = caching;
+    c.max_num_seqs = 4;
+    c.max_num_batched_tokens = 16;
+    let mut sched = Scheduler::new(c).unwrap();
+    for id in 0..4u64 {
+        let prompt: Vec<u32> = (0..8).map(|k| (id as u32) * 10 + k).collect();
+        sched.add_request(new_request(id, prompt, 12, 0, vec![])).unwrap();
+    }
+    let mut outcomes = HashMap::new();
+    run_to_end(&mut sched, &mut outcomes);
+    assert_eq!(sched.stats().num_blocks_used, 0);
+    (outcomes, sched.stats().num_preemptions)
+}
+
+#[test]
+fn preemption_under_a_tiny_cache_still_finishes_every_request() {
+    let (roomy, roomy_preemptions) = run_workload(64, true);
+    assert_eq!(roomy_preemptions, 0);
+    for caching in [true, false] {
+        // 6 blocks hold 24 tokens: one request of 8 + 12 = 20 tokens (5 blocks) at a time is guaranteed.
+        let (tight, preemptions) = run_workload(6, caching);
+        assert!(preemptions > 0, "the tiny cache must force preemptions");
+        for id in 0..4 {
+            let o = &tight[&RequestId(id)];
+            assert_eq!(o.tokens.len(), 12);
+            assert_eq!(o.finish, Some(FinishStatus::Length));
+            assert_eq!(o, &roomy[&RequestId(id)], "recompute after preemption yields the same tokens");
+        }
+    }
+}
+
+#[test]
+fn preempted_request_goes_back_to_the_front_and_recomputes_its_outputs() {
+    let mut c = cfg(4, 3, 12);
+    c.max_num_seqs = 2;
+    c.max_num_batched_tokens = 8;
+    let mut sched = Scheduler::new(c).unwrap();
+    let mut outcomes = HashMap::new();
+    sched.add_request(new_request(1, vec![1, 2, 3, 4], 8, 0, vec![])).unwrap();
+    sched.add_request(new_request(2, vec![5, 6, 7], 8, 0, vec![])).unwrap();
+    sched.add_request(new_request(3, vec![8], 1, 0, vec![])).unwrap();
+    let mut saw_preemption = false;
+    while sched.has_unfinished() {
+        let out = step(&mut sched, VOCAB, &mut outcomes).unwrap();
+        if let Some(&victim) = out.preempted.first() {
+            saw_preemption = true;
+            assert!(out.seqs.iter().all(|s| s.request_id != victim), "a preempted request is not scheduled");
+            let next = sched.schedule();
+            check_step(&sched, &next).unwrap();
+            let readmitted = next.seqs.iter().find(|s| s.request_id == victim);
+            if let Some(s) = readmitted {
+                assert!(s.is_first_schedule);
+                assert!(s.start_position < sched.request(victim).unwrap().num_tokens());
+            }
+            let sampled = sample_step(&next, VOCAB);
+            support::record(&sched.update_from_output(&next, &sampled), &mut outcomes).unwrap();
+        }
+    }
+    assert!(saw_preemption);
+    assert_eq!(outcomes[&RequestId(1)].tokens.len(), 8);
+    assert_eq!(outcomes[&RequestId(2)].tokens.len(), 8);
+    assert_eq!(outcomes[&RequestId(3)].tokens.len(), 1);
+}
+
+#[test]
+fn stop_token_respects_min_tokens_and_is_reported() {
+    let mut sched = Scheduler::new(cfg(4, 16, 64)).unwrap();
+    // Find what the fake model emits after the prompt, then use its second output token as the stop token.
+    let mut outcomes = HashMap::new();
+    sched.add_request(new_request(1, vec![1, 2, 3], 5, 0, vec![])).unwrap();
+    run_to_end(&mut sched, &mut outcomes);
+    let free_run = outcomes[&RequestId(1)].tokens.clone();
+    let stop = free_run[1];
+    assert!(free_run[..1].iter().all(|&t| t != stop), "pick a prompt whose first output differs");
+
+    sched.add_request(new_request(2, vec![1, 2, 3], 5, 0, vec![stop])).unwrap();
+    sched.add_request(new_request(3, vec![1, 2, 3], 5, 3, vec![stop])).unwrap();
+    run_to_end(&mut sched, &mut outcomes);
+    assert_eq!(outcomes[&RequestId(2)].tokens, free_run[..2].to_vec());
+    assert_eq!(outcomes[&RequestId(2)].finish, Some(FinishStatus::StopToken(stop)));
+    let o3 = &outcomes[&RequestId(3)];
+    assert!(o3.tokens.len() >= 3);
+    assert_eq!(o3.tokens[..], free_run[..o3.tokens.len()]);
+}
+
+#[test]
+fn max_model_len_ends_generation() {
+    let mut sched = Scheduler::new(cfg(4, 8, 10)).unwrap();
+    let mut outcomes = HashMap::new();
+    sched.add_request(new_request(1, vec![1; 7], 100, 0, vec![])).unwrap();
+    sched.add_request(new_request(2, vec![2; 10], 100, 0, vec![])).unwrap();
+    run_to_end(&mut sched, &mut outcomes);
+    assert_eq!(outcomes[&RequestId(1)].tokens.len(), 3);
+    assert_eq!(outcomes[&RequestId(1)].finish, Some(FinishStatus::Length));
+    assert_eq!(outcomes[&RequestId(2)].tokens.len(), 1, "a prompt of max_model_len still yields one token");
+}
+
+#[test]
+fn abort_frees_blocks_at_any_time() {
+    let mut sched = Scheduler::new(cfg(4, 16, 64)).unwrap();
+    let mut outcomes = HashMap::new();
+    for id in 1..=3 {
+        sched.add_request(new_request(id, (0..10).map(|t| t + id as u32 * 100).collect(), 20, 0, vec![])).unwrap();
+    }
+    step(&mut sched, VOCAB, &mut outcomes).unwrap();
+    let used = sched.stats().num_blocks_used;
+    assert!(sched.abort(RequestId(1)));
+    assert!(!sched.abort(RequestId(1)), "second abort is a no-op");
+    assert_eq!(sched.stats().num_blocks_used, used - 3);
+    sched.check_invariants().unwrap();
+
+    // Abort between schedule() and update_from_output(): the stale entry is ignored.
+    let out = sched.schedule();
+    assert_eq!(out.finished_ids, vec![RequestId(1)], "the runner learns of the abort at the next step");
+    assert!(sched.abort(RequestId(2)));
+    let sampled = sample_step(&out, VOCAB);
+    let results = sched.update_from_output(&out, &sampled);
+    assert!(results.iter().all(|r| r.request_id != RequestId(2)));
+    sched.check_invariants().unwrap();
+
+    // Abort a waiting request.
+    sched.add_request(new_request(9, vec![1, 2], 4, 0, vec![])).unwrap();
+    assert!(sched.abort(RequestId(9)));
+    let out = sched.schedule();
+    assert_eq!(out.finished_ids, vec![RequestId(2), RequestId(9)]);
+    assert!(out.seqs.iter().all(|s| s.request_id == RequestId(3)));
+    sched.update_from_output(&out, &sample_step(&out, VOCAB));
+    assert!(sched.abort(RequestId(3)));
+    assert!(!sched.has_unfinished());
+    let st = sched.stats();
+    assert_eq!((st.num_blocks_used, st.num_blocks_free), (0, 16));
+}
+
+#[test]
+fn invalid_requests_and_configs_are_rejected() {
+    let mut sched = Scheduler::new(cfg(4, 16, 64)).unwrap();
+    assert!(matches!(sched.add_request(new_request(1, vec![], 4, 0, vec![])), Err(SchedulerError::EmptyPrompt { .. })));
+    assert!(matches!(
+        sched.add_request(new_request(1, vec![0; 65], 4, 0, vec![])),
+        Err(SchedulerError::PromptTooLong { prompt_len: 65, max_model_len: 64, .. })
+    ));
+    sched.add_request(new_request(1, vec![1], 4, 0, vec![])).unwrap();
+    assert_eq!(
+        sched.add_request(new_request(1, vec![1], 4, 0, vec![])),
+        Err(SchedulerError::DuplicateRequest { id: RequestId(1) })
+    );
+    assert_eq!(sched.stats().num_waiting, 1);
+    assert!(matches!(Scheduler::new(cfg(4, 15, 64)), Err(SchedulerError::CacheSmallerThanModelLen { .. })));
+}

@@ -1,0 +1,124 @@
+//! Shared test harness: a fake "model" whose next token depends only on the last token and its position (so results
+//! do not depend on chunking, batching or preemption), a driver that runs one scheduler step, and per-step checks.
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+
+use rserve_scheduler::{
+    BlockId, FinishStatus, NewRequest, RequestId, RequestOutput, Scheduler, SchedulerOutput,
+};
+
+/// Next token of the fake model: a mix of the last computed token and its position, reduced to `vocab`.
+pub fn fake_token(last: u32, position: usize, vocab: u32) -> u32 {
+    let mut x = (u64::from(last) << 32) ^ position as u64 ^ 0x5851_F42D_4C95_7F2D;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^= x >> 33;
+    (x % u64::from(vocab)) as u32
+}
+
+/// The fake model's samples for a step: one per seq with `sample`, from the seq's last token and position.
+pub fn sample_step(out: &SchedulerOutput, vocab: u32) -> Vec<(RequestId, u32)> {
+    out.seqs
+        .iter()
+        .filter(|s| s.sample)
+        .map(|s| {
+            let last = *s.token_ids.last().expect("scheduled seqs have tokens");
+            (s.request_id, fake_token(last, s.start_position + s.token_ids.len() - 1, vocab))
+        })
+        .collect()
+}
+
+pub fn new_request(id: u64, prompt: Vec<u32>, max_tokens: usize, min_tokens: usize, stop: Vec<u32>) -> NewRequest {
+    NewRequest { id: RequestId(id), prompt_token_ids: prompt, max_tokens, min_tokens, stop_token_ids: stop }
+}
+
+/// Checks one step's output against the scheduler's limits and the KV cache: the token budget and sequence cap, slot
+/// mappings that follow the block tables, and that no slot written this step is shared (by two seqs or by a block
+/// another request references).
+pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String> {
+    let cfg = sched.config();
+    let bs = cfg.block_size;
+    let total: usize = out.seqs.iter().map(|s| s.token_ids.len()).sum();
+    if total != out.num_batched_tokens {
+        return Err(format!("num_batched_tokens {} != sum {}", out.num_batched_tokens, total));
+    }
+    if total > cfg.max_num_batched_tokens {
+        return Err(format!("{total} tokens > max_num_batched_tokens {}", cfg.max_num_batched_tokens));
+    }
+    if out.seqs.len() > cfg.max_num_seqs {
+        return Err(format!("{} seqs > max_num_seqs {}", out.seqs.len(), cfg.max_num_seqs));
+    }
+    let mut ids = HashSet::new();
+    let mut slots = HashSet::new();
+    for s in &out.seqs {
+        if !ids.insert(s.request_id) {
+            return Err(format!("{} scheduled twice", s.request_id));
+        }
+        if s.token_ids.is_empty() || s.slot_mapping.len() != s.token_ids.len() {
+            return Err(format!("{}: {} tokens, {} slots", s.request_id, s.token_ids.len(), s.slot_mapping.len()));
+        }
+        if s.start_position + s.token_ids.len() > cfg.max_model_len {
+            return Err(format!("{}: positions past max_model_len", s.request_id));
+        }
+        let table = sched.kv_cache().block_table(s.request_id).ok_or("scheduled request without blocks")?;
+        if table != s.block_table.as_slice() {
+            return Err(format!("{}: block table differs from the manager's", s.request_id));
+        }
+        for (k, &slot) in s.slot_mapping.iter().enumerate() {
+            let p = s.start_position + k;
+            let want = s.block_table[p / bs].0 * bs as u32 + (p % bs) as u32;
+            if slot != want {
+                return Err(format!("{}: slot {slot} at position {p}, expected {want}", s.request_id));
+            }
+            if !slots.insert(slot) {
+                return Err(format!("slot {slot} written twice in one step"));
+            }
+            let rc = sched.kv_cache().pool().ref_count(BlockId(slot / bs as u32));
+            if rc != 1 {
+                return Err(format!("{}: writes slot {slot} of a block with {rc} references", s.request_id));
+            }
+        }
+    }
+    let st = sched.stats();
+    if st.num_blocks_used + st.num_blocks_free != st.num_blocks_total {
+        return Err(format!("{st:?}: used + free != total"));
+    }
+    sched.check_invariants()
+}
+
+/// What happened to one request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub tokens: Vec<u32>,
+    pub finish: Option<FinishStatus>,
+}
+
+/// Runs one checked step with the fake model; records outputs into `outcomes`.
+pub fn step(
+    sched: &mut Scheduler,
+    vocab: u32,
+    outcomes: &mut HashMap<RequestId, Outcome>,
+) -> Result<SchedulerOutput, String> {
+    let out = sched.schedule();
+    check_step(sched, &out)?;
+    let sampled = sample_step(&out, vocab);
+    let results = sched.update_from_output(&out, &sampled);
+    record(&results, outcomes)?;
+    sched.check_invariants()?;
+    Ok(out)
+}
+
+pub fn record(results: &[RequestOutput], outcomes: &mut HashMap<RequestId, Outcome>) -> Result<(), String> {
+    for r in results {
+        let o = outcomes.entry(r.request_id).or_default();
+        if o.finish.is_some() {
+            return Err(format!("{} produced output after finishing", r.request_id));
+        }
+        if let Some(t) = r.new_token {
+            o.tokens.push(t);
+        }
+        o.finish = r.finished;
+    }
+    Ok(())
+}

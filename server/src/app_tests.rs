@@ -1,0 +1,289 @@
+//! Route tests over the whole router with the fake engine (no model): status codes and bodies of every route and
+//! error case, SSE framing, API-key checks, admission (503), and that a dropped stream aborts its requests.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use futures_util::StreamExt;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use crate::app::{router, AccessLog};
+use crate::state::{AppState, ServerSettings};
+use crate::testing::{FakeEngine, REPLY};
+
+fn settings() -> ServerSettings {
+    ServerSettings {
+        served_model_names: vec!["smol".into(), "alias".into()],
+        api_key: None,
+        max_num_waiting: 100,
+        log_requests: true,
+    }
+}
+
+fn app_with(engine: FakeEngine, settings: ServerSettings) -> (Router, Arc<FakeEngine>) {
+    let engine = Arc::new(engine);
+    let state = AppState::new(engine.clone(), settings);
+    (router(state, AccessLog(false)), engine)
+}
+
+fn app() -> (Router, Arc<FakeEngine>) {
+    app_with(FakeEngine::new(128), settings())
+}
+
+fn post(path: &str, body: Value) -> Request<Body> {
+    Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request")
+}
+
+async fn send(app: &Router, req: Request<Body>) -> (StatusCode, Vec<u8>) {
+    let resp = app.clone().oneshot(req).await.expect("infallible");
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes().to_vec();
+    (status, bytes)
+}
+
+async fn send_json(app: &Router, req: Request<Body>) -> (StatusCode, Value) {
+    let (status, bytes) = send(app, req).await;
+    let v = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, v)
+}
+
+fn assert_error(v: &Value, kind: &str, param: Option<&str>, code: Option<&str>) {
+    let e = &v["error"];
+    assert_eq!(e["type"], kind, "{v}");
+    assert_eq!(e["param"].as_str(), param, "{v}");
+    assert_eq!(e["code"].as_str(), code, "{v}");
+    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+}
+
+/// SSE `data:` payloads of a body.
+fn sse_data(bytes: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(bytes)
+        .split("\n\n")
+        .filter_map(|ev| ev.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_completion_json() {
+    let (app, engine) = app();
+    let (s, v) = send_json(&app, post("/v1/chat/completions", json!({"model": "alias", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "n": 2}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["model"], "alias");
+    assert_eq!(v["object"], "chat.completion");
+    assert!(v["id"].as_str().is_some_and(|id| id.starts_with("chatcmpl-")));
+    assert_eq!(v["choices"].as_array().map(Vec::len), Some(2));
+    assert_eq!(v["choices"][1]["message"]["content"], &REPLY[..5]);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 10);
+    assert_eq!(v["usage"]["prompt_tokens"], 22);
+    assert_eq!(engine.submitted().len(), 2);
+}
+
+#[tokio::test]
+async fn chat_stream_sse() {
+    let (app, _) = app();
+    let (s, bytes) = send(&app, post("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}], "stop": ",", "stream": true, "stream_options": {"include_usage": true}}))).await;
+    assert_eq!(s, StatusCode::OK);
+    let data = sse_data(&bytes);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).expect("json")).collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(chunks[0]["model"], "smol");
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(text, "Hello");
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    let usage = &chunks[chunks.len() - 1];
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 5);
+}
+
+#[tokio::test]
+async fn completions_json_stream_and_token_prompts() {
+    let (app, engine) = app();
+    let (s, v) = send_json(&app, post("/v1/completions", json!({"prompt": ["a", "b"], "max_tokens": 3, "echo": true}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["object"], "text_completion");
+    assert!(v["id"].as_str().is_some_and(|id| id.starts_with("cmpl-")));
+    assert_eq!(v["choices"][0]["text"], format!("a{}", &REPLY[..3]));
+    assert_eq!(v["choices"][1]["text"], format!("b{}", &REPLY[..3]));
+    let (s, v) = send_json(&app, post("/v1/completions", json!({"prompt": [5, 6, 7], "max_tokens": 2, "logprobs": 1}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["choices"][0]["logprobs"]["tokens"], json!(["H", "e"]));
+    assert_eq!(engine.submitted().last().map(|r| r.prompt_token_ids.clone()), Some(vec![5, 6, 7]));
+    let (s, bytes) = send(&app, post("/v1/completions", json!({"prompt": "a", "max_tokens": 2, "stream": true}))).await;
+    assert_eq!(s, StatusCode::OK);
+    let data = sse_data(&bytes);
+    assert_eq!(data.len(), 4, "{data:?}");
+    assert_eq!(data[3], "[DONE]");
+}
+
+#[tokio::test]
+async fn models_health_version_metrics() {
+    let (app, _) = app();
+    let (s, v) = send_json(&app, Request::get("/v1/models").body(Body::empty()).expect("req")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"][0]["id"], "smol");
+    assert_eq!(v["data"][1]["id"], "alias");
+    assert_eq!(v["data"][0]["object"], "model");
+    assert_eq!(v["data"][0]["max_model_len"], 128);
+    let (s, body) = send(&app, Request::get("/health").body(Body::empty()).expect("req")).await;
+    assert_eq!((s, body.len()), (StatusCode::OK, 0));
+    let (s, v) = send_json(&app, Request::get("/version").body(Body::empty()).expect("req")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(v["version"].is_string());
+    let (s, body) = send(&app, Request::get("/metrics").body(Body::empty()).expect("req")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&body).contains("vllm:num_requests_running{model_name=\"smol\"} 0"));
+}
+
+#[tokio::test]
+async fn tokenize_and_detokenize() {
+    let (app, _) = app();
+    let (s, v) = send_json(&app, post("/tokenize", json!({"prompt": "ab", "return_token_strs": true}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"count": 3, "max_model_len": 128, "tokens": [0, 100, 101], "token_strs": ["<s>", "a", "b"]}));
+    let (s, v) = send_json(&app, post("/tokenize", json!({"messages": [{"role": "user", "content": "x"}]}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["count"], 21);
+    let (s, v) = send_json(&app, post("/detokenize", json!({"tokens": [100, 101]}))).await;
+    assert_eq!((s, v), (StatusCode::OK, json!({"prompt": "ab"})));
+    let (s, v) = send_json(&app, post("/detokenize", json!({"tokens": [100, 100000]}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_error(&v, "BadRequestError", Some("tokens"), None);
+    let (s, v) = send_json(&app, post("/tokenize", json!({}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_error(&v, "BadRequestError", Some("prompt"), None);
+}
+
+#[tokio::test]
+async fn error_cases() {
+    let (app, _) = app();
+    let chat = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        post("/v1/chat/completions", body)
+    };
+    let (s, v) = send_json(&app, chat(json!({"temperature": 5}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_error(&v, "BadRequestError", Some("temperature"), None);
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("between 0 and 2")));
+
+    let (s, v) = send_json(&app, chat(json!({"max_tokens": 1000}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_error(&v, "BadRequestError", Some("messages"), Some("context_length_exceeded"));
+
+    let (s, v) = send_json(&app, chat(json!({"model": "gpt-4"}))).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_error(&v, "NotFoundError", Some("model"), Some("model_not_found"));
+
+    let (s, v) = send_json(&app, chat(json!({"tools": [{"type": "function"}]}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_error(&v, "BadRequestError", Some("tools"), None);
+
+    let (s, v) = send_json(&app, chat(json!({"messages": "nope"}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_error(&v, "BadRequestError", Some("messages"), None);
+
+    let req = Request::post("/v1/chat/completions").body(Body::from("{\"messages\": [")).expect("req");
+    let (s, v) = send_json(&app, req).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"]["type"], "BadRequestError");
+
+    let big = vec![b' '; crate::json::MAX_BODY_BYTES + 1];
+    let (s, v) = send_json(&app, Request::post("/v1/completions").body(Body::from(big)).expect("req")).await;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_error(&v, "BadRequestError", None, Some("request_too_large"));
+
+    let (s, v) = send_json(&app, Request::get("/v1/nothing").body(Body::empty()).expect("req")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["type"], "NotFoundError");
+    let (s, v) = send_json(&app, Request::get("/v1/chat/completions").body(Body::empty()).expect("req")).await;
+    assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(v["error"].is_object());
+}
+
+#[tokio::test]
+async fn api_key_guards_v1_only() {
+    let (app, _) = app_with(FakeEngine::new(128), ServerSettings { api_key: Some("sk-good".into()), ..settings() });
+    let models = |key: Option<&str>| {
+        let mut r = Request::get("/v1/models");
+        if let Some(k) = key {
+            r = r.header(header::AUTHORIZATION, format!("Bearer {k}"));
+        }
+        r.body(Body::empty()).expect("req")
+    };
+    let (s, v) = send_json(&app, models(None)).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_error(&v, "AuthenticationError", None, Some("invalid_api_key"));
+    assert_eq!(send(&app, models(Some("sk-bad"))).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(send(&app, models(Some("sk-good"))).await.0, StatusCode::OK);
+    let (s, _) = send(&app, post("/v1/completions", json!({"prompt": "a"}))).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(send(&app, Request::get("/health").body(Body::empty()).expect("req")).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn full_waiting_queue_is_503_with_retry_after() {
+    let engine = FakeEngine::new(128);
+    engine.metrics.num_requests_waiting.store(2, Ordering::Relaxed);
+    let (app, _) = app_with(engine, ServerSettings { max_num_waiting: 2, ..settings() });
+    let resp = app.clone().oneshot(post("/v1/completions", json!({"prompt": "a"}))).await.expect("infallible");
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let v: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_error(&v, "ServiceUnavailableError", None, Some("server_overloaded"));
+}
+
+#[tokio::test]
+async fn engine_failures_are_500_and_stopped_engine_is_503() {
+    let mut engine = FakeEngine::new(128);
+    engine.fail_with = Some("kernel exploded".into());
+    let (app, _) = app_with(engine, settings());
+    let (s, v) = send_json(&app, post("/v1/completions", json!({"prompt": "a"}))).await;
+    assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("kernel exploded")));
+    let mut engine = FakeEngine::new(128);
+    engine.fail_with = Some("stopped".into());
+    let (app, _) = app_with(engine, settings());
+    assert_eq!(send(&app, post("/v1/completions", json!({"prompt": "a"}))).await.0, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn dropping_a_stream_aborts_its_requests() {
+    let mut engine = FakeEngine::new(128);
+    engine.token_delay = Duration::from_millis(20);
+    let (app, engine) = app_with(engine, settings());
+    let resp = app
+        .clone()
+        .oneshot(post("/v1/completions", json!({"prompt": "a", "n": 3, "stream": true})))
+        .await
+        .expect("infallible");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body().into_data_stream();
+    // Read until some text arrived, then hang up.
+    let first = body.next().await.expect("a frame").expect("data");
+    assert!(!first.is_empty());
+    drop(body);
+    for _ in 0..100 {
+        if engine.aborted.load(Ordering::SeqCst) == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(engine.aborted.load(Ordering::SeqCst), 3);
+    assert_eq!(engine.completed.load(Ordering::SeqCst), 0);
+}

@@ -1,0 +1,46 @@
+//! API-key check for the `/v1` routes: `Authorization: Bearer <key>` must match `--api-key` (or `VLLM_API_KEY`).
+
+use axum::extract::{Request, State};
+use axum::http::header::AUTHORIZATION;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Compares without an early exit on the first differing byte.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// True if the `Authorization` header value carries this key.
+pub fn authorized(header: Option<&[u8]>, key: &str) -> bool {
+    let Some(h) = header else { return false };
+    let Some(token) = h.strip_prefix(b"Bearer ") else { return false };
+    same_bytes(token, key.as_bytes())
+}
+
+/// Middleware: refuses requests without the right key (when a key is configured).
+pub async fn require_api_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(key) = state.settings.api_key.as_deref() {
+        let header = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+        if !authorized(header, key) {
+            return ApiError::Unauthorized.into_response();
+        }
+    }
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_keys() {
+        assert!(authorized(Some(b"Bearer sk-1"), "sk-1"));
+        assert!(!authorized(Some(b"Bearer sk-2"), "sk-1"));
+        assert!(!authorized(Some(b"Bearer sk-1x"), "sk-1"));
+        assert!(!authorized(Some(b"sk-1"), "sk-1"));
+        assert!(!authorized(None, "sk-1"));
+    }
+}

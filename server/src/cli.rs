@@ -1,0 +1,450 @@
+//! The command line, mirroring `vllm serve`: `rserve MODEL [flags]` (same as `rserve serve MODEL`), plus `generate`
+//! and `convert`. Flags are grouped in `--help` like vLLM's (ModelConfig, CacheConfig, ParallelConfig, …). Here flags
+//! are parsed and checked; a value we cannot honour yet is a start-up error (`CliError`), never silently ignored.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use rserve_engine::engine::{DTypeArg, EngineConfig};
+
+/// Subcommand names; any other first argument is taken as the model of `serve`.
+const SUBCOMMANDS: &[&str] = &["serve", "generate", "convert", "help"];
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rserve",
+    version,
+    about = "rserve: an OpenAI-compatible LLM server (vLLM-compatible command line).",
+    long_about = None,
+    after_help = "`rserve MODEL [OPTIONS]` is the same as `rserve serve MODEL [OPTIONS]`."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve a model over the OpenAI-compatible HTTP API (the default command).
+    Serve(ServeArgs),
+    /// Generate text for one prompt and print it as it streams.
+    Generate(GenerateArgs),
+    /// Convert a GGUF file into a Hugging Face style model folder.
+    Convert(ConvertArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The model: a Hugging Face repo id, a local model folder, or a .gguf file.
+    #[arg(value_name = "MODEL_TAG")]
+    pub model_tag: Option<String>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub frontend: FrontendArgs,
+}
+
+/// Everything that shapes the engine (shared by `serve` and `generate`).
+#[derive(Debug, Clone, Args)]
+pub struct EngineArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+    #[command(flatten)]
+    pub parallel: ParallelArgs,
+    #[command(flatten)]
+    pub scheduler: SchedulerArgs,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "ModelConfig")]
+pub struct ModelArgs {
+    /// The model (alternative to the positional MODEL_TAG).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Tokenizer to use instead of the model's own (repo id or folder).
+    #[arg(long)]
+    pub tokenizer: Option<String>,
+    /// Model revision (branch, tag or commit) on the Hugging Face hub.
+    #[arg(long)]
+    pub revision: Option<String>,
+    /// Compute dtype: auto, bfloat16, float16 (half), float32 (float).
+    #[arg(long, default_value = "auto", value_parser = parse_dtype)]
+    pub dtype: DTypeArg,
+    /// Context length (prompt + output). Default: the model's. Accepts 1k (1000), 1K (1024), …
+    #[arg(long, value_parser = parse_human_int)]
+    pub max_model_len: Option<u64>,
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Names the API accepts for the model (the first is reported). Default: the model argument.
+    #[arg(long, num_args = 1..)]
+    pub served_model_name: Vec<String>,
+    /// Sampling defaults: "auto" (the model's generation_config.json), "vllm" (none), or a folder.
+    #[arg(long, default_value = "auto")]
+    pub generation_config: String,
+    /// A chat template (a file path or the template itself) replacing the model's.
+    #[arg(long, help_heading = "Frontend")]
+    pub chat_template: Option<String>,
+    /// Accepted for compatibility (rserve never runs code from model repositories).
+    #[arg(long)]
+    pub trust_remote_code: bool,
+    /// Accepted for compatibility (rserve captures no graphs).
+    #[arg(long)]
+    pub enforce_eager: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "CacheConfig")]
+pub struct CacheArgs {
+    /// Fraction of device memory for the model and the KV cache (0, 1].
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// Exact KV cache size in bytes (overrides --gpu-memory-utilization). Accepts 1g (10^9), 1G (2^30), …
+    #[arg(long, value_parser = parse_human_int)]
+    pub kv_cache_memory_bytes: Option<u64>,
+    /// Tokens per KV cache block: 1, 8, 16, 32, 64 or 128.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Share KV blocks of equal prompt prefixes (default on).
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    /// Turn prefix caching off.
+    #[arg(long, overrides_with = "enable_prefix_caching")]
+    pub no_enable_prefix_caching: bool,
+    /// KV cache dtype: only "auto" (the compute dtype) for now.
+    #[arg(long, default_value = "auto")]
+    pub kv_cache_dtype: String,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "ParallelConfig")]
+pub struct ParallelArgs {
+    /// Tensor-parallel ranks (also -tp). Only 1 for now.
+    #[arg(long, default_value_t = 1)]
+    pub tensor_parallel_size: usize,
+    /// Pipeline-parallel stages (also -pp). Only 1 for now.
+    #[arg(long, default_value_t = 1)]
+    pub pipeline_parallel_size: usize,
+    /// How workers are run: mp or uni (single process). ray is not supported.
+    #[arg(long)]
+    pub distributed_executor_backend: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "SchedulerConfig")]
+pub struct SchedulerArgs {
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_num_seqs: usize,
+    /// Most tokens per engine step (prefill chunks + decodes). Default: chosen by the engine.
+    #[arg(long, value_parser = parse_human_int)]
+    pub max_num_batched_tokens: Option<u64>,
+    /// Most requests waiting for a slot; beyond it new requests get 503 with Retry-After.
+    #[arg(long, default_value_t = 1024)]
+    pub max_num_waiting: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "DeviceConfig")]
+pub struct DeviceArgs {
+    /// Device: auto or cpu.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Frontend")]
+pub struct FrontendArgs {
+    /// Host name or address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub host: String,
+    /// Port to listen on (0: any free port; the log line names it).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1 routes.
+    #[arg(long, env = "VLLM_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Seconds running requests may take to finish after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 30.0)]
+    pub shutdown_timeout: f64,
+    /// Log level of the HTTP access log: critical, error, warning, info, debug, trace.
+    #[arg(long, default_value = "info", value_parser = ["critical", "error", "warning", "info", "debug", "trace"])]
+    pub uvicorn_log_level: String,
+    /// Do not log one line per HTTP request.
+    #[arg(long)]
+    pub disable_uvicorn_access_log: bool,
+    /// Log one line per accepted generation request.
+    #[arg(long)]
+    pub enable_log_requests: bool,
+    /// Accepted for compatibility (requests are not logged unless --enable-log-requests).
+    #[arg(long)]
+    pub disable_log_requests: bool,
+    /// Do not log the periodic throughput line.
+    #[arg(long)]
+    pub disable_log_stats: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// The model: a Hugging Face repo id, a local model folder, or a .gguf file.
+    #[arg(value_name = "MODEL_TAG")]
+    pub model_tag: Option<String>,
+    /// The prompt.
+    #[arg(long, short = 'p', help_heading = "SamplingParams")]
+    pub prompt: String,
+    /// Most tokens to generate (default 128).
+    #[arg(long, default_value_t = 128, help_heading = "SamplingParams")]
+    pub max_tokens: usize,
+    /// Wrap the prompt as a user message with the chat template.
+    #[arg(long, help_heading = "SamplingParams")]
+    pub chat: bool,
+    /// Sampling temperature (default: the model's generation config, else 1.0; 0 = greedy).
+    #[arg(long, help_heading = "SamplingParams")]
+    pub temperature: Option<f64>,
+    #[arg(long, help_heading = "SamplingParams")]
+    pub top_p: Option<f64>,
+    #[arg(long, help_heading = "SamplingParams")]
+    pub top_k: Option<i64>,
+    #[arg(long, help_heading = "SamplingParams")]
+    pub min_p: Option<f64>,
+    #[arg(long, help_heading = "SamplingParams")]
+    pub repetition_penalty: Option<f64>,
+    /// Keep generating after the end-of-sequence token.
+    #[arg(long, help_heading = "SamplingParams")]
+    pub ignore_eos: bool,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ConvertArgs {
+    /// The GGUF file.
+    pub gguf: PathBuf,
+    /// The output folder (created).
+    pub out_dir: PathBuf,
+    /// Dtype of the written tensors: float32, bfloat16 or float16.
+    #[arg(long, default_value = "float32")]
+    pub dtype: String,
+}
+
+/// A flag value that cannot be honoured.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CliError {
+    #[error("no model given: pass it as `rserve MODEL` (or --model MODEL)")]
+    NoModel,
+    #[error(
+        "--tensor-parallel-size {0} is not available yet: multi-device execution needs rserve's MPI support, which \
+         is not built yet; use --tensor-parallel-size 1"
+    )]
+    TensorParallel(usize),
+    #[error(
+        "--pipeline-parallel-size {0} is not available yet: multi-device execution needs rserve's MPI support, \
+         which is not built yet; use --pipeline-parallel-size 1"
+    )]
+    PipelineParallel(usize),
+    #[error("--{0} must be at least 1")]
+    ZeroParallel(&'static str),
+    #[error("--distributed-executor-backend {0} is not supported (Ray is not used by rserve); use mp or uni")]
+    ExecutorBackend(String),
+    #[error("--kv-cache-dtype {0} is not supported yet; only auto (the model's compute dtype)")]
+    KvCacheDtype(String),
+    #[error("--device {0} is not supported yet; use auto or cpu")]
+    Device(String),
+    #[error("--gpu-memory-utilization must be in (0, 1], got {0}")]
+    MemoryUtilization(f64),
+    #[error("--block-size must be one of 1, 8, 16, 32, 64, 128, got {0}")]
+    BlockSize(usize),
+    #[error("--max-num-seqs must be at least 1")]
+    MaxNumSeqs,
+    #[error("--{0} must be at least 1")]
+    ZeroLength(&'static str),
+    #[error("--{0} {1} is too large for this machine")]
+    TooLarge(&'static str, u64),
+    #[error("--served-model-name must not be empty")]
+    EmptyServedName,
+    #[error("--shutdown-timeout must be a non-negative number of seconds, got {0}")]
+    ShutdownTimeout(f64),
+    #[error("--dtype {0} is not supported for convert; use float32, bfloat16 or float16")]
+    ConvertDtype(String),
+}
+
+fn parse_dtype(s: &str) -> Result<DTypeArg, String> {
+    DTypeArg::parse(s).ok_or_else(|| format!("unknown dtype '{s}' (auto, bfloat16, float16, half, float32, float)"))
+}
+
+/// vLLM's human-readable integers: plain digits, or a number with a suffix: k/m/g/t = 10^3/10^6/10^9/10^12 (decimals
+/// allowed), K/M/G/T = 2^10/2^20/2^30/2^40 (whole numbers only).
+pub fn parse_human_int(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let bad = || format!("invalid number '{s}' (examples: 4096, 4k, 1.5m, 2G)");
+    let Some(last) = s.chars().last() else { return Err(bad()) };
+    let (decimal, binary) = match last {
+        'k' => (Some(1e3), None),
+        'm' => (Some(1e6), None),
+        'g' => (Some(1e9), None),
+        't' => (Some(1e12), None),
+        'K' => (None, Some(1u64 << 10)),
+        'M' => (None, Some(1u64 << 20)),
+        'G' => (None, Some(1u64 << 30)),
+        'T' => (None, Some(1u64 << 40)),
+        _ => return s.parse::<u64>().map_err(|_| bad()),
+    };
+    let number = &s[..s.len() - 1];
+    if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(bad());
+    }
+    if let Some(mult) = decimal {
+        let v: f64 = number.parse().map_err(|_| bad())?;
+        let r = (v * mult).round();
+        if !r.is_finite() || r > u64::MAX as f64 {
+            return Err(bad());
+        }
+        return Ok(r as u64);
+    }
+    let v: u64 = number.parse().map_err(|_| format!("invalid number '{s}': decimals are not allowed with binary suffixes"))?;
+    v.checked_mul(binary.unwrap_or(1)).ok_or_else(bad)
+}
+
+/// Rewrites argv so that `rserve MODEL …` means `rserve serve MODEL …`, and vLLM's `-tp N` / `-pp N` work.
+pub fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::with_capacity(args.len() + 1);
+    for (i, a) in args.into_iter().enumerate() {
+        let s = a.to_string_lossy();
+        let replaced = match s.as_ref() {
+            "-tp" => Some("--tensor-parallel-size".to_owned()),
+            "-pp" => Some("--pipeline-parallel-size".to_owned()),
+            x if x.starts_with("-tp=") => Some(format!("--tensor-parallel-size={}", &x[4..])),
+            x if x.starts_with("-pp=") => Some(format!("--pipeline-parallel-size={}", &x[4..])),
+            _ => None,
+        };
+        if i == 1 {
+            let is_top_flag = matches!(s.as_ref(), "-h" | "--help" | "-V" | "--version");
+            if !is_top_flag && !SUBCOMMANDS.contains(&s.as_ref()) {
+                out.push(OsString::from("serve"));
+            }
+        }
+        out.push(replaced.map(OsString::from).unwrap_or(a));
+    }
+    out
+}
+
+fn to_usize(flag: &'static str, v: u64) -> Result<usize, CliError> {
+    usize::try_from(v).map_err(|_| CliError::TooLarge(flag, v))
+}
+
+impl EngineArgs {
+    /// Checks the flags and builds the engine configuration for `model`.
+    pub fn engine_config(&self, model: &str, max_num_waiting: usize) -> Result<EngineConfig, CliError> {
+        let p = &self.parallel;
+        match p.tensor_parallel_size {
+            0 => return Err(CliError::ZeroParallel("tensor-parallel-size")),
+            1 => {}
+            n => return Err(CliError::TensorParallel(n)),
+        }
+        match p.pipeline_parallel_size {
+            0 => return Err(CliError::ZeroParallel("pipeline-parallel-size")),
+            1 => {}
+            n => return Err(CliError::PipelineParallel(n)),
+        }
+        if let Some(b) = &p.distributed_executor_backend {
+            if !matches!(b.as_str(), "mp" | "uni") {
+                return Err(CliError::ExecutorBackend(b.clone()));
+            }
+        }
+        let c = &self.cache;
+        if c.kv_cache_dtype != "auto" {
+            return Err(CliError::KvCacheDtype(c.kv_cache_dtype.clone()));
+        }
+        if !matches!(self.device.device.as_str(), "auto" | "cpu") {
+            return Err(CliError::Device(self.device.device.clone()));
+        }
+        if !(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0) {
+            return Err(CliError::MemoryUtilization(c.gpu_memory_utilization));
+        }
+        if ![1, 8, 16, 32, 64, 128].contains(&c.block_size) {
+            return Err(CliError::BlockSize(c.block_size));
+        }
+        let s = &self.scheduler;
+        if s.max_num_seqs == 0 {
+            return Err(CliError::MaxNumSeqs);
+        }
+        let m = &self.model;
+        let max_model_len = match m.max_model_len {
+            Some(0) => return Err(CliError::ZeroLength("max-model-len")),
+            Some(v) => Some(to_usize("max-model-len", v)?),
+            None => None,
+        };
+        let max_num_batched_tokens = match s.max_num_batched_tokens {
+            Some(0) => return Err(CliError::ZeroLength("max-num-batched-tokens")),
+            Some(v) => Some(to_usize("max-num-batched-tokens", v)?),
+            None => None,
+        };
+        let mut cfg = EngineConfig::new(model);
+        cfg.revision = m.revision.clone();
+        cfg.tokenizer = m.tokenizer.clone();
+        cfg.dtype = m.dtype;
+        cfg.max_model_len = max_model_len;
+        cfg.gpu_memory_utilization = c.gpu_memory_utilization;
+        cfg.kv_cache_memory_bytes = c.kv_cache_memory_bytes;
+        cfg.kv_cache_dtype = c.kv_cache_dtype.clone();
+        cfg.max_num_seqs = s.max_num_seqs;
+        cfg.max_num_batched_tokens = max_num_batched_tokens;
+        cfg.block_size = c.block_size;
+        cfg.enable_prefix_caching = !c.no_enable_prefix_caching;
+        cfg.chat_template = m.chat_template.clone();
+        cfg.generation_config = m.generation_config.clone();
+        cfg.seed = m.seed;
+        cfg.device = self.device.device.clone();
+        cfg.max_waiting = max_num_waiting;
+        Ok(cfg)
+    }
+
+    /// The model from the positional argument or `--model`.
+    pub fn resolve_model(&self, positional: Option<&str>) -> Result<String, CliError> {
+        positional.or(self.model.model.as_deref()).map(str::to_owned).ok_or(CliError::NoModel)
+    }
+}
+
+impl ServeArgs {
+    /// Served names: `--served-model-name`, else the model argument.
+    pub fn served_model_names(&self, model: &str) -> Result<Vec<String>, CliError> {
+        let names = &self.engine.model.served_model_name;
+        if names.iter().any(|n| n.is_empty()) {
+            return Err(CliError::EmptyServedName);
+        }
+        Ok(if names.is_empty() { vec![model.to_owned()] } else { names.clone() })
+    }
+
+    pub fn shutdown_timeout(&self) -> Result<std::time::Duration, CliError> {
+        let t = self.frontend.shutdown_timeout;
+        if !(t.is_finite() && t >= 0.0) {
+            return Err(CliError::ShutdownTimeout(t));
+        }
+        Ok(std::time::Duration::from_secs_f64(t))
+    }
+}
+
+impl ConvertArgs {
+    pub fn candle_dtype(&self) -> Result<candle_core::DType, CliError> {
+        match self.dtype.as_str() {
+            "float32" | "float" | "fp32" | "f32" => Ok(candle_core::DType::F32),
+            "bfloat16" | "bf16" => Ok(candle_core::DType::BF16),
+            "float16" | "half" | "fp16" | "f16" => Ok(candle_core::DType::F16),
+            other => Err(CliError::ConvertDtype(other.to_owned())),
+        }
+    }
+}
+
+/// Parses the process arguments (after `normalize_args`).
+pub fn parse() -> Cli {
+    Cli::parse_from(normalize_args(std::env::args_os().collect()))
+}
+
+#[cfg(test)]
+#[path = "cli_tests.rs"]
+mod tests;

@@ -1,0 +1,145 @@
+//! Tests of the command line: argv normalisation, vLLM's flag spellings, human-readable numbers, and every flag
+//! value that must be refused at start-up.
+
+use super::*;
+
+fn args(line: &str) -> Vec<OsString> {
+    line.split_whitespace().map(OsString::from).collect()
+}
+
+fn parse_line(line: &str) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(normalize_args(args(line)))
+}
+
+fn serve(line: &str) -> ServeArgs {
+    match parse_line(line).expect("parses").command {
+        Command::Serve(s) => s,
+        other => panic!("not serve: {other:?}"),
+    }
+}
+
+#[test]
+fn bare_model_means_serve() {
+    let s = serve("rserve /m/x.gguf --port 9000");
+    assert_eq!(s.model_tag.as_deref(), Some("/m/x.gguf"));
+    assert_eq!(s.frontend.port, 9000);
+    let s = serve("rserve serve Org/Model --host 127.0.0.1");
+    assert_eq!(s.model_tag.as_deref(), Some("Org/Model"));
+    assert_eq!(s.frontend.host, "127.0.0.1");
+    let s = serve("rserve --model Org/M");
+    assert_eq!(s.engine.resolve_model(s.model_tag.as_deref()).as_deref(), Ok("Org/M"));
+    let s = serve("rserve --port 1");
+    assert_eq!(s.engine.resolve_model(s.model_tag.as_deref()), Err(CliError::NoModel));
+    assert!(matches!(parse_line("rserve generate m --prompt hi").expect("parses").command, Command::Generate(_)));
+    assert!(matches!(parse_line("rserve convert a.gguf out").expect("parses").command, Command::Convert(_)));
+}
+
+#[test]
+fn vllm_defaults() {
+    let s = serve("rserve m");
+    assert_eq!(s.frontend.port, 8000);
+    assert_eq!(s.frontend.host, "0.0.0.0");
+    assert_eq!(s.engine.cache.gpu_memory_utilization, 0.9);
+    assert_eq!(s.engine.cache.block_size, 16);
+    assert_eq!(s.engine.scheduler.max_num_seqs, 256);
+    let cfg = s.engine.engine_config("m", 7).expect("valid");
+    assert!(cfg.enable_prefix_caching);
+    assert_eq!(cfg.max_waiting, 7);
+    assert_eq!(cfg.dtype, DTypeArg::Auto);
+    assert_eq!(s.served_model_names("m").expect("names"), vec!["m".to_string()]);
+}
+
+#[test]
+fn flags_reach_the_engine_config() {
+    let s = serve(
+        "rserve m --dtype half --max-model-len 2k --kv-cache-memory-bytes 1G --max-num-seqs 4 \
+         --max-num-batched-tokens 512 --block-size 32 --no-enable-prefix-caching --seed 7 --revision r \
+         --generation-config vllm --chat-template t.jinja --device cpu --served-model-name a b \
+         --enforce-eager --trust-remote-code --distributed-executor-backend mp -tp 1 -pp=1",
+    );
+    let cfg = s.engine.engine_config("m", 1).expect("valid");
+    assert_eq!(cfg.dtype, DTypeArg::Float16);
+    assert_eq!(cfg.max_model_len, Some(2000));
+    assert_eq!(cfg.kv_cache_memory_bytes, Some(1 << 30));
+    assert_eq!(cfg.max_num_seqs, 4);
+    assert_eq!(cfg.max_num_batched_tokens, Some(512));
+    assert_eq!(cfg.block_size, 32);
+    assert!(!cfg.enable_prefix_caching);
+    assert_eq!(cfg.seed, 7);
+    assert_eq!(cfg.revision.as_deref(), Some("r"));
+    assert_eq!(cfg.generation_config, "vllm");
+    assert_eq!(cfg.chat_template.as_deref(), Some("t.jinja"));
+    assert_eq!(cfg.device, "cpu");
+    assert_eq!(s.served_model_names("m").expect("names"), vec!["a".to_string(), "b".to_string()]);
+    let s = serve("rserve m --no-enable-prefix-caching --enable-prefix-caching");
+    assert!(s.engine.engine_config("m", 1).expect("valid").enable_prefix_caching);
+}
+
+#[test]
+fn api_key_from_flag() {
+    let s = serve("rserve m --api-key sk-1");
+    assert_eq!(s.frontend.api_key.as_deref(), Some("sk-1"));
+}
+
+#[test]
+fn unsupported_values_are_start_up_errors() {
+    let cases: &[(&str, CliError)] = &[
+        ("rserve m -tp 2", CliError::TensorParallel(2)),
+        ("rserve m --tensor-parallel-size 4", CliError::TensorParallel(4)),
+        ("rserve m -pp 2", CliError::PipelineParallel(2)),
+        ("rserve m -tp 0", CliError::ZeroParallel("tensor-parallel-size")),
+        ("rserve m --distributed-executor-backend ray", CliError::ExecutorBackend("ray".into())),
+        ("rserve m --kv-cache-dtype fp8", CliError::KvCacheDtype("fp8".into())),
+        ("rserve m --device cuda", CliError::Device("cuda".into())),
+        ("rserve m --gpu-memory-utilization 1.5", CliError::MemoryUtilization(1.5)),
+        ("rserve m --gpu-memory-utilization 0", CliError::MemoryUtilization(0.0)),
+        ("rserve m --block-size 24", CliError::BlockSize(24)),
+        ("rserve m --max-num-seqs 0", CliError::MaxNumSeqs),
+        ("rserve m --max-model-len 0", CliError::ZeroLength("max-model-len")),
+        ("rserve m --max-num-batched-tokens 0", CliError::ZeroLength("max-num-batched-tokens")),
+    ];
+    for (line, want) in cases {
+        let s = serve(line);
+        assert_eq!(s.engine.engine_config("m", 1).unwrap_err(), *want, "{line}");
+    }
+    let msg = CliError::TensorParallel(2).to_string();
+    assert!(msg.contains("MPI support") && msg.contains("not built yet"), "{msg}");
+    assert!(serve("rserve m --shutdown-timeout=-1").shutdown_timeout().is_err());
+    assert!(parse_line("rserve m --dtype int3").is_err());
+    assert!(parse_line("rserve m --uvicorn-log-level loud").is_err());
+}
+
+#[test]
+fn human_readable_ints() {
+    assert_eq!(parse_human_int("4096"), Ok(4096));
+    assert_eq!(parse_human_int("1k"), Ok(1000));
+    assert_eq!(parse_human_int("1K"), Ok(1024));
+    assert_eq!(parse_human_int("25.6k"), Ok(25600));
+    assert_eq!(parse_human_int("2G"), Ok(2 << 30));
+    assert_eq!(parse_human_int("1.5m"), Ok(1_500_000));
+    assert!(parse_human_int("1.5K").is_err());
+    assert!(parse_human_int("k").is_err());
+    assert!(parse_human_int("-1").is_err());
+    assert!(parse_human_int("").is_err());
+}
+
+#[test]
+fn help_groups_flags_like_vllm() {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let serve = cmd.find_subcommand_mut("serve").expect("serve");
+    let help = serve.render_help().to_string();
+    for heading in ["ModelConfig:", "CacheConfig:", "ParallelConfig:", "SchedulerConfig:", "DeviceConfig:", "Frontend:"] {
+        assert!(help.contains(heading), "missing {heading} in\n{help}");
+    }
+    let model_section = help.split("ModelConfig:").nth(1).expect("section");
+    assert!(model_section.split("CacheConfig:").next().expect("section").contains("--max-model-len"));
+}
+
+#[test]
+fn convert_dtypes() {
+    let c = |d: &str| ConvertArgs { gguf: "a".into(), out_dir: "b".into(), dtype: d.into() }.candle_dtype();
+    assert_eq!(c("float32"), Ok(candle_core::DType::F32));
+    assert_eq!(c("bf16"), Ok(candle_core::DType::BF16));
+    assert_eq!(c("half"), Ok(candle_core::DType::F16));
+    assert!(c("q4").is_err());
+}

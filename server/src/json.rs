@@ -1,0 +1,99 @@
+//! `ApiJson<T>`: the JSON body extractor of every POST route. It reads the body up to `MAX_BODY_BYTES` whatever the
+//! content type, and answers parse errors and oversized bodies as OpenAI-shaped `ApiError`s (naming the field that
+//! failed), never as axum's plain-text rejections.
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request};
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// How much of an oversized body is read and thrown away so that the client can read the 413 (closing a socket with
+/// unread data makes the kernel reset the connection).
+const MAX_DRAIN_BYTES: usize = 8 * MAX_BODY_BYTES;
+
+/// A JSON request body deserialized into `T`.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+/// Reads a whole body, refusing it past `limit` bytes.
+pub async fn read_body(body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let mut data = body.into_data_stream();
+    let mut buf = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = data.next().await {
+        let chunk = chunk.map_err(|e| ApiError::Body(e.to_string()))?;
+        seen = seen.saturating_add(chunk.len());
+        if seen > limit {
+            if seen > MAX_DRAIN_BYTES {
+                break;
+            }
+            continue;
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    if seen > limit {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
+    Ok(buf)
+}
+
+/// Parses JSON, naming the field that failed (e.g. `messages[0].content`).
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let param = (path != ".").then_some(path);
+        ApiError::InvalidJson { message: e.inner().to_string(), param }
+    })?;
+    de.end().map_err(|e| ApiError::InvalidJson { message: e.to_string(), param: None })?;
+    Ok(value)
+}
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req.into_body(), MAX_BODY_BYTES).await?;
+        parse(&bytes).map(ApiJson)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::types::ChatCompletionRequest;
+
+    #[test]
+    fn parse_errors_name_the_field() {
+        let e = parse::<ChatCompletionRequest>(br#"{"messages": [], "temperature": "hot"}"#).unwrap_err();
+        match e {
+            ApiError::InvalidJson { param, message } => {
+                assert_eq!(param.as_deref(), Some("temperature"));
+                assert!(message.contains("invalid type"), "{message}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(parse::<ChatCompletionRequest>(b"{not json"), Err(ApiError::InvalidJson { .. })));
+        assert!(matches!(parse::<ChatCompletionRequest>(b"{} x"), Err(ApiError::InvalidJson { .. })));
+        assert!(matches!(parse::<ChatCompletionRequest>(b""), Err(ApiError::InvalidJson { .. })));
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let r: ChatCompletionRequest =
+            parse(br#"{"messages": [{"role":"user","content":"hi"}], "frobnicate": 3, "metadata": {"a": 1}}"#)
+                .expect("parses");
+        assert_eq!(r.messages.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn oversized_bodies_are_refused() {
+        let err = read_body(Body::from(vec![b'x'; 100]), 99).await.unwrap_err();
+        assert!(matches!(err, ApiError::PayloadTooLarge { limit: 99 }));
+        assert_eq!(read_body(Body::from(vec![b'x'; 99]), 99).await.expect("fits").len(), 99);
+    }
+}

@@ -1,0 +1,322 @@
+//! Engine outputs in OpenAI's response shapes: whole responses for `stream: false` (`chat_response`,
+//! `completion_response`) and stream chunk renderers for `stream: true` (`ChatStream`, `CompletionStream`), which turn
+//! each engine event into the JSON of zero or more SSE `data:` lines.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rserve_engine::api::RequestEvent;
+use serde::Serialize;
+
+use crate::error::ApiError;
+use crate::fanout::ChoiceOutput;
+use crate::openai::logprobs;
+use crate::openai::types::{
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse, ChatDelta,
+    ChunkUsage, CompletionChoice, CompletionLogprobs, CompletionResponse, UsageOut,
+};
+use crate::openai::validate::ValidPrompt;
+use crate::sse::StreamRenderer;
+
+/// Id, creation time and model name shared by a response and all its chunks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseMeta {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+}
+
+impl ResponseMeta {
+    /// A fresh id such as `chatcmpl-<32 hex digits>`.
+    pub fn new(prefix: &str, model: String) -> Self {
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        Self { id: format!("{prefix}-{:032x}", rand::random::<u128>()), created, model }
+    }
+}
+
+/// Serializes a chunk; our types always serialize, but a failure still yields valid JSON.
+pub fn to_json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| error_json(&format!("serialization failed: {e}")))
+}
+
+/// The `data:` payload that reports an engine failure inside a stream.
+pub fn error_json(message: &str) -> String {
+    serde_json::to_string(&ApiError::Internal(message.to_owned()).body())
+        .unwrap_or_else(|_| r#"{"error":{"message":"internal error","type":"InternalServerError","param":null,"code":null}}"#.into())
+}
+
+/// Token counts summed over choices: prompts counted once, completions per choice.
+#[derive(Debug, Clone, Copy, Default)]
+struct UsageSum {
+    prompt: usize,
+    completion: usize,
+    cached: usize,
+}
+
+impl UsageSum {
+    fn out(&self) -> UsageOut {
+        UsageOut::new(self.prompt, self.completion, self.cached)
+    }
+}
+
+/// The response to a non-streaming chat request.
+pub fn chat_response(
+    meta: ResponseMeta,
+    prompt_tokens: usize,
+    outputs: Vec<ChoiceOutput>,
+    with_logprobs: bool,
+) -> ChatCompletionResponse {
+    let completion = outputs.iter().map(|o| o.usage.completion_tokens).sum();
+    let cached = outputs.iter().map(|o| o.usage.cached_tokens).max().unwrap_or(0);
+    let choices = outputs
+        .into_iter()
+        .enumerate()
+        .map(|(index, o)| ChatChoice {
+            index,
+            logprobs: with_logprobs.then(|| logprobs::chat(&o.logprobs)),
+            message: AssistantMessage { role: "assistant", content: o.text },
+            finish_reason: o.finish.map(|f| f.as_str()),
+            stop_reason: o.stop_reason,
+        })
+        .collect();
+    ChatCompletionResponse {
+        id: meta.id,
+        object: "chat.completion",
+        created: meta.created,
+        model: meta.model,
+        choices,
+        usage: UsageOut::new(prompt_tokens, completion, cached),
+    }
+}
+
+/// The response to a non-streaming completions request; choice `i` belongs to prompt `i / n`.
+pub fn completion_response(
+    meta: ResponseMeta,
+    prompts: &[ValidPrompt],
+    n: usize,
+    outputs: Vec<ChoiceOutput>,
+    with_logprobs: bool,
+) -> CompletionResponse {
+    let n = n.max(1);
+    let mut usage = UsageSum { prompt: prompts.iter().map(|p| p.token_count).sum(), ..UsageSum::default() };
+    let mut choices = Vec::with_capacity(outputs.len());
+    for (index, o) in outputs.into_iter().enumerate() {
+        usage.completion += o.usage.completion_tokens;
+        if index % n == 0 {
+            usage.cached += o.usage.cached_tokens;
+        }
+        let echo = prompts.get(index / n).and_then(|p| p.echo.as_deref()).unwrap_or("");
+        let logprobs = with_logprobs.then(|| {
+            let mut lp = CompletionLogprobs::default();
+            logprobs::completion(&o.logprobs, echo.chars().count(), &mut lp);
+            lp
+        });
+        choices.push(CompletionChoice {
+            index,
+            text: format!("{echo}{}", o.text),
+            logprobs,
+            finish_reason: o.finish.map(|f| f.as_str()),
+            stop_reason: o.stop_reason,
+        });
+    }
+    CompletionResponse {
+        id: meta.id,
+        object: "text_completion",
+        created: meta.created,
+        model: meta.model,
+        choices,
+        usage: Some(Some(usage.out())),
+    }
+}
+
+/// Renders a chat stream: a role chunk per choice, content chunks, a finish chunk per choice, then usage.
+pub struct ChatStream {
+    meta: ResponseMeta,
+    n: usize,
+    include_usage: bool,
+    with_logprobs: bool,
+    usage: UsageSum,
+    failed: bool,
+}
+
+impl ChatStream {
+    pub fn new(meta: ResponseMeta, n: usize, prompt_tokens: usize, include_usage: bool, with_logprobs: bool) -> Self {
+        let usage = UsageSum { prompt: prompt_tokens, ..UsageSum::default() };
+        Self { meta, n, include_usage, with_logprobs, usage, failed: false }
+    }
+
+    fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: ChunkUsage) -> String {
+        to_json(&ChatCompletionChunk {
+            id: self.meta.id.clone(),
+            object: "chat.completion.chunk",
+            created: self.meta.created,
+            model: self.meta.model.clone(),
+            choices,
+            usage,
+        })
+    }
+
+    fn null_usage(&self) -> ChunkUsage {
+        self.include_usage.then_some(None)
+    }
+}
+
+impl StreamRenderer for ChatStream {
+    fn start(&mut self) -> Vec<String> {
+        (0..self.n)
+            .map(|index| {
+                let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()) };
+                self.chunk(vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None }], self.null_usage())
+            })
+            .collect()
+    }
+
+    fn on_event(&mut self, index: usize, event: RequestEvent) -> Vec<String> {
+        match event {
+            RequestEvent::Delta { text, logprobs: lps, .. } => {
+                if text.is_empty() && (lps.is_empty() || !self.with_logprobs) {
+                    return Vec::new();
+                }
+                let choice = ChatChunkChoice {
+                    index,
+                    delta: ChatDelta { role: None, content: Some(text) },
+                    logprobs: self.with_logprobs.then(|| logprobs::chat(&lps)),
+                    finish_reason: None,
+                };
+                vec![self.chunk(vec![choice], self.null_usage())]
+            }
+            RequestEvent::Finished { reason, usage, .. } => {
+                self.usage.completion += usage.completion_tokens;
+                self.usage.cached = self.usage.cached.max(usage.cached_tokens);
+                let choice = ChatChunkChoice {
+                    index,
+                    delta: ChatDelta::default(),
+                    logprobs: None,
+                    finish_reason: Some(reason.as_str()),
+                };
+                vec![self.chunk(vec![choice], self.null_usage())]
+            }
+            RequestEvent::Error(message) => {
+                self.failed = true;
+                vec![error_json(&message)]
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Vec<String> {
+        if self.include_usage && !self.failed {
+            vec![self.chunk(Vec::new(), Some(Some(self.usage.out())))]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.failed
+    }
+}
+
+/// Renders a completions stream: the echoed prompt first (if asked), text chunks, a finish chunk per choice, usage.
+pub struct CompletionStream {
+    meta: ResponseMeta,
+    /// Per choice: the echo text (sent first) and the character offset for log-probs.
+    echo: Vec<Option<String>>,
+    offsets: Vec<usize>,
+    n: usize,
+    include_usage: bool,
+    with_logprobs: bool,
+    usage: UsageSum,
+    failed: bool,
+}
+
+impl CompletionStream {
+    pub fn new(meta: ResponseMeta, prompts: &[ValidPrompt], n: usize, include_usage: bool, with_logprobs: bool) -> Self {
+        let n = n.max(1);
+        let echo: Vec<Option<String>> =
+            prompts.iter().flat_map(|p| std::iter::repeat_n(p.echo.clone(), n)).collect();
+        let usage = UsageSum { prompt: prompts.iter().map(|p| p.token_count).sum(), ..UsageSum::default() };
+        Self { offsets: vec![0; echo.len()], echo, meta, n, include_usage, with_logprobs, usage, failed: false }
+    }
+
+    fn chunk(&self, choice: CompletionChoice) -> String {
+        to_json(&CompletionResponse {
+            id: self.meta.id.clone(),
+            object: "text_completion",
+            created: self.meta.created,
+            model: self.meta.model.clone(),
+            choices: vec![choice],
+            usage: self.include_usage.then_some(None),
+        })
+    }
+}
+
+impl StreamRenderer for CompletionStream {
+    fn start(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for index in 0..self.echo.len() {
+            if let Some(text) = self.echo[index].take() {
+                self.offsets[index] = text.chars().count();
+                let logprobs = self.with_logprobs.then(CompletionLogprobs::default);
+                out.push(self.chunk(CompletionChoice { index, text, logprobs, finish_reason: None, stop_reason: None }));
+            }
+        }
+        out
+    }
+
+    fn on_event(&mut self, index: usize, event: RequestEvent) -> Vec<String> {
+        match event {
+            RequestEvent::Delta { text, logprobs: lps, .. } => {
+                if text.is_empty() && (lps.is_empty() || !self.with_logprobs) {
+                    return Vec::new();
+                }
+                let logprobs = self.with_logprobs.then(|| {
+                    let mut lp = CompletionLogprobs::default();
+                    if let Some(off) = self.offsets.get_mut(index) {
+                        *off = logprobs::completion(&lps, *off, &mut lp);
+                    }
+                    lp
+                });
+                vec![self.chunk(CompletionChoice { index, text, logprobs, finish_reason: None, stop_reason: None })]
+            }
+            RequestEvent::Finished { reason, usage, stop_reason } => {
+                self.usage.completion += usage.completion_tokens;
+                if index % self.n == 0 {
+                    self.usage.cached += usage.cached_tokens;
+                }
+                vec![self.chunk(CompletionChoice {
+                    index,
+                    text: String::new(),
+                    logprobs: None,
+                    finish_reason: Some(reason.as_str()),
+                    stop_reason,
+                })]
+            }
+            RequestEvent::Error(message) => {
+                self.failed = true;
+                vec![error_json(&message)]
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Vec<String> {
+        if self.include_usage && !self.failed {
+            vec![to_json(&CompletionResponse {
+                id: self.meta.id.clone(),
+                object: "text_completion",
+                created: self.meta.created,
+                model: self.meta.model.clone(),
+                choices: Vec::new(),
+                usage: Some(Some(self.usage.out())),
+            })]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.failed
+    }
+}
+
+#[cfg(test)]
+#[path = "render_tests.rs"]
+mod tests;

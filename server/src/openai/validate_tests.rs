@@ -1,0 +1,372 @@
+//! One test per validation rule (the rule's error, its param and its message), plus the happy paths that show how
+//! requests become engine requests.
+
+use serde_json::json;
+
+use super::*;
+use crate::testing::{FakeEngine, VOCAB};
+
+fn chat_req(v: serde_json::Value) -> ChatCompletionRequest {
+    serde_json::from_value(v).expect("valid JSON shape")
+}
+
+fn compl_req(v: serde_json::Value) -> CompletionRequest {
+    serde_json::from_value(v).expect("valid JSON shape")
+}
+
+fn chat_with(extra: serde_json::Value) -> Result<ValidChat> {
+    let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    chat(&chat_req(body), &FakeEngine::new(64))
+}
+
+fn compl_with(extra: serde_json::Value) -> Result<ValidCompletion> {
+    let mut body = json!({"model": "m", "prompt": "hi"});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    completion(&compl_req(body), &FakeEngine::new(64))
+}
+
+/// Asserts the error, and that its param is named and its message names the field.
+fn refused(r: Result<impl std::fmt::Debug>, want: ValidationError, param: &str) {
+    let e = r.expect_err("must be refused");
+    assert_eq!(e, want);
+    assert_eq!(e.param().as_deref(), Some(param));
+    let msg = e.to_string();
+    let named = msg.contains(param) || param == "messages" || param == "prompt";
+    assert!(named, "message {msg:?} does not name {param}");
+}
+
+#[test]
+fn defaults_come_from_the_engine_and_max_tokens_fills_the_context() {
+    let v = chat_with(json!({})).expect("valid");
+    assert_eq!(v.requests.len(), 1);
+    let r = &v.requests[0];
+    // "<s>user: hi\nassistant:" is 22 tokens with the fake tokenizer; no second BOS is added.
+    assert_eq!(r.prompt_token_ids.len(), 22);
+    assert_eq!(r.prompt_token_ids.iter().filter(|&&t| t == 0).count(), 0, "the template wrote the BOS text");
+    assert_eq!(v.prompt_tokens, 22);
+    assert_eq!(r.stop.max_tokens, 64 - 22);
+    assert_eq!(r.sampling.temperature, 0.7);
+    assert_eq!(r.sampling.top_p, 0.9);
+    assert!(r.stop.skip_special_tokens);
+    assert!(!v.stream && !v.include_usage && v.logprobs.is_none());
+}
+
+#[test]
+fn request_fields_reach_the_engine_request() {
+    let v = chat_with(json!({
+        "max_completion_tokens": 5, "max_tokens": 9, "temperature": 0, "top_p": 0.5, "top_k": 3, "min_p": 0.1,
+        "presence_penalty": 1.0, "frequency_penalty": -1.0, "repetition_penalty": 1.2, "seed": 42,
+        "logit_bias": {"7": 5.0, "3": -100}, "stop": ["x", "yz"], "stop_token_ids": [5], "ignore_eos": true,
+        "min_tokens": 2, "n": 3, "logprobs": true, "top_logprobs": 4, "stream": true,
+        "stream_options": {"include_usage": true}, "skip_special_tokens": false, "user": "u"
+    }))
+    .expect("valid");
+    assert_eq!(v.requests.len(), 3);
+    let r = &v.requests[0];
+    assert_eq!(r.stop.max_tokens, 5, "max_completion_tokens wins over max_tokens");
+    assert_eq!(r.sampling.temperature, 0.0);
+    assert_eq!(r.sampling.top_p, 0.5);
+    assert_eq!(r.sampling.top_k, 3);
+    assert!((r.sampling.min_p - 0.1).abs() < 1e-6);
+    assert_eq!(r.sampling.presence_penalty, 1.0);
+    assert_eq!(r.sampling.frequency_penalty, -1.0);
+    assert!((r.sampling.repetition_penalty - 1.2).abs() < 1e-6);
+    assert_eq!(r.sampling.logit_bias, vec![(3, -100.0), (7, 5.0)]);
+    assert_eq!(r.stop.stop, vec!["x".to_string(), "yz".to_string()]);
+    assert_eq!(r.stop.stop_token_ids, vec![5]);
+    assert!(r.stop.ignore_eos);
+    assert_eq!(r.stop.min_tokens, 2);
+    assert!(!r.stop.skip_special_tokens);
+    assert_eq!(r.sampling.logprobs, Some(4));
+    assert_eq!(v.logprobs, Some(4));
+    assert!(v.stream && v.include_usage);
+    let seeds: Vec<_> = v.requests.iter().map(|r| r.sampling.seed).collect();
+    assert_eq!(seeds, vec![Some(42), Some(43), Some(44)], "each choice gets its own derived seed");
+}
+
+#[test]
+fn top_k_minus_one_disables() {
+    assert_eq!(chat_with(json!({"top_k": -1})).expect("valid").requests[0].sampling.top_k, 0);
+}
+
+#[test]
+fn content_parts_are_joined() {
+    let engine = FakeEngine::new(64);
+    let req = chat_req(json!({"messages": [
+        {"role": "system", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "user", "content": "c"},
+        {"role": "assistant", "content": null}
+    ]}));
+    let v = chat(&req, &engine).expect("valid");
+    let text = engine.decode(&v.requests[0].prompt_token_ids, false).expect("decodes");
+    assert_eq!(text, "<s>system: a\nb\nuser: c\nassistant: \nassistant:");
+}
+
+#[test]
+fn rule_temperature() {
+    refused(chat_with(json!({"temperature": 2.5})), ValidationError::TemperatureOutOfRange(2.5), "temperature");
+    refused(chat_with(json!({"temperature": -0.1})), ValidationError::TemperatureOutOfRange(-0.1), "temperature");
+}
+
+#[test]
+fn rule_top_p() {
+    refused(chat_with(json!({"top_p": 0})), ValidationError::TopPOutOfRange(0.0), "top_p");
+    refused(chat_with(json!({"top_p": 1.01})), ValidationError::TopPOutOfRange(1.01), "top_p");
+}
+
+#[test]
+fn rule_top_k() {
+    refused(chat_with(json!({"top_k": -2})), ValidationError::TopKOutOfRange(-2), "top_k");
+}
+
+#[test]
+fn rule_min_p() {
+    refused(chat_with(json!({"min_p": 1.5})), ValidationError::MinPOutOfRange(1.5), "min_p");
+}
+
+#[test]
+fn rule_penalties() {
+    refused(chat_with(json!({"presence_penalty": 3})), ValidationError::PresencePenaltyOutOfRange(3.0), "presence_penalty");
+    refused(
+        chat_with(json!({"frequency_penalty": -2.5})),
+        ValidationError::FrequencyPenaltyOutOfRange(-2.5),
+        "frequency_penalty",
+    );
+    refused(
+        chat_with(json!({"repetition_penalty": 0})),
+        ValidationError::RepetitionPenaltyOutOfRange(0.0),
+        "repetition_penalty",
+    );
+}
+
+#[test]
+fn rule_n() {
+    refused(chat_with(json!({"n": 0})), ValidationError::NOutOfRange(0), "n");
+    refused(chat_with(json!({"n": 129})), ValidationError::NOutOfRange(129), "n");
+}
+
+#[test]
+fn rule_max_tokens() {
+    refused(
+        chat_with(json!({"max_tokens": 0})),
+        ValidationError::MaxTokensTooSmall { field: "max_tokens", value: 0 },
+        "max_tokens",
+    );
+    refused(
+        chat_with(json!({"max_completion_tokens": -3})),
+        ValidationError::MaxTokensTooSmall { field: "max_completion_tokens", value: -3 },
+        "max_completion_tokens",
+    );
+}
+
+#[test]
+fn rule_min_tokens() {
+    refused(chat_with(json!({"min_tokens": -1})), ValidationError::MinTokensNegative(-1), "min_tokens");
+    refused(
+        chat_with(json!({"min_tokens": 5, "max_tokens": 4})),
+        ValidationError::MinTokensAboveMaxTokens { min_tokens: 5, max_tokens: 4 },
+        "min_tokens",
+    );
+    // Without max_tokens, min_tokens is capped to the room left in the context.
+    let v = chat_with(json!({"min_tokens": 1000})).expect("valid");
+    assert_eq!(v.requests[0].stop.min_tokens, v.requests[0].stop.max_tokens);
+}
+
+#[test]
+fn rule_logit_bias() {
+    let max_id = VOCAB - 1;
+    refused(
+        chat_with(json!({"logit_bias": {"abc": 1}})),
+        ValidationError::LogitBiasKeyInvalid { key: "abc".into(), max_id },
+        "logit_bias",
+    );
+    refused(
+        chat_with(json!({"logit_bias": {"259": 1}})),
+        ValidationError::LogitBiasKeyInvalid { key: "259".into(), max_id },
+        "logit_bias",
+    );
+    refused(
+        chat_with(json!({"logit_bias": {"5": 101}})),
+        ValidationError::LogitBiasValueOutOfRange { key: "5".into(), value: 101.0 },
+        "logit_bias",
+    );
+}
+
+#[test]
+fn rule_logprobs() {
+    refused(chat_with(json!({"logprobs": true, "top_logprobs": 21})), ValidationError::TopLogprobsOutOfRange(21), "top_logprobs");
+    refused(chat_with(json!({"top_logprobs": 2})), ValidationError::TopLogprobsWithoutLogprobs, "top_logprobs");
+    assert_eq!(chat_with(json!({"logprobs": true})).expect("valid").logprobs, Some(0));
+    assert_eq!(chat_with(json!({"logprobs": false, "top_logprobs": 0})).expect("valid").logprobs, None);
+    refused(compl_with(json!({"logprobs": 21})), ValidationError::LogprobsOutOfRange(21), "logprobs");
+    refused(compl_with(json!({"logprobs": -1})), ValidationError::LogprobsOutOfRange(-1), "logprobs");
+    assert_eq!(compl_with(json!({"logprobs": 3})).expect("valid").requests[0].sampling.logprobs, Some(3));
+}
+
+#[test]
+fn rule_token_ids_in_vocabulary() {
+    let max_id = VOCAB - 1;
+    refused(
+        chat_with(json!({"stop_token_ids": [259]})),
+        ValidationError::TokenIdOutOfRange { param: "stop_token_ids", value: 259, max_id },
+        "stop_token_ids",
+    );
+    refused(
+        compl_with(json!({"prompt": [1, -4]})),
+        ValidationError::TokenIdOutOfRange { param: "prompt", value: -4, max_id },
+        "prompt",
+    );
+    refused(
+        compl_with(json!({"prompt": [[1], [1, 1000]]})),
+        ValidationError::TokenIdOutOfRange { param: "prompt", value: 1000, max_id },
+        "prompt",
+    );
+}
+
+#[test]
+fn rule_stop_strings() {
+    refused(chat_with(json!({"stop": ""})), ValidationError::StopStringEmpty, "stop");
+    let many: Vec<String> = (0..65).map(|i| format!("s{i}")).collect();
+    refused(chat_with(json!({"stop": many})), ValidationError::TooManyStopStrings(65), "stop");
+    assert_eq!(chat_with(json!({"stop": "END"})).expect("valid").requests[0].stop.stop, vec!["END".to_string()]);
+}
+
+#[test]
+fn rule_stream_options() {
+    refused(
+        chat_with(json!({"stream_options": {"include_usage": true}})),
+        ValidationError::StreamOptionsWithoutStream,
+        "stream_options",
+    );
+}
+
+#[test]
+fn rule_best_of() {
+    refused(compl_with(json!({"n": 2, "best_of": 1})), ValidationError::BestOfBelowN { best_of: 1, n: 2 }, "best_of");
+    refused(
+        compl_with(json!({"best_of": 3})),
+        ValidationError::Unsupported { field: "best_of".into(), what: "best_of greater than n".into() },
+        "best_of",
+    );
+    assert!(compl_with(json!({"n": 2, "best_of": 2})).is_ok());
+}
+
+#[test]
+fn rule_too_many_choices() {
+    let prompts: Vec<&str> = vec!["a"; 3];
+    refused(compl_with(json!({"prompt": prompts, "n": 100})), ValidationError::TooManyChoices(300), "n");
+}
+
+#[test]
+fn rule_messages() {
+    refused(chat(&chat_req(json!({"messages": []})), &FakeEngine::new(64)), ValidationError::MessagesEmpty, "messages");
+    refused(
+        chat_with(json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})),
+        ValidationError::ContentPartUnsupported { index: 0, kind: "image_url".into() },
+        "messages",
+    );
+    refused(
+        chat_with(json!({"messages": [{"role": "user", "content": [{"type": "text"}]}]})),
+        ValidationError::ContentPartMissingText { index: 0 },
+        "messages",
+    );
+    let mut engine = FakeEngine::new(64);
+    engine.has_template = false;
+    let req = chat_req(json!({"messages": [{"role": "user", "content": "hi"}]}));
+    refused(chat(&req, &engine), ValidationError::NoChatTemplate, "messages");
+    refused(
+        chat_with(json!({"messages": [{"role": "bogus", "content": "x"}]})),
+        ValidationError::ChatTemplate("chat template: unknown role bogus".into()),
+        "messages",
+    );
+}
+
+#[test]
+fn rule_prompt_empty() {
+    refused(compl_with(json!({"prompt": []})), ValidationError::PromptEmpty("prompt"), "prompt");
+    refused(compl_with(json!({"prompt": [[]]})), ValidationError::PromptEmpty("prompt"), "prompt");
+    refused(compl_with(json!({"prompt": "", "add_special_tokens": false})), ValidationError::PromptEmpty("prompt"), "prompt");
+}
+
+#[test]
+fn rule_context_length() {
+    // "hi" is 3 tokens with BOS; the context is 64.
+    let e = compl_with(json!({"max_tokens": 62})).expect_err("too long");
+    assert_eq!(
+        e,
+        ValidationError::ContextLengthExceeded { param: "prompt", prompt_tokens: 3, max_tokens: 62, max_model_len: 64 }
+    );
+    assert_eq!(e.code(), Some("context_length_exceeded"));
+    let msg = e.to_string();
+    assert!(msg.contains("64") && msg.contains("65") && msg.contains("62") && msg.contains("(3 in the input, 62 in the completion)"), "{msg}");
+    assert_eq!(compl_with(json!({"max_tokens": 61})).expect("fits").requests[0].stop.max_tokens, 61);
+
+    let long = "x".repeat(63);
+    let e = compl_with(json!({"prompt": long})).expect_err("no room");
+    assert_eq!(e, ValidationError::PromptTooLong { param: "prompt", prompt_tokens: 64, max_model_len: 64 });
+    assert_eq!(e.code(), Some("context_length_exceeded"));
+    let e = chat_with(json!({"messages": [{"role": "user", "content": "y".repeat(100)}]})).expect_err("too long");
+    assert_eq!(e.param().as_deref(), Some("messages"));
+    assert_eq!(e.code(), Some("context_length_exceeded"));
+}
+
+#[test]
+fn rule_unsupported_fields() {
+    let cases = [
+        (json!({"tools": [{"type": "function", "function": {"name": "f"}}]}), "tools"),
+        (json!({"tool_choice": "required"}), "tool_choice"),
+        (json!({"functions": [{"name": "f"}]}), "functions"),
+        (json!({"function_call": "auto"}), "function_call"),
+        (json!({"response_format": {"type": "json_object"}}), "response_format"),
+        (json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "x"}]}]}), "messages"),
+    ];
+    for (body, param) in cases {
+        let e = chat_with(body.clone()).expect_err("unsupported");
+        assert!(matches!(e, ValidationError::Unsupported { .. }), "{body}: {e:?}");
+        assert_eq!(e.param().as_deref(), Some(param));
+        assert!(e.to_string().contains("not supported"), "{e}");
+    }
+    // Empty or "none" values are no request for the feature.
+    assert!(chat_with(json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}})).is_ok());
+    let e = compl_with(json!({"suffix": "x"})).expect_err("unsupported");
+    assert_eq!(e.param().as_deref(), Some("suffix"));
+    let e = compl_with(json!({"echo": true, "logprobs": 1})).expect_err("unsupported");
+    assert_eq!(e.param().as_deref(), Some("echo"));
+}
+
+#[test]
+fn completion_prompts_fan_out_prompt_major() {
+    let v = compl_with(json!({"prompt": ["ab", "c"], "n": 2, "echo": true, "seed": 5})).expect("valid");
+    assert_eq!(v.requests.len(), 4);
+    assert_eq!(v.prompts, vec![
+        ValidPrompt { token_count: 3, echo: Some("ab".into()) },
+        ValidPrompt { token_count: 2, echo: Some("c".into()) },
+    ]);
+    assert_eq!(v.requests[0].prompt_token_ids, vec![0, b'a' as u32 + 3, b'b' as u32 + 3]);
+    assert_eq!(v.requests[1].prompt_token_ids, v.requests[0].prompt_token_ids);
+    assert_eq!(v.requests[2].prompt_token_ids, vec![0, b'c' as u32 + 3]);
+    let seeds: Vec<_> = v.requests.iter().map(|r| r.sampling.seed).collect();
+    assert_eq!(seeds, vec![Some(5), Some(6), Some(5), Some(6)]);
+
+    let v = compl_with(json!({"prompt": [[5, 6], [7]], "echo": true})).expect("valid");
+    assert_eq!(v.requests[1].prompt_token_ids, vec![7]);
+    assert_eq!(v.prompts[0].echo.as_deref(), Some("\u{2}\u{3}"));
+    let v = compl_with(json!({"prompt": "hi", "add_special_tokens": false})).expect("valid");
+    assert_eq!(v.requests[0].prompt_token_ids.len(), 2);
+}
+
+#[test]
+fn detokenize_ids_are_checked() {
+    let info = crate::testing::info(64);
+    assert_eq!(token_ids("tokens", &[1, 2], &info), Ok(vec![1, 2]));
+    refused(
+        token_ids("tokens", &[1, 300], &info),
+        ValidationError::TokenIdOutOfRange { param: "tokens", value: 300, max_id: VOCAB - 1 },
+        "tokens",
+    );
+}

@@ -1,0 +1,33 @@
+//! `POST /v1/chat/completions`: validate, submit one engine request per choice, answer as JSON or as an SSE stream.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::error::ApiError;
+use crate::fanout;
+use crate::json::ApiJson;
+use crate::openai::render::{self, ChatStream, ResponseMeta};
+use crate::openai::types::ChatCompletionRequest;
+use crate::openai::validate;
+use crate::sse;
+use crate::state::AppState;
+
+pub async fn create(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    let model = state.resolve_model(req.model.as_deref())?;
+    let valid = validate::chat(&req, state.engine.as_ref())?;
+    let meta = ResponseMeta::new("chatcmpl", model);
+    let n = valid.requests.len();
+    state.log_request(&meta.id, valid.prompt_tokens, &valid.requests);
+    let merged = fanout::merge(state.submit_all(valid.requests)?);
+    if valid.stream {
+        let renderer = ChatStream::new(meta, n, valid.prompt_tokens, valid.include_usage, valid.logprobs.is_some());
+        Ok(sse::response(renderer, merged))
+    } else {
+        let outputs = fanout::collect(merged, n).await?;
+        Ok(Json(render::chat_response(meta, valid.prompt_tokens, outputs, valid.logprobs.is_some())).into_response())
+    }
+}

@@ -1,0 +1,36 @@
+//! `POST /v1/completions`: validate (one or more prompts, `n` choices each), submit, answer as JSON or SSE.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::error::ApiError;
+use crate::fanout;
+use crate::json::ApiJson;
+use crate::openai::render::{self, CompletionStream, ResponseMeta};
+use crate::openai::types::CompletionRequest;
+use crate::openai::validate;
+use crate::sse;
+use crate::state::AppState;
+
+pub async fn create(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    let model = state.resolve_model(req.model.as_deref())?;
+    let valid = validate::completion(&req, state.engine.as_ref())?;
+    let meta = ResponseMeta::new("cmpl", model);
+    let total = valid.requests.len();
+    let prompt_tokens = valid.prompts.iter().map(|p| p.token_count).sum();
+    state.log_request(&meta.id, prompt_tokens, &valid.requests);
+    let merged = fanout::merge(state.submit_all(valid.requests)?);
+    if valid.stream {
+        let renderer =
+            CompletionStream::new(meta, &valid.prompts, valid.n, valid.include_usage, valid.logprobs.is_some());
+        Ok(sse::response(renderer, merged))
+    } else {
+        let outputs = fanout::collect(merged, total).await?;
+        let body = render::completion_response(meta, &valid.prompts, valid.n, outputs, valid.logprobs.is_some());
+        Ok(Json(body).into_response())
+    }
+}

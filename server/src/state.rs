@@ -1,0 +1,141 @@
+//! `AppState`: what every route shares (the engine port, served model names, API key, admission limits), and
+//! admission itself: refusing new work when the waiting queue is full or the server is shutting down, and counting
+//! the requests in flight (`Admitted` decrements the count when dropped).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use rserve_engine::api::{GenerateRequest, RequestEvent};
+use rserve_engine::engine::EngineMetrics;
+use rserve_engine::EngineError;
+
+use crate::error::ApiError;
+use crate::port::{Engine, Events};
+
+/// Settings of the HTTP layer, from the command line.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Names clients may use for the model; the first is reported in responses by default.
+    pub served_model_names: Vec<String>,
+    pub api_key: Option<String>,
+    /// Refuse new requests (503) while this many are waiting.
+    pub max_num_waiting: usize,
+    /// Log one line per accepted request.
+    pub log_requests: bool,
+}
+
+/// Shared state of all routes (cheap to clone).
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Arc<dyn Engine>,
+    pub settings: Arc<ServerSettings>,
+    in_flight: Arc<AtomicUsize>,
+    shutting_down: Arc<AtomicBool>,
+}
+
+/// A submitted request's events plus its slot in the in-flight count.
+pub struct Admitted {
+    events: Events,
+    _slot: InFlightSlot,
+}
+
+impl Admitted {
+    pub async fn next(&mut self) -> Option<RequestEvent> {
+        self.events.next().await
+    }
+}
+
+struct InFlightSlot(Arc<AtomicUsize>);
+
+impl Drop for InFlightSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl AppState {
+    pub fn new(engine: Arc<dyn Engine>, settings: ServerSettings) -> Self {
+        Self {
+            engine,
+            settings: Arc::new(settings),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            shutting_down: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The served name a request refers to (the first served name when it names none).
+    pub fn resolve_model(&self, requested: Option<&str>) -> Result<String, ApiError> {
+        let names = &self.settings.served_model_names;
+        match requested {
+            None | Some("") => Ok(names.first().cloned().unwrap_or_default()),
+            Some(m) if names.iter().any(|n| n == m) => Ok(m.to_owned()),
+            Some(m) => Err(ApiError::ModelNotFound(m.to_owned())),
+        }
+    }
+
+    /// The name reported in metrics labels and logs.
+    pub fn primary_model_name(&self) -> &str {
+        self.settings.served_model_names.first().map(String::as_str).unwrap_or("")
+    }
+
+    /// From now on, new requests get 503.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+
+    /// Requests submitted and not yet dropped.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Waiting requests: the engine's gauge, or what the server knows it submitted beyond those running (the gauge
+    /// is updated once per engine step and lags behind a burst).
+    pub fn waiting_estimate(&self) -> usize {
+        let m = self.engine.metrics();
+        let waiting = EngineMetrics::get(&m.num_requests_waiting) as usize;
+        let running = EngineMetrics::get(&m.num_requests_running) as usize;
+        waiting.max(self.in_flight().saturating_sub(running))
+    }
+
+    /// Submits all choices of one API request, or none of them.
+    pub fn submit_all(&self, requests: Vec<GenerateRequest>) -> Result<Vec<Admitted>, ApiError> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(ApiError::ShuttingDown);
+        }
+        let waiting = self.waiting_estimate();
+        let limit = self.settings.max_num_waiting;
+        if waiting >= limit {
+            return Err(ApiError::Overloaded { waiting, limit });
+        }
+        let mut admitted = Vec::with_capacity(requests.len());
+        for request in requests {
+            self.in_flight.fetch_add(1, Ordering::Relaxed);
+            let slot = InFlightSlot(self.in_flight.clone());
+            // On failure the already-submitted choices are dropped here, which aborts them.
+            let events = self.engine.submit(request).map_err(|e| match e {
+                EngineError::EngineStopped => ApiError::EngineStopped,
+                other => ApiError::Internal(other.to_string()),
+            })?;
+            admitted.push(Admitted { events, _slot: slot });
+        }
+        Ok(admitted)
+    }
+}
+
+impl AppState {
+    /// One log line per accepted request (with `--enable-log-requests`).
+    pub fn log_request(&self, id: &str, prompt_tokens: usize, requests: &[GenerateRequest]) {
+        if !self.settings.log_requests {
+            return;
+        }
+        if let Some(first) = requests.first() {
+            tracing::info!(
+                "Received request {id}: prompt_tokens={prompt_tokens}, n={}, max_tokens={}, temperature={}, seed={:?}",
+                requests.len(),
+                first.stop.max_tokens,
+                first.sampling.temperature,
+                first.sampling.seed
+            );
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Test fakes: `FakeEngine`, an `Engine` without a model. Its tokenizer maps each byte to one token (id = byte + 3;
+//! ids 0, 1, 2 are `<s>`, `</s>`, `<pad>`); its chat template writes `<s>role: content\n…assistant:`; a request
+//! "generates" the characters of `REPLY` one token at a time, honouring max_tokens, stop strings and log-probs.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rserve_engine::api::{
+    EngineInfo, FinishReason, GenerateRequest, RequestEvent, SamplingParams, TokenLogprob, Usage,
+};
+use rserve_engine::engine::EngineMetrics;
+use rserve_engine::EngineError;
+use tokio::sync::mpsc;
+
+use crate::port::{ChatTurn, Engine, Events};
+
+/// What every fake request generates (cut by max_tokens or a stop string).
+pub const REPLY: &str = "Hello, world! I am a fake model.";
+pub const VOCAB: usize = 259;
+
+pub struct FakeEngine {
+    pub info: EngineInfo,
+    pub metrics: EngineMetrics,
+    pub has_template: bool,
+    /// Pause before each token (to test disconnects).
+    pub token_delay: Duration,
+    pub submitted: Mutex<Vec<GenerateRequest>>,
+    /// Requests whose receiver went away before they finished.
+    pub aborted: Arc<AtomicUsize>,
+    /// Requests that produced all their events.
+    pub completed: Arc<AtomicUsize>,
+    /// If set, requests fail with this engine error.
+    pub fail_with: Option<String>,
+}
+
+pub fn info(max_model_len: usize) -> EngineInfo {
+    EngineInfo {
+        model_path: "/models/fake".into(),
+        max_model_len,
+        vocab_size: VOCAB,
+        block_size: 16,
+        num_kv_blocks: 64,
+        kv_cache_bytes: 1 << 20,
+        weights_bytes: 1 << 20,
+        dtype: "float32".into(),
+        device: "cpu".into(),
+        max_num_seqs: 8,
+        eos_token_ids: vec![1],
+    }
+}
+
+impl FakeEngine {
+    pub fn new(max_model_len: usize) -> Self {
+        Self {
+            info: info(max_model_len),
+            metrics: EngineMetrics::default(),
+            has_template: true,
+            token_delay: Duration::ZERO,
+            submitted: Mutex::new(Vec::new()),
+            aborted: Arc::new(AtomicUsize::new(0)),
+            completed: Arc::new(AtomicUsize::new(0)),
+            fail_with: None,
+        }
+    }
+
+    pub fn submitted(&self) -> Vec<GenerateRequest> {
+        self.submitted.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+fn token_text(id: u32) -> String {
+    match id {
+        0 => "<s>".into(),
+        1 => "</s>".into(),
+        2 => "<pad>".into(),
+        b => String::from_utf8_lossy(&[(b - 3) as u8]).into_owned(),
+    }
+}
+
+/// The events a request produces: one delta per character of `REPLY` up to max_tokens or a stop string.
+pub fn script(req: &GenerateRequest) -> Vec<RequestEvent> {
+    let mut text = REPLY.to_owned();
+    let mut reason = FinishReason::Length;
+    let mut stop_reason = None;
+    if let Some((pos, s)) = req.stop.stop.iter().filter_map(|s| text.find(s.as_str()).map(|p| (p, s))).min() {
+        text.truncate(pos);
+        reason = FinishReason::Stop;
+        stop_reason = Some(s.clone());
+    }
+    let limit = req.stop.max_tokens;
+    if text.len() > limit {
+        text.truncate(limit);
+        reason = FinishReason::Length;
+        stop_reason = None;
+    } else if stop_reason.is_none() {
+        // The whole reply fits: it ends with EOS.
+        reason = FinishReason::Stop;
+    }
+    let mut events: Vec<RequestEvent> = text
+        .bytes()
+        .map(|b| {
+            let id = b as u32 + 3;
+            let logprobs = match req.sampling.logprobs {
+                None => Vec::new(),
+                Some(k) => vec![TokenLogprob {
+                    token_id: id,
+                    token: token_text(id),
+                    logprob: -0.5,
+                    top: (0..k as u32).map(|j| (id + j, token_text(id + j), -0.5 - j as f32)).collect(),
+                }],
+            };
+            RequestEvent::Delta { text: token_text(id), token_ids: vec![id], logprobs }
+        })
+        .collect();
+    events.push(RequestEvent::Finished {
+        reason,
+        usage: Usage { prompt_tokens: req.prompt_token_ids.len(), completion_tokens: text.len(), cached_tokens: 0 },
+        stop_reason,
+    });
+    events
+}
+
+impl Engine for FakeEngine {
+    fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    fn metrics(&self) -> &EngineMetrics {
+        &self.metrics
+    }
+
+    fn default_sampling(&self) -> SamplingParams {
+        SamplingParams { temperature: 0.7, top_p: 0.9, ..SamplingParams::default() }
+    }
+
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, EngineError> {
+        let mut ids: Vec<u32> = if add_special_tokens { vec![0] } else { Vec::new() };
+        ids.extend(text.bytes().map(|b| b as u32 + 3));
+        Ok(ids)
+    }
+
+    fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, EngineError> {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            match id {
+                0..=2 if skip_special_tokens => {}
+                0..=2 => bytes.extend(token_text(id).bytes()),
+                b if (b as usize) < VOCAB => bytes.push((b - 3) as u8),
+                b => return Err(EngineError::Tokenizer(format!("unknown id {b}"))),
+            }
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn bos_token(&self) -> Option<String> {
+        Some("<s>".into())
+    }
+
+    fn render_chat(&self, turns: &[ChatTurn], add_generation_prompt: bool) -> Option<Result<String, EngineError>> {
+        if !self.has_template {
+            return None;
+        }
+        if turns.iter().any(|t| t.role == "bogus") {
+            return Some(Err(EngineError::ChatTemplate("unknown role bogus".into())));
+        }
+        let mut s = String::from("<s>");
+        for t in turns {
+            s.push_str(&format!("{}: {}\n", t.role, t.content));
+        }
+        if add_generation_prompt {
+            s.push_str("assistant:");
+        }
+        Some(Ok(s))
+    }
+
+    fn submit(&self, request: GenerateRequest) -> Result<Events, EngineError> {
+        if let Some(msg) = &self.fail_with {
+            if msg == "stopped" {
+                return Err(EngineError::EngineStopped);
+            }
+        }
+        if let Ok(mut v) = self.submitted.lock() {
+            v.push(request.clone());
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut events = script(&request);
+        if let Some(msg) = &self.fail_with {
+            events = vec![RequestEvent::Error(msg.clone())];
+        }
+        let delay = self.token_delay;
+        let aborted = self.aborted.clone();
+        let completed = self.completed.clone();
+        tokio::spawn(async move {
+            for ev in events {
+                if !delay.is_zero() {
+                    tokio::select! {
+                        _ = tx.closed() => { aborted.fetch_add(1, Ordering::SeqCst); return; }
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+                if tx.send(ev).is_err() {
+                    aborted.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+            }
+            completed.fetch_add(1, Ordering::SeqCst);
+        });
+        Ok(Events::channel(rx))
+    }
+
+    fn shutdown(&self) {}
+}
