@@ -51,3 +51,6 @@ impl Hasher for IdHasher {
 
 /// A `HashMap` keyed by an id, using [`IdHasher`].
 pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// A `HashSet` of ids, using [`IdHasher`].
+pub type IdSet<K> = std::collections::HashSet<K, BuildHasherDefault<IdHasher>>;

@@ -6,6 +6,8 @@
 //! [`KvCacheManager::check_invariants`]). Boundary: this type knows tokens only through [`Request`]; it never decides
 //! who runs (that is the scheduler's job).
 
+use std::collections::hash_map::Entry;
+
 use crate::block_hash::BlockHasher;
 use crate::block_pool::BlockPool;
 use crate::id_map::IdMap;
@@ -81,8 +83,8 @@ impl KvCacheManager {
 
     /// Makes room for `num_new_tokens` more tokens of `req` after its `num_computed_tokens` plus the tokens of
     /// `new_computed_blocks` (cache hits from [`KvCacheManager::get_computed_blocks`], only for a request that holds
-    /// no blocks yet). Returns the request's block table, or `None` when the pool has too few free blocks, in which
-    /// case nothing changed.
+    /// no blocks yet; hits for a request that holds blocks are refused with `None`). Returns the request's block
+    /// table, or `None` when the pool has too few free blocks, in which case nothing changed.
     pub fn allocate_slots(
         &mut self,
         req: &Request,
@@ -90,26 +92,45 @@ impl KvCacheManager {
         new_computed_blocks: &[BlockId],
     ) -> Option<&[BlockId]> {
         let bs = self.block_size;
-        let table_len = self.tables.get(&req.id).map_or(0, |t| t.blocks.len());
-        debug_assert!(new_computed_blocks.is_empty() || table_len == 0, "cache hits for a request holding blocks");
-        let total_tokens = req.num_computed_tokens + new_computed_blocks.len() * bs + num_new_tokens;
-        let required = total_tokens.div_ceil(bs);
-        let num_new_blocks = required.saturating_sub(table_len + new_computed_blocks.len());
-        // Hits on free cached blocks take them out of the free queue, so they count against the free blocks too.
-        let evictable_hits = new_computed_blocks.iter().filter(|&&b| self.pool.ref_count(b) == 0).count();
-        if num_new_blocks + evictable_hits > self.pool.num_free_blocks() {
-            return None;
+        let free_blocks = self.pool.num_free_blocks();
+        let pool = &mut self.pool;
+        match self.tables.entry(req.id) {
+            Entry::Occupied(e) => {
+                let entry = e.into_mut();
+                debug_assert!(new_computed_blocks.is_empty(), "cache hits for a request holding blocks");
+                if !new_computed_blocks.is_empty() {
+                    return None;
+                }
+                let required = (req.num_computed_tokens + num_new_tokens).div_ceil(bs);
+                let num_new_blocks = required.saturating_sub(entry.blocks.len());
+                if num_new_blocks > free_blocks {
+                    return None;
+                }
+                if num_new_blocks > 0 {
+                    let ok = pool.allocate_into(num_new_blocks, &mut entry.blocks);
+                    debug_assert!(ok, "allocation checked above");
+                }
+                Some(&entry.blocks)
+            }
+            Entry::Vacant(v) => {
+                let num_hits = new_computed_blocks.len();
+                let required = (req.num_computed_tokens + num_hits * bs + num_new_tokens).div_ceil(bs);
+                let num_new_blocks = required.saturating_sub(num_hits);
+                // Hits on free cached blocks take them out of the free queue, so they count against the free blocks.
+                let evictable_hits = new_computed_blocks.iter().filter(|&&b| pool.ref_count(b) == 0).count();
+                if num_new_blocks + evictable_hits > free_blocks {
+                    return None;
+                }
+                // Touch the hits before allocating so that allocation cannot evict them.
+                pool.touch(new_computed_blocks);
+                let mut blocks = Vec::with_capacity(required);
+                blocks.extend_from_slice(new_computed_blocks);
+                let ok = pool.allocate_into(num_new_blocks, &mut blocks);
+                debug_assert!(ok, "allocation checked above");
+                let entry = v.insert(RequestBlocks { blocks, num_cached_blocks: num_hits });
+                Some(&entry.blocks)
+            }
         }
-        // Touch the hits before allocating so that allocation cannot evict them.
-        self.pool.touch(new_computed_blocks);
-        let entry = self.tables.entry(req.id).or_default();
-        if !new_computed_blocks.is_empty() {
-            entry.blocks.extend_from_slice(new_computed_blocks);
-            entry.num_cached_blocks = new_computed_blocks.len();
-        }
-        let ok = self.pool.allocate_into(num_new_blocks, &mut entry.blocks);
-        debug_assert!(ok, "allocation checked above");
-        Some(&entry.blocks)
     }
 
     /// Registers `req`'s blocks that are full and computed (`num_computed_tokens`) in the prefix cache. Call it after

@@ -4,15 +4,19 @@
 //! in arrival order. When a running request cannot get blocks, the most recently admitted running request is
 //! preempted (its blocks freed, to be recomputed later), possibly the request itself.
 //!
-//! Boundary: pure bookkeeping. The engine calls `schedule()`, runs the model on the output, then passes the sampled
-//! tokens to `update_from_output()`. `abort()` may be called at any time between those calls.
+//! Boundary: pure bookkeeping. The engine calls `schedule()`, runs the model on the output, passes the sampled tokens
+//! to `update_from_output()` and may hand the output back with `recycle()` so the next step reuses its buffers.
+//! `abort()` may be called at any time between those calls.
+//!
+//! Invariant: requests live in exactly one of `running` (admission order, holding a block table) and `waiting`
+//! (arrival order, preempted ones at the front, holding no blocks); `live` holds the ids of both.
 
 use std::collections::VecDeque;
 
 use crate::config::SchedulerConfig;
 use crate::error::SchedulerError;
-use crate::id_map::IdMap;
-use crate::ids::RequestId;
+use crate::id_map::IdSet;
+use crate::ids::{BlockId, RequestId};
 use crate::kv_cache_manager::KvCacheManager;
 use crate::output::{RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
 use crate::request::{NewRequest, Request, RequestStatus};
@@ -22,13 +26,17 @@ use crate::request::{NewRequest, Request, RequestStatus};
 pub struct Scheduler {
     cfg: SchedulerConfig,
     kv: KvCacheManager,
-    requests: IdMap<RequestId, Request>,
-    /// Arrival order; preempted requests go back to the front.
-    waiting: VecDeque<RequestId>,
-    /// Admission order; the last one is preempted first.
-    running: Vec<RequestId>,
+    /// Admitted requests in admission order; the last one is preempted first.
+    running: Vec<Request>,
+    /// Requests to admit, first come first served; preempted requests go back to the front.
+    waiting: VecDeque<Request>,
+    /// Ids of all running and waiting requests.
+    live: IdSet<RequestId>,
     /// Finished or aborted since the last `schedule()`.
     finished_ids: Vec<RequestId>,
+    /// Buffers handed back through `recycle()`, reused by the next `schedule()`.
+    spare_seqs: Vec<ScheduledSeq>,
+    spare_seq_list: Vec<ScheduledSeq>,
     num_preemptions: u64,
     prefix_cache_queries: u64,
     prefix_cache_hits: u64,
@@ -41,10 +49,12 @@ impl Scheduler {
         let kv = KvCacheManager::new(cfg.num_blocks, cfg.block_size, cfg.enable_prefix_caching);
         Ok(Self {
             kv,
-            requests: IdMap::default(),
-            waiting: VecDeque::new(),
             running: Vec::with_capacity(cfg.max_num_seqs),
+            waiting: VecDeque::new(),
+            live: IdSet::default(),
             finished_ids: Vec::new(),
+            spare_seqs: Vec::new(),
+            spare_seq_list: Vec::new(),
             num_preemptions: 0,
             prefix_cache_queries: 0,
             prefix_cache_hits: 0,
@@ -59,13 +69,13 @@ impl Scheduler {
     /// Queues a request at the back of the waiting queue. Fails (and queues nothing) for an empty prompt, a prompt
     /// longer than `max_model_len`, `max_tokens == 0`, `min_tokens > max_tokens` or an id already in use.
     pub fn add_request(&mut self, req: NewRequest) -> Result<(), SchedulerError> {
-        if self.requests.contains_key(&req.id) {
+        if self.live.contains(&req.id) {
             return Err(SchedulerError::DuplicateRequest { id: req.id });
         }
         let mut request = Request::new(req, self.cfg.max_model_len)?;
         self.kv.update_block_hashes(&mut request);
-        self.waiting.push_back(request.id);
-        self.requests.insert(request.id, request);
+        self.live.insert(request.id);
+        self.waiting.push_back(request);
         Ok(())
     }
 
@@ -73,18 +83,13 @@ impl Scheduler {
     /// finished) id. Safe at any time between calls, also between `schedule()` and `update_from_output()`: the
     /// aborted request's entries in that output are then ignored.
     pub fn abort(&mut self, id: RequestId) -> bool {
-        let Some(req) = self.requests.remove(&id) else { return false };
-        match req.status {
-            RequestStatus::Waiting => {
-                if let Some(pos) = self.waiting.iter().position(|&w| w == id) {
-                    self.waiting.remove(pos);
-                }
-            }
-            RequestStatus::Running | RequestStatus::Finished => {
-                if let Some(pos) = self.running.iter().position(|&r| r == id) {
-                    self.running.remove(pos);
-                }
-            }
+        if !self.live.remove(&id) {
+            return false;
+        }
+        if let Some(pos) = self.running.iter().position(|r| r.id == id) {
+            self.running.remove(pos);
+        } else if let Some(pos) = self.waiting.iter().position(|r| r.id == id) {
+            self.waiting.remove(pos);
         }
         self.kv.free(id);
         self.finished_ids.push(id);
@@ -93,12 +98,12 @@ impl Scheduler {
 
     /// True while any request is waiting or running.
     pub fn has_unfinished(&self) -> bool {
-        !self.requests.is_empty()
+        !self.live.is_empty()
     }
 
-    /// Read access to one request's state.
+    /// Read access to one live request's state (a linear search: for tests and diagnostics).
     pub fn request(&self, id: RequestId) -> Option<&Request> {
-        self.requests.get(&id)
+        self.running.iter().chain(self.waiting.iter()).find(|r| r.id == id)
     }
 
     /// Read access to the KV cache manager (block tables, pool, invariant checks).
@@ -122,41 +127,43 @@ impl Scheduler {
 
     /// Plans one step: which requests compute which tokens, with their block tables and slot mappings.
     pub fn schedule(&mut self) -> SchedulerOutput {
+        let mut seqs = std::mem::take(&mut self.spare_seq_list);
+        seqs.reserve(self.running.len() + 1);
         let mut out = SchedulerOutput {
-            seqs: Vec::with_capacity(self.running.len() + 1),
+            seqs,
             num_batched_tokens: 0,
             preempted: Vec::new(),
             finished_ids: std::mem::take(&mut self.finished_ids),
         };
         let mut budget = self.cfg.max_num_batched_tokens;
+        let bs = self.cfg.block_size;
 
         // 1. Running requests, in admission order.
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
-            let id = self.running[i];
-            let Some(req) = self.requests.get(&id) else {
-                debug_assert!(false, "running {id} has no state");
-                self.running.remove(i);
-                continue;
-            };
+            let req = &self.running[i];
+            let id = req.id;
             let num_new = req.num_tokens().saturating_sub(req.num_computed_tokens).min(budget);
             if num_new == 0 {
                 i += 1;
                 continue;
             }
             let scheduled = loop {
-                if self.kv.allocate_slots(&self.requests[&id], num_new, &[]).is_some() {
+                if self.kv.allocate_slots(&self.running[i], num_new, &[]).is_some() {
                     break true;
                 }
                 let Some(victim) = self.running.pop() else { break false };
+                out.preempted.push(victim.id);
+                let was_self = victim.id == id;
                 self.preempt(victim);
-                out.preempted.push(victim);
-                if victim == id {
+                if was_self {
                     break false;
                 }
             };
             if scheduled {
-                out.seqs.push(self.build_seq(id, num_new));
+                let table = self.kv.block_table(id).unwrap_or(&[]);
+                let spare = self.spare_seqs.pop();
+                out.seqs.push(fill_seq(spare, &mut self.running[i], table, num_new, bs));
                 budget -= num_new;
                 i += 1;
             }
@@ -173,19 +180,13 @@ impl Scheduler {
 
     fn admit_waiting(&mut self, out: &mut SchedulerOutput, budget: &mut usize) {
         while *budget > 0 && self.running.len() < self.cfg.max_num_seqs {
-            let Some(&id) = self.waiting.front() else { break };
-            let Some(req) = self.requests.get(&id) else {
-                debug_assert!(false, "waiting {id} has no state");
-                self.waiting.pop_front();
-                continue;
-            };
+            let Some(req) = self.waiting.front() else { break };
             let (hits, num_cached) = self.kv.get_computed_blocks(req);
             let num_new = (req.num_tokens() - num_cached).min(*budget);
             if self.kv.allocate_slots(req, num_new, &hits).is_none() {
                 break;
             }
-            self.waiting.pop_front();
-            let Some(req) = self.requests.get_mut(&id) else { break };
+            let Some(mut req) = self.waiting.pop_front() else { break };
             req.num_computed_tokens = num_cached;
             req.status = RequestStatus::Running;
             req.first_schedule_pending = true;
@@ -194,54 +195,21 @@ impl Scheduler {
             }
             self.prefix_cache_queries += req.num_tokens() as u64;
             self.prefix_cache_hits += num_cached as u64;
-            self.running.push(id);
-            out.seqs.push(self.build_seq(id, num_new));
+            let table = self.kv.block_table(req.id).unwrap_or(&[]);
+            let spare = self.spare_seqs.pop();
+            out.seqs.push(fill_seq(spare, &mut req, table, num_new, self.cfg.block_size));
+            self.running.push(req);
             *budget -= num_new;
         }
     }
 
-    /// Frees `id`'s blocks and puts it at the front of the waiting queue to be recomputed from scratch.
-    fn preempt(&mut self, id: RequestId) {
-        self.kv.free(id);
-        if let Some(req) = self.requests.get_mut(&id) {
-            req.num_computed_tokens = 0;
-            req.status = RequestStatus::Waiting;
-        }
-        self.waiting.push_front(id);
+    /// Frees the request's blocks and puts it at the front of the waiting queue to be recomputed from scratch.
+    fn preempt(&mut self, mut req: Request) {
+        self.kv.free(req.id);
+        req.num_computed_tokens = 0;
+        req.status = RequestStatus::Waiting;
+        self.waiting.push_front(req);
         self.num_preemptions += 1;
-    }
-
-    /// The step's entry for `id`, whose blocks for `num_new` tokens are allocated.
-    fn build_seq(&mut self, id: RequestId, num_new: usize) -> ScheduledSeq {
-        let bs = self.cfg.block_size;
-        let table = self.kv.block_table(id).unwrap_or(&[]);
-        let Some(req) = self.requests.get_mut(&id) else {
-            debug_assert!(false, "scheduled {id} has no state");
-            return ScheduledSeq {
-                request_id: id,
-                token_ids: Vec::new(),
-                start_position: 0,
-                block_table: Vec::new(),
-                slot_mapping: Vec::new(),
-                sample: false,
-                num_cached_tokens: 0,
-                is_first_schedule: false,
-            };
-        };
-        let start = req.num_computed_tokens;
-        let end = start + num_new;
-        let slot_mapping = (start..end).map(|p| table[p / bs].0 * bs as u32 + (p % bs) as u32).collect();
-        let is_first_schedule = std::mem::replace(&mut req.first_schedule_pending, false);
-        ScheduledSeq {
-            request_id: id,
-            token_ids: req.token_ids[start..end].to_vec(),
-            start_position: start,
-            block_table: table.to_vec(),
-            slot_mapping,
-            sample: end == req.num_tokens(),
-            num_cached_tokens: req.num_cached_tokens.unwrap_or(0),
-            is_first_schedule,
-        }
     }
 
     /// Applies a step's results: advances `num_computed_tokens` of every scheduled request, caches blocks that became
@@ -251,18 +219,27 @@ impl Scheduler {
     pub fn update_from_output(&mut self, out: &SchedulerOutput, sampled: &[(RequestId, u32)]) -> Vec<RequestOutput> {
         let mut outputs = Vec::with_capacity(sampled.len());
         let mut any_finished = false;
-        let mut cursor = 0;
+        let mut sample_cursor = 0;
+        // Seqs are in running order (aborts only remove entries), so a forward walk finds each request.
+        let mut run_cursor = 0;
+        let bs = self.cfg.block_size;
         for seq in &out.seqs {
-            let Some(req) = self.requests.get_mut(&seq.request_id) else { continue };
+            let Some(idx) = find_running(&self.running, run_cursor, seq.request_id) else { continue };
+            run_cursor = idx + 1;
+            let req = &mut self.running[idx];
             if req.status != RequestStatus::Running || req.num_computed_tokens != seq.start_position {
-                continue; // stale entry: aborted and re-added, or an output applied twice
+                continue; // stale entry: an output applied twice
             }
+            let before = req.num_computed_tokens;
             req.num_computed_tokens += seq.token_ids.len();
-            self.kv.cache_computed_blocks(req);
+            if req.num_computed_tokens / bs > before / bs {
+                // At least one block became full and computed in this step.
+                self.kv.cache_computed_blocks(req);
+            }
             if !seq.sample {
                 continue;
             }
-            let Some(token) = find_sample(sampled, &mut cursor, seq.request_id) else { continue };
+            let Some(token) = find_sample(sampled, &mut sample_cursor, seq.request_id) else { continue };
             req.append_output(token);
             self.kv.update_block_hashes(req);
             let finished = req.check_stop(self.cfg.max_model_len);
@@ -273,15 +250,15 @@ impl Scheduler {
             outputs.push(RequestOutput { request_id: seq.request_id, new_token: Some(token), finished });
         }
         if any_finished {
-            let requests = &mut self.requests;
             let kv = &mut self.kv;
+            let live = &mut self.live;
             let finished_ids = &mut self.finished_ids;
-            self.running.retain(|id| {
-                let done = requests.get(id).is_some_and(|r| r.status == RequestStatus::Finished);
+            self.running.retain(|r| {
+                let done = r.status == RequestStatus::Finished;
                 if done {
-                    requests.remove(id);
-                    kv.free(*id);
-                    finished_ids.push(*id);
+                    kv.free(r.id);
+                    live.remove(&r.id);
+                    finished_ids.push(r.id);
                 }
                 !done
             });
@@ -289,38 +266,51 @@ impl Scheduler {
         outputs
     }
 
+    /// Hands a finished step's output back so that the next `schedule()` reuses its buffers instead of allocating.
+    /// Optional: dropping the output is equally correct.
+    pub fn recycle(&mut self, mut out: SchedulerOutput) {
+        let keep = self.cfg.max_num_seqs.saturating_sub(self.spare_seqs.len());
+        self.spare_seqs.extend(out.seqs.drain(..).take(keep));
+        if out.seqs.capacity() > self.spare_seq_list.capacity() {
+            self.spare_seq_list = out.seqs;
+        }
+    }
+
     /// Checks cross-structure invariants (for tests): KV manager invariants; each running request holds a table and
-    /// each waiting one none; no request is both; `num_computed_tokens` never exceeds the tokens or the table capacity.
+    /// each waiting one none; ids are unique; `num_computed_tokens` never exceeds the tokens or the table capacity.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.kv.check_invariants()?;
-        if self.running.len() + self.waiting.len() != self.requests.len() {
+        if self.running.len() + self.waiting.len() != self.live.len() {
             return Err(format!(
-                "{} running + {} waiting != {} requests",
+                "{} running + {} waiting != {} live ids",
                 self.running.len(),
                 self.waiting.len(),
-                self.requests.len()
+                self.live.len()
             ));
         }
         if self.running.len() > self.cfg.max_num_seqs {
             return Err(format!("{} running > max_num_seqs {}", self.running.len(), self.cfg.max_num_seqs));
         }
-        for id in &self.running {
-            let r = self.requests.get(id).ok_or_else(|| format!("running {id} unknown"))?;
-            if r.status != RequestStatus::Running {
-                return Err(format!("running {id} has status {:?}", r.status));
+        for r in &self.running {
+            if r.status != RequestStatus::Running || !self.live.contains(&r.id) {
+                return Err(format!("running {} has status {:?}", r.id, r.status));
             }
-            let cap = self.kv.block_table(*id).map_or(0, |t| t.len()) * self.cfg.block_size;
+            let cap = self.kv.block_table(r.id).map_or(0, |t| t.len()) * self.cfg.block_size;
             if r.num_computed_tokens > r.num_tokens() || r.num_computed_tokens > cap {
-                return Err(format!("{id}: {} computed of {} tokens, capacity {cap}", r.num_computed_tokens, r.num_tokens()));
+                return Err(format!(
+                    "{}: {} computed of {} tokens, capacity {cap}",
+                    r.id,
+                    r.num_computed_tokens,
+                    r.num_tokens()
+                ));
             }
         }
-        for id in &self.waiting {
-            let r = self.requests.get(id).ok_or_else(|| format!("waiting {id} unknown"))?;
-            if r.status != RequestStatus::Waiting || r.num_computed_tokens != 0 {
-                return Err(format!("waiting {id}: {:?}, {} computed", r.status, r.num_computed_tokens));
+        for r in &self.waiting {
+            if r.status != RequestStatus::Waiting || r.num_computed_tokens != 0 || !self.live.contains(&r.id) {
+                return Err(format!("waiting {}: {:?}, {} computed", r.id, r.status, r.num_computed_tokens));
             }
-            if self.kv.block_table(*id).is_some() {
-                return Err(format!("waiting {id} holds blocks"));
+            if self.kv.block_table(r.id).is_some() {
+                return Err(format!("waiting {} holds blocks", r.id));
             }
         }
         if self.kv.num_tables() != self.running.len() {
@@ -328,6 +318,59 @@ impl Scheduler {
         }
         Ok(())
     }
+}
+
+/// Fills `spare` (or a new entry) with `req`'s next `num_new` tokens, whose slots `table` covers.
+fn fill_seq(
+    spare: Option<ScheduledSeq>,
+    req: &mut Request,
+    table: &[BlockId],
+    num_new: usize,
+    block_size: usize,
+) -> ScheduledSeq {
+    let mut s = spare.unwrap_or_else(|| ScheduledSeq {
+        request_id: req.id,
+        token_ids: Vec::new(),
+        start_position: 0,
+        block_table: Vec::new(),
+        slot_mapping: Vec::new(),
+        sample: false,
+        num_cached_tokens: 0,
+        is_first_schedule: false,
+    });
+    let start = req.num_computed_tokens;
+    let end = start + num_new;
+    s.request_id = req.id;
+    s.token_ids.clear();
+    s.token_ids.extend_from_slice(&req.token_ids[start..end]);
+    s.start_position = start;
+    s.block_table.clear();
+    s.block_table.extend_from_slice(table);
+    s.slot_mapping.clear();
+    // Walk block by block instead of dividing per token.
+    let (mut block, mut offset) = (start / block_size, start % block_size);
+    for _ in start..end {
+        s.slot_mapping.push(table[block].0 * block_size as u32 + offset as u32);
+        offset += 1;
+        if offset == block_size {
+            offset = 0;
+            block += 1;
+        }
+    }
+    s.sample = end == req.num_tokens();
+    s.num_cached_tokens = req.num_cached_tokens.unwrap_or(0);
+    s.is_first_schedule = std::mem::replace(&mut req.first_schedule_pending, false);
+    s
+}
+
+/// Index of running request `id`, searching forward from `from` first.
+fn find_running(running: &[Request], from: usize, id: RequestId) -> Option<usize> {
+    let from = from.min(running.len());
+    running[from..]
+        .iter()
+        .position(|r| r.id == id)
+        .map(|p| p + from)
+        .or_else(|| running[..from].iter().position(|r| r.id == id))
 }
 
 /// The sampled token of `id`: the entry at `cursor` when the order matches (the common case), else a search.

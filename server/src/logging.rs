@@ -1,6 +1,8 @@
 //! Logging set-up: `tracing` to stderr, INFO by default, `RUST_LOG` respected; the HTTP access log's level follows
 //! `--uvicorn-log-level`.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// The target of the HTTP access log lines.
@@ -22,5 +24,12 @@ pub fn init(access_level: Option<&str>) {
         }
     };
     // A second initialisation (tests) is harmless; ignore it.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    // Colours only on a terminal (and never with NO_COLOR), so that logs written to files stay plain text.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .with_target(false)
+        .try_init();
 }

@@ -6,20 +6,16 @@
 mod app;
 mod auth;
 mod cli;
-#[cfg(not(test))]
 mod convert;
 mod error;
 mod fanout;
-#[cfg(not(test))]
 mod generate;
 mod json;
-#[cfg(not(test))]
 mod live;
 mod logging;
 mod openai;
 mod port;
 mod routes;
-#[cfg(not(test))]
 mod serve;
 mod shutdown;
 mod sse;
@@ -30,14 +26,10 @@ mod app_tests;
 #[cfg(test)]
 mod testing;
 
-#[cfg(not(test))]
 use std::process::ExitCode;
-#[cfg(not(test))]
-use cli::Command;
-#[cfg(test)]
-fn main() {}
 
-#[cfg(not(test))]
+use cli::Command;
+
 fn main() -> ExitCode {
     let cli = cli::parse();
     let access_level = match &cli.command {

@@ -29,6 +29,7 @@ pub struct EngineHandle {
     pub(crate) tokenizer: Arc<Tokenizer>,
     pub(crate) chat_template: Option<Arc<ChatTemplate>>,
     pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
+    pub(crate) default_sampling: crate::api::SamplingParams,
 }
 
 /// The events of one request. Dropping it before `Finished` aborts the request.
@@ -75,6 +76,11 @@ impl EngineHandle {
     /// Ask the engine to stop after aborting what is left (used at the end of a graceful shutdown).
     pub fn shutdown(&self) {
         let _ = self.tx.send(Command::Shutdown);
+    }
+
+    /// Sampling defaults from the model's generation config (temperature, top_p, ...).
+    pub fn default_sampling(&self) -> crate::api::SamplingParams {
+        self.default_sampling.clone()
     }
 
     pub fn info(&self) -> &EngineInfo {

@@ -1,10 +1,15 @@
 //! The engine thread and its handle: one thread owns the scheduler and the model runner; everything else sends it
 //! commands and receives per-request events.
 
+pub mod budget;
 pub mod handle;
+mod output;
+mod start;
+mod thread;
 pub mod metrics;
 pub mod config;
 
 pub use config::{DTypeArg, EngineConfig};
 pub use handle::{EngineHandle, RequestStream};
 pub use metrics::EngineMetrics;
+pub use start::start;

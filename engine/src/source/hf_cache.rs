@@ -16,7 +16,8 @@ pub fn is_repo_id(spec: &str) -> bool {
             && p != ".."
             && !p.starts_with('-')
             && !p.contains("..")
-            && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     };
     let mut parts = spec.split('/');
     match (parts.next(), parts.next(), parts.next()) {
@@ -28,7 +29,10 @@ pub fn is_repo_id(spec: &str) -> bool {
 
 /// Whether a revision is a full commit hash (40 lowercase hex digits).
 pub fn is_commit_hash(revision: &str) -> bool {
-    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    revision.len() == 40
+        && revision
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// `{cache}/models--{org}--{name}`.
@@ -37,6 +41,7 @@ pub fn repo_folder(cache_dir: &Path, repo_id: &str) -> PathBuf {
 }
 
 /// What a cache lookup found.
+#[allow(clippy::large_enum_variant)] // short-lived; returned once per resolve
 pub enum CacheLookup {
     Found(SafetensorsModel),
     /// Not (completely) cached; the paths that were looked at.
@@ -45,7 +50,11 @@ pub enum CacheLookup {
 
 /// Finds the snapshot folder of `revision`: through `refs/{revision}`, or directly when the revision is a commit
 /// hash. Returns the commit and the folder, or the paths that were looked at.
-pub fn snapshot_dir(cache_dir: &Path, repo_id: &str, revision: &str) -> std::result::Result<(String, PathBuf), Vec<PathBuf>> {
+pub fn snapshot_dir(
+    cache_dir: &Path,
+    repo_id: &str,
+    revision: &str,
+) -> std::result::Result<(String, PathBuf), Vec<PathBuf>> {
     let repo = repo_folder(cache_dir, repo_id);
     let ref_path = repo.join("refs").join(revision);
     let mut searched = vec![ref_path.clone()];
@@ -76,7 +85,11 @@ pub fn lookup(cache_dir: &Path, repo_id: &str, revision: &str) -> Result<CacheLo
         Ok(found) => found,
         Err(searched) => return Ok(CacheLookup::NotFound(searched)),
     };
-    let origin = ModelOrigin::HfCache { repo: repo_id.to_string(), revision: revision.to_string(), commit };
+    let origin = ModelOrigin::HfCache {
+        repo: repo_id.to_string(),
+        revision: revision.to_string(),
+        commit,
+    };
     match scan_dir(&snapshot, origin)? {
         DirScan::Complete(model) => Ok(CacheLookup::Found(model)),
         DirScan::Missing(missing) => Ok(CacheLookup::NotFound(missing)),

@@ -109,6 +109,11 @@ impl IncrementalDetokenizer {
         Ok(out)
     }
 
+    /// How many ids the window holds now (context plus unsent); small for real text, whatever the output length.
+    pub fn window_len(&self) -> usize {
+        self.ids.len()
+    }
+
     /// True when ids are held back waiting for more bytes.
     pub fn has_pending(&self) -> bool {
         self.read < self.ids.len()

@@ -41,23 +41,39 @@ impl Weights {
     /// Builds `Weights` from named tensors: keeps the tensors `params` needs, checks that none is missing and that
     /// every shape matches, and converts them to `dtype`. Extra tensors (e.g. `rotary_emb.inv_freq`, or an
     /// `lm_head.weight` of a tied model) are dropped.
-    pub fn from_tensors(mut tensors: HashMap<String, Tensor>, params: &ModelParams, dtype: DType) -> Result<Self> {
+    pub fn from_tensors(
+        mut tensors: HashMap<String, Tensor>,
+        params: &ModelParams,
+        dtype: DType,
+    ) -> Result<Self> {
         check_dtype(dtype)?;
         let mut out = HashMap::new();
         for spec in expected_tensors(params) {
             let tensor = tensors.remove(&spec.name).ok_or_else(|| {
-                EngineError::Weights(format!("the checkpoint has no tensor `{}` (shape {:?})", spec.name, spec.shape))
+                EngineError::Weights(format!(
+                    "the checkpoint has no tensor `{}` (shape {:?})",
+                    spec.name, spec.shape
+                ))
             })?;
             spec.check(tensor.dims(), params)?;
-            let tensor = if tensor.dtype() == dtype { tensor } else { tensor.to_dtype(dtype)? };
+            let tensor = if tensor.dtype() == dtype {
+                tensor
+            } else {
+                tensor.to_dtype(dtype)?
+            };
             out.insert(spec.name, tensor);
         }
-        Ok(Weights { tensors: out, dtype })
+        Ok(Weights {
+            tensors: out,
+            dtype,
+        })
     }
 
     /// The tensor called `name`; the error names it.
     pub fn get(&self, name: &str) -> Result<&Tensor> {
-        self.tensors.get(name).ok_or_else(|| EngineError::Weights(format!("no tensor named `{name}` was loaded")))
+        self.tensors
+            .get(name)
+            .ok_or_else(|| EngineError::Weights(format!("no tensor named `{name}` was loaded")))
     }
 
     /// Whether a tensor called `name` was loaded.
@@ -97,7 +113,10 @@ impl Weights {
 
     /// Bytes held by all tensors.
     pub fn total_bytes(&self) -> usize {
-        self.tensors.values().map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum()
+        self.tensors
+            .values()
+            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
+            .sum()
     }
 
     /// Number of parameters (elements) held.
@@ -119,7 +138,9 @@ impl Weights {
 /// Loads the weights of a resolved model as `dtype`, checking every shape against `params`.
 pub fn load(resolved: &ResolvedModel, params: &ModelParams, dtype: DType) -> Result<Weights> {
     match resolved {
-        ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype),
+        ResolvedModel::Safetensors(m) => {
+            safetensors::load_safetensors(&m.safetensors, params, dtype)
+        }
         ResolvedModel::Gguf(m) => gguf::load_gguf(&m.file, params, dtype),
     }
 }

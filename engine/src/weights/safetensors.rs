@@ -13,10 +13,16 @@ use crate::config::ModelParams;
 use crate::{EngineError, Result};
 
 fn mmap(path: &Path) -> Result<memmap2::Mmap> {
-    let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+    let file = std::fs::File::open(path).map_err(|source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     // SAFETY: the file is opened read-only and only read through the map; as with every mmap, a process that
     // truncates the file while it is mapped can fault us, which is the documented limit of loading by mmap.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.to_path_buf(), source })
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Loads the tensors `params` needs from safetensors files as `dtype`.
@@ -27,7 +33,10 @@ pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType) -
     }
     for p in paths {
         if !p.is_file() {
-            return Err(EngineError::Weights(format!("weight file {} does not exist", p.display())));
+            return Err(EngineError::Weights(format!(
+                "weight file {} does not exist",
+                p.display()
+            )));
         }
     }
     // SAFETY: see `mmap` above; the maps are read-only.
@@ -41,27 +50,33 @@ pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType) -
                 "the checkpoint has no tensor `{}` (shape {:?}); files: {}",
                 spec.name,
                 spec.shape,
-                paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         })?;
         spec.check(view.shape(), params)?;
         // (candle's safetensors version may differ from ours, so go through candle's own dtype conversion.)
         match DType::try_from(view.dtype()) {
             Ok(DType::BF16 | DType::F16 | DType::F32) => {}
-            _ => {
-                return Err(EngineError::Weights(format!(
-                    "tensor `{}` is stored as {:?}; only bf16, f16 and f32 safetensors are supported",
-                    spec.name,
-                    view.dtype()
-                )))
-            }
+            _ => return Err(EngineError::Weights(format!(
+                "tensor `{}` is stored as {:?}; only bf16, f16 and f32 safetensors are supported",
+                spec.name,
+                view.dtype()
+            ))),
         }
     }
     let loaded: Vec<(String, Tensor)> = specs
         .into_par_iter()
         .map(|spec| {
             let t = st.load(&spec.name, &Device::Cpu)?;
-            let t = if t.dtype() == dtype { t } else { t.to_dtype(dtype)? };
+            let t = if t.dtype() == dtype {
+                t
+            } else {
+                t.to_dtype(dtype)?
+            };
             Ok((spec.name, t))
         })
         .collect::<Result<_>>()?;
@@ -74,8 +89,9 @@ pub fn safetensors_param_count(paths: &[PathBuf]) -> Result<u64> {
     let mut total = 0u64;
     for p in paths {
         let map = mmap(p)?;
-        let (_, meta) = ::safetensors::SafeTensors::read_metadata(&map)
-            .map_err(|e| EngineError::Weights(format!("{}: bad safetensors header: {e}", p.display())))?;
+        let (_, meta) = ::safetensors::SafeTensors::read_metadata(&map).map_err(|e| {
+            EngineError::Weights(format!("{}: bad safetensors header: {e}", p.display()))
+        })?;
         for info in meta.tensors().values() {
             total += info.shape.iter().product::<usize>() as u64;
         }

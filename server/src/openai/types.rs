@@ -57,6 +57,7 @@ pub struct ChatMessageIn {
 
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Clone, Default, Deserialize)]
+/// (`user` and other fields not listed are accepted and ignored, as OpenAI does.)
 pub struct ChatCompletionRequest {
     pub model: Option<String>,
     #[serde(default)]
@@ -81,7 +82,6 @@ pub struct ChatCompletionRequest {
     pub min_tokens: Option<i64>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
-    pub user: Option<String>,
     /// vLLM extension (default true).
     pub skip_special_tokens: Option<bool>,
     /// vLLM extension (default true).
@@ -130,7 +130,6 @@ pub struct CompletionRequest {
     pub min_tokens: Option<i64>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
-    pub user: Option<String>,
     pub suffix: Option<String>,
     /// vLLM extensions.
     pub skip_special_tokens: Option<bool>,

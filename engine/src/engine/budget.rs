@@ -1,0 +1,91 @@
+//! KV cache sizing: how many blocks the budget buys, and the start-up numbers users look for.
+//!
+//! On the CPU backend the "device memory" is the host's available memory: the budget is
+//! `--kv-cache-memory-bytes` exactly when given, else `min(4 GiB, utilization x available - weights)` (vLLM's CPU
+//! backend also defaults to a 4 GiB KV space).
+
+use crate::config::ModelParams;
+use crate::error::{EngineError, Result};
+use crate::model::kv_cache::bytes_per_token;
+
+pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+const CPU_DEFAULT_KV_BYTES: u64 = 4 << 30;
+
+/// The sizing outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvBudget {
+    pub kv_bytes: u64,
+    pub num_blocks: usize,
+    pub bytes_per_token: usize,
+    pub max_model_len: usize,
+}
+
+impl KvBudget {
+    pub fn num_tokens(&self, block_size: usize) -> usize {
+        self.num_blocks * block_size
+    }
+
+    /// How many requests of `max_model_len` tokens fit at once.
+    pub fn max_concurrency(&self, block_size: usize) -> f64 {
+        self.num_tokens(block_size) as f64 / self.max_model_len as f64
+    }
+}
+
+/// `MemAvailable` from /proc/meminfo, when readable.
+pub fn host_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Sizes the cache. Errors name the numbers and the flag to change.
+pub fn plan(
+    p: &ModelParams,
+    elem_bytes: usize,
+    block_size: usize,
+    requested_len: Option<usize>,
+    kv_cache_memory_bytes: Option<u64>,
+    utilization: f64,
+    weights_bytes: u64,
+) -> Result<KvBudget> {
+    if block_size == 0 {
+        return Err(EngineError::InvalidArgument("--block-size must be positive".into()));
+    }
+    if !(0.0..=1.0).contains(&utilization) || utilization == 0.0 {
+        return Err(EngineError::InvalidArgument(format!("--gpu-memory-utilization must be in (0, 1], got {utilization}")));
+    }
+    let max_model_len = match requested_len {
+        Some(0) => return Err(EngineError::InvalidArgument("--max-model-len must be positive".into())),
+        Some(l) if l > p.max_position_embeddings => {
+            return Err(EngineError::InvalidArgument(format!(
+                "--max-model-len {l} exceeds the model's max_position_embeddings {}",
+                p.max_position_embeddings
+            )))
+        }
+        Some(l) => l,
+        None => p.max_position_embeddings,
+    };
+    let kv_bytes = match kv_cache_memory_bytes {
+        Some(b) => b,
+        None => {
+            let avail = host_available_bytes().unwrap_or(CPU_DEFAULT_KV_BYTES * 2);
+            let usable = (avail as f64 * utilization) as u64;
+            usable.saturating_sub(weights_bytes).min(CPU_DEFAULT_KV_BYTES)
+        }
+    };
+    let per_token = bytes_per_token(p, elem_bytes);
+    let per_block = (per_token * block_size) as u64;
+    let num_blocks = (kv_bytes / per_block) as usize;
+    let need_blocks = max_model_len.div_ceil(block_size);
+    if num_blocks < need_blocks {
+        return Err(EngineError::InvalidArgument(format!(
+            "to serve at least one request with the max seq len ({max_model_len}), {:.3} GiB KV cache is needed, \
+             which is larger than the available KV cache memory ({:.3} GiB); increase --kv-cache-memory-bytes or \
+             decrease --max-model-len",
+            (need_blocks as u64 * per_block) as f64 / GIB,
+            kv_bytes as f64 / GIB
+        )));
+    }
+    Ok(KvBudget { kv_bytes, num_blocks, bytes_per_token: per_token, max_model_len })
+}

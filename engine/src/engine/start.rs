@@ -1,0 +1,201 @@
+//! `start`: resolve and load the model, size the KV cache, build the scheduler and runner, and spawn the engine
+//! thread. Logs the start-up numbers vLLM users look for.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::DType;
+use rserve_scheduler::{Scheduler, SchedulerConfig};
+
+use super::budget::{self, GIB};
+use super::config::{DTypeArg, EngineConfig};
+use super::handle::EngineHandle;
+use super::metrics::EngineMetrics;
+use super::thread::EngineLoop;
+use crate::api::{EngineInfo, SamplingParams};
+use crate::backend::cpu::CpuBackend;
+use crate::chat_template::{ChatTemplate, TemplateSources};
+use crate::config::gguf_meta::read_gguf_header;
+use crate::error::{EngineError, Result};
+use crate::runner::ModelRunner;
+use crate::source::{resolve_model, ResolveOptions, ResolvedModel};
+use crate::tokenizer::Tokenizer;
+
+fn compute_dtype(arg: DTypeArg) -> DType {
+    match arg {
+        // The CPU backend computes in float32 unless asked otherwise: bf16 GEMM is slower on CPUs without AMX.
+        DTypeArg::Auto | DTypeArg::Float32 => DType::F32,
+        DTypeArg::BFloat16 => DType::BF16,
+        DTypeArg::Float16 => DType::F16,
+    }
+}
+
+fn load_tokenizer(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<Tokenizer> {
+    if let Some(dir) = &cfg.tokenizer {
+        let dir = std::path::Path::new(dir);
+        let cfg_file = dir.join("tokenizer_config.json");
+        return Tokenizer::from_file(&dir.join("tokenizer.json"), cfg_file.exists().then_some(cfg_file.as_path()));
+    }
+    let files = resolved.files();
+    match (&files.tokenizer, resolved) {
+        (Some(t), _) => Tokenizer::from_file(t, files.tokenizer_config.as_deref()),
+        (None, ResolvedModel::Gguf(g)) => Tokenizer::from_gguf(&read_gguf_header(&g.file)?),
+        (None, ResolvedModel::Safetensors(m)) => {
+            Err(EngineError::Tokenizer(format!("no tokenizer.json in {}", m.dir.display())))
+        }
+    }
+}
+
+fn load_chat_template(cfg: &EngineConfig, resolved: &ResolvedModel, tok: &Tokenizer) -> Result<Option<ChatTemplate>> {
+    let gguf = match resolved {
+        ResolvedModel::Gguf(g) => Some(read_gguf_header(&g.file)?),
+        ResolvedModel::Safetensors(_) => None,
+    };
+    let dir = match resolved {
+        ResolvedModel::Safetensors(m) => Some(m.dir.as_path()),
+        ResolvedModel::Gguf(g) => g.tokenizer_dir.as_deref(),
+    };
+    let sources = TemplateSources { override_template: cfg.chat_template.as_deref(), model_dir: dir, gguf: gguf.as_ref() };
+    ChatTemplate::from_sources(&sources, tok)
+}
+
+/// Sampling defaults from `generation_config.json` (`--generation-config auto` or a folder), else vLLM's.
+fn default_sampling(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<SamplingParams> {
+    let mut p = SamplingParams::default();
+    let path = match cfg.generation_config.as_str() {
+        "vllm" => None,
+        "auto" => resolved.files().generation_config.clone(),
+        dir => Some(std::path::Path::new(dir).join("generation_config.json")),
+    };
+    let Some(path) = path else { return Ok(p) };
+    let text = std::fs::read_to_string(&path).map_err(|e| EngineError::Io { path: path.clone(), source: e })?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| EngineError::Config(format!("{}: {e}", path.display())))?;
+    let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).map(|x| x as f32);
+    if let Some(t) = f("temperature") {
+        p.temperature = t;
+    }
+    if let Some(t) = f("top_p") {
+        p.top_p = t;
+    }
+    if let Some(t) = v.get("top_k").and_then(|x| x.as_u64()) {
+        p.top_k = t as usize;
+    }
+    if let Some(t) = f("min_p") {
+        p.min_p = t;
+    }
+    if let Some(t) = f("repetition_penalty") {
+        p.repetition_penalty = t;
+    }
+    Ok(p)
+}
+
+/// Loads the model and starts the engine thread. Blocking; returns once requests can be submitted.
+pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
+    match cfg.device.as_str() {
+        "auto" | "cpu" => {}
+        other => {
+            return Err(EngineError::InvalidArgument(format!(
+                "--device {other} is not available in this build (supported: auto, cpu)"
+            )))
+        }
+    }
+    if cfg.kv_cache_dtype != "auto" {
+        return Err(EngineError::InvalidArgument(format!(
+            "--kv-cache-dtype {} is not supported yet (supported: auto)",
+            cfg.kv_cache_dtype
+        )));
+    }
+    let t0 = Instant::now();
+    let mut opts = ResolveOptions::from_env();
+    opts.revision = cfg.revision.clone();
+    let resolved = resolve_model(&cfg.model, &opts)?;
+    let params = resolved.load_params()?;
+    let dtype = compute_dtype(cfg.dtype);
+    tracing::info!(
+        "Resolved model {} -> {} ({:?}, {} layers, hidden {}, {} heads / {} KV heads), dtype={}",
+        cfg.model,
+        resolved.path().display(),
+        params.architecture,
+        params.num_layers,
+        params.hidden_size,
+        params.num_heads,
+        params.num_kv_heads,
+        dtype.as_str()
+    );
+    let tokenizer = Arc::new(load_tokenizer(&cfg, &resolved)?);
+    let chat_template = load_chat_template(&cfg, &resolved, &tokenizer)?;
+    if chat_template.is_none() {
+        tracing::warn!("the model has no chat template: /v1/chat/completions will be refused (pass --chat-template)");
+    }
+    let sampling_defaults = default_sampling(&cfg, &resolved)?;
+    let weights = crate::weights::load(&resolved, &params, dtype)?;
+    let weights_bytes = weights.total_bytes() as u64;
+    tracing::info!("Model weights: {:.4} GiB ({} tensors), loaded in {:.1} s", weights_bytes as f64 / GIB, weights.len(), t0.elapsed().as_secs_f64());
+
+    let plan = budget::plan(
+        &params,
+        4,
+        cfg.block_size,
+        cfg.max_model_len,
+        cfg.kv_cache_memory_bytes,
+        cfg.gpu_memory_utilization,
+        weights_bytes,
+    )?;
+    let backend = CpuBackend::new();
+    let device = format!("{}", crate::backend::Backend::device_name(&backend));
+    tracing::info!("Device: {device}");
+    let runner = ModelRunner::new(backend, &params, &weights, plan.num_blocks, cfg.block_size)?;
+    drop(weights);
+    tracing::info!("Available KV cache memory: {:.2} GiB", plan.kv_bytes as f64 / GIB);
+    tracing::info!("KV cache size: {} tokens", plan.num_tokens(cfg.block_size));
+    tracing::info!(
+        "Maximum concurrency for {} tokens per request: {:.2}x",
+        plan.max_model_len,
+        plan.max_concurrency(cfg.block_size)
+    );
+
+    let mut sched_cfg = SchedulerConfig::new(plan.num_blocks, plan.max_model_len);
+    sched_cfg.block_size = cfg.block_size;
+    sched_cfg.max_num_seqs = cfg.max_num_seqs;
+    sched_cfg.max_num_batched_tokens = cfg.max_num_batched_tokens.unwrap_or(2048);
+    sched_cfg.enable_prefix_caching = cfg.enable_prefix_caching;
+    let scheduler = Scheduler::new(sched_cfg).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+
+    let mut eos = params.eos_token_ids.clone();
+    for id in tokenizer.eos_token_ids() {
+        if !eos.contains(&id) {
+            eos.push(id);
+        }
+    }
+    let info = EngineInfo {
+        model_path: resolved.path().display().to_string(),
+        max_model_len: plan.max_model_len,
+        vocab_size: params.vocab_size,
+        block_size: cfg.block_size,
+        num_kv_blocks: plan.num_blocks,
+        kv_cache_bytes: plan.kv_bytes,
+        weights_bytes,
+        dtype: dtype.as_str().to_string(),
+        device,
+        max_num_seqs: cfg.max_num_seqs,
+        eos_token_ids: eos.clone(),
+    };
+    let metrics = Arc::new(EngineMetrics::default());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let engine = EngineLoop::new(scheduler, Box::new(runner), tokenizer.clone(), metrics.clone(), eos, cfg.seed);
+    std::thread::Builder::new()
+        .name("rserve-engine".into())
+        .spawn(move || engine.run(rx))
+        .map_err(|e| EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
+    Ok(EngineHandle {
+        tx,
+        info: Arc::new(info),
+        metrics,
+        tokenizer,
+        chat_template: chat_template.map(Arc::new),
+        next_id: Arc::new(AtomicU64::new(1)),
+        default_sampling: sampling_defaults,
+    })
+}

@@ -1,0 +1,295 @@
+//! The engine loop: one thread owns the scheduler, the model runner and every live request's state. It takes
+//! commands, runs steps while work exists, samples, and streams each request's events.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rserve_scheduler::{FinishStatus, NewRequest, RequestId, Scheduler, SchedulerOutput};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::handle::Command;
+use super::metrics::EngineMetrics;
+use super::output::TextOutput;
+use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, TokenLogprob, Usage};
+use crate::model::{BatchInput, SeqInput};
+use crate::runner::StepRunner;
+use crate::sampling;
+use crate::tokenizer::Tokenizer;
+
+/// State of one request while it lives in the engine.
+struct Live {
+    events: UnboundedSender<RequestEvent>,
+    prompt: Vec<u32>,
+    output: Vec<u32>,
+    sampling: SamplingParams,
+    rng: StdRng,
+    text: TextOutput,
+    arrival: Instant,
+    last_token: Option<Instant>,
+    cached_tokens: usize,
+    /// Log-probs of tokens sampled this step, sent with the next delta.
+    logprobs: Vec<TokenLogprob>,
+}
+
+pub(crate) struct EngineLoop {
+    pub(crate) scheduler: Scheduler,
+    pub(crate) runner: Box<dyn StepRunner>,
+    pub(crate) tokenizer: Arc<Tokenizer>,
+    pub(crate) metrics: Arc<EngineMetrics>,
+    pub(crate) eos_token_ids: Vec<u32>,
+    pub(crate) seed: u64,
+    live: HashMap<RequestId, Live>,
+    shutting_down: bool,
+}
+
+impl EngineLoop {
+    pub(crate) fn new(
+        scheduler: Scheduler,
+        runner: Box<dyn StepRunner>,
+        tokenizer: Arc<Tokenizer>,
+        metrics: Arc<EngineMetrics>,
+        eos_token_ids: Vec<u32>,
+        seed: u64,
+    ) -> Self {
+        Self { scheduler, runner, tokenizer, metrics, eos_token_ids, seed, live: HashMap::new(), shutting_down: false }
+    }
+
+    /// Runs until a `Shutdown` command arrives or every handle is gone.
+    pub(crate) fn run(mut self, rx: std::sync::mpsc::Receiver<Command>) {
+        loop {
+            if !self.scheduler.has_unfinished() {
+                self.publish_gauges();
+                match rx.recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => break,
+                }
+            }
+            while let Ok(cmd) = rx.try_recv() {
+                self.handle(cmd);
+            }
+            if self.shutting_down {
+                let ids: Vec<RequestId> = self.live.keys().copied().collect();
+                for id in ids {
+                    self.finish(id, FinishReason::Abort, None, false);
+                }
+                break;
+            }
+            if self.scheduler.has_unfinished() {
+                self.step();
+            }
+        }
+        self.publish_gauges();
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Add { id, request, events } => self.add(id, request, events),
+            Command::Abort { id } => {
+                if self.live.remove(&id).is_some() {
+                    self.scheduler.abort(id);
+                }
+            }
+            Command::Shutdown => self.shutting_down = true,
+        }
+    }
+
+    fn add(&mut self, id: RequestId, req: GenerateRequest, events: UnboundedSender<RequestEvent>) {
+        let GenerateRequest { prompt_token_ids, sampling, stop } = req;
+        let text = match TextOutput::new(self.tokenizer.clone(), &prompt_token_ids, stop.skip_special_tokens, stop.stop) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = events.send(RequestEvent::Error(e.to_string()));
+                return;
+            }
+        };
+        let mut stop_ids = stop.stop_token_ids.clone();
+        if !stop.ignore_eos {
+            stop_ids.extend(&self.eos_token_ids);
+        }
+        let seed = sampling.seed.unwrap_or_else(|| self.seed ^ id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let new = NewRequest {
+            id,
+            prompt_token_ids: prompt_token_ids.clone(),
+            max_tokens: stop.max_tokens,
+            min_tokens: stop.min_tokens,
+            stop_token_ids: stop_ids,
+        };
+        if let Err(e) = self.scheduler.add_request(new) {
+            let _ = events.send(RequestEvent::Error(e.to_string()));
+            return;
+        }
+        self.live.insert(
+            id,
+            Live {
+                events,
+                prompt: prompt_token_ids,
+                output: Vec::new(),
+                sampling,
+                rng: StdRng::seed_from_u64(seed),
+                text,
+                arrival: Instant::now(),
+                last_token: None,
+                cached_tokens: 0,
+                logprobs: Vec::new(),
+            },
+        );
+        self.publish_gauges();
+    }
+
+    fn step(&mut self) {
+        let out = self.scheduler.schedule();
+        if out.seqs.is_empty() {
+            // Nothing could be scheduled (e.g. every waiting request waits for blocks held by none): don't spin.
+            std::thread::sleep(Duration::from_millis(1));
+            self.publish_gauges();
+            return;
+        }
+        let batch = BatchInput {
+            seqs: out
+                .seqs
+                .iter()
+                .map(|s| SeqInput {
+                    token_ids: s.token_ids.clone(),
+                    start_position: s.start_position,
+                    block_table: s.block_table.iter().map(|b| b.0).collect(),
+                    slot_mapping: s.slot_mapping.clone(),
+                })
+                .collect(),
+        };
+        let logits = match self.runner.execute(&batch) {
+            Ok(l) => l,
+            Err(e) => return self.fail_step(&out, &e.to_string()),
+        };
+        self.metrics.computed_tokens_total.fetch_add(out.num_batched_tokens as u64, Ordering::Relaxed);
+        let sampled = self.sample(&out, logits);
+        let outputs = self.scheduler.update_from_output(&out, &sampled);
+        for o in outputs {
+            self.on_output(o.request_id, o.new_token, o.finished);
+        }
+        self.publish_gauges();
+    }
+
+    fn sample(&mut self, out: &SchedulerOutput, mut logits: Vec<f32>) -> Vec<(RequestId, u32)> {
+        let vocab = self.runner.vocab_size();
+        let mut sampled = Vec::new();
+        for (i, s) in out.seqs.iter().enumerate() {
+            let Some(live) = self.live.get_mut(&s.request_id) else { continue };
+            live.cached_tokens = live.cached_tokens.max(s.num_cached_tokens);
+            if !s.sample {
+                continue;
+            }
+            let Some(row) = logits.get_mut(i * vocab..(i + 1) * vocab) else { continue };
+            let r = sampling::sample(row, &live.sampling, &live.prompt, &live.output, &mut live.rng);
+            if let Some((lp, top)) = r.logprob {
+                let name = |id: u32| self.tokenizer.token_to_string(id).unwrap_or_default();
+                live.logprobs.push(TokenLogprob {
+                    token_id: r.token,
+                    token: name(r.token),
+                    logprob: lp,
+                    top: top.into_iter().map(|(id, l)| (id, name(id), l)).collect(),
+                });
+            }
+            sampled.push((s.request_id, r.token));
+        }
+        sampled
+    }
+
+    fn on_output(&mut self, id: RequestId, token: Option<u32>, finished: Option<FinishStatus>) {
+        let now = Instant::now();
+        let Some(live) = self.live.get_mut(&id) else { return };
+        let mut text = String::new();
+        let mut stop_str = None;
+        if let Some(t) = token {
+            live.output.push(t);
+            let m = &self.metrics;
+            m.generation_tokens_total.fetch_add(1, Ordering::Relaxed);
+            match live.last_token {
+                None => {
+                    m.ttft.observe(now.duration_since(live.arrival).as_secs_f64());
+                    m.prompt_tokens_total.fetch_add(live.prompt.len() as u64, Ordering::Relaxed);
+                }
+                Some(prev) => m.itl.observe(now.duration_since(prev).as_secs_f64()),
+            }
+            live.last_token = Some(now);
+            // A stop token's own text is not part of the output.
+            if !matches!(finished, Some(FinishStatus::StopToken(_))) {
+                match live.text.push(t) {
+                    Ok((s, stop)) => {
+                        text = s;
+                        stop_str = stop;
+                    }
+                    Err(e) => {
+                        let _ = live.events.send(RequestEvent::Error(e.to_string()));
+                        self.live.remove(&id);
+                        self.scheduler.abort(id);
+                        return;
+                    }
+                }
+            }
+        }
+        let logprobs = std::mem::take(&mut live.logprobs);
+        if !text.is_empty() || token.is_some() {
+            let delta = RequestEvent::Delta { text, token_ids: token.into_iter().collect(), logprobs };
+            if live.events.send(delta).is_err() {
+                // The client went away: free its blocks now.
+                self.live.remove(&id);
+                self.scheduler.abort(id);
+                return;
+            }
+        }
+        if let Some(s) = stop_str {
+            self.scheduler.abort(id);
+            self.finish(id, FinishReason::Stop, Some(s), false);
+        } else if let Some(f) = finished {
+            let (reason, stop) = match f {
+                FinishStatus::StopToken(t) => (FinishReason::Stop, Some(t.to_string())),
+                FinishStatus::Length => (FinishReason::Length, None),
+            };
+            self.finish(id, reason, stop, true);
+        }
+    }
+
+    /// Sends the request's last text (when `flush`) and its `Finished` event, and forgets it. The scheduler side is
+    /// already done (or is aborted by the caller).
+    fn finish(&mut self, id: RequestId, reason: FinishReason, stop_reason: Option<String>, flush: bool) {
+        let Some(mut live) = self.live.remove(&id) else { return };
+        if flush {
+            if let Ok((rest, _)) = live.text.finish() {
+                if !rest.is_empty() {
+                    let _ = live.events.send(RequestEvent::Delta { text: rest, token_ids: vec![], logprobs: vec![] });
+                }
+            }
+        }
+        let usage = Usage { prompt_tokens: live.prompt.len(), completion_tokens: live.output.len(), cached_tokens: live.cached_tokens };
+        self.metrics.e2e.observe(live.arrival.elapsed().as_secs_f64());
+        self.metrics.requests_finished_total.fetch_add(1, Ordering::Relaxed);
+        let _ = live.events.send(RequestEvent::Finished { reason, usage, stop_reason });
+    }
+
+    fn fail_step(&mut self, out: &SchedulerOutput, message: &str) {
+        tracing::error!("model step failed: {message}");
+        for s in &out.seqs {
+            if let Some(live) = self.live.remove(&s.request_id) {
+                let _ = live.events.send(RequestEvent::Error(format!("model step failed: {message}")));
+            }
+            self.scheduler.abort(s.request_id);
+        }
+        self.publish_gauges();
+    }
+
+    fn publish_gauges(&self) {
+        let s = self.scheduler.stats();
+        let m = &self.metrics;
+        m.num_requests_running.store(s.num_running as u64, Ordering::Relaxed);
+        m.num_requests_waiting.store(s.num_waiting as u64, Ordering::Relaxed);
+        m.kv_blocks_used.store(s.num_blocks_used as u64, Ordering::Relaxed);
+        m.kv_blocks_total.store(s.num_blocks_total as u64, Ordering::Relaxed);
+        m.num_preemptions_total.store(s.num_preemptions as u64, Ordering::Relaxed);
+        m.prefix_cache_queries_total.store(s.prefix_cache_queries as u64, Ordering::Relaxed);
+        m.prefix_cache_hits_total.store(s.prefix_cache_hits as u64, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,110 @@
+//! The engine thread on the real SmolLM2 model: preemption under a tiny KV cache, chunked prefill and prefix caching
+//! change how work is scheduled but never the greedy tokens; a shared prefix is computed once.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use rserve_engine::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopParams};
+use rserve_engine::engine::{start, EngineConfig, EngineHandle};
+
+const PER_TOKEN_KV_BYTES: u64 = 30 * 2 * 3 * 64 * 4;
+
+fn config(max_model_len: usize, kv_tokens: u64, batched: usize) -> EngineConfig {
+    let mut c = EngineConfig::new(common::smollm2_gguf().to_str().unwrap());
+    c.max_model_len = Some(max_model_len);
+    c.kv_cache_memory_bytes = Some(kv_tokens * PER_TOKEN_KV_BYTES);
+    c.max_num_batched_tokens = Some(batched);
+    c.max_num_seqs = 8;
+    c
+}
+
+fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        prompt_token_ids: prompt,
+        sampling: SamplingParams { temperature: 0.0, ..Default::default() },
+        stop: StopParams { max_tokens, ignore_eos: true, skip_special_tokens: true, ..Default::default() },
+    }
+}
+
+/// Submits all requests at once; returns each one's tokens and cached-token count.
+fn run_all(engine: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<(Vec<u32>, usize)> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut streams: Vec<_> = reqs.into_iter().map(|r| engine.submit(r).unwrap()).collect();
+        let mut results = Vec::new();
+        for s in streams.iter_mut() {
+            let mut toks = Vec::new();
+            loop {
+                match s.next().await.expect("stream ended without Finished") {
+                    RequestEvent::Delta { token_ids, .. } => toks.extend(token_ids),
+                    RequestEvent::Finished { reason, usage, .. } => {
+                        assert_eq!(reason, FinishReason::Length);
+                        assert_eq!(usage.completion_tokens, toks.len());
+                        results.push((toks, usage.cached_tokens));
+                        break;
+                    }
+                    RequestEvent::Error(e) => panic!("engine error: {e}"),
+                }
+            }
+        }
+        results
+    })
+}
+
+fn prompt(seed: u32, len: usize) -> Vec<u32> {
+    (0..len as u32).map(|i| 200 + (seed * 7919 + i * 104_729) % 40_000).collect()
+}
+
+fn tokens(r: Vec<(Vec<u32>, usize)>) -> Vec<Vec<u32>> {
+    r.into_iter().map(|(t, _)| t).collect()
+}
+
+#[test]
+fn preemption_and_chunking_keep_greedy_outputs() {
+    let reqs = || (0..6).map(|i| greedy(prompt(i, 20 + 7 * i as usize), 40)).collect::<Vec<_>>();
+    let ample = start(config(128, 4096, 2048)).unwrap();
+    let want = tokens(run_all(&ample, reqs()));
+    ample.shutdown();
+
+    // 8 blocks of 16: exactly one maximum-length (128) request fits, six compete.
+    let tiny = start(config(128, 128, 2048)).unwrap();
+    let got = tokens(run_all(&tiny, reqs()));
+    assert!(tiny.metrics().num_preemptions_total.load(Ordering::Relaxed) > 0, "the tiny cache never preempted");
+    assert_eq!(got, want, "outputs changed under preemption");
+    tiny.shutdown();
+
+    // A prompt longer than --max-num-batched-tokens is prefilled in chunks of 16.
+    let chunked = start(config(128, 4096, 16)).unwrap();
+    let got = tokens(run_all(&chunked, reqs()));
+    assert_eq!(got, want, "outputs changed under chunked prefill");
+    chunked.shutdown();
+}
+
+#[test]
+fn shared_prefix_is_computed_once() {
+    let engine = start(config(1280, 4096, 2048)).unwrap();
+    let prefix = prompt(1, 1000);
+    let mut a = prefix.clone();
+    a.extend(prompt(2, 10));
+    let mut b = prefix.clone();
+    b.extend(prompt(3, 20));
+    let (a_out, a_cached) = run_all(&engine, vec![greedy(a.clone(), 1)]).remove(0);
+    assert_eq!((a_out.len(), a_cached), (1, 0));
+    let before = engine.metrics().computed_tokens_total.load(Ordering::Relaxed);
+    let (_, b_cached) = run_all(&engine, vec![greedy(b.clone(), 1)]).remove(0);
+    let computed = engine.metrics().computed_tokens_total.load(Ordering::Relaxed) - before;
+    let full_blocks = 1000 / 16 * 16;
+    assert_eq!(b_cached, full_blocks, "prefix cache hit");
+    assert_eq!(computed as usize, b.len() - full_blocks, "only the suffix is computed");
+    engine.shutdown();
+    // The same request on an engine without prefix caching computes everything.
+    let mut cfg = config(1280, 4096, 2048);
+    cfg.enable_prefix_caching = false;
+    let plain = start(cfg).unwrap();
+    run_all(&plain, vec![greedy(a, 1)]);
+    let before = plain.metrics().computed_tokens_total.load(Ordering::Relaxed);
+    run_all(&plain, vec![greedy(b.clone(), 1)]);
+    assert_eq!((plain.metrics().computed_tokens_total.load(Ordering::Relaxed) - before) as usize, b.len());
+    plain.shutdown();
+}
