@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# test.sh — the whole test suite: Rust unit, property and golden tests (`cargo test`), then the end-to-end suite
+# that starts the real binary and talks to it with the official openai Python client.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+bash scripts/setup.sh
+export RSERVE_TEST_MODELS="${RSERVE_TEST_MODELS:-$REPO/models/x}"
+cargo test --locked --workspace
+export RSERVE_BIN="$REPO/target/debug/rserve"
+.venv/bin/python -m pytest -q tests/python
