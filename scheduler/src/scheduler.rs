@@ -348,6 +348,7 @@ fn fill_seq(
     s.block_table.extend_from_slice(table);
     s.slot_mapping.clear();
     // Walk block by block instead of dividing per token.
+    s.slot_mapping.reserve(num_new);
     let (mut block, mut offset) = (start / block_size, start % block_size);
     for _ in start..end {
         s.slot_mapping.push(table[block].0 * block_size as u32 + offset as u32);

@@ -133,7 +133,7 @@ impl ChatTemplate {
         let time = clock.clone();
         env.add_function("strftime_now", move |format: String| clock::strftime(&format, time.now()));
         env.add_filter("tojson", pyjson::tojson);
-        env.set_formatter(pyrepr::format);
+        // env.set_formatter(pyrepr::format);
         env.add_template_owned(TEMPLATE_NAME, strip_generation_tags(&source))
             .map_err(|e| EngineError::ChatTemplate(format!("{} does not compile: {}", origin, describe(&e))))?;
         let special_tokens = specials.filter_map(|(name, value)| value.map(|v| (name, v))).collect();
