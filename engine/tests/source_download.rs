@@ -328,8 +328,12 @@ fn download_lands_in_cache_and_resolves_offline_after() {
     resolve_model("org/tiny", &opts).unwrap();
     assert_eq!(hub.seen.lock().unwrap().len(), before);
 
-    // Another revision goes to its own URL and snapshot.
-    let v2 = resolve_model("org/tiny", &opts.clone().revision(Some("v2".into()))).unwrap();
+    // Another revision goes to its own URL and snapshot (this time through the progress-bar path).
+    let with_bar = ResolveOptions {
+        progress: true,
+        ..opts.clone()
+    };
+    let v2 = resolve_model("org/tiny", &with_bar.revision(Some("v2".into()))).unwrap();
     assert_eq!(
         v2.path(),
         cache

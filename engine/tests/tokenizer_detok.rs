@@ -23,14 +23,23 @@ impl Pools {
     fn new(tokenizer: Arc<Tokenizer>) -> Self {
         let n = tokenizer.vocab_size() as u32;
         let partial: Vec<u32> = (0..n)
-            .filter(|&id| tokenizer.token_bytes(id).is_some_and(|b| std::str::from_utf8(&b).is_err()))
+            .filter(|&id| {
+                tokenizer
+                    .token_bytes(id)
+                    .is_some_and(|b| std::str::from_utf8(&b).is_err())
+            })
             .collect();
         let multibyte = tokenizer
             .encode("👋🌍 😀👍🏽🧑‍💻👨‍👩‍👧‍👦🇫🇷 你好，世界！한국어 ∑∫√ 𝔘𝔫𝔦 ภาษาไทย", false)
             .expect("encode");
         let special: Vec<u32> = (0..n).filter(|&id| tokenizer.is_special_token(id)).take(64).collect();
         assert!(partial.len() > 10 && !special.is_empty(), "pools too small");
-        Self { tokenizer, partial, multibyte, special }
+        Self {
+            tokenizer,
+            partial,
+            multibyte,
+            special,
+        }
     }
 
     fn strategy(&'static self) -> impl Strategy<Value = Vec<u32>> {
@@ -52,7 +61,10 @@ fn stream(tok: &Arc<Tokenizer>, ids: &[u32], skip: bool) -> Result<(), TestCaseE
     let mut out = String::new();
     for &id in ids {
         out.push_str(&detok.push(id).expect("push"));
-        prop_assert!(full.starts_with(&out), "streamed {out:?} is not a prefix of {full:?} (ids {ids:?})");
+        prop_assert!(
+            full.starts_with(&out),
+            "streamed {out:?} is not a prefix of {full:?} (ids {ids:?})"
+        );
     }
     out.push_str(&detok.finish().expect("finish"));
     prop_assert_eq!(&out, &full, "ids {:?}", ids);
@@ -81,7 +93,9 @@ fn byte_fallback_tokenizer() -> Arc<Tokenizer> {
         for b in 0..=255u32 {
             vocab.insert(format!("<0x{b:02X}>"), (3 + b).into());
         }
-        for w in ["▁", "▁▁", "▁Hello", "▁world", "a", "b", "▁a", ".", "!", "é", "▁caf", "é!", "你", "好"] {
+        for w in [
+            "▁", "▁▁", "▁Hello", "▁world", "a", "b", "▁a", ".", "!", "é", "▁caf", "é!", "你", "好",
+        ] {
             let id = vocab.len();
             vocab.insert(w.into(), id.into());
         }
@@ -202,4 +216,59 @@ fn window_stays_small_over_a_long_stream() {
     out.push_str(&detok.finish().unwrap());
     assert_eq!(out, text);
     assert!(widest <= 12, "window grew to {widest} ids over {} ids", ids.len());
+}
+
+/// Streams `ids`, checking the prefix invariant; returns (text sent before `finish`, widest window, all text).
+fn stream_measured(tok: &Arc<Tokenizer>, ids: &[u32]) -> (String, usize, String) {
+    let full = tok.decode(ids, false).unwrap();
+    let mut detok = IncrementalDetokenizer::new(tok.clone(), false);
+    let (mut out, mut widest) = (String::new(), 0);
+    for &id in ids {
+        out.push_str(&detok.push(id).unwrap());
+        assert!(full.starts_with(&out), "streamed {out:?} is not a prefix of {full:?}");
+        widest = widest.max(detok.window_len());
+    }
+    let before_finish = out.clone();
+    out.push_str(&detok.finish().unwrap());
+    (before_finish, widest, out)
+}
+
+#[test]
+fn long_runs_of_invalid_bytes_are_sent_with_a_bounded_window() {
+    let tok = smollm2();
+    // Tokens made only of UTF-8 continuation bytes: every prefix of their text ends in U+FFFD. A "€" (three bytes,
+    // three tokens) every 37 tokens gives cuts that would split a character and must be skipped.
+    let continuation: Vec<u32> = smollm2_pools()
+        .partial
+        .iter()
+        .copied()
+        .filter(|&id| tok.token_bytes(id).unwrap().iter().all(|b| (0x80..=0xBF).contains(b)))
+        .collect();
+    assert!(continuation.len() >= 32, "too few continuation-byte tokens");
+    let euro = tok.encode("€", false).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..400 {
+        if i % 37 == 0 {
+            ids.extend(&euro);
+        }
+        ids.push(continuation[(i * 7919) % continuation.len()]);
+    }
+    let (before_finish, widest, out) = stream_measured(&tok, &ids);
+    assert_eq!(out, tok.decode(&ids, false).unwrap());
+    assert!(!before_finish.is_empty(), "nothing was sent before finish");
+    assert!(widest <= 40, "window grew to {widest} ids");
+}
+
+#[test]
+fn long_valid_byte_fallback_runs_stream_before_finish() {
+    let tok = byte_fallback_tokenizer();
+    let euro: Vec<u32> = "€"
+        .bytes()
+        .map(|b| tok.token_to_id(&format!("<0x{b:02X}>")).unwrap())
+        .collect();
+    let ids: Vec<u32> = euro.iter().copied().cycle().take(300).collect();
+    let (before_finish, widest, out) = stream_measured(&tok, &ids);
+    assert_eq!(out, tok.decode(&ids, false).unwrap());
+    assert!(!before_finish.is_empty(), "a long valid run must not wait for the end");
+    assert!(widest <= 140, "window grew to {widest} ids");
 }

@@ -34,9 +34,8 @@ pub struct Scheduler {
     live: IdSet<RequestId>,
     /// Finished or aborted since the last `schedule()`.
     finished_ids: Vec<RequestId>,
-    /// Buffers handed back through `recycle()`, reused by the next `schedule()`.
+    /// The seqs of an output handed back through `recycle()`; the next `schedule()` refills them in place.
     spare_seqs: Vec<ScheduledSeq>,
-    spare_seq_list: Vec<ScheduledSeq>,
     num_preemptions: u64,
     prefix_cache_queries: u64,
     prefix_cache_hits: u64,
@@ -54,7 +53,6 @@ impl Scheduler {
             live: IdSet::default(),
             finished_ids: Vec::new(),
             spare_seqs: Vec::new(),
-            spare_seq_list: Vec::new(),
             num_preemptions: 0,
             prefix_cache_queries: 0,
             prefix_cache_hits: 0,
@@ -127,16 +125,16 @@ impl Scheduler {
 
     /// Plans one step: which requests compute which tokens, with their block tables and slot mappings.
     pub fn schedule(&mut self) -> SchedulerOutput {
-        let mut seqs = std::mem::take(&mut self.spare_seq_list);
-        seqs.reserve(self.running.len() + 1);
+        // `out.seqs` starts as the recycled seqs; `filled` counts the entries rewritten this step.
         let mut out = SchedulerOutput {
-            seqs,
+            seqs: std::mem::take(&mut self.spare_seqs),
             num_batched_tokens: 0,
             preempted: Vec::new(),
             finished_ids: std::mem::take(&mut self.finished_ids),
         };
         let mut budget = self.cfg.max_num_batched_tokens;
         let bs = self.cfg.block_size;
+        let mut filled = 0;
 
         // 1. Running requests, in admission order.
         let mut i = 0;
@@ -162,8 +160,7 @@ impl Scheduler {
             };
             if scheduled {
                 let table = self.kv.block_table(id).unwrap_or(&[]);
-                let spare = self.spare_seqs.pop();
-                out.seqs.push(fill_seq(spare, &mut self.running[i], table, num_new, bs));
+                fill_seq(next_seq(&mut out.seqs, &mut filled), &mut self.running[i], table, num_new, bs);
                 budget -= num_new;
                 i += 1;
             }
@@ -171,14 +168,15 @@ impl Scheduler {
 
         // 2. Waiting requests, first come first served; not in a step that had to preempt.
         if out.preempted.is_empty() {
-            self.admit_waiting(&mut out, &mut budget);
+            self.admit_waiting(&mut out, &mut filled, &mut budget);
         }
+        out.seqs.truncate(filled);
 
         out.num_batched_tokens = self.cfg.max_num_batched_tokens - budget;
         out
     }
 
-    fn admit_waiting(&mut self, out: &mut SchedulerOutput, budget: &mut usize) {
+    fn admit_waiting(&mut self, out: &mut SchedulerOutput, filled: &mut usize, budget: &mut usize) {
         while *budget > 0 && self.running.len() < self.cfg.max_num_seqs {
             let Some(req) = self.waiting.front() else { break };
             let (hits, num_cached) = self.kv.get_computed_blocks(req);
@@ -196,8 +194,7 @@ impl Scheduler {
             self.prefix_cache_queries += req.num_tokens() as u64;
             self.prefix_cache_hits += num_cached as u64;
             let table = self.kv.block_table(req.id).unwrap_or(&[]);
-            let spare = self.spare_seqs.pop();
-            out.seqs.push(fill_seq(spare, &mut req, table, num_new, self.cfg.block_size));
+            fill_seq(next_seq(&mut out.seqs, filled), &mut req, table, num_new, self.cfg.block_size);
             self.running.push(req);
             *budget -= num_new;
         }
@@ -224,7 +221,9 @@ impl Scheduler {
         let mut run_cursor = 0;
         let bs = self.cfg.block_size;
         for seq in &out.seqs {
-            let Some(idx) = find_running(&self.running, run_cursor, seq.request_id) else { continue };
+            let Some(idx) = find_running(&self.running, run_cursor, seq.request_id) else {
+                continue;
+            };
             run_cursor = idx + 1;
             let req = &mut self.running[idx];
             if req.status != RequestStatus::Running || req.num_computed_tokens != seq.start_position {
@@ -239,7 +238,9 @@ impl Scheduler {
             if !seq.sample {
                 continue;
             }
-            let Some(token) = find_sample(sampled, &mut sample_cursor, seq.request_id) else { continue };
+            let Some(token) = find_sample(sampled, &mut sample_cursor, seq.request_id) else {
+                continue;
+            };
             req.append_output(token);
             self.kv.update_block_hashes(req);
             let finished = req.check_stop(self.cfg.max_model_len);
@@ -247,7 +248,11 @@ impl Scheduler {
                 req.status = RequestStatus::Finished;
                 any_finished = true;
             }
-            outputs.push(RequestOutput { request_id: seq.request_id, new_token: Some(token), finished });
+            outputs.push(RequestOutput {
+                request_id: seq.request_id,
+                new_token: Some(token),
+                finished,
+            });
         }
         if any_finished {
             let kv = &mut self.kv;
@@ -268,11 +273,9 @@ impl Scheduler {
 
     /// Hands a finished step's output back so that the next `schedule()` reuses its buffers instead of allocating.
     /// Optional: dropping the output is equally correct.
-    pub fn recycle(&mut self, mut out: SchedulerOutput) {
-        let keep = self.cfg.max_num_seqs.saturating_sub(self.spare_seqs.len());
-        self.spare_seqs.extend(out.seqs.drain(..).take(keep));
-        if out.seqs.capacity() > self.spare_seq_list.capacity() {
-            self.spare_seq_list = out.seqs;
+    pub fn recycle(&mut self, out: SchedulerOutput) {
+        if out.seqs.len() >= self.spare_seqs.len() {
+            self.spare_seqs = out.seqs;
         }
     }
 
@@ -289,7 +292,11 @@ impl Scheduler {
             ));
         }
         if self.running.len() > self.cfg.max_num_seqs {
-            return Err(format!("{} running > max_num_seqs {}", self.running.len(), self.cfg.max_num_seqs));
+            return Err(format!(
+                "{} running > max_num_seqs {}",
+                self.running.len(),
+                self.cfg.max_num_seqs
+            ));
         }
         for r in &self.running {
             if r.status != RequestStatus::Running || !self.live.contains(&r.id) {
@@ -307,37 +314,46 @@ impl Scheduler {
         }
         for r in &self.waiting {
             if r.status != RequestStatus::Waiting || r.num_computed_tokens != 0 || !self.live.contains(&r.id) {
-                return Err(format!("waiting {}: {:?}, {} computed", r.id, r.status, r.num_computed_tokens));
+                return Err(format!(
+                    "waiting {}: {:?}, {} computed",
+                    r.id, r.status, r.num_computed_tokens
+                ));
             }
             if self.kv.block_table(r.id).is_some() {
                 return Err(format!("waiting {} holds blocks", r.id));
             }
         }
         if self.kv.num_tables() != self.running.len() {
-            return Err(format!("{} block tables for {} running", self.kv.num_tables(), self.running.len()));
+            return Err(format!(
+                "{} block tables for {} running",
+                self.kv.num_tables(),
+                self.running.len()
+            ));
         }
         Ok(())
     }
 }
 
-/// Fills `spare` (or a new entry) with `req`'s next `num_new` tokens, whose slots `table` covers.
-fn fill_seq(
-    spare: Option<ScheduledSeq>,
-    req: &mut Request,
-    table: &[BlockId],
-    num_new: usize,
-    block_size: usize,
-) -> ScheduledSeq {
-    let mut s = spare.unwrap_or_else(|| ScheduledSeq {
-        request_id: req.id,
-        token_ids: Vec::new(),
-        start_position: 0,
-        block_table: Vec::new(),
-        slot_mapping: Vec::new(),
-        sample: false,
-        num_cached_tokens: 0,
-        is_first_schedule: false,
-    });
+/// The entry at `*filled` of `seqs` (a recycled one, or a new empty one), advancing `*filled`.
+fn next_seq<'a>(seqs: &'a mut Vec<ScheduledSeq>, filled: &mut usize) -> &'a mut ScheduledSeq {
+    if *filled == seqs.len() {
+        seqs.push(ScheduledSeq {
+            request_id: RequestId(0),
+            token_ids: Vec::new(),
+            start_position: 0,
+            block_table: Vec::new(),
+            slot_mapping: Vec::new(),
+            sample: false,
+            num_cached_tokens: 0,
+            is_first_schedule: false,
+        });
+    }
+    *filled += 1;
+    &mut seqs[*filled - 1]
+}
+
+/// Rewrites `s` with `req`'s next `num_new` tokens, whose slots `table` covers, reusing `s`'s buffers.
+fn fill_seq(s: &mut ScheduledSeq, req: &mut Request, table: &[BlockId], num_new: usize, block_size: usize) {
     let start = req.num_computed_tokens;
     let end = start + num_new;
     s.request_id = req.id;
@@ -361,7 +377,6 @@ fn fill_seq(
     s.sample = end == req.num_tokens();
     s.num_cached_tokens = req.num_cached_tokens.unwrap_or(0);
     s.is_first_schedule = std::mem::replace(&mut req.first_schedule_pending, false);
-    s
 }
 
 /// Index of running request `id`, searching forward from `from` first.

@@ -16,7 +16,9 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 /// True if the `Authorization` header value carries this key.
 pub fn authorized(header: Option<&[u8]>, key: &str) -> bool {
     let Some(h) = header else { return false };
-    let Some(token) = h.strip_prefix(b"Bearer ") else { return false };
+    let Some(token) = h.strip_prefix(b"Bearer ") else {
+        return false;
+    };
     same_bytes(token, key.as_bytes())
 }
 

@@ -282,7 +282,9 @@ fn parse_dtype(s: &str) -> Result<DTypeArg, String> {
 pub fn parse_human_int(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let bad = || format!("invalid number '{s}' (examples: 4096, 4k, 1.5m, 2G)");
-    let Some(last) = s.chars().last() else { return Err(bad()) };
+    let Some(last) = s.chars().last() else {
+        return Err(bad());
+    };
     let (decimal, binary) = match last {
         'k' => (Some(1e3), None),
         'm' => (Some(1e6), None),
@@ -306,7 +308,9 @@ pub fn parse_human_int(s: &str) -> Result<u64, String> {
         }
         return Ok(r as u64);
     }
-    let v: u64 = number.parse().map_err(|_| format!("invalid number '{s}': decimals are not allowed with binary suffixes"))?;
+    let v: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid number '{s}': decimals are not allowed with binary suffixes"))?;
     v.checked_mul(binary.unwrap_or(1)).ok_or_else(bad)
 }
 
@@ -406,7 +410,10 @@ impl EngineArgs {
 
     /// The model from the positional argument or `--model`.
     pub fn resolve_model(&self, positional: Option<&str>) -> Result<String, CliError> {
-        positional.or(self.model.model.as_deref()).map(str::to_owned).ok_or(CliError::NoModel)
+        positional
+            .or(self.model.model.as_deref())
+            .map(str::to_owned)
+            .ok_or(CliError::NoModel)
     }
 }
 
@@ -417,7 +424,11 @@ impl ServeArgs {
         if names.iter().any(|n| n.is_empty()) {
             return Err(CliError::EmptyServedName);
         }
-        Ok(if names.is_empty() { vec![model.to_owned()] } else { names.clone() })
+        Ok(if names.is_empty() {
+            vec![model.to_owned()]
+        } else {
+            names.clone()
+        })
     }
 
     pub fn shutdown_timeout(&self) -> Result<std::time::Duration, CliError> {

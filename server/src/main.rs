@@ -4,6 +4,8 @@
 //! place errors become responses), `port` + `live` (the engine seen through one trait), `stats_log`, `shutdown`.
 
 mod app;
+#[cfg(test)]
+mod app_tests;
 mod auth;
 mod cli;
 mod convert;
@@ -21,8 +23,6 @@ mod shutdown;
 mod sse;
 mod state;
 mod stats_log;
-#[cfg(test)]
-mod app_tests;
 #[cfg(test)]
 mod testing;
 

@@ -19,10 +19,15 @@ use crate::stats_log;
 /// Runs the server to completion.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let model = args.engine.resolve_model(args.model_tag.as_deref())?;
-    let config = args.engine.engine_config(&model, args.engine.scheduler.max_num_waiting)?;
+    let config = args
+        .engine
+        .engine_config(&model, args.engine.scheduler.max_num_waiting)?;
     let served_model_names = args.served_model_names(&model)?;
     let grace = args.shutdown_timeout()?;
-    tracing::info!("rserve {} serving model {model:?} as {served_model_names:?}", env!("CARGO_PKG_VERSION"));
+    tracing::info!(
+        "rserve {} serving model {model:?} as {served_model_names:?}",
+        env!("CARGO_PKG_VERSION")
+    );
     if args.engine.model.trust_remote_code || args.engine.model.enforce_eager {
         tracing::info!("--trust-remote-code and --enforce-eager are accepted for compatibility and change nothing");
     }
@@ -32,7 +37,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_num_waiting: args.engine.scheduler.max_num_waiting,
         log_requests: args.frontend.enable_log_requests,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
     let result = runtime.block_on(async move {
         let engine = tokio::task::spawn_blocking(move || LiveEngine::start(config))
             .await

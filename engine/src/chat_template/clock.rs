@@ -8,9 +8,29 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-const MONTHS: [&str; 12] =
-    ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
-const WEEKDAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const WEEKDAYS: [&str; 7] = [
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+];
 
 /// Marks "no fixed time: read the system clock".
 const USE_SYSTEM_CLOCK: i64 = i64::MIN;
@@ -49,7 +69,7 @@ struct Civil {
     hour: u32,
     minute: u32,
     second: u32,
-    weekday: usize,  // 0 = Monday
+    weekday: usize,   // 0 = Monday
     day_of_year: u32, // 1..=366
 }
 
@@ -75,7 +95,20 @@ impl Civil {
             year += 1;
         }
         let day_of_year = rest as u32 + 1;
-        let month_lengths = [31, if is_leap(year) { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+        let month_lengths = [
+            31,
+            if is_leap(year) { 29 } else { 28 },
+            31,
+            30,
+            31,
+            30,
+            31,
+            31,
+            30,
+            31,
+            30,
+            31,
+        ];
         let mut month = 1;
         let mut day = rest as u32;
         for len in month_lengths {
@@ -123,14 +156,21 @@ pub(crate) fn strftime(format: &str, unix_seconds: i64) -> String {
                 format!("{value:0width$}")
             }
         };
-        let hour12 = if t.hour % 12 == 0 { 12 } else { t.hour % 12 };
+        let hour12 = match t.hour % 12 {
+            0 => 12,
+            h => h,
+        };
         let month_name = MONTHS[(t.month - 1) as usize];
         match spec {
             'Y' => out.push_str(&t.year.to_string()),
             'y' => out.push_str(&num(t.year.rem_euclid(100) as u32, 2)),
             'm' => out.push_str(&num(t.month, 2)),
             'd' => out.push_str(&num(t.day, 2)),
-            'e' => out.push_str(&if unpadded { t.day.to_string() } else { format!("{:>2}", t.day) }),
+            'e' => out.push_str(&if unpadded {
+                t.day.to_string()
+            } else {
+                format!("{:>2}", t.day)
+            }),
             'H' => out.push_str(&num(t.hour, 2)),
             'I' => out.push_str(&num(hour12, 2)),
             'M' => out.push_str(&num(t.minute, 2)),

@@ -27,7 +27,9 @@ struct FileProgress {
 
 impl Progress for FileProgress {
     fn init(&mut self, size: usize, _filename: &str) {
+        // hf-hub calls `init` again before each (resumed) attempt, then reports the resume offset via `update`.
         self.bar.set_length(size as u64);
+        self.bar.set_position(0);
         self.bar.set_message(self.label.clone());
     }
     fn update(&mut self, size: usize) {
@@ -114,8 +116,8 @@ impl Fetcher<'_> {
 }
 
 fn build_api(opts: &ResolveOptions) -> Result<Api> {
-    ApiBuilder::new()
-        .with_cache_dir(opts.cache_dir.clone())
+    // (`ApiBuilder::new` would look up the home folder and panic without one; start from our cache instead.)
+    ApiBuilder::from_cache(Cache::new(opts.cache_dir.clone()))
         .with_endpoint(opts.endpoint.clone())
         .with_token(opts.token.clone())
         .with_retries(2)

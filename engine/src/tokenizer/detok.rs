@@ -11,6 +11,8 @@
 //! Invariant: the concatenation of every piece returned by `push` plus `finish` equals
 //! `tokenizer.decode(all_ids, skip_special_tokens)` (for a detokenizer made by `new`). Pieces never end inside a
 //! character; a U+FFFD that the full decode also has is sent once it can no longer change.
+//! One bounded exception: a byte-fallback run (`<0xNN>` tokens) longer than `MAX_BYTE_RUN_TOKENS` is sent while
+//! valid, although the tokenizer's decoder would turn the whole run into U+FFFD if an invalid byte came later.
 
 use std::sync::Arc;
 
@@ -23,6 +25,8 @@ const MAX_PENDING_TOKENS: usize = 16;
 /// A UTF-8 character spans at most 4 bytes, and every token is at least one byte, so a cut this many tokens before
 /// the end can no longer be changed by ids still to come.
 const SETTLE_TOKENS: usize = 4;
+/// How long a byte-fallback run may wait for a token of another kind before its (valid) text is sent.
+const MAX_BYTE_RUN_TOKENS: usize = 64;
 /// How many prompt ids `with_prompt` keeps as context.
 const PROMPT_CONTEXT_TOKENS: usize = 6;
 
@@ -41,7 +45,13 @@ pub struct IncrementalDetokenizer {
 impl IncrementalDetokenizer {
     /// A detokenizer with no context: its output is exactly `decode(ids, skip_special_tokens)`.
     pub fn new(tokenizer: Arc<Tokenizer>, skip_special_tokens: bool) -> Self {
-        Self { tokenizer, skip_special_tokens, ids: Vec::new(), read: 0, prefix_text: String::new() }
+        Self {
+            tokenizer,
+            skip_special_tokens,
+            ids: Vec::new(),
+            read: 0,
+            prefix_text: String::new(),
+        }
     }
 
     /// A detokenizer whose first piece is decoded after the last few `prompt_ids`, so a sentencepiece-style leading
@@ -56,7 +66,13 @@ impl IncrementalDetokenizer {
         context.drain(..context.len().saturating_sub(PROMPT_CONTEXT_TOKENS));
         let prefix_text = tokenizer.decode(&context, skip_special_tokens)?;
         let read = context.len();
-        Ok(Self { tokenizer, skip_special_tokens, ids: context, read, prefix_text })
+        Ok(Self {
+            tokenizer,
+            skip_special_tokens,
+            ids: context,
+            read,
+            prefix_text,
+        })
     }
 
     /// Feeds one generated id; returns the text that became final (often empty).
@@ -68,12 +84,13 @@ impl IncrementalDetokenizer {
         }
         self.ids.push(id);
         let text = self.decode(&self.ids)?;
-        // A byte-fallback run decodes as a whole, so it is final only once a token of another kind follows.
-        let run_may_grow = self.tokenizer.is_byte_fallback_token(id);
+        let pending = self.ids.len() - self.read;
+        // A byte-fallback run decodes as a whole (valid UTF-8, or one U+FFFD per byte), so it is final only once a
+        // token of another kind follows; past MAX_BYTE_RUN_TOKENS a valid run is sent anyway to bound the latency.
+        let run_may_grow = self.tokenizer.is_byte_fallback_token(id) && pending <= MAX_BYTE_RUN_TOKENS;
         if !text.ends_with('\u{FFFD}') && !run_may_grow {
             return self.send_up_to(self.ids.len(), text);
         }
-        let pending = self.ids.len() - self.read;
         if pending > MAX_PENDING_TOKENS {
             // A long run that keeps ending in U+FFFD: send the part that later ids can no longer change, if the
             // window splits cleanly there (decoding both halves apart gives the same text as decoding them together).

@@ -30,7 +30,8 @@ const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 /// The split used by Llama 3 (and the other names mapped to it below), as its `tokenizer.json` spells it.
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2's split: Llama 3's, but digits one at a time.
-const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// How the text is split before BPE, chosen by `tokenizer.ggml.pre`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +60,12 @@ impl PreTokenizerKind {
 
     fn pre_tokenizer(self) -> Result<PreTokenizerWrapper> {
         let split_then_bytes = |regex: &str| -> Result<PreTokenizerWrapper> {
-            let split = Split::new(SplitPattern::Regex(regex.to_owned()), SplitDelimiterBehavior::Isolated, false)
-                .map_err(|e| EngineError::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+            let split = Split::new(
+                SplitPattern::Regex(regex.to_owned()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(|e| EngineError::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
             Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into())
         };
         match self {
@@ -93,7 +98,11 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
                  put the model's tokenizer.json next to the GGUF file"
             )))
         }
-        None => return Err(EngineError::Tokenizer("GGUF file has no tokenizer (tokenizer.ggml.model)".into())),
+        None => {
+            return Err(EngineError::Tokenizer(
+                "GGUF file has no tokenizer (tokenizer.ggml.model)".into(),
+            ))
+        }
     }
     let tokens = string_array(md.get("tokenizer.ggml.tokens"), "tokenizer.ggml.tokens")?;
     if tokens.is_empty() {
@@ -118,7 +127,11 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
     };
     let bos_id = token_id("tokenizer.ggml.bos_token_id")?;
     let mut eos_ids = Vec::new();
-    for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
+    for key in [
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.eot_token_id",
+        "tokenizer.ggml.eom_token_id",
+    ] {
         if let Some(id) = token_id(key)? {
             if !eos_ids.contains(&id) {
                 eos_ids.push(id);
@@ -175,12 +188,21 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
     tokenizer.add_tokens(&added(TOKEN_TYPE_USER_DEFINED, false));
 
     let bos = bos_id.filter(|_| add_bos).map(|id| (id, tokens[id as usize].clone()));
-    let eos = eos_ids.first().copied().filter(|_| add_eos).map(|id| (id, tokens[id as usize].clone()));
+    let eos = eos_ids
+        .first()
+        .copied()
+        .filter(|_| add_eos)
+        .map(|id| (id, tokens[id as usize].clone()));
     if bos.is_some() || eos.is_some() {
         tokenizer.with_post_processor(Some(post_processor(bos, eos)?));
     }
 
-    let specials = GgufSpecials { bos_id, eos_ids, pad_id, add_bos };
+    let specials = GgufSpecials {
+        bos_id,
+        eos_ids,
+        pad_id,
+        add_bos,
+    };
     Ok((tokenizer, specials, tokens))
 }
 

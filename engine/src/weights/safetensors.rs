@@ -61,11 +61,13 @@ pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType) -
         // (candle's safetensors version may differ from ours, so go through candle's own dtype conversion.)
         match DType::try_from(view.dtype()) {
             Ok(DType::BF16 | DType::F16 | DType::F32) => {}
-            _ => return Err(EngineError::Weights(format!(
+            _ => {
+                return Err(EngineError::Weights(format!(
                 "tensor `{}` is stored as {:?}; only bf16, f16 and f32 safetensors are supported",
                 spec.name,
                 view.dtype()
-            ))),
+            )))
+            }
         }
     }
     let loaded: Vec<(String, Tensor)> = specs

@@ -11,8 +11,8 @@ use crate::error::ApiError;
 use crate::fanout::ChoiceOutput;
 use crate::openai::logprobs;
 use crate::openai::types::{
-    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse, ChatDelta,
-    ChunkUsage, CompletionChoice, CompletionLogprobs, CompletionResponse, UsageOut,
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse, ChatDelta, ChunkUsage,
+    CompletionChoice, CompletionLogprobs, CompletionResponse, UsageOut,
 };
 use crate::openai::validate::ValidPrompt;
 use crate::sse::StreamRenderer;
@@ -28,8 +28,15 @@ pub struct ResponseMeta {
 impl ResponseMeta {
     /// A fresh id such as `chatcmpl-<32 hex digits>`.
     pub fn new(prefix: &str, model: String) -> Self {
-        let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        Self { id: format!("{prefix}-{:032x}", rand::random::<u128>()), created, model }
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Self {
+            id: format!("{prefix}-{:032x}", rand::random::<u128>()),
+            created,
+            model,
+        }
     }
 }
 
@@ -40,8 +47,9 @@ pub fn to_json<T: Serialize>(value: &T) -> String {
 
 /// The `data:` payload that reports an engine failure inside a stream.
 pub fn error_json(message: &str) -> String {
-    serde_json::to_string(&ApiError::Internal(message.to_owned()).body())
-        .unwrap_or_else(|_| r#"{"error":{"message":"internal error","type":"InternalServerError","param":null,"code":null}}"#.into())
+    serde_json::to_string(&ApiError::Internal(message.to_owned()).body()).unwrap_or_else(|_| {
+        r#"{"error":{"message":"internal error","type":"InternalServerError","param":null,"code":null}}"#.into()
+    })
 }
 
 /// Token counts summed over choices: prompts counted once, completions per choice.
@@ -73,7 +81,10 @@ pub fn chat_response(
         .map(|(index, o)| ChatChoice {
             index,
             logprobs: with_logprobs.then(|| logprobs::chat(&o.logprobs)),
-            message: AssistantMessage { role: "assistant", content: o.text },
+            message: AssistantMessage {
+                role: "assistant",
+                content: o.text,
+            },
             finish_reason: o.finish.map(|f| f.as_str()),
             stop_reason: o.stop_reason,
         })
@@ -97,11 +108,14 @@ pub fn completion_response(
     with_logprobs: bool,
 ) -> CompletionResponse {
     let n = n.max(1);
-    let mut usage = UsageSum { prompt: prompts.iter().map(|p| p.token_count).sum(), ..UsageSum::default() };
+    let mut usage = UsageSum {
+        prompt: prompts.iter().map(|p| p.token_count).sum(),
+        ..UsageSum::default()
+    };
     let mut choices = Vec::with_capacity(outputs.len());
     for (index, o) in outputs.into_iter().enumerate() {
         usage.completion += o.usage.completion_tokens;
-        if index % n == 0 {
+        if index.checked_rem(n) == Some(0) {
             usage.cached += o.usage.cached_tokens;
         }
         let echo = prompts.get(index / n).and_then(|p| p.echo.as_deref()).unwrap_or("");
@@ -140,8 +154,18 @@ pub struct ChatStream {
 
 impl ChatStream {
     pub fn new(meta: ResponseMeta, n: usize, prompt_tokens: usize, include_usage: bool, with_logprobs: bool) -> Self {
-        let usage = UsageSum { prompt: prompt_tokens, ..UsageSum::default() };
-        Self { meta, n, include_usage, with_logprobs, usage, failed: false }
+        let usage = UsageSum {
+            prompt: prompt_tokens,
+            ..UsageSum::default()
+        };
+        Self {
+            meta,
+            n,
+            include_usage,
+            with_logprobs,
+            usage,
+            failed: false,
+        }
     }
 
     fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: ChunkUsage) -> String {
@@ -164,21 +188,37 @@ impl StreamRenderer for ChatStream {
     fn start(&mut self) -> Vec<String> {
         (0..self.n)
             .map(|index| {
-                let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()) };
-                self.chunk(vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None }], self.null_usage())
+                let delta = ChatDelta {
+                    role: Some("assistant"),
+                    content: Some(String::new()),
+                };
+                self.chunk(
+                    vec![ChatChunkChoice {
+                        index,
+                        delta,
+                        logprobs: None,
+                        finish_reason: None,
+                    }],
+                    self.null_usage(),
+                )
             })
             .collect()
     }
 
     fn on_event(&mut self, index: usize, event: RequestEvent) -> Vec<String> {
         match event {
-            RequestEvent::Delta { text, logprobs: lps, .. } => {
+            RequestEvent::Delta {
+                text, logprobs: lps, ..
+            } => {
                 if text.is_empty() && (lps.is_empty() || !self.with_logprobs) {
                     return Vec::new();
                 }
                 let choice = ChatChunkChoice {
                     index,
-                    delta: ChatDelta { role: None, content: Some(text) },
+                    delta: ChatDelta {
+                        role: None,
+                        content: Some(text),
+                    },
                     logprobs: self.with_logprobs.then(|| logprobs::chat(&lps)),
                     finish_reason: None,
                 };
@@ -229,12 +269,32 @@ pub struct CompletionStream {
 }
 
 impl CompletionStream {
-    pub fn new(meta: ResponseMeta, prompts: &[ValidPrompt], n: usize, include_usage: bool, with_logprobs: bool) -> Self {
+    pub fn new(
+        meta: ResponseMeta,
+        prompts: &[ValidPrompt],
+        n: usize,
+        include_usage: bool,
+        with_logprobs: bool,
+    ) -> Self {
         let n = n.max(1);
-        let echo: Vec<Option<String>> =
-            prompts.iter().flat_map(|p| std::iter::repeat_n(p.echo.clone(), n)).collect();
-        let usage = UsageSum { prompt: prompts.iter().map(|p| p.token_count).sum(), ..UsageSum::default() };
-        Self { offsets: vec![0; echo.len()], echo, meta, n, include_usage, with_logprobs, usage, failed: false }
+        let echo: Vec<Option<String>> = prompts
+            .iter()
+            .flat_map(|p| std::iter::repeat_n(p.echo.clone(), n))
+            .collect();
+        let usage = UsageSum {
+            prompt: prompts.iter().map(|p| p.token_count).sum(),
+            ..UsageSum::default()
+        };
+        Self {
+            offsets: vec![0; echo.len()],
+            echo,
+            meta,
+            n,
+            include_usage,
+            with_logprobs,
+            usage,
+            failed: false,
+        }
     }
 
     fn chunk(&self, choice: CompletionChoice) -> String {
@@ -256,7 +316,13 @@ impl StreamRenderer for CompletionStream {
             if let Some(text) = self.echo[index].take() {
                 self.offsets[index] = text.chars().count();
                 let logprobs = self.with_logprobs.then(CompletionLogprobs::default);
-                out.push(self.chunk(CompletionChoice { index, text, logprobs, finish_reason: None, stop_reason: None }));
+                out.push(self.chunk(CompletionChoice {
+                    index,
+                    text,
+                    logprobs,
+                    finish_reason: None,
+                    stop_reason: None,
+                }));
             }
         }
         out
@@ -264,7 +330,9 @@ impl StreamRenderer for CompletionStream {
 
     fn on_event(&mut self, index: usize, event: RequestEvent) -> Vec<String> {
         match event {
-            RequestEvent::Delta { text, logprobs: lps, .. } => {
+            RequestEvent::Delta {
+                text, logprobs: lps, ..
+            } => {
                 if text.is_empty() && (lps.is_empty() || !self.with_logprobs) {
                     return Vec::new();
                 }
@@ -275,11 +343,21 @@ impl StreamRenderer for CompletionStream {
                     }
                     lp
                 });
-                vec![self.chunk(CompletionChoice { index, text, logprobs, finish_reason: None, stop_reason: None })]
+                vec![self.chunk(CompletionChoice {
+                    index,
+                    text,
+                    logprobs,
+                    finish_reason: None,
+                    stop_reason: None,
+                })]
             }
-            RequestEvent::Finished { reason, usage, stop_reason } => {
+            RequestEvent::Finished {
+                reason,
+                usage,
+                stop_reason,
+            } => {
                 self.usage.completion += usage.completion_tokens;
-                if index % self.n == 0 {
+                if index.checked_rem(self.n) == Some(0) {
                     self.usage.cached += usage.cached_tokens;
                 }
                 vec![self.chunk(CompletionChoice {
