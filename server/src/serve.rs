@@ -42,11 +42,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .build()
         .context("starting tokio")?;
     let result = runtime.block_on(async move {
+        // Watch signals from the start, so that one sent while the model loads still ends in a clean exit.
+        let signals = shutdown::watch_signals(grace);
         let engine = tokio::task::spawn_blocking(move || LiveEngine::start(config))
             .await
             .context("the engine start-up task failed")?
             .context("starting the engine")?;
-        serve(Arc::new(engine), settings, &args, grace).await
+        if *signals.first.borrow() {
+            engine.shutdown();
+            tracing::info!("Shutdown requested during start-up.");
+            tracing::info!("Shutdown complete.");
+            return Ok(());
+        }
+        serve(Arc::new(engine), settings, &args, signals, grace).await
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
     result
@@ -57,6 +65,7 @@ pub async fn serve(
     engine: Arc<dyn Engine>,
     settings: ServerSettings,
     args: &ServeArgs,
+    signals: shutdown::Signals,
     grace: Duration,
 ) -> anyhow::Result<()> {
     let state = AppState::new(engine.clone(), settings);
@@ -74,7 +83,6 @@ pub async fn serve(
     );
     let stats = (!args.frontend.disable_log_stats).then(|| tokio::spawn(stats_log::run(engine.clone())));
 
-    let signals = shutdown::watch_signals(grace);
     let first = signals.first.clone();
     let draining = state.clone();
     let server = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
