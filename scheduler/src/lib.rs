@@ -16,6 +16,7 @@
 //!     for out in sched.update_from_output(&step, &sampled) {
 //!         println!("{:?}", out);
 //!     }
+//!     sched.recycle(step); // optional: the next step reuses the output's buffers
 //! }
 //! ```
 //!

@@ -160,7 +160,13 @@ impl Scheduler {
             };
             if scheduled {
                 let table = self.kv.block_table(id).unwrap_or(&[]);
-                fill_seq(next_seq(&mut out.seqs, &mut filled), &mut self.running[i], table, num_new, bs);
+                fill_seq(
+                    next_seq(&mut out.seqs, &mut filled),
+                    &mut self.running[i],
+                    table,
+                    num_new,
+                    bs,
+                );
                 budget -= num_new;
                 i += 1;
             }
@@ -194,7 +200,13 @@ impl Scheduler {
             self.prefix_cache_queries += req.num_tokens() as u64;
             self.prefix_cache_hits += num_cached as u64;
             let table = self.kv.block_table(req.id).unwrap_or(&[]);
-            fill_seq(next_seq(&mut out.seqs, filled), &mut req, table, num_new, self.cfg.block_size);
+            fill_seq(
+                next_seq(&mut out.seqs, filled),
+                &mut req,
+                table,
+                num_new,
+                self.cfg.block_size,
+            );
             self.running.push(req);
             *budget -= num_new;
         }
@@ -239,6 +251,8 @@ impl Scheduler {
                 continue;
             }
             let Some(token) = find_sample(sampled, &mut sample_cursor, seq.request_id) else {
+                // No sample came back: recompute the last token next step rather than stall with nothing to compute.
+                req.num_computed_tokens -= 1;
                 continue;
             };
             req.append_output(token);
@@ -280,7 +294,8 @@ impl Scheduler {
     }
 
     /// Checks cross-structure invariants (for tests): KV manager invariants; each running request holds a table and
-    /// each waiting one none; ids are unique; `num_computed_tokens` never exceeds the tokens or the table capacity.
+    /// each waiting one none; ids are unique; between steps a running request has at least one token left to compute
+    /// and never more computed tokens than its blocks hold.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.kv.check_invariants()?;
         if self.running.len() + self.waiting.len() != self.live.len() {
@@ -303,7 +318,7 @@ impl Scheduler {
                 return Err(format!("running {} has status {:?}", r.id, r.status));
             }
             let cap = self.kv.block_table(r.id).map_or(0, |t| t.len()) * self.cfg.block_size;
-            if r.num_computed_tokens > r.num_tokens() || r.num_computed_tokens > cap {
+            if r.num_computed_tokens >= r.num_tokens() || r.num_computed_tokens > cap {
                 return Err(format!(
                     "{}: {} computed of {} tokens, capacity {cap}",
                     r.id,

@@ -366,3 +366,32 @@ fn invalid_requests_and_configs_are_rejected() {
         Err(SchedulerError::CacheSmallerThanModelLen { .. })
     ));
 }
+
+#[test]
+fn missing_sample_recomputes_the_last_token_instead_of_stalling() {
+    let mut sched = Scheduler::new(cfg(4, 16, 64)).unwrap();
+    sched
+        .add_request(new_request(1, vec![1, 2, 3, 4, 5], 2, 0, vec![]))
+        .unwrap();
+    let out = sched.schedule();
+    assert_eq!(sched.update_from_output(&out, &[]), vec![]);
+    sched.check_invariants().unwrap();
+    let out = sched.schedule();
+    check_step(&sched, &out).unwrap();
+    assert_eq!(
+        (
+            out.seqs[0].start_position,
+            out.seqs[0].token_ids.clone(),
+            out.seqs[0].sample
+        ),
+        (4, vec![5], true)
+    );
+    let mut outcomes = HashMap::new();
+    support::record(
+        &sched.update_from_output(&out, &sample_step(&out, VOCAB)),
+        &mut outcomes,
+    )
+    .unwrap();
+    run_to_end(&mut sched, &mut outcomes);
+    assert_eq!(outcomes[&RequestId(1)].tokens.len(), 2);
+}

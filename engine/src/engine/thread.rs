@@ -170,6 +170,8 @@ impl EngineLoop {
         for o in outputs {
             self.on_output(o.request_id, o.new_token, o.finished);
         }
+        // Hand the buffers back so the next schedule() refills them instead of allocating.
+        self.scheduler.recycle(out);
         self.publish_gauges();
     }
 

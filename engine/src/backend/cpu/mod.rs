@@ -6,6 +6,7 @@
 
 mod attention;
 mod elementwise;
+mod gemv;
 mod matmul;
 
 use std::cell::{Ref, RefCell, RefMut};
