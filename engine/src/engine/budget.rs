@@ -1,6 +1,7 @@
 //! KV cache sizing: how many blocks the budget buys, and the start-up numbers users look for.
 //!
-//! On the CPU backend the "device memory" is the host's available memory: the budget is
+//! On a device with its own memory the budget is `utilization x device memory - weights` (activations are small
+//! next to it here). On the CPU backend the "device memory" is the host's available memory: the budget is
 //! `--kv-cache-memory-bytes` exactly when given, else `min(4 GiB, utilization x available - weights)` (vLLM's CPU
 //! backend also defaults to a 4 GiB KV space).
 
@@ -48,6 +49,7 @@ pub fn plan(
     kv_cache_memory_bytes: Option<u64>,
     utilization: f64,
     weights_bytes: u64,
+    device_memory: Option<u64>,
 ) -> Result<KvBudget> {
     if block_size == 0 {
         return Err(EngineError::InvalidArgument("--block-size must be positive".into()));
@@ -66,9 +68,10 @@ pub fn plan(
         Some(l) => l,
         None => p.max_position_embeddings,
     };
-    let kv_bytes = match kv_cache_memory_bytes {
-        Some(b) => b,
-        None => {
+    let kv_bytes = match (kv_cache_memory_bytes, device_memory) {
+        (Some(b), _) => b,
+        (None, Some(total)) => ((total as f64 * utilization) as u64).saturating_sub(weights_bytes),
+        (None, None) => {
             let avail = host_available_bytes().unwrap_or(CPU_DEFAULT_KV_BYTES * 2);
             let usable = (avail as f64 * utilization) as u64;
             usable.saturating_sub(weights_bytes).min(CPU_DEFAULT_KV_BYTES)

@@ -2,6 +2,7 @@
 //! commands and receives per-request events.
 
 pub mod budget;
+pub mod device;
 pub mod handle;
 mod output;
 mod start;

@@ -10,15 +10,14 @@ use rserve_scheduler::{Scheduler, SchedulerConfig};
 
 use super::budget::{self, GIB};
 use super::config::{DTypeArg, EngineConfig};
+use super::device::Device;
 use super::handle::EngineHandle;
 use super::metrics::EngineMetrics;
 use super::thread::EngineLoop;
 use crate::api::{EngineInfo, SamplingParams};
-use crate::backend::cpu::CpuBackend;
 use crate::chat_template::{ChatTemplate, TemplateSources};
 use crate::config::gguf_meta::read_gguf_header;
 use crate::error::{EngineError, Result};
-use crate::runner::ModelRunner;
 use crate::source::{resolve_model, ResolveOptions, ResolvedModel};
 use crate::tokenizer::Tokenizer;
 
@@ -93,14 +92,7 @@ fn default_sampling(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<Samp
 
 /// Loads the model and starts the engine thread. Blocking; returns once requests can be submitted.
 pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
-    match cfg.device.as_str() {
-        "auto" | "cpu" => {}
-        other => {
-            return Err(EngineError::InvalidArgument(format!(
-                "--device {other} is not available in this build (supported: auto, cpu)"
-            )))
-        }
-    }
+    let device = Device::select(&cfg.device)?;
     if cfg.kv_cache_dtype != "auto" {
         return Err(EngineError::InvalidArgument(format!(
             "--kv-cache-dtype {} is not supported yet (supported: auto)",
@@ -142,11 +134,11 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         cfg.kv_cache_memory_bytes,
         cfg.gpu_memory_utilization,
         weights_bytes,
+        device.memory_bytes(),
     )?;
-    let backend = CpuBackend::new();
-    let device = format!("{}", crate::backend::Backend::device_name(&backend));
-    tracing::info!("Device: {device}");
-    let runner = ModelRunner::new(backend, &params, &weights, plan.num_blocks, cfg.block_size)?;
+    let device_name = device.name();
+    tracing::info!("Device: {device_name}");
+    let runner = device.build_runner(&params, &weights, plan.num_blocks, cfg.block_size)?;
     drop(weights);
     tracing::info!("Available KV cache memory: {:.2} GiB", plan.kv_bytes as f64 / GIB);
     tracing::info!("KV cache size: {} tokens", plan.num_tokens(cfg.block_size));
@@ -178,13 +170,13 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         kv_cache_bytes: plan.kv_bytes,
         weights_bytes,
         dtype: dtype.as_str().to_string(),
-        device,
+        device: device_name,
         max_num_seqs: cfg.max_num_seqs,
         eos_token_ids: eos.clone(),
     };
     let metrics = Arc::new(EngineMetrics::default());
     let (tx, rx) = std::sync::mpsc::channel();
-    let engine = EngineLoop::new(scheduler, Box::new(runner), tokenizer.clone(), metrics.clone(), eos, cfg.seed);
+    let engine = EngineLoop::new(scheduler, runner, tokenizer.clone(), metrics.clone(), eos, cfg.seed);
     std::thread::Builder::new()
         .name("rserve-engine".into())
         .spawn(move || engine.run(rx))
