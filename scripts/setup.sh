@@ -20,6 +20,13 @@ command -v cargo >/dev/null || { echo "rserve needs a Rust toolchain (https://ru
 
 bash scripts/fetch-models.sh "$REPO/models"
 
+# Optional toolchains and runtimes for the device backends (SPIR-V build, Intel OpenCL CPU runtime, Level Zero null
+# driver, ...): one script each in scripts/setup.d, run in name order.
+for s in scripts/setup.d/*.sh; do
+  [ -e "$s" ] || continue
+  bash "$s"
+done
+
 if [ ! -x .venv/bin/pytest ]; then
   python3 -m venv .venv
   .venv/bin/pip install -q -r tests/python/requirements.txt

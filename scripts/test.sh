@@ -6,6 +6,12 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 bash scripts/setup.sh
 export RSERVE_TEST_MODELS="${RSERVE_TEST_MODELS:-$REPO/models/x}"
+# Environment the device backends' tests need (e.g. OCL_ICD_VENDORS for Intel's OpenCL CPU runtime): one file each.
+for e in scripts/env.d/*.sh; do
+  [ -e "$e" ] || continue
+  # shellcheck disable=SC1090
+  source "$e"
+done
 cargo test --locked --workspace
 export RSERVE_BIN="$REPO/target/debug/rserve"
 .venv/bin/python -m pytest -q tests/python
