@@ -32,5 +32,11 @@ if [ ! -x .venv/bin/pytest ]; then
   .venv/bin/pip install -q -r tests/python/requirements.txt
 fi
 
-cargo build --locked -p rserve-server --bin rserve
+# Environment of the optional parts (e.g. cargo features to build with): one file each in scripts/env.d.
+for e in scripts/env.d/*.sh; do
+  [ -e "$e" ] || continue
+  # shellcheck disable=SC1090
+  source "$e"
+done
+cargo build --locked -p rserve-server --bin rserve ${RSERVE_CARGO_FEATURES:+--features "$RSERVE_CARGO_FEATURES"}
 echo "setup done: binary at target/debug/rserve, models in models/x"

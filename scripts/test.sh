@@ -12,6 +12,6 @@ for e in scripts/env.d/*.sh; do
   # shellcheck disable=SC1090
   source "$e"
 done
-cargo test --locked --workspace
+cargo test --locked --workspace ${RSERVE_CARGO_FEATURES:+--features "$RSERVE_CARGO_FEATURES"}
 export RSERVE_BIN="$REPO/target/debug/rserve"
 .venv/bin/python -m pytest -q tests/python

@@ -1,17 +1,130 @@
-//! Portable kernel sources and their ahead-of-time build (SPIR-V, NVRTC).
+//! Portable kernel sources and their ahead-of-time build to SPIR-V.
 //!
-//! The CPU backend in `rserve-engine` is the reference every device backend is checked against; the device kernels
-//! (OpenCL C with a prelude that also compiles for CUDA) land here with the SPIR-V build (issue 5). Until then this
-//! crate only names the kernels the `Backend` ops map to, so the op list and the kernel list cannot drift apart.
+//! Each `src/cl/<module>.cl` is one portable source (OpenCL C over the macros of `src/cl/prelude.h`, so the same
+//! file also compiles as CUDA C++ through NVRTC). `build.rs` compiles every module to SPIR-V 1.4 (or embeds the
+//! committed `spirv/<module>.spv` on machines without clang-15) and this crate hands out the bytes, the source and
+//! the kernel entry points. Launch constants shared with the kernels live in [`launch`]; every shape of a model
+//! (head dim, block size, lengths) is a kernel argument, so no model fails with "kernel not compiled".
+//!
+//! Argument layouts are documented at the top of each source and mirrored by the launching backend
+//! (`rserve_engine::backend::opencl`).
 
-/// The kernels a device backend must provide, one per `Op` variant of the engine's backend seam.
-pub const KERNEL_NAMES: &[&str] = &[
-    "embedding",
-    "rms_norm",
-    "matmul",
-    "rope",
-    "write_kv",
-    "paged_attention",
-    "silu_mul",
-    "add",
+pub mod launch;
+
+/// One SPIR-V module: the compiled form of one kernel source.
+#[derive(Debug)]
+pub struct Module {
+    /// The source file's stem (`norm` for `src/cl/norm.cl`).
+    pub name: &'static str,
+    /// SPIR-V 1.4 words as bytes (little-endian), OpenCL "Kernel" dialect.
+    pub spirv: &'static [u8],
+    /// The OpenCL C source (it includes `prelude.h`, see [`PRELUDE`]).
+    pub source: &'static str,
+}
+
+include!(concat!(env!("OUT_DIR"), "/modules.rs"));
+
+/// The prelude every source includes (`#include "prelude.h"`).
+pub const PRELUDE: &str = include_str!("cl/prelude.h");
+
+/// The entry points of each module. A backend creates all of them when it starts; a test checks this table against
+/// the entry points of the SPIR-V itself.
+pub const KERNELS: &[(&str, &[&str])] = &[
+    ("attention_decode", &["paged_attention_decode", "paged_attention_reduce"]),
+    ("attention_prefill", &["paged_attention_prefill"]),
+    ("elementwise", &["silu_mul", "gather_rows"]),
+    ("embedding", &["embedding_f32", "embedding_bf16", "embedding_f16"]),
+    ("kv_cache", &["write_kv"]),
+    (
+        "matmul",
+        &[
+            "matmul_rows_f32",
+            "matmul_rows_bf16",
+            "matmul_rows_f16",
+            "matmul_tiled_f32",
+            "matmul_tiled_bf16",
+            "matmul_tiled_f16",
+        ],
+    ),
+    ("norm", &["rms_norm", "add_rms_norm"]),
+    ("rope", &["rope"]),
 ];
+
+/// The module named `name`.
+pub fn module(name: &str) -> Option<&'static Module> {
+    MODULES.iter().find(|m| m.name == name)
+}
+
+/// The `-D NAME=value` flags every kernel source is compiled with (the launch constants).
+pub fn compile_defines() -> Vec<String> {
+    launch::DEFINES.iter().map(|(k, v)| format!("-D{k}={v}")).collect()
+}
+
+/// The names of the entry points (`OpEntryPoint`) of a SPIR-V module, in module order; None if the bytes are not
+/// a SPIR-V module.
+pub fn entry_points(spirv: &[u8]) -> Option<Vec<String>> {
+    const MAGIC: u32 = 0x0723_0203;
+    const OP_ENTRY_POINT: u32 = 15;
+    if spirv.len() % 4 != 0 || spirv.len() < 20 {
+        return None;
+    }
+    let words: Vec<u32> = spirv.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    if words[0] != MAGIC {
+        return None;
+    }
+    let mut names = Vec::new();
+    let mut i = 5;
+    while i < words.len() {
+        let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
+        if count == 0 || i + count > words.len() {
+            return None;
+        }
+        if op == OP_ENTRY_POINT && count > 3 {
+            // execution model, function id, then the name as a nul-terminated UTF-8 literal.
+            let bytes: Vec<u8> = words[i + 3..i + count].iter().flat_map(|w| w.to_le_bytes()).collect();
+            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+            names.push(String::from_utf8_lossy(&bytes[..end]).into_owned());
+        }
+        i += count;
+    }
+    Some(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::launch::*;
+    use super::*;
+
+    #[test]
+    fn every_source_has_a_module_and_a_kernel_list() {
+        let listed: Vec<&str> = KERNELS.iter().map(|(m, _)| *m).collect();
+        let built: Vec<&str> = MODULES.iter().map(|m| m.name).collect();
+        assert_eq!(listed, built, "KERNELS must list every module of src/cl, sorted");
+    }
+
+    #[test]
+    fn kernel_table_matches_the_spirv_entry_points() {
+        for (name, kernels) in KERNELS {
+            let m = module(name).unwrap();
+            let mut found = entry_points(m.spirv).unwrap_or_else(|| panic!("{name}: not a SPIR-V module"));
+            let mut want: Vec<String> = kernels.iter().map(|s| s.to_string()).collect();
+            found.sort();
+            want.sort();
+            assert_eq!(found, want, "{name}: entry points");
+        }
+    }
+
+    #[test]
+    fn launch_constants_fit_the_kernels() {
+        // matmul_tiled: 4 x 4 outputs per work-item cover the tile exactly.
+        assert_eq!(GEMM_WG, (GEMM_TILE_M / 4) * (GEMM_TILE_N / 4));
+        // prefill: the private output accumulators divide evenly.
+        assert_eq!(PREFILL_ROWS * PREFILL_MAX_HEAD_DIM % PREFILL_WG, 0);
+        assert!(PREFILL_ROWS <= PREFILL_WG && PREFILL_KEYS <= PREFILL_WG);
+        assert!(ATTN_HEAD_CHUNK <= ATTN_WG);
+        for wg in [ROW_WG, ELEM_WG, ATTN_WG, PREFILL_WG, GEMV_WG, GEMM_WG] {
+            assert_eq!(wg % 64, 0, "work-group sizes are multiples of 64 so sub-groups are full");
+        }
+        assert!(compile_defines().iter().any(|d| d == &format!("-DATTN_MAX_PARTITION={ATTN_MAX_PARTITION}")));
+    }
+}

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use rserve_engine::engine::{DTypeArg, EngineConfig};
 
 /// Subcommand names; any other first argument is taken as the model of `serve`.
-const SUBCOMMANDS: &[&str] = &["serve", "generate", "convert", "help"];
+const SUBCOMMANDS: &[&str] = &["serve", "generate", "convert", "bench", "plan", "help"];
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,6 +32,11 @@ pub enum Command {
     Generate(GenerateArgs),
     /// Convert a GGUF file into a Hugging Face style model folder.
     Convert(ConvertArgs),
+    /// Plan memory and parallelism (weights, KV cache, devices, TP x PP) from the model's config alone.
+    Plan(crate::plan::PlanArgs),
+    /// Benchmarks: `bench serve` load-tests an OpenAI-compatible server (like `vllm bench serve`).
+    #[command(subcommand)]
+    Bench(rserve_benches::BenchCommand),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -152,9 +157,15 @@ pub struct SchedulerArgs {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "DeviceConfig")]
 pub struct DeviceArgs {
-    /// Device: auto or cpu.
+    /// Device: auto, cpu or opencl.
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// With --device opencl: the OpenCL platform, as an index or part of its name (default: the first with a GPU).
+    #[arg(long)]
+    pub opencl_platform: Option<String>,
+    /// With --device opencl: the device index within that platform (default: its first GPU, else 0).
+    #[arg(long)]
+    pub opencl_device: Option<usize>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -237,23 +248,16 @@ pub struct ConvertArgs {
 pub enum CliError {
     #[error("no model given: pass it as `rserve MODEL` (or --model MODEL)")]
     NoModel,
-    #[error(
-        "--tensor-parallel-size {0} is not available yet: multi-device execution needs rserve's MPI support, which \
-         is not built yet; use --tensor-parallel-size 1"
-    )]
-    TensorParallel(usize),
-    #[error(
-        "--pipeline-parallel-size {0} is not available yet: multi-device execution needs rserve's MPI support, \
-         which is not built yet; use --pipeline-parallel-size 1"
-    )]
-    PipelineParallel(usize),
     #[error("--{0} must be at least 1")]
     ZeroParallel(&'static str),
-    #[error("--distributed-executor-backend {0} is not supported (Ray is not used by rserve); use mp or uni")]
-    ExecutorBackend(String),
+    #[error(
+        "--distributed-executor-backend {0} is not supported: rserve runs its ranks on MPI, the launcher PBS jobs \
+         already have; use --distributed-executor-backend mpi (the default) and start: {1}"
+    )]
+    ExecutorBackend(String, String),
     #[error("--kv-cache-dtype {0} is not supported yet; only auto (the model's compute dtype)")]
     KvCacheDtype(String),
-    #[error("--device {0} is not supported yet; use auto or cpu")]
+    #[error("--device {0} is not supported yet; use auto, cpu or opencl")]
     Device(String),
     #[error("--gpu-memory-utilization must be in (0, 1], got {0}")]
     MemoryUtilization(f64),
@@ -345,26 +349,24 @@ impl EngineArgs {
     /// Checks the flags and builds the engine configuration for `model`.
     pub fn engine_config(&self, model: &str, max_num_waiting: usize) -> Result<EngineConfig, CliError> {
         let p = &self.parallel;
-        match p.tensor_parallel_size {
-            0 => return Err(CliError::ZeroParallel("tensor-parallel-size")),
-            1 => {}
-            n => return Err(CliError::TensorParallel(n)),
+        if p.tensor_parallel_size == 0 {
+            return Err(CliError::ZeroParallel("tensor-parallel-size"));
         }
-        match p.pipeline_parallel_size {
-            0 => return Err(CliError::ZeroParallel("pipeline-parallel-size")),
-            1 => {}
-            n => return Err(CliError::PipelineParallel(n)),
+        if p.pipeline_parallel_size == 0 {
+            return Err(CliError::ZeroParallel("pipeline-parallel-size"));
         }
         if let Some(b) = &p.distributed_executor_backend {
-            if !matches!(b.as_str(), "mp" | "uni") {
-                return Err(CliError::ExecutorBackend(b.clone()));
+            if !matches!(b.as_str(), "mp" | "uni" | "mpi") {
+                let n = p.tensor_parallel_size * p.pipeline_parallel_size;
+                let args: Vec<String> = std::env::args().collect();
+                return Err(CliError::ExecutorBackend(b.clone(), format!("mpiexec -n {n} {}", args.join(" "))));
             }
         }
         let c = &self.cache;
         if c.kv_cache_dtype != "auto" {
             return Err(CliError::KvCacheDtype(c.kv_cache_dtype.clone()));
         }
-        if !matches!(self.device.device.as_str(), "auto" | "cpu") {
+        if !matches!(self.device.device.as_str(), "auto" | "cpu" | "opencl") {
             return Err(CliError::Device(self.device.device.clone()));
         }
         if !(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0) {
@@ -404,7 +406,11 @@ impl EngineArgs {
         cfg.generation_config = m.generation_config.clone();
         cfg.seed = m.seed;
         cfg.device = self.device.device.clone();
+        cfg.opencl_platform = self.device.opencl_platform.clone();
+        cfg.opencl_device = self.device.opencl_device;
         cfg.max_waiting = max_num_waiting;
+        cfg.tensor_parallel_size = p.tensor_parallel_size;
+        cfg.pipeline_parallel_size = p.pipeline_parallel_size;
         Ok(cfg)
     }
 

@@ -17,6 +17,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let config = args
         .engine
         .engine_config(&model, args.engine.scheduler.max_num_waiting)?;
+    if rserve_engine::engine::run_if_worker(&config)? {
+        return Ok(());
+    }
     let engine = LiveEngine::start(config).context("starting the engine")?;
     let result = generate(&engine, &args);
     engine.shutdown();

@@ -16,6 +16,7 @@ mod json;
 mod live;
 mod logging;
 mod openai;
+mod plan;
 mod port;
 mod routes;
 mod serve;
@@ -41,7 +42,10 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Convert(args) => convert::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Bench(cmd) => rserve_benches::run(cmd).map_err(Into::into),
     };
+    rserve_engine::engine::finalize();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

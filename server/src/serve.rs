@@ -22,6 +22,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args
         .engine
         .engine_config(&model, args.engine.scheduler.max_num_waiting)?;
+    // Under `mpiexec`, ranks other than 0 hold their model shard and follow rank 0's steps; only rank 0 serves.
+    if rserve_engine::engine::run_if_worker(&config)? {
+        return Ok(());
+    }
     let served_model_names = args.served_model_names(&model)?;
     let grace = args.shutdown_timeout()?;
     tracing::info!(

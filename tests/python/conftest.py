@@ -7,6 +7,7 @@ Environment:
 """
 
 import os
+import shlex
 import re
 import signal
 import subprocess
@@ -48,16 +49,22 @@ def model_path() -> Path:
 class Server:
     """One running `rserve` process. Its log (stderr) is collected in `lines`."""
 
-    def __init__(self, *extra_args: str, api_key: str | None = API_KEY, name: str = "server"):
+    def __init__(self, *extra_args: str, api_key: str | None = API_KEY, name: str = "server",
+                 launch: list[str] | None = None):
         self.name = name
         self.api_key = api_key
+        # RSERVE_E2E_LAUNCH prefixes a launcher (e.g. "mpirun -n 3"); RSERVE_E2E_ARGS adds flags (e.g. "-tp 3").
+        if launch is None:
+            launch = shlex.split(os.environ.get("RSERVE_E2E_LAUNCH", ""))
         args = [
+            *launch,
             str(rserve_bin()), str(model_path()),
             "--host", "127.0.0.1", "--port", "0",
             "--served-model-name", MODEL_NAME,
             "--max-model-len", str(MAX_MODEL_LEN),
             "--kv-cache-memory-bytes", "256M",
             "--shutdown-timeout", "60",
+            *shlex.split(os.environ.get("RSERVE_E2E_ARGS", "")),
             *extra_args,
         ]
         if api_key:

@@ -8,6 +8,8 @@
 //! `Rope::x`).
 
 pub mod cpu;
+pub mod opencl;
+pub mod level_zero;
 mod ops;
 
 pub use ops::{AttentionMeta, Op};

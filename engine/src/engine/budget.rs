@@ -1,16 +1,19 @@
-//! KV cache sizing: how many blocks the budget buys, and the start-up numbers users look for.
+//! KV cache sizing at start-up: how many blocks the budget buys, and the start-up numbers users look for.
 //!
-//! On a device with its own memory the budget is `utilization x device memory - weights` (activations are small
-//! next to it here). On the CPU backend the "device memory" is the host's available memory: the budget is
-//! `--kv-cache-memory-bytes` exactly when given, else `min(4 GiB, utilization x available - weights)` (vLLM's CPU
-//! backend also defaults to a 4 GiB KV space).
+//! The arithmetic is the planner's (`crate::plan::memory`), so `rserve plan` and the start-up log agree. On a
+//! device with its own memory the budget is `utilization x device memory - weights` minus any activations beyond
+//! the `(1 - utilization)` headroom (none at the engine's step sizes). On the CPU backend the "device memory" is
+//! the host's available memory: the budget is `--kv-cache-memory-bytes` exactly when given, else
+//! `min(4 GiB, utilization x available - weights)` (vLLM's CPU backend also defaults to a 4 GiB KV space).
 
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
-use crate::model::kv_cache::bytes_per_token;
+use crate::plan::memory::{self, MemoryPool, StepShape, CPU_DEFAULT_KV_BYTES};
+use crate::plan::ModelShape;
+
+pub use crate::plan::device::host_available_bytes;
 
 pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
-const CPU_DEFAULT_KV_BYTES: u64 = 4 << 30;
 
 /// The sizing outcome.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,14 +33,6 @@ impl KvBudget {
     pub fn max_concurrency(&self, block_size: usize) -> f64 {
         self.num_tokens(block_size) as f64 / self.max_model_len as f64
     }
-}
-
-/// `MemAvailable` from /proc/meminfo, when readable.
-pub fn host_available_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// Sizes the cache. Errors name the numbers and the flag to change.
@@ -68,18 +63,18 @@ pub fn plan(
         Some(l) => l,
         None => p.max_position_embeddings,
     };
-    let kv_bytes = match (kv_cache_memory_bytes, device_memory) {
-        (Some(b), _) => b,
-        (None, Some(total)) => ((total as f64 * utilization) as u64).saturating_sub(weights_bytes),
-        (None, None) => {
-            let avail = host_available_bytes().unwrap_or(CPU_DEFAULT_KV_BYTES * 2);
-            let usable = (avail as f64 * utilization) as u64;
-            usable.saturating_sub(weights_bytes).min(CPU_DEFAULT_KV_BYTES)
-        }
+    let shape = ModelShape::from_params(p);
+    // The activations of one engine step at the engine's default step sizes, on one device.
+    let activations = memory::activation_bytes(&shape, StepShape::default(), 1, elem_bytes);
+    let pool = match (kv_cache_memory_bytes, device_memory) {
+        (Some(_), _) => MemoryPool::Device(0),
+        (None, Some(total)) => MemoryPool::Device(total),
+        (None, None) => MemoryPool::Host(host_available_bytes().unwrap_or(CPU_DEFAULT_KV_BYTES * 2)),
     };
-    let per_token = bytes_per_token(p, elem_bytes);
+    let kv_bytes = memory::kv_budget_bytes(pool, utilization, weights_bytes, activations, kv_cache_memory_bytes);
+    let per_token = memory::kv_bytes_per_token(&shape, elem_bytes) as usize;
     let per_block = (per_token * block_size) as u64;
-    let num_blocks = (kv_bytes / per_block) as usize;
+    let num_blocks = memory::kv_blocks(kv_bytes, per_token as u64, block_size) as usize;
     let need_blocks = max_model_len.div_ceil(block_size);
     if num_blocks < need_blocks {
         return Err(EngineError::InvalidArgument(format!(

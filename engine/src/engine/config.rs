@@ -53,6 +53,16 @@ pub struct EngineConfig {
     pub device: String,
     /// Maximum number of waiting requests before new ones are refused (503).
     pub max_waiting: usize,
+    /// Tensor-parallel ranks (`-tp`); > 1 needs an MPI launch (`mpiexec -n tp*pp`).
+    pub tensor_parallel_size: usize,
+    /// Pipeline-parallel stages (`-pp`).
+    pub pipeline_parallel_size: usize,
+    /// The command line, for the exact `mpiexec` line printed when the launch does not match `-tp x -pp`.
+    pub launch_args: Vec<String>,
+    /// `--opencl-platform` (with `--device opencl`): a platform index or part of its name; None: the first with a GPU.
+    pub opencl_platform: Option<String>,
+    /// `--opencl-device`: a device index within that platform; None: its first GPU, else device 0.
+    pub opencl_device: Option<usize>,
 }
 
 impl EngineConfig {
@@ -75,6 +85,11 @@ impl EngineConfig {
             seed: 0,
             device: "auto".into(),
             max_waiting: 4096,
+            tensor_parallel_size: 1,
+            pipeline_parallel_size: 1,
+            launch_args: std::env::args().collect(),
+            opencl_platform: None,
+            opencl_device: None,
         }
     }
 }

@@ -10,15 +10,33 @@ use crate::weights::Weights;
 /// A chosen device, before the model is on it.
 pub enum Device {
     Cpu(CpuBackend),
+    LevelZero(crate::backend::level_zero::LevelZeroBackend),
+    OpenCl(crate::backend::opencl::OpenClBackend),
 }
 
 impl Device {
+    /// Resolves `--device` with the options of its backend (`--device opencl` with `--opencl-platform/-device`).
+    pub fn select_for(cfg: &super::config::EngineConfig) -> Result<Self> {
+        match cfg.device.as_str() {
+            "opencl" => {
+                let opts = crate::backend::opencl::OpenClOptions {
+                    platform: cfg.opencl_platform.clone(),
+                    device: cfg.opencl_device,
+                };
+                Ok(Device::OpenCl(crate::backend::opencl::OpenClBackend::new(&opts)?))
+            }
+            name => Self::select(name),
+        }
+    }
+
     /// Resolves `--device` (auto picks the best available device; today the CPU).
     pub fn select(name: &str) -> Result<Self> {
         match name {
-            "auto" | "cpu" => Ok(Device::Cpu(CpuBackend::new())),
+            "auto" => Ok(crate::backend::level_zero::auto().map_or_else(|| Device::Cpu(CpuBackend::new()), Device::LevelZero)),
+            "cpu" => Ok(Device::Cpu(CpuBackend::new())),
+            lz if crate::backend::level_zero::parse_device_arg(lz).is_some() => Ok(Device::LevelZero(crate::backend::level_zero::open(lz)?)),
             other => Err(EngineError::InvalidArgument(format!(
-                "--device {other} is not available in this build (supported: auto, cpu)"
+                "--device {other} is not available in this build (supported: auto, cpu, level-zero[:N], opencl)"
             ))),
         }
     }
@@ -27,12 +45,16 @@ impl Device {
     pub fn memory_bytes(&self) -> Option<u64> {
         match self {
             Device::Cpu(_) => None,
+            Device::LevelZero(b) => Some(b.memory_bytes()),
+            Device::OpenCl(b) => b.memory_bytes(),
         }
     }
 
     pub fn name(&self) -> String {
         match self {
             Device::Cpu(b) => crate::backend::Backend::device_name(b),
+            Device::LevelZero(b) => crate::backend::Backend::device_name(b),
+            Device::OpenCl(b) => crate::backend::Backend::device_name(b),
         }
     }
 
@@ -46,6 +68,8 @@ impl Device {
     ) -> Result<Box<dyn StepRunner>> {
         match self {
             Device::Cpu(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            Device::LevelZero(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            Device::OpenCl(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
         }
     }
 }

@@ -30,6 +30,8 @@ pub struct EngineHandle {
     pub(crate) chat_template: Option<Arc<ChatTemplate>>,
     pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) default_sampling: crate::api::SamplingParams,
+    /// The engine thread, joined by the first `shutdown`.
+    pub(crate) thread: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 /// The events of one request. Dropping it before `Finished` aborts the request.
@@ -73,9 +75,14 @@ impl EngineHandle {
         Ok(RequestStream { id, rx: erx, tx: self.tx.clone(), done: false })
     }
 
-    /// Ask the engine to stop after aborting what is left (used at the end of a graceful shutdown).
+    /// Stops the engine after aborting what is left (the end of a graceful shutdown) and waits for its thread, so
+    /// that everything it owns (KV memory, MPI peers) is released when this returns.
     pub fn shutdown(&self) {
         let _ = self.tx.send(Command::Shutdown);
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
     }
 
     /// Sampling defaults from the model's generation config (temperature, top_p, ...).

@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod device;
+pub mod distributed;
 pub mod handle;
 mod output;
 mod start;
@@ -14,3 +15,4 @@ pub use config::{DTypeArg, EngineConfig};
 pub use handle::{EngineHandle, RequestStream};
 pub use metrics::EngineMetrics;
 pub use start::start;
+pub use distributed::{finalize, run_if_worker};

@@ -11,6 +11,7 @@ use rserve_scheduler::{Scheduler, SchedulerConfig};
 use super::budget::{self, GIB};
 use super::config::{DTypeArg, EngineConfig};
 use super::device::Device;
+use super::distributed::{self, Role};
 use super::handle::EngineHandle;
 use super::metrics::EngineMetrics;
 use super::thread::EngineLoop;
@@ -92,7 +93,11 @@ fn default_sampling(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<Samp
 
 /// Loads the model and starts the engine thread. Blocking; returns once requests can be submitted.
 pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
-    let device = Device::select(&cfg.device)?;
+    let role = distributed::role(&cfg)?;
+    if role == Role::Worker {
+        return Err(EngineError::InvalidArgument("start() runs on MPI rank 0; other ranks call run_if_worker".into()));
+    }
+    let device = Device::select_for(&cfg)?;
     if cfg.kv_cache_dtype != "auto" {
         return Err(EngineError::InvalidArgument(format!(
             "--kv-cache-dtype {} is not supported yet (supported: auto)",
@@ -104,6 +109,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     opts.revision = cfg.revision.clone();
     let resolved = resolve_model(&cfg.model, &opts)?;
     let params = resolved.load_params()?;
+    distributed::check_split(&params, &cfg)?;
     let dtype = compute_dtype(cfg.dtype);
     tracing::info!(
         "Resolved model {} -> {} ({:?}, {} layers, hidden {}, {} heads / {} KV heads), dtype={}",
@@ -136,9 +142,12 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         weights_bytes,
         device.memory_bytes(),
     )?;
-    let device_name = device.name();
+    let runner = match role {
+        Role::Leader => distributed::leader_runner(&params, &weights, &cfg, plan.num_blocks)?,
+        _ => device.build_runner(&params, &weights, plan.num_blocks, cfg.block_size)?,
+    };
+    let device_name = runner.device_name();
     tracing::info!("Device: {device_name}");
-    let runner = device.build_runner(&params, &weights, plan.num_blocks, cfg.block_size)?;
     drop(weights);
     tracing::info!("Available KV cache memory: {:.2} GiB", plan.kv_bytes as f64 / GIB);
     tracing::info!("KV cache size: {} tokens", plan.num_tokens(cfg.block_size));
@@ -177,7 +186,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     let metrics = Arc::new(EngineMetrics::default());
     let (tx, rx) = std::sync::mpsc::channel();
     let engine = EngineLoop::new(scheduler, runner, tokenizer.clone(), metrics.clone(), eos, cfg.seed);
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("rserve-engine".into())
         .spawn(move || engine.run(rx))
         .map_err(|e| EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
@@ -189,5 +198,6 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         chat_template: chat_template.map(Arc::new),
         next_id: Arc::new(AtomicU64::new(1)),
         default_sampling: sampling_defaults,
+        thread: Arc::new(std::sync::Mutex::new(Some(thread))),
     })
 }

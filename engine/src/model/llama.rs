@@ -8,7 +8,10 @@ use crate::error::{EngineError, Result};
 use crate::model::batch::BatchInput;
 use crate::model::kv_cache::PagedKvCache;
 use crate::model::rope;
+use crate::model::shard::{NoComm, Shard, TpCollective};
 use crate::weights::Weights;
+use candle_core::Tensor;
+use std::ops::Range;
 
 struct Linear<B: Backend> {
     w: B::Buffer,
@@ -28,54 +31,103 @@ struct Layer<B: Backend> {
     down: Linear<B>,
 }
 
-/// A loaded llama-family model: weights on the backend plus the rotary table.
+/// A loaded llama-family model (or one shard of it): weights on the backend plus the rotary table.
 pub struct LlamaModel<B: Backend> {
     params: ModelParams,
-    embed: B::Buffer,
+    shard: Shard,
+    /// Present on the first pipeline stage.
+    embed: Option<B::Buffer>,
     layers: Vec<Layer<B>>,
-    norm: B::Buffer,
-    /// None when the embeddings are tied.
+    /// Final norm and this rank's vocabulary slice of the LM head, on the last stage.
+    norm: Option<B::Buffer>,
     lm_head: Option<B::Buffer>,
     inv_freq: B::Buffer,
 }
 
-fn linear<B: Backend>(backend: &B, w: &Weights, name: &str, bias: bool, out_features: usize) -> Result<Linear<B>> {
-    let weight = backend.upload_weight(w.get(&format!("{name}.weight"))?)?;
-    let bias = if bias { Some(backend.upload_weight(w.get(&format!("{name}.bias"))?)?) } else { None };
-    Ok(Linear { w: weight, bias, out_features })
+/// What one pipeline stage produces.
+pub enum StageOutput {
+    /// Hidden states `[tokens, hidden]` for the next stage.
+    Hidden(Vec<f32>),
+    /// `[num_seqs, vocab]` logits of each sequence's last token (full vocabulary, gathered over TP ranks).
+    Logits(Vec<f32>),
+}
+
+fn rows(t: &Tensor, r: Range<usize>) -> Result<Tensor> {
+    Ok(t.narrow(0, r.start, r.len())?.contiguous()?)
+}
+
+fn cols(t: &Tensor, r: Range<usize>) -> Result<Tensor> {
+    Ok(t.narrow(1, r.start, r.len())?.contiguous()?)
+}
+
+fn linear<B: Backend>(
+    backend: &B,
+    w: &Weights,
+    name: &str,
+    bias: bool,
+    cut: impl Fn(&Tensor) -> Result<Tensor>,
+) -> Result<Linear<B>> {
+    let weight = cut(w.get(&format!("{name}.weight"))?)?;
+    let out_features = weight.dim(0)?;
+    let bias = if bias { Some(backend.upload_weight(&rows(w.get(&format!("{name}.bias"))?, 0..out_features)?)?) } else { None };
+    Ok(Linear { w: backend.upload_weight(&weight)?, bias, out_features })
 }
 
 impl<B: Backend> LlamaModel<B> {
-    /// Uploads the weights (Hugging Face names) to the backend.
+    /// Uploads the whole model (Hugging Face names) to the backend.
     pub fn load(backend: &B, p: &ModelParams, w: &Weights) -> Result<Self> {
+        Self::load_shard(backend, p, w, &Shard::whole(p))
+    }
+
+    /// Uploads this process's shard: its heads / MLP columns / vocabulary slice of its stage's layers.
+    pub fn load_shard(backend: &B, p: &ModelParams, w: &Weights, shard: &Shard) -> Result<Self> {
         if p.head_dim % 2 != 0 {
             return Err(EngineError::Config(format!("head_dim {} must be even for rotary embeddings", p.head_dim)));
         }
+        crate::model::shard::check_tp(p, shard.tp_size)?;
         let bias = p.attention_bias || p.architecture == Architecture::Qwen2;
-        let (q_out, kv_out) = (p.num_heads * p.head_dim, p.num_kv_heads * p.head_dim);
-        let layers = (0..p.num_layers)
+        let hd = p.head_dim;
+        let (r, hq, hkv) = (shard.tp_rank, shard.heads(p), shard.kv_heads(p));
+        let q_rows = r * hq * hd..(r + 1) * hq * hd;
+        let kv_rows = r * hkv * hd..(r + 1) * hkv * hd;
+        let mlp = shard.intermediate(p);
+        let layers = shard
+            .layers
+            .clone()
             .map(|i| {
                 let pre = format!("model.layers.{i}");
+                let attn = |n: &str| format!("{pre}.self_attn.{n}");
+                let mlpn = |n: &str| format!("{pre}.mlp.{n}");
                 Ok(Layer {
                     input_norm: backend.upload_weight(w.get(&format!("{pre}.input_layernorm.weight"))?)?,
                     post_norm: backend.upload_weight(w.get(&format!("{pre}.post_attention_layernorm.weight"))?)?,
-                    q: linear(backend, w, &format!("{pre}.self_attn.q_proj"), bias, q_out)?,
-                    k: linear(backend, w, &format!("{pre}.self_attn.k_proj"), bias, kv_out)?,
-                    v: linear(backend, w, &format!("{pre}.self_attn.v_proj"), bias, kv_out)?,
-                    o: linear(backend, w, &format!("{pre}.self_attn.o_proj"), false, p.hidden_size)?,
-                    gate: linear(backend, w, &format!("{pre}.mlp.gate_proj"), false, p.intermediate_size)?,
-                    up: linear(backend, w, &format!("{pre}.mlp.up_proj"), false, p.intermediate_size)?,
-                    down: linear(backend, w, &format!("{pre}.mlp.down_proj"), false, p.hidden_size)?,
+                    q: linear(backend, w, &attn("q_proj"), bias, |t| rows(t, q_rows.clone()))?,
+                    k: linear(backend, w, &attn("k_proj"), bias, |t| rows(t, kv_rows.clone()))?,
+                    v: linear(backend, w, &attn("v_proj"), bias, |t| rows(t, kv_rows.clone()))?,
+                    o: linear(backend, w, &attn("o_proj"), false, |t| cols(t, q_rows.clone()))?,
+                    gate: linear(backend, w, &mlpn("gate_proj"), false, |t| rows(t, mlp.clone()))?,
+                    up: linear(backend, w, &mlpn("up_proj"), false, |t| rows(t, mlp.clone()))?,
+                    down: linear(backend, w, &mlpn("down_proj"), false, |t| cols(t, mlp.clone()))?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let lm_head = if p.tie_word_embeddings { None } else { Some(backend.upload_weight(w.get("lm_head.weight")?)?) };
+        let embed_t = w.get("model.embed_tokens.weight")?;
+        let (norm, lm_head) = if shard.last {
+            let head = if p.tie_word_embeddings { embed_t } else { w.get("lm_head.weight")? };
+            (
+                Some(backend.upload_weight(w.get("model.norm.weight")?)?),
+                Some(backend.upload_weight(&rows(head, shard.vocab(p))?)?),
+            )
+        } else {
+            (None, None)
+        };
         let inv = rope::inv_freq(p.head_dim, p.rope_theta, p.rope_scaling.as_ref());
         Ok(Self {
             params: p.clone(),
-            embed: backend.upload_weight(w.get("model.embed_tokens.weight")?)?,
+            shard: shard.clone(),
+            embed: if shard.first { Some(backend.upload_weight(embed_t)?) } else { None },
             layers,
-            norm: backend.upload_weight(w.get("model.norm.weight")?)?,
+            norm,
             lm_head,
             inv_freq: backend.upload_f32(&inv)?,
         })
@@ -91,15 +143,31 @@ impl<B: Backend> LlamaModel<B> {
         Ok(out)
     }
 
-    /// Runs one step: writes the batch's K/V into `cache` and returns `[num_seqs, vocab]` logits (row-major) of the
-    /// last token of each sequence.
+    /// Runs one step of the whole model: writes the batch's K/V into `cache` and returns `[num_seqs, vocab]` logits
+    /// (row-major) of the last token of each sequence.
     pub fn forward(&self, b: &B, batch: &BatchInput, cache: &PagedKvCache<B>) -> Result<Vec<f32>> {
+        match self.forward_stage(b, batch, cache, &NoComm, None)? {
+            StageOutput::Logits(l) => Ok(l),
+            StageOutput::Hidden(_) => Err(EngineError::Backend("forward() on a model shard without the LM head".into())),
+        }
+    }
+
+    /// Runs this shard's part of one step. `input` is the previous stage's hidden states (None on the first stage);
+    /// TP partial sums are combined through `comm`.
+    pub fn forward_stage(
+        &self,
+        b: &B,
+        batch: &BatchInput,
+        cache: &PagedKvCache<B>,
+        comm: &dyn TpCollective,
+        input: Option<&[f32]>,
+    ) -> Result<StageOutput> {
         batch.validate(cache.block_size, cache.num_blocks)?;
         let p = &self.params;
         let n = batch.num_tokens();
         let num_seqs = batch.seqs.len();
         if n == 0 {
-            return Ok(Vec::new());
+            return Ok(StageOutput::Logits(Vec::new()));
         }
         let (h, hd) = (p.hidden_size, p.head_dim);
         let eps = p.rms_norm_eps as f32;
@@ -139,8 +207,26 @@ impl<B: Backend> LlamaModel<B> {
             host_block_tables: &tables,
         };
 
-        let residual = b.alloc_f32(n * h)?;
-        b.run(Op::Embedding { table: &self.embed, ids: &ids_buf, out: &residual, num_tokens: n, hidden: h })?;
+        let (hq, hkv) = (self.shard.heads(p), self.shard.kv_heads(p));
+        let inter = self.shard.intermediate(p).len();
+        let residual = match (&self.embed, input) {
+            (Some(table), None) => {
+                let r = b.alloc_f32(n * h)?;
+                b.run(Op::Embedding { table, ids: &ids_buf, out: &r, num_tokens: n, hidden: h })?;
+                r
+            }
+            (None, Some(x)) if x.len() == n * h => b.upload_f32(x)?,
+            _ => return Err(EngineError::Backend("pipeline stage input does not match the batch".into())),
+        };
+        // Combine TP partial sums (row-parallel outputs) across ranks.
+        let reduce = |x: B::Buffer| -> Result<B::Buffer> {
+            if comm.tp_size() == 1 {
+                return Ok(x);
+            }
+            let mut v = b.download_f32(&x)?;
+            comm.all_reduce_sum(&mut v)?;
+            b.upload_f32(&v)
+        };
         let normed = b.alloc_f32(n * h)?;
         let zeros = b.alloc_f32(n * h)?;
         let mut delta: Option<B::Buffer> = None;
@@ -155,8 +241,8 @@ impl<B: Backend> LlamaModel<B> {
             let rope = |x: &B::Buffer, heads: usize| {
                 b.run(Op::Rope { x, positions: &pos_buf, inv_freq: &self.inv_freq, num_tokens: n, num_heads: heads, head_dim: hd })
             };
-            rope(&q, p.num_heads)?;
-            rope(&k, p.num_kv_heads)?;
+            rope(&q, hq)?;
+            rope(&k, hkv)?;
             let (kc, vc) = &cache.layers[li];
             b.run(Op::WriteKv {
                 k: &k,
@@ -165,31 +251,39 @@ impl<B: Backend> LlamaModel<B> {
                 v_cache: vc,
                 slot_mapping: &slot_buf,
                 num_tokens: n,
-                num_kv_heads: p.num_kv_heads,
+                num_kv_heads: hkv,
                 head_dim: hd,
                 block_size: cache.block_size,
             })?;
-            let attn = b.alloc_f32(n * p.num_heads * hd)?;
+            let attn = b.alloc_f32(n * hq * hd)?;
             b.run(Op::PagedAttention {
                 q: &q,
                 k_cache: kc,
                 v_cache: vc,
                 out: &attn,
                 meta: &meta,
-                num_heads: p.num_heads,
-                num_kv_heads: p.num_kv_heads,
+                num_heads: hq,
+                num_kv_heads: hkv,
                 head_dim: hd,
                 block_size: cache.block_size,
                 scale,
             })?;
-            let o = self.project(b, &l.o, &attn, n, p.num_heads * hd)?;
+            let o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;
             b.run(Op::AddRmsNorm { x: &o, residual: &residual, weight: &l.post_norm, out: &normed, rows: n, hidden: h, eps })?;
             let gate = self.project(b, &l.gate, &normed, n, h)?;
             let up = self.project(b, &l.up, &normed, n, h)?;
-            let act = b.alloc_f32(n * p.intermediate_size)?;
-            b.run(Op::SiluMul { gate: &gate, up: &up, out: &act, len: n * p.intermediate_size })?;
-            delta = Some(self.project(b, &l.down, &act, n, p.intermediate_size)?);
+            let act = b.alloc_f32(n * inter)?;
+            b.run(Op::SiluMul { gate: &gate, up: &up, out: &act, len: n * inter })?;
+            delta = Some(reduce(self.project(b, &l.down, &act, n, inter)?)?);
         }
+        let (Some(norm), Some(head)) = (&self.norm, &self.lm_head) else {
+            // Not the last stage: hand the full hidden state (residual + last delta) on.
+            let mut hidden = b.download_f32(&residual)?;
+            if let Some(d) = &delta {
+                hidden.iter_mut().zip(b.download_f32(d)?).for_each(|(a, d)| *a += d);
+            }
+            return Ok(StageOutput::Hidden(hidden));
+        };
         // Only the last row of each sequence needs logits.
         let rows_buf = b.upload_u32(&last_rows)?;
         let last_delta = b.alloc_f32(num_seqs * h)?;
@@ -198,10 +292,26 @@ impl<B: Backend> LlamaModel<B> {
         b.run(Op::GatherRows { x, rows: &rows_buf, out: &last_delta, num_rows: num_seqs, width: h })?;
         b.run(Op::GatherRows { x: &residual, rows: &rows_buf, out: &last_res, num_rows: num_seqs, width: h })?;
         let last = b.alloc_f32(num_seqs * h)?;
-        b.run(Op::AddRmsNorm { x: &last_delta, residual: &last_res, weight: &self.norm, out: &last, rows: num_seqs, hidden: h, eps })?;
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let logits = b.alloc_f32(num_seqs * p.vocab_size)?;
-        b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: num_seqs, k: h, n: p.vocab_size })?;
-        b.download_f32(&logits)
+        b.run(Op::AddRmsNorm { x: &last_delta, residual: &last_res, weight: norm, out: &last, rows: num_seqs, hidden: h, eps })?;
+        let vocab = self.shard.vocab(p).len();
+        let logits = b.alloc_f32(num_seqs * vocab)?;
+        b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: num_seqs, k: h, n: vocab })?;
+        let local = b.download_f32(&logits)?;
+        if comm.tp_size() == 1 {
+            return Ok(StageOutput::Logits(local));
+        }
+        // Each rank holds a vocabulary slice of every row: gather and interleave into full rows.
+        let all = comm.all_gather(&local)?;
+        let mut full = vec![0f32; num_seqs * p.vocab_size];
+        let mut at = 0;
+        for r in 0..comm.tp_size() {
+            let part = Shard { tp_rank: r, ..self.shard.clone() }.vocab(p);
+            for s in 0..num_seqs {
+                full[s * p.vocab_size + part.start..s * p.vocab_size + part.end]
+                    .copy_from_slice(&all[at..at + part.len()]);
+                at += part.len();
+            }
+        }
+        Ok(StageOutput::Logits(full))
     }
 }

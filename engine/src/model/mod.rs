@@ -5,7 +5,8 @@ pub mod batch;
 pub mod kv_cache;
 pub mod llama;
 pub mod rope;
+pub mod shard;
 
 pub use batch::{BatchInput, SeqInput};
 pub use kv_cache::PagedKvCache;
-pub use llama::LlamaModel;
+pub use llama::{LlamaModel, StageOutput};

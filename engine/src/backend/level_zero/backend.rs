@@ -1,0 +1,269 @@
+//! `LevelZeroBackend`: the `Backend` on a Level Zero device. Device memory comes from a stream-ordered pool, every
+//! command goes through one ordered `Stream`, kernels are created once from the SPIR-V modules of `rserve-kernels`,
+//! and each `Op` becomes the launches `kernel_ops` plans for it (the same kernels and argument layouts the OpenCL
+//! backend launches). The host waits only where it needs data (downloads), when queued uploads hold too much host
+//! memory, and when memory must go back to the driver.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use candle_core::{DType, Tensor};
+
+use super::discovery::{DeviceInfo, Selected};
+use super::error::LzError;
+use super::handles::{Context, Kernel, Module};
+use super::kernel_ops::{self, Arg, AttnPlan, KernelDevice, Launch, View};
+use super::loader::api;
+use super::memory::{Contents, LzBuffer, MemPool};
+use super::stream::{Stream, RING_EVENTS};
+use crate::backend::{Backend, Op, WeightDType};
+use crate::error::{EngineError, Result};
+
+/// Bytes of freed device memory kept for reuse across steps; above it the pool returns memory after a step.
+const CACHE_KEEP_BYTES: u64 = 1 << 30;
+
+/// Build flags for every SPIR-V module.
+const BUILD_FLAGS: &str = "";
+
+/// The Level Zero backend on one device (a tile under FLAT, a card under COMPOSITE).
+pub struct LevelZeroBackend {
+    // Drop order matters: kernels before their modules, the stream before the pool and the context.
+    attention_plan: RefCell<Option<AttnPlan<LzBuffer>>>,
+    kernels: HashMap<&'static str, Kernel>,
+    _modules: Vec<Arc<Module>>,
+    stream: RefCell<Stream>,
+    pool: Arc<MemPool>,
+    _ctx: Arc<Context>,
+    info: DeviceInfo,
+    label: String,
+}
+
+impl LevelZeroBackend {
+    /// Creates the context, the stream and every kernel of `rserve-kernels` on the selected device.
+    pub fn new(sel: Selected) -> std::result::Result<Self, LzError> {
+        let api = api()?;
+        let ctx = Context::new(api, sel.driver, sel.device)?;
+        let stream = Stream::new(&ctx, sel.info.compute_ordinal, RING_EVENTS)?;
+        let pool = MemPool::new(&ctx, sel.info.max_alloc);
+        let mut modules = Vec::new();
+        let mut kernels = HashMap::new();
+        for (module_name, names) in rserve_kernels::KERNELS {
+            let m = rserve_kernels::module(module_name)
+                .ok_or_else(|| LzError::Invalid(format!("rserve-kernels lists module {module_name} but does not embed it")))?;
+            let module = Module::from_spirv(&ctx, m.name, m.spirv, BUILD_FLAGS)?;
+            for &name in names.iter() {
+                let k = Kernel::new(&module, name)?;
+                tracing::debug!(
+                    "Level Zero kernel {name}: {} arguments, sub-group size {}",
+                    k.info.num_args,
+                    k.info.required_subgroup_size
+                );
+                if k.info.spill_mem > 0 {
+                    tracing::warn!("Level Zero kernel {name} spills {} bytes of registers", k.info.spill_mem);
+                }
+                kernels.insert(name, k);
+            }
+            modules.push(module);
+        }
+        let tile = match sel.info.sub_device {
+            Some(t) => format!(", sub-device {t}"),
+            None => String::new(),
+        };
+        let label = format!(
+            "level-zero:{} {} (device 0x{:04x}{tile}, {:.1} GiB, {} of {} under ZE_FLAT_DEVICE_HIERARCHY={})",
+            sel.index,
+            sel.info.name,
+            sel.info.device_id,
+            sel.info.memory_bytes as f64 / (1u64 << 30) as f64,
+            sel.index,
+            sel.of,
+            sel.hierarchy
+        );
+        Ok(Self { attention_plan: RefCell::new(None), kernels, _modules: modules, stream: RefCell::new(stream), pool, _ctx: ctx, info: sel.info, label })
+    }
+
+    /// Total device memory in bytes, for the KV cache budget.
+    pub fn memory_bytes(&self) -> u64 {
+        self.info.memory_bytes
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// (commands appended, host synchronisations) so far.
+    pub fn stream_stats(&self) -> (u64, u64) {
+        self.stream.try_borrow().map(|s| (s.appended, s.synchronizations)).unwrap_or((0, 0))
+    }
+
+    fn stream(&self) -> std::result::Result<std::cell::RefMut<'_, Stream>, LzError> {
+        self.stream.try_borrow_mut().map_err(|_| LzError::Invalid("the Level Zero stream is already in use".into()))
+    }
+
+    /// A buffer of `bytes` bytes; when the device is out of memory, waits for the stream, returns cached memory
+    /// to the driver and tries once more.
+    fn buffer(&self, bytes: usize, contents: Contents) -> std::result::Result<LzBuffer, LzError> {
+        let block = match self.pool.take(bytes) {
+            Err(LzError::Call { code, .. }) if code == level_zero_sys::ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY => {
+                self.stream()?.synchronize()?;
+                self.pool.trim(0);
+                self.pool.take(bytes)?
+            }
+            other => other?,
+        };
+        Ok(LzBuffer::wrap(&self.pool, block, bytes, contents))
+    }
+
+    /// A new buffer filled with `bytes` (queued; the stream keeps the bytes until the copy has run).
+    fn upload_bytes(&self, bytes: Vec<u8>, contents: Contents) -> std::result::Result<LzBuffer, LzError> {
+        let buf = self.buffer(bytes.len(), contents)?;
+        self.stream()?.upload(buf.device_ptr(), bytes)?;
+        Ok(buf)
+    }
+
+    fn launch_kernel(&self, l: &Launch<'_, LzBuffer>) -> std::result::Result<(), LzError> {
+        let k = self
+            .kernels
+            .get(l.kernel)
+            .ok_or_else(|| LzError::Invalid(format!("kernel {} is not in rserve-kernels", l.kernel)))?;
+        if l.global.contains(&0) {
+            return Ok(());
+        }
+        if l.local == 0 || l.global[0] % l.local != 0 {
+            return Err(LzError::Invalid(format!("{}: {} work-items are not a multiple of the group size {}", l.kernel, l.global[0], l.local)));
+        }
+        let dim = |v: usize, what: &str| {
+            u32::try_from(v).map_err(|_| LzError::Invalid(format!("{}: {what} = {v} does not fit in 32 bits", l.kernel)))
+        };
+        if k.info.num_args != 0 && k.info.num_args as usize != l.args.len() {
+            return Err(LzError::Invalid(format!(
+                "{}: {} arguments given, the kernel declares {}",
+                k.name,
+                l.args.len(),
+                k.info.num_args
+            )));
+        }
+        let groups = [dim(l.global[0] / l.local, "work-groups")?, dim(l.global[1], "grid y")?, dim(l.global[2], "grid z")?];
+        for (i, a) in l.args.iter().enumerate() {
+            let i = i as u32;
+            match a {
+                Arg::Buf(b) => k.set_arg_ptr(i, b.device_ptr())?,
+                Arg::U32(v) => k.set_arg_u32(i, *v)?,
+                Arg::F32(v) => k.set_arg_f32(i, *v)?,
+            }
+        }
+        k.set_group_size(dim(l.local, "group size")?, 1, 1)?;
+        self.stream()?.launch(k, groups)
+    }
+}
+
+impl Drop for LevelZeroBackend {
+    fn drop(&mut self) {
+        // Kernels and cached memory may be in use by queued commands until the stream is idle.
+        if let Ok(mut s) = self.stream.try_borrow_mut() {
+            if let Err(e) = s.synchronize() {
+                tracing::warn!("Level Zero: synchronising at shutdown failed: {e}");
+            }
+        }
+        self.pool.trim(0);
+    }
+}
+
+fn le_bytes<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    v.iter().flat_map(|&x| f(x)).collect()
+}
+
+impl KernelDevice for LevelZeroBackend {
+    type Buf = LzBuffer;
+
+    fn view<'b>(&self, b: &'b LzBuffer) -> View<'b> {
+        match &b.contents {
+            Contents::F32 { len } => View::F32 { len: *len },
+            Contents::U32 { host } => View::U32 { host },
+            Contents::Matrix { dtype, rows, cols } => View::Matrix { dtype: *dtype, rows: *rows, cols: *cols },
+        }
+    }
+
+    fn scratch_f32(&self, len: usize) -> Result<LzBuffer> {
+        Ok(self.buffer(len * 4, Contents::F32 { len })?)
+    }
+
+    fn upload_u32(&self, data: &[u32]) -> Result<LzBuffer> {
+        Ok(self.upload_bytes(le_bytes(data, u32::to_le_bytes), Contents::U32 { host: data.to_vec() })?)
+    }
+
+    fn launch(&self, l: &Launch<'_, LzBuffer>) -> Result<()> {
+        Ok(self.launch_kernel(l)?)
+    }
+
+    fn attention_plan(&self) -> &RefCell<Option<AttnPlan<LzBuffer>>> {
+        &self.attention_plan
+    }
+}
+
+impl Backend for LevelZeroBackend {
+    type Buffer = LzBuffer;
+
+    fn device_name(&self) -> String {
+        self.label.clone()
+    }
+
+    fn upload_weight(&self, t: &Tensor) -> Result<LzBuffer> {
+        match t.rank() {
+            // Norm weights and biases: the kernels read them as f32.
+            1 => self.upload_f32(&t.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+            2 => {
+                let (rows, cols) = t.dims2()?;
+                let flat = t.flatten_all()?;
+                let (dtype, bytes) = match t.dtype() {
+                    DType::F32 => (WeightDType::F32, le_bytes(&flat.to_vec1::<f32>()?, f32::to_le_bytes)),
+                    DType::BF16 => (WeightDType::BF16, le_bytes(&flat.to_vec1::<half::bf16>()?, half::bf16::to_le_bytes)),
+                    DType::F16 => (WeightDType::F16, le_bytes(&flat.to_vec1::<half::f16>()?, half::f16::to_le_bytes)),
+                    other => return Err(EngineError::Backend(format!("level-zero: weights of dtype {other:?} are not supported"))),
+                };
+                Ok(self.upload_bytes(bytes, Contents::Matrix { dtype, rows, cols })?)
+            }
+            r => Err(EngineError::Backend(format!("weights must be 1-D or 2-D, got rank {r}"))),
+        }
+    }
+
+    fn alloc_f32(&self, len: usize) -> Result<LzBuffer> {
+        let buf = self.buffer(len * 4, Contents::F32 { len })?;
+        if len > 0 {
+            self.stream()?.zero(buf.device_ptr(), len * 4)?;
+        }
+        Ok(buf)
+    }
+
+    fn upload_f32(&self, data: &[f32]) -> Result<LzBuffer> {
+        Ok(self.upload_bytes(le_bytes(data, f32::to_le_bytes), Contents::F32 { len: data.len() })?)
+    }
+
+    fn upload_u32(&self, data: &[u32]) -> Result<LzBuffer> {
+        KernelDevice::upload_u32(self, data)
+    }
+
+    fn download_f32(&self, buf: &LzBuffer) -> Result<Vec<f32>> {
+        let Contents::F32 { len } = buf.contents else {
+            return Err(EngineError::Backend("download_f32: expected an f32 buffer".into()));
+        };
+        let mut out = vec![0f32; len];
+        {
+            let mut s = self.stream()?;
+            if len > 0 {
+                s.copy(out.as_mut_ptr().cast(), buf.device_ptr(), len * 4)?;
+            }
+            s.synchronize()?;
+        }
+        // The stream is idle: a good moment to give surplus cached memory back.
+        if self.pool.usage().1 > CACHE_KEEP_BYTES {
+            self.pool.trim(CACHE_KEEP_BYTES);
+        }
+        Ok(out)
+    }
+
+    fn run(&self, op: Op<'_, LzBuffer>) -> Result<()> {
+        kernel_ops::run(self, op)
+    }
+}

@@ -1,0 +1,82 @@
+//! The Level Zero backend: rserve's kernels (SPIR-V from `rserve-kernels`) on Intel GPUs through Level Zero.
+//!
+//! Layers, bottom up: `loader` opens `libze_loader.so.1` at run time (`level-zero-sys`, bindgen) and initialises it;
+//! `error` names every `ze_result_t`; `handles` owns each Level Zero object and `counters` counts them; `hierarchy`
+//! holds the pure device-selection rules (`ZE_FLAT_DEVICE_HIERARCHY`, `ZE_AFFINITY_MASK`) and `discovery` applies
+//! them to the drivers found; `stream` orders commands with events on an immediate command list; `memory` is the
+//! stream-ordered device allocator; `kernel_ops` maps each `Op` to kernel launches (device-neutral); `backend`
+//! ties them into the `Backend`.
+//!
+//! Boundary: no other module of the engine calls Level Zero; `engine::device` only calls `open` and `auto`.
+
+mod backend;
+pub mod counters;
+mod discovery;
+mod error;
+mod handles;
+pub mod hierarchy;
+pub mod kernel_ops;
+mod loader;
+mod memory;
+mod stream;
+
+pub use backend::LevelZeroBackend;
+pub use counters::{handle_counts, HandleCounts, HandleKind};
+pub use discovery::{DeviceInfo, INTEL_VENDOR_ID};
+pub use error::{result_name, LzError};
+pub use loader::{consulted_vars, CONSULTED_VARS, LOADER_ENV};
+pub use memory::LzBuffer;
+
+/// `Some(index)` for a `--device` value that names Level Zero: `level-zero` (index None: the first device) or
+/// `level-zero:N`; None for other values. A malformed index is an error.
+pub fn parse_device_arg(arg: &str) -> Option<Result<Option<usize>, LzError>> {
+    let rest = arg.strip_prefix("level-zero")?;
+    if rest.is_empty() {
+        return Some(Ok(None));
+    }
+    let idx = rest.strip_prefix(':')?;
+    Some(idx.parse::<usize>().map(Some).map_err(|_| {
+        LzError::Selection(format!("--device {arg}: the device index must be a number (level-zero:N)"))
+    }))
+}
+
+/// Opens the Level Zero device a `--device level-zero[:N]` value names.
+pub fn open(arg: &str) -> Result<LevelZeroBackend, LzError> {
+    let index = match parse_device_arg(arg) {
+        Some(r) => r?,
+        None => return Err(LzError::Selection(format!("--device {arg} does not name a Level Zero device"))),
+    };
+    let sel = discovery::select(index)?;
+    LevelZeroBackend::new(sel)
+}
+
+/// For `--device auto`: the first Level Zero device when an Intel GPU is visible; None otherwise, after logging why.
+pub fn auto() -> Option<LevelZeroBackend> {
+    match discovery::intel_gpu() {
+        Ok(name) => match open("level-zero") {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!("--device auto: found {name} but could not open it through Level Zero ({e}); using the CPU");
+                None
+            }
+        },
+        Err(why) => {
+            tracing::info!("--device auto: using the CPU: {why}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_argument() {
+        assert!(matches!(parse_device_arg("level-zero"), Some(Ok(None))));
+        assert!(matches!(parse_device_arg("level-zero:3"), Some(Ok(Some(3)))));
+        assert!(matches!(parse_device_arg("level-zero:x"), Some(Err(_))));
+        assert!(parse_device_arg("cpu").is_none());
+        assert!(parse_device_arg("level-zeros").is_none());
+    }
+}

@@ -1,0 +1,178 @@
+//! The OpenCL backend: every `Op` on the SPIR-V kernels of `rserve-kernels`, on any OpenCL 2.1+ device that takes
+//! SPIR-V (Intel GPUs through their OpenCL driver; Intel's CPU runtime in tests and CI).
+//!
+//! One context, one in-order queue: ops run in submission order and the host waits only in `download_f32`.
+//! Activations and the KV cache are f32 device buffers; 2-D weights stay in their dtype (f32/bf16/f16) and are
+//! converted in the kernels with f32 accumulation; 1-D weights (norms, biases) are uploaded as f32, like the CPU
+//! backend keeps them. `libOpenCL.so.1` is loaded at run time, so a host without OpenCL builds and runs the CPU
+//! backend unchanged.
+//!
+//! Boundary: kernel argument layouts live in `kernels/src/cl/*.cl`; `ops.rs` and `attention.rs` mirror them. Every
+//! index a kernel follows (token ids, slots, block ids, rows) is checked on the host first.
+
+mod attention;
+mod buffer;
+mod device;
+mod kernels;
+mod ops;
+
+use std::cell::RefCell;
+
+use opencl3::command_queue::CommandQueue;
+use opencl3::context::Context;
+use opencl3::types::CL_BLOCKING;
+
+pub use buffer::ClBuffer;
+use buffer::{as_bytes, Contents};
+pub use device::{list_devices, OpenClDeviceInfo, OpenClOptions};
+use device::cl_err;
+use kernels::Kernels;
+
+use super::{Backend, Op, WeightDType};
+use crate::backend::cpu::be;
+use crate::error::Result;
+
+/// An OpenCL device with rserve's kernels built on it.
+pub struct OpenClBackend {
+    // Field order is drop order: kernels and cached buffers before the queue and the context.
+    kernels: Kernels,
+    attention_plan: RefCell<Option<attention::Plan>>,
+    queue: CommandQueue,
+    context: Context,
+    info: OpenClDeviceInfo,
+}
+
+impl OpenClBackend {
+    /// Opens the device `opts` names and builds every kernel module on it.
+    pub fn new(opts: &OpenClOptions) -> Result<Self> {
+        let (dev, info) = device::select(opts)?;
+        let context = Context::from_device(&dev).map_err(|e| cl_err("creating a context", e))?;
+        let queue = CommandQueue::create_default_with_properties(&context, 0, 0)
+            .map_err(|e| cl_err("creating a command queue", e))?;
+        let kernels = Kernels::build(&context, &dev, &info.name)?;
+        Ok(Self { kernels, attention_plan: RefCell::new(None), queue, context, info })
+    }
+
+    pub fn info(&self) -> &OpenClDeviceInfo {
+        &self.info
+    }
+
+    /// Memory for weights + KV cache: the device's global memory, or None for a CPU device (host memory rules).
+    pub fn memory_bytes(&self) -> Option<u64> {
+        (!self.info.is_cpu).then_some(self.info.global_mem_bytes)
+    }
+
+    /// Waits until every enqueued op has finished (for benchmarks).
+    pub fn finish(&self) -> Result<()> {
+        self.queue.finish().map_err(|e| cl_err("waiting for the queue", e))
+    }
+
+    fn create(&self, bytes: usize, host: Option<&[u8]>, contents: Contents) -> Result<ClBuffer> {
+        if bytes as u64 > self.info.max_alloc_bytes {
+            return Err(be(format!(
+                "opencl: an allocation of {bytes} bytes exceeds the device's largest allocation ({} bytes) on '{}'",
+                self.info.max_alloc_bytes, self.info.name
+            )));
+        }
+        ClBuffer::create(&self.context, bytes, host, contents)
+    }
+}
+
+impl Backend for OpenClBackend {
+    type Buffer = ClBuffer;
+
+    fn device_name(&self) -> String {
+        format!("opencl: {} ({})", self.info.name, self.info.platform)
+    }
+
+    fn upload_weight(&self, t: &candle_core::Tensor) -> Result<ClBuffer> {
+        use candle_core::DType;
+        match t.rank() {
+            1 => self.upload_f32(&t.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+            2 => {
+                let (rows, cols) = t.dims2()?;
+                let flat = t.flatten_all()?;
+                let (dtype, bytes) = match t.dtype() {
+                    DType::F32 => (WeightDType::F32, as_bytes(&flat.to_vec1::<f32>()?).to_vec()),
+                    DType::BF16 => {
+                        let v: Vec<u16> = flat.to_vec1::<half::bf16>()?.iter().map(|x| x.to_bits()).collect();
+                        (WeightDType::BF16, as_bytes(&v).to_vec())
+                    }
+                    DType::F16 => {
+                        let v: Vec<u16> = flat.to_vec1::<half::f16>()?.iter().map(|x| x.to_bits()).collect();
+                        (WeightDType::F16, as_bytes(&v).to_vec())
+                    }
+                    other => return Err(be(format!("opencl: weights of dtype {other:?} are not supported"))),
+                };
+                self.create(bytes.len(), Some(&bytes), Contents::Matrix { dtype, rows, cols })
+            }
+            r => Err(be(format!("weights must be 1-D or 2-D, got rank {r}"))),
+        }
+    }
+
+    fn alloc_f32(&self, len: usize) -> Result<ClBuffer> {
+        let mut b = self.create(len * 4, None, Contents::F32 { len })?;
+        let bytes = (len * 4).max(4);
+        // SAFETY: the fill covers exactly the buffer's size, a multiple of the 4-byte pattern.
+        unsafe { self.queue.enqueue_fill_buffer(b.mem_mut(), &[0u8; 4], 0, bytes, &[]) }
+            .map_err(|e| cl_err("zero-filling a buffer", e))?;
+        Ok(b)
+    }
+
+    fn upload_f32(&self, data: &[f32]) -> Result<ClBuffer> {
+        self.create(data.len() * 4, Some(as_bytes(data)), Contents::F32 { len: data.len() })
+    }
+
+    fn upload_u32(&self, data: &[u32]) -> Result<ClBuffer> {
+        self.create(data.len() * 4, Some(as_bytes(data)), Contents::U32 { host: data.to_vec() })
+    }
+
+    fn download_f32(&self, buf: &ClBuffer) -> Result<Vec<f32>> {
+        let len = buf.f32_len().ok_or_else(|| be("download_f32: expected an f32 buffer"))?;
+        let mut out = vec![0f32; len];
+        if len == 0 {
+            return Ok(out);
+        }
+        // SAFETY: a blocking read of exactly `len * 4` bytes into a vector of that size; the in-order queue runs
+        // every earlier op first.
+        unsafe {
+            let bytes = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, len * 4);
+            opencl3::command_queue::enqueue_read_buffer(
+                self.queue.get(),
+                buf.mem(),
+                CL_BLOCKING,
+                0,
+                bytes.len(),
+                bytes.as_mut_ptr() as *mut std::ffi::c_void,
+                0,
+                std::ptr::null(),
+            )
+            .map(|ev| opencl3::event::release_event(ev).ok())
+            .map_err(|e| cl_err("reading a buffer back", opencl3::error_codes::ClError(e)))?;
+        }
+        Ok(out)
+    }
+
+    fn run(&self, op: Op<'_, ClBuffer>) -> Result<()> {
+        match op {
+            Op::Embedding { table, ids, out, num_tokens, hidden } => ops::embedding(self, table, ids, out, num_tokens, hidden),
+            Op::RmsNorm { x, weight, out, rows, hidden, eps } => ops::rms_norm(self, x, None, weight, out, rows, hidden, eps),
+            Op::AddRmsNorm { x, residual, weight, out, rows, hidden, eps } => {
+                ops::rms_norm(self, x, Some(residual), weight, out, rows, hidden, eps)
+            }
+            Op::MatMul { x, w, bias, out, m, k, n } => ops::matmul(self, x, w, bias, out, m, k, n),
+            Op::Rope { x, positions, inv_freq, num_tokens, num_heads, head_dim } => {
+                ops::rope(self, x, positions, inv_freq, num_tokens, num_heads, head_dim)
+            }
+            Op::SiluMul { gate, up, out, len } => ops::silu_mul(self, gate, up, out, len),
+            Op::WriteKv { k, v, k_cache, v_cache, slot_mapping, num_tokens, num_kv_heads, head_dim, block_size: _ } => {
+                ops::write_kv(self, k, v, k_cache, v_cache, slot_mapping, num_tokens, num_kv_heads * head_dim)
+            }
+            Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale } => {
+                let shape = attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale };
+                attention::paged_attention(self, q, k_cache, v_cache, out, meta, &shape)
+            }
+            Op::GatherRows { x, rows, out, num_rows, width } => ops::gather_rows(self, x, rows, out, num_rows, width),
+        }
+    }
+}

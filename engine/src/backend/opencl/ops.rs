@@ -1,0 +1,198 @@
+//! Launches of the row-wise and elementwise ops and the matrix multiply, each after checking its buffers and every
+//! index it follows on the host. Grids and argument orders mirror `kernels/src/cl/{embedding,norm,rope,elementwise,
+//! kv_cache,matmul}.cl`.
+
+use rserve_kernels::launch::*;
+
+use super::buffer::ClBuffer;
+use super::kernels::{round_up, work_group};
+use super::OpenClBackend;
+use crate::backend::cpu::be;
+use crate::backend::WeightDType;
+use crate::error::Result;
+
+/// Above this many rows the tiled matmul replaces the row-streaming one.
+const GEMV_MAX_ROWS: usize = 2 * GEMV_ROWS;
+
+pub(super) fn embedding(b: &OpenClBackend, table: &ClBuffer, ids: &ClBuffer, out: &ClBuffer, n: usize, hidden: usize) -> Result<()> {
+    let (dtype, vocab, cols) = table.matrix("embedding table")?;
+    if cols != hidden {
+        return Err(be(format!("embedding table is [{vocab}, {cols}], op expects width {hidden}")));
+    }
+    let host = ids.u32("embedding ids", n)?;
+    if let Some(bad) = host[..n].iter().find(|&&i| i as usize >= vocab) {
+        return Err(be(format!("token id {bad} is outside the vocabulary of {vocab}")));
+    }
+    out.f32("embedding out", n * hidden)?;
+    let name = match dtype {
+        WeightDType::F32 => "embedding_f32",
+        WeightDType::BF16 => "embedding_bf16",
+        WeightDType::F16 => "embedding_f16",
+    };
+    b.kernels
+        .launch(name)?
+        .buf(table)
+        .buf(ids)
+        .buf(out)
+        .u32(hidden)
+        .run(&b.queue, [round_up(hidden, ELEM_WG), n, 1], [ELEM_WG, 1, 1])
+}
+
+/// RMSNorm; with `residual`, the fused `residual += x; out = norm(residual)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn rms_norm(
+    b: &OpenClBackend,
+    x: &ClBuffer,
+    residual: Option<&ClBuffer>,
+    w: &ClBuffer,
+    out: &ClBuffer,
+    rows: usize,
+    hidden: usize,
+    eps: f32,
+) -> Result<()> {
+    x.f32("rms_norm x", rows * hidden)?;
+    w.f32("rms_norm weight", hidden)?;
+    out.f32("rms_norm out", rows * hidden)?;
+    let launch = match residual {
+        Some(r) => {
+            r.f32("rms_norm residual", rows * hidden)?;
+            b.kernels.launch("add_rms_norm")?.buf(x).buf(r)
+        }
+        None => b.kernels.launch("rms_norm")?.buf(x),
+    };
+    let wg = work_group("rms_norm");
+    launch.buf(w).buf(out).u32(hidden).f32(eps).run(&b.queue, [rows * wg, 1, 1], [wg, 1, 1])
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn matmul(
+    b: &OpenClBackend,
+    x: &ClBuffer,
+    w: &ClBuffer,
+    bias: Option<&ClBuffer>,
+    out: &ClBuffer,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    let (dtype, rows, cols) = w.matrix("matmul weight")?;
+    if (rows, cols) != (n, k) {
+        return Err(be(format!("matmul weight is [{rows}, {cols}], op expects [{n}, {k}]")));
+    }
+    x.f32("matmul x", m * k)?;
+    out.f32("matmul out", m * n)?;
+    if let Some(bias) = bias {
+        bias.f32("matmul bias", n)?;
+    }
+    let (name, global, local) = if m <= GEMV_MAX_ROWS {
+        let name = match dtype {
+            WeightDType::F32 => "matmul_rows_f32",
+            WeightDType::BF16 => "matmul_rows_bf16",
+            WeightDType::F16 => "matmul_rows_f16",
+        };
+        (name, [n.div_ceil(GEMV_COLS) * GEMV_WG, m.div_ceil(GEMV_ROWS), 1], [GEMV_WG, 1, 1])
+    } else {
+        let name = match dtype {
+            WeightDType::F32 => "matmul_tiled_f32",
+            WeightDType::BF16 => "matmul_tiled_bf16",
+            WeightDType::F16 => "matmul_tiled_f16",
+        };
+        (name, [n.div_ceil(GEMM_TILE_N) * GEMM_WG, m.div_ceil(GEMM_TILE_M), 1], [GEMM_WG, 1, 1])
+    };
+    b.kernels
+        .launch(name)?
+        .buf(x)
+        .buf(w)
+        .buf(bias.unwrap_or(x)) // never read without a bias
+        .buf(out)
+        .u32(m)
+        .u32(k)
+        .u32(n)
+        .u32(bias.is_some() as usize)
+        .run(&b.queue, global, local)
+}
+
+pub(super) fn rope(
+    b: &OpenClBackend,
+    x: &ClBuffer,
+    positions: &ClBuffer,
+    inv_freq: &ClBuffer,
+    n: usize,
+    heads: usize,
+    head_dim: usize,
+) -> Result<()> {
+    x.f32("rope x", n * heads * head_dim)?;
+    positions.u32("rope positions", n)?;
+    inv_freq.f32("rope inv_freq", head_dim / 2)?;
+    let total = n * heads * (head_dim / 2);
+    b.kernels
+        .launch("rope")?
+        .buf(x)
+        .buf(positions)
+        .buf(inv_freq)
+        .u32(n)
+        .u32(heads)
+        .u32(head_dim)
+        .run(&b.queue, [round_up(total, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])
+}
+
+pub(super) fn silu_mul(b: &OpenClBackend, gate: &ClBuffer, up: &ClBuffer, out: &ClBuffer, len: usize) -> Result<()> {
+    gate.f32("silu gate", len)?;
+    up.f32("silu up", len)?;
+    out.f32("silu out", len)?;
+    b.kernels
+        .launch("silu_mul")?
+        .buf(gate)
+        .buf(up)
+        .buf(out)
+        .u32(len)
+        .run(&b.queue, [round_up(len, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_kv(
+    b: &OpenClBackend,
+    k: &ClBuffer,
+    v: &ClBuffer,
+    k_cache: &ClBuffer,
+    v_cache: &ClBuffer,
+    slots: &ClBuffer,
+    n: usize,
+    row: usize,
+) -> Result<()> {
+    k.f32("write_kv k", n * row)?;
+    v.f32("write_kv v", n * row)?;
+    let cache_len = k_cache.f32_len().zip(v_cache.f32_len()).map(|(a, b)| a.min(b));
+    let cache_len = cache_len.ok_or_else(|| be("write_kv: the caches must be f32 buffers"))?;
+    for &slot in &slots.u32("write_kv slot mapping", n)?[..n] {
+        if (slot as usize + 1) * row > cache_len {
+            return Err(be(format!("write_kv: slot {slot} outside the cache")));
+        }
+    }
+    b.kernels
+        .launch("write_kv")?
+        .buf(k)
+        .buf(v)
+        .buf(k_cache)
+        .buf(v_cache)
+        .buf(slots)
+        .u32(row)
+        .run(&b.queue, [round_up(row, ELEM_WG), n, 1], [ELEM_WG, 1, 1])
+}
+
+pub(super) fn gather_rows(b: &OpenClBackend, x: &ClBuffer, rows: &ClBuffer, out: &ClBuffer, num_rows: usize, width: usize) -> Result<()> {
+    let x_len = x.f32_len().ok_or_else(|| be("gather x: expected an f32 buffer"))?;
+    for &r in &rows.u32("gather rows", num_rows)?[..num_rows] {
+        if (r as usize + 1) * width > x_len {
+            return Err(be(format!("gather x: row {r} is outside a buffer of {x_len} values")));
+        }
+    }
+    out.f32("gather out", num_rows * width)?;
+    b.kernels
+        .launch("gather_rows")?
+        .buf(x)
+        .buf(rows)
+        .buf(out)
+        .u32(width)
+        .run(&b.queue, [round_up(width, ELEM_WG), num_rows, 1], [ELEM_WG, 1, 1])
+}

@@ -1,0 +1,134 @@
+//! The distributed step: `DistRunner` is the `StepRunner` of rank 0's engine thread; `run_worker` is the loop of
+//! every other rank. Each step rank 0 broadcasts the batch (an empty message means stop), every rank runs its shard,
+//! hidden states flow stage to stage, and the last stage's TP rank 0 returns the logits to rank 0.
+
+use candle_core::DType;
+
+use super::mpi_comm::MpiComm;
+use super::wire;
+use crate::backend::cpu::CpuBackend;
+use crate::config::ModelParams;
+use crate::error::{EngineError, Result};
+use crate::model::shard::Shard;
+use crate::model::{BatchInput, LlamaModel, PagedKvCache, StageOutput};
+use crate::runner::StepRunner;
+use crate::weights::Weights;
+
+/// One rank's shard of the model with its KV cache (CPU backend; collectives on host memory).
+pub struct RankModel {
+    backend: CpuBackend,
+    model: LlamaModel<CpuBackend>,
+    cache: PagedKvCache<CpuBackend>,
+    comm: MpiComm,
+    vocab: usize,
+}
+
+impl RankModel {
+    pub fn new(p: &ModelParams, w: &Weights, comm: MpiComm, num_blocks: usize, block_size: usize) -> Result<Self> {
+        let l = comm.layout;
+        let shard = Shard::new(p, l.tp, l.pp, l.tp_rank(), l.stage())?;
+        let backend = CpuBackend::new();
+        let model = LlamaModel::load_shard(&backend, p, w, &shard)?;
+        let cache = PagedKvCache::new(&backend, &shard.kv_params(p), num_blocks, block_size)?;
+        Ok(Self { backend, model, cache, comm, vocab: p.vocab_size })
+    }
+
+    /// This rank's part of a step; Some(logits) on the rank that must deliver them to rank 0.
+    fn step(&self, batch: &BatchInput) -> Result<Option<Vec<f32>>> {
+        let l = self.comm.layout;
+        let input = if l.stage() > 0 { Some(self.comm.recv(l.rank_of(l.stage() - 1, l.tp_rank()))) } else { None };
+        match self.model.forward_stage(&self.backend, batch, &self.cache, &self.comm, input.as_deref())? {
+            StageOutput::Hidden(h) => {
+                self.comm.send(l.rank_of(l.stage() + 1, l.tp_rank()), &h);
+                Ok(None)
+            }
+            StageOutput::Logits(logits) => Ok((l.rank == l.logits_rank()).then_some(logits)),
+        }
+    }
+
+    /// Agrees on the KV block count: rank 0's value wins.
+    pub fn agree_blocks(comm: &MpiComm, num_blocks: usize) -> usize {
+        let mut v = vec![num_blocks as u32];
+        comm.broadcast(&mut v);
+        v.first().copied().unwrap_or(0) as usize
+    }
+}
+
+/// Rank 0's runner.
+pub struct DistRunner {
+    rank: RankModel,
+}
+
+impl DistRunner {
+    pub fn new(rank: RankModel) -> Self {
+        Self { rank }
+    }
+}
+
+impl StepRunner for DistRunner {
+    fn execute(&mut self, batch: &BatchInput) -> Result<Vec<f32>> {
+        let mut msg = wire::encode(batch);
+        self.rank.comm.broadcast(&mut msg);
+        let l = self.rank.comm.layout;
+        match self.rank.step(batch)? {
+            Some(logits) => Ok(logits),
+            None => {
+                let logits = self.rank.comm.recv(l.logits_rank());
+                if logits.len() != batch.seqs.len() * self.rank.vocab {
+                    return Err(EngineError::Backend(format!("rank {} returned malformed logits", l.logits_rank())));
+                }
+                Ok(logits)
+            }
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.rank.vocab
+    }
+
+    fn device_name(&self) -> String {
+        let l = self.rank.comm.layout;
+        format!("cpu x {} MPI ranks (tp={}, pp={})", l.world(), l.tp, l.pp)
+    }
+}
+
+impl Drop for DistRunner {
+    fn drop(&mut self) {
+        // Tell the workers to stop.
+        self.rank.comm.broadcast(&mut Vec::new());
+    }
+}
+
+/// The loop of ranks other than 0: load the shard, then run steps until rank 0 says stop.
+pub fn run_worker(p: &ModelParams, w: &Weights, tp: usize, pp: usize, block_size: usize) -> Result<()> {
+    // The launcher forwards SIGINT/SIGTERM to every rank; only rank 0 acts on them (it drains, then tells the
+    // workers to stop), so workers ignore them instead of dying under it.
+    // SAFETY: installing SIG_IGN for two signals has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+    }
+    let comm = MpiComm::new(tp, pp)?;
+    let num_blocks = RankModel::agree_blocks(&comm, 0);
+    let rank = RankModel::new(p, w, comm, num_blocks, block_size)?;
+    loop {
+        let mut msg = Vec::new();
+        rank.comm.broadcast(&mut msg);
+        if msg.is_empty() {
+            return Ok(());
+        }
+        let batch = wire::decode(&msg)?;
+        if let Some(logits) = rank.step(&batch)? {
+            rank.comm.send(0, &logits);
+        }
+    }
+}
+
+/// The weights dtype a worker loads (same rule as rank 0).
+pub fn worker_dtype(d: crate::engine::DTypeArg) -> DType {
+    match d {
+        crate::engine::DTypeArg::BFloat16 => DType::BF16,
+        crate::engine::DTypeArg::Float16 => DType::F16,
+        _ => DType::F32,
+    }
+}

@@ -1,0 +1,121 @@
+//! The engine's side of a multi-process launch: deciding this process's role from `-tp`/`-pp` and the MPI
+//! launcher, running a worker rank to completion, and building rank 0's distributed runner.
+
+use super::config::EngineConfig;
+use crate::config::ModelParams;
+use crate::dist::{launcher_world_size, layout};
+use crate::error::{EngineError, Result};
+use crate::model::shard::check_tp;
+use crate::runner::StepRunner;
+use crate::weights::Weights;
+
+/// What this process does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// One process holds the whole model.
+    Single,
+    /// MPI rank 0: server, tokenizer, scheduler, and its own shard.
+    Leader,
+    /// Any other MPI rank: its shard only, driven by rank 0.
+    Worker,
+}
+
+/// Decides the role; initialises MPI when the launch is distributed. Errors carry the exact `mpiexec` line.
+pub fn role(cfg: &EngineConfig) -> Result<Role> {
+    let (tp, pp) = (cfg.tensor_parallel_size, cfg.pipeline_parallel_size);
+    let launched = launcher_world_size(|k| std::env::var(k).ok()).unwrap_or(1);
+    if tp * pp == 1 && launched == 1 {
+        return Ok(Role::Single);
+    }
+    if launched == 1 {
+        layout::check_world(tp, pp, 1, &cfg.launch_args)?;
+    }
+    distributed_role(cfg, tp, pp)
+}
+
+#[cfg(feature = "mpi")]
+fn distributed_role(cfg: &EngineConfig, tp: usize, pp: usize) -> Result<Role> {
+    let (rank, size) = crate::dist::mpi_comm::init()?.unwrap_or((0, 1));
+    layout::check_world(tp, pp, size, &cfg.launch_args)?;
+    if cfg.device != "auto" && cfg.device != "cpu" {
+        return Err(EngineError::InvalidArgument(format!(
+            "--device {} with tensor/pipeline parallelism is not supported yet: distributed ranks run on the CPU",
+            cfg.device
+        )));
+    }
+    Ok(if rank == 0 { Role::Leader } else { Role::Worker })
+}
+
+#[cfg(not(feature = "mpi"))]
+fn distributed_role(cfg: &EngineConfig, tp: usize, pp: usize) -> Result<Role> {
+    Err(EngineError::InvalidArgument(format!(
+        "--tensor-parallel-size {tp} x --pipeline-parallel-size {pp} needs MPI support, which this rserve was built \
+         without: rebuild with `cargo build --release -p rserve-server --features mpi` and start it with: {}",
+        layout::mpiexec_line(tp, pp, &cfg.launch_args)
+    )))
+}
+
+/// Checks that the model can be split as asked (TP divides the heads, PP at most the layers).
+pub fn check_split(p: &ModelParams, cfg: &EngineConfig) -> Result<()> {
+    check_tp(p, cfg.tensor_parallel_size)?;
+    let pp = cfg.pipeline_parallel_size;
+    if pp == 0 || pp > p.num_layers {
+        return Err(EngineError::InvalidArgument(format!(
+            "--pipeline-parallel-size {pp} must be between 1 and the number of layers ({})",
+            p.num_layers
+        )));
+    }
+    Ok(())
+}
+
+/// Rank 0's runner over every rank's shard.
+#[cfg(feature = "mpi")]
+pub fn leader_runner(
+    p: &ModelParams,
+    w: &Weights,
+    cfg: &EngineConfig,
+    num_blocks: usize,
+) -> Result<Box<dyn StepRunner>> {
+    use crate::dist::mpi_comm::MpiComm;
+    use crate::dist::runner::{DistRunner, RankModel};
+    let comm = MpiComm::new(cfg.tensor_parallel_size, cfg.pipeline_parallel_size)?;
+    let num_blocks = RankModel::agree_blocks(&comm, num_blocks);
+    Ok(Box::new(DistRunner::new(RankModel::new(p, w, comm, num_blocks, cfg.block_size)?)))
+}
+
+#[cfg(not(feature = "mpi"))]
+pub fn leader_runner(_: &ModelParams, _: &Weights, _: &EngineConfig, _: usize) -> Result<Box<dyn StepRunner>> {
+    Err(EngineError::InvalidArgument("this rserve was built without MPI support".into()))
+}
+
+/// On a worker rank: loads this rank's shard and serves rank 0's steps until it stops; returns true. On rank 0 or a
+/// single process: returns false at once (the caller starts the engine).
+pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
+    if role(cfg)? != Role::Worker {
+        return Ok(false);
+    }
+    #[cfg(feature = "mpi")]
+    {
+        let mut opts = crate::source::ResolveOptions::from_env();
+        opts.revision = cfg.revision.clone();
+        opts.progress = false;
+        let resolved = crate::source::resolve_model(&cfg.model, &opts)?;
+        let params = resolved.load_params()?;
+        check_split(&params, cfg)?;
+        let weights = crate::weights::load(&resolved, &params, crate::dist::runner::worker_dtype(cfg.dtype))?;
+        crate::dist::runner::run_worker(
+            &params,
+            &weights,
+            cfg.tensor_parallel_size,
+            cfg.pipeline_parallel_size,
+            cfg.block_size,
+        )?;
+    }
+    Ok(true)
+}
+
+/// Ends MPI on every rank (no-op in a single process). Call last in `main`.
+pub fn finalize() {
+    #[cfg(feature = "mpi")]
+    crate::dist::mpi_comm::finalize();
+}

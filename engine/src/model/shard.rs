@@ -1,0 +1,131 @@
+//! Which part of the model one process holds: its tensor-parallel rank (a slice of the heads, of the MLP and of the
+//! vocabulary) and its pipeline stage (a contiguous range of layers), plus the collectives a sharded forward needs.
+//!
+//! Boundary: `TpCollective` works on host memory today. Device-aware MPI (Aurora's MPICH takes Level Zero device
+//! pointers) would plug in as a second method family taking backend buffers; the model calls only this trait.
+
+use std::ops::Range;
+
+use crate::config::ModelParams;
+use crate::error::{EngineError, Result};
+
+/// Sums and gathers across the tensor-parallel ranks of one pipeline stage.
+pub trait TpCollective {
+    /// Number of TP ranks (1: no communication).
+    fn tp_size(&self) -> usize;
+    /// Element-wise sum of `data` over the TP ranks, result on every rank.
+    fn all_reduce_sum(&self, data: &mut [f32]) -> Result<()>;
+    /// Concatenation of every rank's `local` in rank order (lengths may differ), result on every rank.
+    fn all_gather(&self, local: &[f32]) -> Result<Vec<f32>>;
+}
+
+/// The single-process collective.
+pub struct NoComm;
+
+impl TpCollective for NoComm {
+    fn tp_size(&self) -> usize {
+        1
+    }
+    fn all_reduce_sum(&self, _: &mut [f32]) -> Result<()> {
+        Ok(())
+    }
+    fn all_gather(&self, local: &[f32]) -> Result<Vec<f32>> {
+        Ok(local.to_vec())
+    }
+}
+
+/// One process's share of the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shard {
+    pub tp_rank: usize,
+    pub tp_size: usize,
+    pub layers: Range<usize>,
+    /// This stage embeds the tokens (pipeline stage 0).
+    pub first: bool,
+    /// This stage computes the logits (last pipeline stage).
+    pub last: bool,
+}
+
+impl Shard {
+    /// The whole model in one process.
+    pub fn whole(p: &ModelParams) -> Self {
+        Shard { tp_rank: 0, tp_size: 1, layers: 0..p.num_layers, first: true, last: true }
+    }
+
+    /// Rank `tp_rank` of `tp` in stage `stage` of `pp`; layers split as evenly as possible (earlier stages take the
+    /// remainder).
+    pub fn new(p: &ModelParams, tp: usize, pp: usize, tp_rank: usize, stage: usize) -> Result<Self> {
+        check_tp(p, tp)?;
+        if pp == 0 || pp > p.num_layers {
+            return Err(EngineError::InvalidArgument(format!(
+                "--pipeline-parallel-size {pp} must be between 1 and the number of layers ({})",
+                p.num_layers
+            )));
+        }
+        Ok(Shard { tp_rank, tp_size: tp, layers: stage_layers(p.num_layers, pp, stage), first: stage == 0, last: stage + 1 == pp })
+    }
+
+    pub fn heads(&self, p: &ModelParams) -> usize {
+        p.num_heads / self.tp_size
+    }
+
+    pub fn kv_heads(&self, p: &ModelParams) -> usize {
+        p.num_kv_heads / self.tp_size
+    }
+
+    pub fn intermediate(&self, p: &ModelParams) -> Range<usize> {
+        split(p.intermediate_size, self.tp_size, self.tp_rank)
+    }
+
+    pub fn vocab(&self, p: &ModelParams) -> Range<usize> {
+        split(p.vocab_size, self.tp_size, self.tp_rank)
+    }
+
+    /// The parameters of this shard's KV cache: its KV heads and its layers.
+    pub fn kv_params(&self, p: &ModelParams) -> ModelParams {
+        ModelParams { num_kv_heads: self.kv_heads(p), num_layers: self.layers.len(), ..p.clone() }
+    }
+}
+
+/// Layers of pipeline stage `stage` of `pp`.
+pub fn stage_layers(n: usize, pp: usize, stage: usize) -> Range<usize> {
+    split(n, pp, stage)
+}
+
+/// Part `i` of `parts` of `0..n`, sizes differing by at most one (earlier parts larger).
+fn split(n: usize, parts: usize, i: usize) -> Range<usize> {
+    let (base, rem) = (n / parts, n % parts);
+    let start = i * base + i.min(rem);
+    start..start + base + usize::from(i < rem)
+}
+
+/// TP sizes that divide the attention and KV heads (so no KV head is duplicated).
+pub fn valid_tp_sizes(p: &ModelParams) -> Vec<usize> {
+    (1..=p.num_heads).filter(|t| p.num_heads % t == 0 && p.num_kv_heads % t == 0).collect()
+}
+
+/// A TP size that does not divide the heads is a start-up error listing the valid sizes.
+pub fn check_tp(p: &ModelParams, tp: usize) -> Result<()> {
+    if tp == 0 || p.num_heads % tp != 0 || p.num_kv_heads % tp != 0 {
+        return Err(EngineError::InvalidArgument(format!(
+            "--tensor-parallel-size {tp} must divide the {} attention heads and {} KV heads; valid sizes: {:?}",
+            p.num_heads,
+            p.num_kv_heads,
+            valid_tp_sizes(p)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_cover_everything_evenly() {
+        let parts: Vec<_> = (0..4).map(|i| split(30, 4, i)).collect();
+        assert_eq!(parts, vec![0..8, 8..16, 16..23, 23..30]);
+        assert_eq!(split(30, 2, 1), 15..30);
+        assert_eq!(split(49152, 3, 2), 32768..49152);
+    }
+}

@@ -1,0 +1,125 @@
+//! The memory arithmetic shared by `rserve plan` and the server's start-up KV sizing (`engine::budget`), so the
+//! plan and the start-up log agree: KV bytes per token, the activation estimate, the KV budget of one device, and
+//! the blocks it buys.
+//!
+//! Activation rule: one engine step holds the activations of one decoder layer for `max_num_batched_tokens`
+//! tokens plus f32 logits for `max_num_seqs` sequences (estimated by `activation_bytes`). They live in the
+//! headroom `--gpu-memory-utilization` leaves (`(1 - U) x memory`); only the part that does not fit there is
+//! taken from the KV budget. With the defaults (2048 tokens, U = 0.9) the estimate is a few hundred MB per device
+//! against GBs of headroom, so the budget is `U x memory - weights`, the rule the server has always used: for
+//! Llama-3.1-405B on 16 PVC tiles that is 16 x 61.85 GB - 811.7 GB = 177.9 GB.
+
+use serde::Serialize;
+
+use super::shape::{Attention, ModelShape};
+
+/// The CPU backend's KV space when `--kv-cache-memory-bytes` is not given (vLLM's CPU backend default).
+pub const CPU_DEFAULT_KV_BYTES: u64 = 4 << 30;
+
+/// The engine's step sizes that bound activations (`--max-num-batched-tokens`, `--max-num-seqs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StepShape {
+    pub max_num_batched_tokens: usize,
+    pub max_num_seqs: usize,
+}
+
+impl Default for StepShape {
+    /// The engine's defaults: 2048 batched tokens (start.rs), 256 sequences (`EngineConfig::new`).
+    fn default() -> Self {
+        StepShape { max_num_batched_tokens: 2048, max_num_seqs: 256 }
+    }
+}
+
+/// What the memory of one device is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryPool {
+    /// A device with its own memory of this many bytes.
+    Device(u64),
+    /// The host's available memory (CPU backend): the budget is capped at `CPU_DEFAULT_KV_BYTES`.
+    Host(u64),
+}
+
+/// KV heads each of `tp` ranks holds: the KV heads are split, or replicated when there are fewer than ranks.
+pub fn kv_heads_per_rank(shape: &ModelShape, tp: usize) -> usize {
+    shape.num_kv_heads.div_ceil(tp.max(1)).max(1)
+}
+
+/// KV cache bytes one token needs on one device holding `layers` layers at tensor-parallel size `tp`.
+/// Standard attention: `layers x 2 x KV heads per rank x head dim x bytes`; latent attention: the compressed
+/// latent `layers x (kv_lora_rank + qk_rope_head_dim) x bytes`, the same on every TP rank.
+pub fn kv_bytes_per_token_on(shape: &ModelShape, layers: usize, tp: usize, elem_bytes: usize) -> u64 {
+    let per_layer = match shape.attention {
+        Attention::Standard => 2 * kv_heads_per_rank(shape, tp) * shape.head_dim,
+        Attention::Latent(m) => m.kv_lora_rank + m.qk_rope_head_dim,
+    };
+    (layers * per_layer * elem_bytes) as u64
+}
+
+/// KV cache bytes of one token for the whole model (TP = 1, every KV layer).
+pub fn kv_bytes_per_token(shape: &ModelShape, elem_bytes: usize) -> u64 {
+    kv_bytes_per_token_on(shape, shape.kv_layers(), 1, elem_bytes)
+}
+
+/// Values live per token during one decoder layer on one TP rank: the residual stream, the normed input and the
+/// layer output (3 x hidden), q / k / v and the attention output, and the MLP's gate, up and product.
+pub fn activation_values_per_token(shape: &ModelShape, tp: usize) -> u64 {
+    let tp = tp.max(1);
+    let h = shape.hidden_size;
+    let attn = match shape.attention {
+        Attention::Standard => (2 * shape.num_heads.div_ceil(tp) + 2 * kv_heads_per_rank(shape, tp)) * shape.head_dim,
+        Attention::Latent(m) => {
+            let heads = shape.num_heads.div_ceil(tp);
+            heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+                + m.kv_lora_rank
+                + m.qk_rope_head_dim
+                + heads * (m.qk_nope_head_dim + m.v_head_dim)
+                + heads * m.v_head_dim
+        }
+    };
+    let mlp_width = match &shape.moe {
+        Some(m) => (m.experts_per_token * m.expert_intermediate + m.shared_intermediate).max(shape.intermediate_size),
+        None => shape.intermediate_size,
+    };
+    (3 * h + attn + 3 * mlp_width.div_ceil(tp)) as u64
+}
+
+/// Peak activation bytes of one step on one device: `tokens x values per token x bytes + seqs x vocab / TP x 4`.
+pub fn activation_bytes(shape: &ModelShape, step: StepShape, tp: usize, act_bytes: usize) -> u64 {
+    let seqs = step.max_num_seqs.min(step.max_num_batched_tokens) as u64;
+    let logits = seqs * shape.vocab_size.div_ceil(tp.max(1)) as u64 * 4;
+    step.max_num_batched_tokens as u64 * activation_values_per_token(shape, tp) * act_bytes as u64 + logits
+}
+
+/// `utilization x memory`, rounded down to a byte.
+pub fn usable_bytes(memory: u64, utilization: f64) -> u64 {
+    (memory as f64 * utilization) as u64
+}
+
+/// The part of the activations that does not fit the `(1 - utilization)` headroom.
+pub fn activation_reserve(memory: u64, utilization: f64, activations: u64) -> u64 {
+    activations.saturating_sub(memory - usable_bytes(memory, utilization).min(memory))
+}
+
+/// Bytes of KV cache one device gets: exactly `exact` when given, else `utilization x memory - weights - the
+/// activations beyond the headroom`, capped at `CPU_DEFAULT_KV_BYTES` on the host.
+pub fn kv_budget_bytes(pool: MemoryPool, utilization: f64, weights: u64, activations: u64, exact: Option<u64>) -> u64 {
+    if let Some(bytes) = exact {
+        return bytes;
+    }
+    let (memory, cap) = match pool {
+        MemoryPool::Device(m) => (m, u64::MAX),
+        MemoryPool::Host(m) => (m, CPU_DEFAULT_KV_BYTES),
+    };
+    let reserve = activation_reserve(memory, utilization, activations);
+    usable_bytes(memory, utilization).saturating_sub(weights).saturating_sub(reserve).min(cap)
+}
+
+/// KV blocks of `block_size` tokens that `kv_bytes` buy at `per_token` bytes a token.
+pub fn kv_blocks(kv_bytes: u64, per_token: u64, block_size: usize) -> u64 {
+    let per_block = per_token * block_size as u64;
+    if per_block == 0 {
+        0
+    } else {
+        kv_bytes / per_block
+    }
+}

@@ -1,0 +1,386 @@
+//! `ModelShape`: the sizes the planner reads, taken from any decoder `config.json` (the raw JSON: standard keys and
+//! their common aliases), from a checked `ModelParams`, or (in `shape_gguf`) from GGUF metadata.
+//!
+//! Unlike `config::hf`, this reader refuses no architecture: it needs only the hidden size, layer count, head count
+//! and vocabulary size, and records what the per-token KV formula does not fit — multi-head latent attention,
+//! sliding-window / interleaved local-global layers, layer kinds without a KV cache — so the plan can warn instead
+//! of printing a wrong number. Boundary: sizes only; no arithmetic on memory happens here.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::config::ModelParams;
+use crate::{EngineError, Result};
+
+/// How the attention layers cache keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Attention {
+    /// Multi-head or grouped-query attention: K and V of `num_kv_heads x head_dim` per layer and token.
+    Standard,
+    /// Multi-head latent attention (DeepSeek-V2/V3): one compressed latent per layer and token.
+    Latent(LatentAttention),
+}
+
+/// The sizes of multi-head latent attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LatentAttention {
+    pub kv_lora_rank: usize,
+    pub q_lora_rank: Option<usize>,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+}
+
+/// Layers that attend to a window of recent tokens only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SlidingWindow {
+    pub window: usize,
+    pub sliding_layers: usize,
+}
+
+/// Mixture-of-experts MLP sizes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Moe {
+    pub experts: usize,
+    pub experts_per_token: usize,
+    pub expert_intermediate: usize,
+    /// Total intermediate size of the always-on shared experts (0: none).
+    pub shared_intermediate: usize,
+    /// A sigmoid gate (hidden x 1) in front of the shared expert (Qwen2-MoE).
+    pub shared_expert_gate: bool,
+    /// Layers with a routed MLP; the others have a dense MLP of `intermediate_size`.
+    pub moe_layers: usize,
+    /// Per layer: routed (true) or dense.
+    #[serde(skip)]
+    pub routed: Vec<bool>,
+}
+
+/// The model sizes the planner works from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelShape {
+    /// `architectures[0]`, else `model_type`, else the GGUF architecture.
+    pub architecture: String,
+    pub model_type: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub max_position_embeddings: Option<usize>,
+    pub tie_word_embeddings: bool,
+    /// `dtype` / `torch_dtype` as written in the config.
+    pub torch_dtype: Option<String>,
+    /// gate + up + down projections (llama family); false: up + down only (GPT-2 style).
+    pub gated_mlp: bool,
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    pub mlp_bias: bool,
+    pub norms_per_layer: usize,
+    /// Per-head RMS norms on q and k (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    pub attention: Attention,
+    pub sliding: Option<SlidingWindow>,
+    /// Layers whose kind is neither full nor sliding attention (linear attention, mamba, ...), by kind.
+    pub other_layers: BTreeMap<String, usize>,
+    pub moe: Option<Moe>,
+    /// `quantization_config.quant_method`, when the checkpoint is quantized.
+    pub quantization: Option<String>,
+    /// What the reader assumed or where it looked (shown with the plan).
+    pub notes: Vec<String>,
+}
+
+const HIDDEN: &[&str] = &["hidden_size", "n_embd", "d_model"];
+const LAYERS: &[&str] = &["num_hidden_layers", "n_layer", "num_layers"];
+const HEADS: &[&str] = &["num_attention_heads", "n_head", "num_heads"];
+const KV_HEADS: &[&str] = &["num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"];
+const INTERMEDIATE: &[&str] = &["intermediate_size", "ffn_hidden_size", "n_inner"];
+const VOCAB: &[&str] = &["vocab_size", "padded_vocab_size"];
+const MAX_POS: &[&str] = &["max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"];
+
+/// Model types whose transformers config ties the embeddings unless told otherwise.
+const TIED_BY_DEFAULT: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom", "falcon", "gpt_bigcode"];
+/// Model types whose MLP is up + down without a gate.
+const UNGATED_MLP: &[&str] = &["gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "gpt_bigcode", "starcoder2", "mpt"];
+
+/// Reads `key` (the first of `keys` that is present and not null) as a non-negative integer.
+fn get_usize(cfg: &Map<String, Value>, keys: &[&str]) -> Result<Option<usize>> {
+    for key in keys {
+        match cfg.get(*key) {
+            None | Some(Value::Null) => continue,
+            Some(v) => {
+                let n = v.as_u64().or_else(|| v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f as u64));
+                return match n.and_then(|n| usize::try_from(n).ok()) {
+                    Some(n) => Ok(Some(n)),
+                    None => Err(EngineError::Config(format!("`{key}` must be a non-negative integer, got {v}"))),
+                };
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn required(cfg: &Map<String, Value>, keys: &[&str]) -> Result<usize> {
+    match get_usize(cfg, keys)? {
+        Some(0) => Err(EngineError::Config(format!("`{}` must be greater than 0", keys[0]))),
+        Some(n) => Ok(n),
+        None => Err(EngineError::Config(format!("`{}` is missing", keys[0]))),
+    }
+}
+
+fn get_bool(cfg: &Map<String, Value>, key: &str) -> Option<bool> {
+    cfg.get(key).and_then(Value::as_bool)
+}
+
+fn get_str<'a>(cfg: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    cfg.get(key).and_then(Value::as_str)
+}
+
+impl ModelShape {
+    /// Reads the text of a `config.json`. Multimodal wrappers are read through their `text_config`.
+    pub fn from_config_json(text: &str) -> Result<Self> {
+        let root: Value = serde_json::from_str(text)
+            .map_err(|e| EngineError::Config(format!("config.json is not valid JSON: {e}")))?;
+        let top = root.as_object().ok_or_else(|| EngineError::Config("config.json is not a JSON object".into()))?;
+        let mut notes = Vec::new();
+        let has_hidden = HIDDEN.iter().any(|k| top.get(*k).is_some_and(|v| !v.is_null()));
+        let cfg = match top.get("text_config").and_then(Value::as_object) {
+            Some(text_cfg) if !has_hidden => {
+                notes.push("read the decoder from `text_config` (vision/audio encoders are not counted)".to_string());
+                text_cfg
+            }
+            _ => top,
+        };
+        Self::from_map(top, cfg, notes)
+    }
+
+    fn from_map(top: &Map<String, Value>, cfg: &Map<String, Value>, mut notes: Vec<String>) -> Result<Self> {
+        let architecture = top
+            .get("architectures")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(Value::as_str)
+            .or_else(|| get_str(cfg, "model_type"))
+            .or_else(|| get_str(top, "model_type"))
+            .unwrap_or("unknown")
+            .to_string();
+        let model_type = get_str(cfg, "model_type").or_else(|| get_str(top, "model_type")).unwrap_or("").to_lowercase();
+        let hidden_size = required(cfg, HIDDEN)?;
+        let num_layers = required(cfg, LAYERS)?;
+        let num_heads = required(cfg, HEADS)?;
+        let vocab_size = required(cfg, VOCAB)?;
+        let num_kv_heads = match get_usize(cfg, KV_HEADS)? {
+            Some(0) => return Err(EngineError::Config("`num_key_value_heads` must be greater than 0".into())),
+            Some(n) => n,
+            None if get_bool(cfg, "multi_query") == Some(true) => 1,
+            None => num_heads,
+        };
+        let head_dim = match get_usize(cfg, &["head_dim"])? {
+            Some(0) => return Err(EngineError::Config("`head_dim` must be greater than 0".into())),
+            Some(d) => d,
+            None => hidden_size / num_heads,
+        };
+        if head_dim == 0 {
+            return Err(EngineError::Config(format!(
+                "`hidden_size` ({hidden_size}) is smaller than `num_attention_heads` ({num_heads}) and no `head_dim` is given"
+            )));
+        }
+        let intermediate_size = match get_usize(cfg, INTERMEDIATE)? {
+            Some(n) => n,
+            None => {
+                notes.push(format!("no `intermediate_size`: assumed 4 x hidden = {}", 4 * hidden_size));
+                4 * hidden_size
+            }
+        };
+        let tie_word_embeddings = get_bool(cfg, "tie_word_embeddings")
+            .or_else(|| get_bool(top, "tie_word_embeddings"))
+            .unwrap_or(TIED_BY_DEFAULT.contains(&model_type.as_str()));
+        let attention_bias = get_bool(cfg, "attention_bias").unwrap_or(false);
+        let qwen = matches!(model_type.as_str(), "qwen2" | "qwen2_moe");
+        let attention = latent_attention(cfg)?.map_or(Attention::Standard, Attention::Latent);
+        let (sliding, other_layers) = sliding_layers(cfg, &model_type, num_layers, &mut notes)?;
+        let moe = moe(cfg, num_layers, intermediate_size)?;
+        let torch_dtype = get_str(cfg, "dtype")
+            .or_else(|| get_str(cfg, "torch_dtype"))
+            .or_else(|| get_str(top, "dtype"))
+            .or_else(|| get_str(top, "torch_dtype"))
+            .map(str::to_string);
+        let quantization = top
+            .get("quantization_config")
+            .or_else(|| cfg.get("quantization_config"))
+            .map(|q| q.get("quant_method").and_then(Value::as_str).unwrap_or("unknown").to_string());
+        Ok(ModelShape {
+            architecture,
+            vocab_size,
+            hidden_size,
+            intermediate_size,
+            num_layers,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            max_position_embeddings: get_usize(cfg, MAX_POS)?.filter(|n| *n > 0),
+            tie_word_embeddings,
+            torch_dtype,
+            gated_mlp: !UNGATED_MLP.contains(&model_type.as_str()),
+            qkv_bias: attention_bias || qwen || get_bool(cfg, "qkv_bias") == Some(true),
+            o_bias: attention_bias,
+            mlp_bias: get_bool(cfg, "mlp_bias").unwrap_or(false),
+            norms_per_layer: if model_type.starts_with("gemma2") || model_type.starts_with("gemma3") { 4 } else { 2 },
+            qk_norm: matches!(model_type.as_str(), "qwen3" | "qwen3_moe" | "gemma3" | "gemma3_text"),
+            attention,
+            sliding,
+            other_layers,
+            moe,
+            quantization,
+            notes,
+            model_type,
+        })
+    }
+
+    /// The shape of a checked llama-family `ModelParams` (what the server's start-up sizing has).
+    pub fn from_params(p: &ModelParams) -> Self {
+        let architecture = format!("{:?}", p.architecture);
+        ModelShape {
+            model_type: architecture.to_lowercase(),
+            architecture,
+            vocab_size: p.vocab_size,
+            hidden_size: p.hidden_size,
+            intermediate_size: p.intermediate_size,
+            num_layers: p.num_layers,
+            num_heads: p.num_heads,
+            num_kv_heads: p.num_kv_heads,
+            head_dim: p.head_dim,
+            max_position_embeddings: Some(p.max_position_embeddings),
+            tie_word_embeddings: p.tie_word_embeddings,
+            torch_dtype: p.torch_dtype.clone(),
+            gated_mlp: true,
+            qkv_bias: p.attention_bias,
+            o_bias: false,
+            mlp_bias: false,
+            norms_per_layer: 2,
+            qk_norm: false,
+            attention: Attention::Standard,
+            sliding: p.sliding_window.map(|window| SlidingWindow { window, sliding_layers: p.num_layers }),
+            other_layers: BTreeMap::new(),
+            moe: None,
+            quantization: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Layers that keep a KV cache entry per token (every layer except linear-attention / state-space layers).
+    pub fn kv_layers(&self) -> usize {
+        let without_cache: usize = self
+            .other_layers
+            .iter()
+            .filter(|(kind, _)| !kind.contains("attention") || kind.contains("linear"))
+            .map(|(_, n)| n)
+            .sum();
+        self.num_layers.saturating_sub(without_cache)
+    }
+}
+
+/// Multi-head latent attention, recognised by `kv_lora_rank`.
+fn latent_attention(cfg: &Map<String, Value>) -> Result<Option<LatentAttention>> {
+    let Some(kv_lora_rank) = get_usize(cfg, &["kv_lora_rank"])? else { return Ok(None) };
+    Ok(Some(LatentAttention {
+        kv_lora_rank,
+        q_lora_rank: get_usize(cfg, &["q_lora_rank"])?,
+        qk_nope_head_dim: get_usize(cfg, &["qk_nope_head_dim"])?.unwrap_or(128),
+        qk_rope_head_dim: get_usize(cfg, &["qk_rope_head_dim"])?.unwrap_or(64),
+        v_head_dim: get_usize(cfg, &["v_head_dim"])?.unwrap_or(128),
+    }))
+}
+
+type LayerKinds = (Option<SlidingWindow>, BTreeMap<String, usize>);
+
+/// Which layers use a sliding window, following transformers' rule for each family; `layer_types` wins when present.
+fn sliding_layers(cfg: &Map<String, Value>, model_type: &str, layers: usize, notes: &mut Vec<String>) -> Result<LayerKinds> {
+    let window = get_usize(cfg, &["sliding_window"])?;
+    let mut others = BTreeMap::new();
+    let sliding = if let Some(types) = cfg.get("layer_types").and_then(Value::as_array) {
+        let mut sliding = 0;
+        for t in types {
+            match t.as_str().unwrap_or("unknown") {
+                "full_attention" | "attention" | "global_attention" => {}
+                "sliding_attention" | "local_attention" => sliding += 1,
+                other => *others.entry(other.to_string()).or_insert(0) += 1,
+            }
+        }
+        if sliding > 0 && window.is_none() {
+            notes.push(format!("{sliding} layers are marked sliding_attention but no `sliding_window` is given"));
+        }
+        sliding
+    } else {
+        match model_type {
+            // Gemma 2: even-numbered layers are local.
+            "gemma2" => layers.div_ceil(2),
+            // Gemma 3: every `sliding_window_pattern`-th layer is global, the others local.
+            "gemma3" | "gemma3_text" => {
+                let pattern = get_usize(cfg, &["sliding_window_pattern"])?.unwrap_or(6).max(1);
+                layers - layers / pattern
+            }
+            // Qwen: only with `use_sliding_window`, and only from `max_window_layers` on.
+            "qwen2" | "qwen2_moe" | "qwen3" | "qwen3_moe" => {
+                if get_bool(cfg, "use_sliding_window") == Some(true) {
+                    layers - get_usize(cfg, &["max_window_layers"])?.unwrap_or(28).min(layers)
+                } else {
+                    0
+                }
+            }
+            _ if get_bool(cfg, "use_sliding_window") == Some(false) => 0,
+            _ => {
+                if window.is_some() {
+                    layers
+                } else {
+                    0
+                }
+            }
+        }
+    };
+    let sliding = match window {
+        Some(window) if sliding > 0 && window > 0 => Some(SlidingWindow { window, sliding_layers: sliding.min(layers) }),
+        _ => None,
+    };
+    Ok((sliding, others))
+}
+
+/// Mixture-of-experts sizes (DeepSeek, Mixtral and Qwen-MoE key names).
+fn moe(cfg: &Map<String, Value>, layers: usize, intermediate: usize) -> Result<Option<Moe>> {
+    let experts = get_usize(cfg, &["n_routed_experts", "num_local_experts", "num_experts"])?;
+    let Some(experts) = experts.filter(|e| *e > 1) else { return Ok(None) };
+    let expert_intermediate = get_usize(cfg, &["moe_intermediate_size"])?.unwrap_or(intermediate);
+    let (shared_intermediate, shared_expert_gate) = match get_usize(cfg, &["n_shared_experts"])? {
+        Some(n) => (n * expert_intermediate, false),
+        None => match get_usize(cfg, &["shared_expert_intermediate_size"])? {
+            Some(s) if s > 0 => (s, true),
+            _ => (0, false),
+        },
+    };
+    let first = get_usize(cfg, &["first_k_dense_replace"])?.unwrap_or(0);
+    let freq = get_usize(cfg, &["moe_layer_freq", "decoder_sparse_step"])?.unwrap_or(1).max(1);
+    let dense_only: Vec<usize> = cfg
+        .get("mlp_only_layers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_u64).map(|x| x as usize).collect())
+        .unwrap_or_default();
+    let decoder_sparse = cfg.get("decoder_sparse_step").is_some_and(|v| !v.is_null());
+    let is_moe = |i: usize| {
+        let step = if decoder_sparse { (i + 1) % freq == 0 } else { i % freq == 0 };
+        i >= first && step && !dense_only.contains(&i)
+    };
+    let routed: Vec<bool> = (0..layers).map(is_moe).collect();
+    Ok(Some(Moe {
+        experts,
+        experts_per_token: get_usize(cfg, &["num_experts_per_tok", "num_experts_per_token", "moe_topk"])?.unwrap_or(1),
+        expert_intermediate,
+        shared_intermediate,
+        shared_expert_gate,
+        moe_layers: routed.iter().filter(|r| **r).count(),
+        routed,
+    }))
+}

@@ -1,0 +1,102 @@
+//! Helpers of the OpenCL test files (`opencl_*.rs`): opening the device, fresh random inputs, NaN-poisoned outputs,
+//! and the comparison against the CPU reference.
+//!
+//! The tests need an OpenCL runtime that takes SPIR-V (Intel's CPU runtime: scripts/setup.d/20-opencl.sh). They are
+//! skipped with a loud message when `OCL_ICD_VENDORS` is unset; when it is set (scripts/test.sh and CI set it through
+//! scripts/env.d/20-opencl.sh) a missing or broken runtime fails them.
+#![allow(dead_code)]
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rserve_engine::backend::opencl::{OpenClBackend, OpenClOptions};
+use rserve_engine::backend::Backend;
+
+/// The OpenCL backend from `RSERVE_OPENCL_PLATFORM` / `RSERVE_OPENCL_DEVICE` (defaults otherwise), or None (with a
+/// message) when `OCL_ICD_VENDORS` is unset.
+pub fn opencl() -> Option<OpenClBackend> {
+    if std::env::var_os("OCL_ICD_VENDORS").is_none() {
+        eprintln!(
+            "SKIPPED: OCL_ICD_VENDORS is unset, so the OpenCL tests do not run. Set up Intel's CPU runtime with \
+             `bash scripts/setup.d/20-opencl.sh` and `source scripts/env.d/20-opencl.sh` (scripts/test.sh does both)"
+        );
+        return None;
+    }
+    let opts = OpenClOptions {
+        platform: std::env::var("RSERVE_OPENCL_PLATFORM").ok(),
+        device: std::env::var("RSERVE_OPENCL_DEVICE").ok().and_then(|d| d.parse().ok()),
+    };
+    match OpenClBackend::new(&opts) {
+        Ok(b) => Some(b),
+        Err(e) => panic!("OCL_ICD_VENDORS is set but the OpenCL backend does not start: {e}"),
+    }
+}
+
+/// A new seed per run (printed by `compare` on failure so a failing case can be replayed with RSERVE_TEST_SEED).
+pub fn fresh_seed() -> u64 {
+    std::env::var("RSERVE_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen())
+}
+
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+/// `len` values uniform in [-scale, scale).
+pub fn random(rng: &mut StdRng, len: usize, scale: f32) -> Vec<f32> {
+    (0..len).map(|_| rng.gen_range(-scale..scale)).collect()
+}
+
+/// An f32 buffer filled with NaN, so values an op fails to write are caught.
+pub fn poisoned<B: Backend>(b: &B, len: usize) -> B::Buffer {
+    b.upload_f32(&vec![f32::NAN; len]).expect("upload")
+}
+
+/// Checks every output of the OpenCL run against the CPU run: all values finite (no poison left) and
+/// `max |got - want| / max |want| <= tol` per output.
+pub fn compare(test: &str, seed: u64, got: &[(&str, Vec<f32>)], want: &[(&str, Vec<f32>)], tol: f32) {
+    assert_eq!(got.len(), want.len(), "{test}: output count");
+    for ((name, g), (_, w)) in got.iter().zip(want) {
+        assert_eq!(g.len(), w.len(), "{test}/{name}: length");
+        if let Some(i) = w.iter().position(|v| !v.is_finite()) {
+            panic!("{test}/{name}: the CPU reference left a non-finite value at {i} (seed {seed})");
+        }
+        if let Some(i) = g.iter().position(|v| !v.is_finite()) {
+            panic!("{test}/{name}: OpenCL output {i} is {} (unwritten or overflowed; seed {seed})", g[i]);
+        }
+        let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+        let (mut worst, mut at) = (0f32, 0);
+        for (i, (a, b)) in g.iter().zip(w).enumerate() {
+            if (a - b).abs() > worst {
+                worst = (a - b).abs();
+                at = i;
+            }
+        }
+        let rel = worst / scale;
+        assert!(
+            rel <= tol,
+            "{test}/{name}: relative error {rel:e} > {tol:e} at {at}: opencl {} vs cpu {} (seed {seed}; replay with \
+             RSERVE_TEST_SEED={seed})",
+            g[at],
+            w[at]
+        );
+    }
+}
+
+/// Runs `$body` (a function of a backend and an rng returning named outputs) on the CPU reference and on OpenCL
+/// with the same seed, and compares the outputs with relative tolerance `$tol`.
+#[macro_export]
+macro_rules! op_parity {
+    ($name:ident, tol = $tol:expr, |$b:ident, $rng:ident| $body:block) => {
+        #[test]
+        fn $name() {
+            #[allow(unused_mut)]
+            fn case<B: rserve_engine::backend::Backend>($b: &B, mut $rng: rand::rngs::StdRng) -> Vec<(&'static str, Vec<f32>)> {
+                $body
+            }
+            let Some(cl) = opencl_common::opencl() else { return };
+            let seed = opencl_common::fresh_seed();
+            let want = case(&rserve_engine::backend::cpu::CpuBackend::new(), opencl_common::rng(seed));
+            let got = case(&cl, opencl_common::rng(seed));
+            opencl_common::compare(stringify!($name), seed, &got, &want, $tol);
+        }
+    };
+}

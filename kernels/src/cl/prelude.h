@@ -1,0 +1,98 @@
+// prelude.h — the portability layer every kernel source includes, so one source compiles as OpenCL C (clang ->
+// SPIR-V, launched through OpenCL or Level Zero) and as CUDA C++ (NVRTC). Kernels use only these names for address
+// spaces, work-item ids, barriers, sub-group reductions and 16-bit float loads; nothing vendor-specific appears in a
+// kernel body.
+//
+// Conventions: work-groups are 1-D (`local_id()` is the id in dimension 0); grids may be 2-D/3-D (`group_id(d)`).
+// Every work-group size is a multiple of 64, so sub-groups are full. Sub-group reductions must be reached by all
+// work-items of a sub-group (sub-group-uniform control flow). 16-bit floats (f16, bf16) travel as `ushort`.
+// Launch constants (ROW_WG, ATTN_WG, ...) come from kernels/src/launch.rs as -D flags.
+//
+// Never divide and take the remainder of the same run-time operands (`a / b` and `a % b`): LLVM 15 turns the pair
+// into a `freeze` instruction that llvm-spirv 15 cannot translate. Write `q = a / b; r = a - q * b;` instead.
+#ifndef RSERVE_PRELUDE_H
+#define RSERVE_PRELUDE_H
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+// ---------------------------------------------------------------- CUDA / NVRTC
+typedef unsigned int uint;
+typedef unsigned short ushort;
+typedef unsigned long long ulong;
+#define KERNEL extern "C" __global__
+#define GLOBAL
+#define LOCAL __shared__
+#define LOCAL_PTR
+#define INLINE __device__ __forceinline__
+#define local_id() ((uint)threadIdx.x)
+#define local_size() ((uint)blockDim.x)
+#define group_id(d) ((uint)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
+#define barrier_local() __syncthreads()
+#define sub_size() 32u
+#define sub_id() ((uint)threadIdx.x / 32u)
+#define sub_lane() ((uint)threadIdx.x % 32u)
+#define num_subs() (((uint)blockDim.x + 31u) / 32u)
+#define NEG_INF (-__int_as_float(0x7f800000))
+INLINE float sub_reduce_add(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+INLINE float sub_reduce_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+INLINE float bits_to_f32(uint u) { return __uint_as_float(u); }
+INLINE uint f32_to_bits(float f) { return __float_as_uint(f); }
+INLINE float load_f16(GLOBAL const ushort* p, ulong i) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i]));
+    return f;
+}
+#else
+// ---------------------------------------------------------------- OpenCL C 2.0 (SPIR-V)
+#define KERNEL __kernel
+#define GLOBAL __global
+#define LOCAL __local
+#define LOCAL_PTR __local
+#define INLINE static inline
+#define local_id() ((uint)get_local_id(0))
+#define local_size() ((uint)get_local_size(0))
+#define group_id(d) ((uint)get_group_id(d))
+#define barrier_local() barrier(CLK_LOCAL_MEM_FENCE)
+#define sub_size() ((uint)get_sub_group_size())
+#define sub_id() ((uint)get_sub_group_id())
+#define sub_lane() ((uint)get_sub_group_local_id())
+#define num_subs() ((uint)get_num_sub_groups())
+#define NEG_INF (-INFINITY)
+INLINE float sub_reduce_add(float v) { return sub_group_reduce_add(v); }
+INLINE float sub_reduce_max(float v) { return sub_group_reduce_max(v); }
+INLINE float bits_to_f32(uint u) { return as_float(u); }
+INLINE uint f32_to_bits(float f) { return as_uint(f); }
+INLINE float load_f16(GLOBAL const ushort* p, ulong i) { return vload_half(i, (GLOBAL const half*)p); }
+#endif
+
+// ---------------------------------------------------------------- shared helpers
+#define global_id0() (group_id(0) * local_size() + local_id())
+
+INLINE float load_f32(GLOBAL const float* p, ulong i) { return p[i]; }
+// bf16 is the upper half of an f32.
+INLINE float load_bf16(GLOBAL const ushort* p, ulong i) { return bits_to_f32(((uint)p[i]) << 16); }
+// Round to nearest even (finite values; NaN payloads are not preserved).
+INLINE void store_bf16(GLOBAL ushort* p, ulong i, float v) {
+    uint u = f32_to_bits(v);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    p[i] = (ushort)(u >> 16);
+}
+
+// Sum of `v` over the work-group; `scratch` holds one float per sub-group (size it to the work-group size).
+// Every work-item must call it; it returns the total to all of them.
+INLINE float wg_reduce_sum(float v, LOCAL_PTR float* scratch) {
+    v = sub_reduce_add(v);
+    if (sub_lane() == 0) scratch[sub_id()] = v;
+    barrier_local();
+    float r = 0.0f;
+    for (uint i = 0; i < num_subs(); i++) r += scratch[i];
+    barrier_local();
+    return r;
+}
+
+#endif

@@ -1,0 +1,60 @@
+//! Launch constants shared by the kernel sources and the backends that launch them: work-group sizes, tile shapes
+//! and local-memory capacities. `build.rs` includes this file and passes every constant to the kernel compiler as
+//! `-D NAME=value`, so the kernels and the host can never disagree.
+//!
+//! Every constant here is a capacity, not a model shape: head dims, block sizes and sequence lengths stay kernel
+//! arguments, so no model fails with "kernel not compiled".
+
+/// Work-group size of the row kernels (RMSNorm, argmax).
+pub const ROW_WG: usize = 256;
+/// Work-group size of the 1-D / 2-D elementwise kernels (embedding, rope, silu, write_kv, gather).
+pub const ELEM_WG: usize = 64;
+/// Work-group size of the paged attention kernel that takes one query row per work-group (decode).
+pub const ATTN_WG: usize = 128;
+/// Query heads of one GQA group handled by one decode work-group (larger groups use more work-groups).
+pub const ATTN_HEAD_CHUNK: usize = 8;
+/// Most keys one decode work-group scores (its local score buffer); longer contexts are split into partitions of
+/// at most this many keys and combined by the reduce kernel (split-KV).
+pub const ATTN_MAX_PARTITION: usize = 512;
+/// Work-group size of the prefill attention kernel.
+pub const PREFILL_WG: usize = 128;
+/// (query token, head) pairs per prefill work-group.
+pub const PREFILL_ROWS: usize = 16;
+/// Keys per tile of the prefill kernel's loop over the context.
+pub const PREFILL_KEYS: usize = 16;
+/// Largest head dim the tiled prefill kernel holds in local memory; larger heads use the per-row kernel.
+pub const PREFILL_MAX_HEAD_DIM: usize = 256;
+/// Work-group size of the skinny matmul (few rows, sub-group per weight row).
+pub const GEMV_WG: usize = 64;
+/// Weight rows (output columns) per skinny-matmul work-group.
+pub const GEMV_COLS: usize = 16;
+/// Input rows per skinny-matmul work-group (their accumulators live in registers).
+pub const GEMV_ROWS: usize = 8;
+/// Work-group size of the tiled matmul (16 x 16 work-items, 4 x 4 outputs each).
+pub const GEMM_WG: usize = 256;
+/// Output tile of the tiled matmul: rows of x.
+pub const GEMM_TILE_M: usize = 64;
+/// Output tile of the tiled matmul: rows of w (output columns).
+pub const GEMM_TILE_N: usize = 64;
+/// Depth of one local-memory stage of the tiled matmul.
+pub const GEMM_TILE_K: usize = 16;
+
+/// Every constant above by name, as the kernel compiler receives them.
+pub const DEFINES: &[(&str, usize)] = &[
+    ("ROW_WG", ROW_WG),
+    ("ELEM_WG", ELEM_WG),
+    ("ATTN_WG", ATTN_WG),
+    ("ATTN_HEAD_CHUNK", ATTN_HEAD_CHUNK),
+    ("ATTN_MAX_PARTITION", ATTN_MAX_PARTITION),
+    ("PREFILL_WG", PREFILL_WG),
+    ("PREFILL_ROWS", PREFILL_ROWS),
+    ("PREFILL_KEYS", PREFILL_KEYS),
+    ("PREFILL_MAX_HEAD_DIM", PREFILL_MAX_HEAD_DIM),
+    ("GEMV_WG", GEMV_WG),
+    ("GEMV_COLS", GEMV_COLS),
+    ("GEMV_ROWS", GEMV_ROWS),
+    ("GEMM_WG", GEMM_WG),
+    ("GEMM_TILE_M", GEMM_TILE_M),
+    ("GEMM_TILE_N", GEMM_TILE_N),
+    ("GEMM_TILE_K", GEMM_TILE_K),
+];

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Reference fixture for `rserve plan`: what transformers says about each config under tests/fixtures/configs/.
+
+For every tests/fixtures/configs/*.json (config.json files of published models) this builds the model with
+transformers on the meta device (no memory, no weights) and records:
+  - `parameters`: the number of distinct parameters (tied embeddings counted once), i.e. what the weights hold;
+  - `layer_types`: transformers' per-layer attention kind when the config class defines it ("full_attention" /
+    "sliding_attention"), else null;
+  - `sliding_window`: the resolved window, when the config has one;
+  - `kv_values_per_token`: K and V values the transformers cache holds per token over all layers, measured by
+    running a 3-token forward pass on the meta device (shapes only) and summing the cache tensors;
+  - for configs with a sliding window, `kv_values_at_len`: the same after a forward pass of `kv_len` = 2 x window
+    tokens (transformers keeps window - 1 tokens in a sliding layer: what the next token attends to besides itself).
+
+Usage (needs torch + transformers; not run by CI):
+    /work/venv-ref/bin/python scripts/reference/plan_refs.py tests/fixtures/configs
+writes tests/fixtures/configs/refs.json.
+"""
+
+import glob
+import json
+import os
+import sys
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def load_config(path: str):
+    with open(path) as f:
+        raw = json.load(f)
+    raw.pop("auto_map", None)  # use the transformers implementation, never remote code
+    model_type = raw.pop("model_type")
+    return AutoConfig.for_model(model_type, **raw)
+
+
+def count(cfg) -> int:
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+def cache_values(cfg, tokens: int) -> int:
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+        out = model(input_ids=torch.zeros((1, tokens), dtype=torch.long), use_cache=True)
+    cache = out.past_key_values
+    return sum(layer.keys.numel() + layer.values.numel() for layer in cache.layers)
+
+
+def main(folder: str) -> None:
+    out = {"transformers": transformers.__version__, "configs": {}}
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        name = os.path.splitext(os.path.basename(path))[0]
+        if name == "refs":
+            continue
+        cfg = load_config(path)
+        layer_types = getattr(cfg, "layer_types", None)
+        window = getattr(cfg, "sliding_window", None)
+        entry = {
+            "parameters": count(cfg),
+            "layer_types": list(layer_types) if layer_types is not None else None,
+            "sliding_window": window,
+            "kv_values_per_token": cache_values(cfg, 3) // 3,
+        }
+        if window:
+            entry["kv_len"] = 2 * window
+            entry["kv_values_at_len"] = cache_values(cfg, 2 * window)
+        out["configs"][name] = entry
+        print(name, out["configs"][name]["parameters"], file=sys.stderr)
+    with open(os.path.join(folder, "refs.json"), "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,71 @@
+//! `rserve plan` through the command line: flags parse (with vLLM's -tp / -pp spellings), the 405B worked example
+//! of issue 7 comes out of the rendered table and of `--json`, and bad flags are errors, not panics.
+
+use std::ffi::OsString;
+
+use crate::cli::{normalize_args, Cli, Command};
+
+use super::PlanArgs;
+
+fn fixture(name: &str) -> String {
+    format!("{}/../tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn parse(line: &str) -> PlanArgs {
+    let argv: Vec<OsString> = line.split_whitespace().map(OsString::from).collect();
+    match <Cli as clap::Parser>::try_parse_from(normalize_args(argv)).expect("parses").command {
+        Command::Plan(p) => p,
+        other => panic!("not plan: {other:?}"),
+    }
+}
+
+#[test]
+fn plan_is_a_subcommand_with_its_flags() {
+    let p = parse(&format!("rserve plan {} --max-model-len 128K -tp 8 -pp 2 --json", fixture("llama31_405b")));
+    assert_eq!(p.max_model_len, Some(131072));
+    assert_eq!((p.tp, p.pp), (Some(8), Some(2)));
+    assert!(p.json);
+    let p = parse("rserve plan m --device-memory 80g --kv-cache-dtype fp8");
+    assert_eq!(p.device_memory, Some(80_000_000_000));
+    assert_eq!(p.kv_cache_dtype, "fp8");
+    let argv: Vec<OsString> =
+        "rserve plan m --device-profile cpu --device-memory 1g".split_whitespace().map(OsString::from).collect();
+    assert!(<Cli as clap::Parser>::try_parse_from(normalize_args(argv)).is_err(), "profile and memory conflict");
+}
+
+#[test]
+fn the_405b_table_shows_the_worked_example() {
+    let text = parse(&format!("rserve plan {} --max-model-len 131072", fixture("llama31_405b"))).render().unwrap();
+    for needle in [
+        "405.85 B",
+        "811.7 GB",
+        "67.6 GB",
+        "ceil(879.4 GB / 61.8 GB)",
+        "TP=8 x PP=2",
+        "177.9 GB",
+        "Maximum concurrency for 131072 tokens per request: 2.63x",
+    ] {
+        assert!(text.contains(needle), "missing `{needle}` in:\n{text}");
+    }
+    let requests = text.lines().find(|l| l.trim_start().starts_with("full-context requests")).expect("requests line");
+    assert!(requests.split_whitespace().nth(2) == Some("2"), "{requests}");
+}
+
+#[test]
+fn json_output_is_machine_readable() {
+    let out = parse(&format!("rserve plan {} --json", fixture("llama31_70b"))).render().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["valid_tp"], serde_json::json!([1, 2, 4, 8]));
+    assert_eq!(v["shape"]["num_heads"], 64);
+    assert_eq!(v["shape"]["num_kv_heads"], 8);
+    assert!(v["lines"].as_array().unwrap().iter().all(|l| l["formula"].as_str().is_some_and(|f| !f.is_empty())));
+}
+
+#[test]
+fn bad_flags_are_errors() {
+    let err = |line: String| parse(&line).render().unwrap_err().to_string();
+    let f = fixture("llama31_70b");
+    assert!(format!("{:#}", parse(&format!("rserve plan {f} --dtype int3")).render().unwrap_err()).contains("--dtype"));
+    assert!(format!("{:#}", parse(&format!("rserve plan {f} -tp 12")).render().unwrap_err()).contains("inside a node"));
+    assert!(err("rserve plan /no/such/model/dir".into()).contains("/no/such/model/dir"));
+}

@@ -1,0 +1,89 @@
+"""Tensor and pipeline parallelism on MPI (CPU ranks): TP=3, PP=2 and TP=3 x PP=2 servers give the same greedy
+tokens as one process on the golden prompts, and a dead rank ends the job with an error naming it.
+
+Runs when RSERVE_MPI=1 (scripts/env.d/40-mpi.sh sets it where Open MPI and an MPI-enabled binary exist)."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Server, model_path, rserve_bin
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("RSERVE_MPI") != "1" or os.environ.get("RSERVE_E2E_LAUNCH"),
+    reason="MPI tests need RSERVE_MPI=1 (an MPI build and Open MPI) and run outside a launcher-wrapped suite",
+)
+
+MPIRUN = shlex.split(os.environ.get("RSERVE_MPIRUN", "mpirun --allow-run-as-root --oversubscribe"))
+GOLDEN = json.loads((REPO / "tests/fixtures/golden/smollm2_greedy.json").read_text())["prompts"]
+
+
+def greedy_texts(server: Server) -> list[str]:
+    client = server.client()
+    out = []
+    for p in GOLDEN[:8]:
+        r = client.completions.create(model="SmolLM2-135M-Instruct", prompt=p["prompt_token_ids"], max_tokens=32,
+                                      temperature=0, extra_body={"ignore_eos": True, "skip_special_tokens": False})
+        assert r.usage.completion_tokens == 32
+        out.append(r.choices[0].text)
+    return out
+
+
+@pytest.fixture(scope="module")
+def single_process_texts():
+    s = Server(name="single process", launch=[])
+    try:
+        return greedy_texts(s)
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+@pytest.mark.parametrize("tp,pp", [(3, 1), (1, 2), (3, 2)])
+def test_parallel_layouts_match_one_process(single_process_texts, tp, pp):
+    s = Server("-tp", str(tp), "-pp", str(pp), name=f"tp={tp} pp={pp}", launch=[*MPIRUN, "-n", str(tp * pp)])
+    try:
+        assert f"tp={tp}, pp={pp}" in s.log(200)
+        assert greedy_texts(s) == single_process_texts
+    finally:
+        assert s.stop() == 0, s.log()
+
+
+def test_single_process_with_tp_prints_the_mpiexec_line():
+    r = subprocess.run([str(rserve_bin()), str(model_path()), "-tp", "3"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "mpiexec -n 3 " in r.stderr, r.stderr
+
+
+def test_invalid_tp_lists_the_valid_sizes():
+    r = subprocess.run([*MPIRUN, "-n", "2", str(rserve_bin()), str(model_path()), "-tp", "2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "valid sizes: [1, 3]" in r.stderr + r.stdout, r.stderr
+
+
+def test_a_dead_rank_ends_the_job_with_an_error_naming_it():
+    s = Server("-tp", "3", name="tp=3 (rank killed)", launch=[*MPIRUN, "-n", "3"])
+    # Kill rank 2 (a worker): find it by the rank variable Open MPI gives each process.
+    victim = None
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"OMPI_COMM_WORLD_RANK=2" in env and str(rserve_bin()).encode() in cmd:
+            victim = int(pid)
+    assert victim, "rank 2 not found"
+    os.kill(victim, signal.SIGKILL)
+    code = s.wait_exit(120)
+    assert code != 0
+    log = s.log(200) + "".join(s.lines[-50:])
+    assert "rank 2" in log, log
