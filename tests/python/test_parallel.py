@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(
     reason="MPI tests need RSERVE_MPI=1 (an MPI build and Open MPI) and run outside a launcher-wrapped suite",
 )
 
-MPIRUN = shlex.split(os.environ.get("RSERVE_MPIRUN", "mpirun --allow-run-as-root --oversubscribe"))
+MPIRUN = shlex.split(os.environ.get(
+    "RSERVE_MPIRUN", "mpirun --allow-run-as-root --oversubscribe -x RAYON_NUM_THREADS=1 --mca mpi_yield_when_idle 1"))
 GOLDEN = json.loads((REPO / "tests/fixtures/golden/smollm2_greedy.json").read_text())["prompts"]
 
 
