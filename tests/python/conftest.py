@@ -56,6 +56,7 @@ class Server:
         # RSERVE_E2E_LAUNCH prefixes a launcher (e.g. "mpirun -n 3"); RSERVE_E2E_ARGS adds flags (e.g. "-tp 3").
         if launch is None:
             launch = shlex.split(os.environ.get("RSERVE_E2E_LAUNCH", ""))
+        self.launch = launch
         args = [
             *launch,
             str(rserve_bin()), str(model_path()),
@@ -140,8 +141,27 @@ class Server:
             time.sleep(0.2)
         raise AssertionError(f"server not idle after {timeout} s: {m}")
 
+    def rank_pid(self, rank: int) -> int:
+        """Under an MPI launcher: the pid of rank `rank` of our binary (Open MPI puts the rank in its environment)."""
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and str(rserve_bin()).encode() in cmd:
+                return int(pid)
+        raise AssertionError(f"rank {rank} not found")
+
     def signal(self, sig: int):
-        self.proc.send_signal(sig)
+        """Signals the server: the process itself, or rank 0 under a launcher (as a job script does: mpirun turns
+        a SIGTERM of its own into an abort of the whole job; rank 0 drains and then stops the other ranks)."""
+        if self.launch:
+            os.kill(self.rank_pid(0), sig)
+        else:
+            self.proc.send_signal(sig)
 
     def wait_exit(self, timeout: float) -> int:
         code = self.proc.wait(timeout=timeout)
@@ -156,7 +176,7 @@ class Server:
     def stop(self) -> int | None:
         """SIGTERM, then SIGKILL if it does not exit."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=90)
             except subprocess.TimeoutExpired:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Server, model_path, rserve_bin
+from conftest import MODEL_NAME, REPO, Server, model_path, rserve_bin
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RSERVE_MPI") != "1" or os.environ.get("RSERVE_E2E_LAUNCH"),
@@ -25,11 +25,17 @@ MPIRUN = shlex.split(os.environ.get(
 GOLDEN = json.loads((REPO / "tests/fixtures/golden/smollm2_greedy.json").read_text())["prompts"]
 
 
+def stop_job(server: Server) -> int:
+    """Graceful stop as a job script does it: SIGTERM to rank 0 (see Server.signal)."""
+    server.signal(signal.SIGTERM)
+    return server.wait_exit(120)
+
+
 def greedy_texts(server: Server) -> list[str]:
     client = server.client()
     out = []
     for p in GOLDEN[:8]:
-        r = client.completions.create(model="SmolLM2-135M-Instruct", prompt=p["prompt_token_ids"], max_tokens=32,
+        r = client.completions.create(model=MODEL_NAME, prompt=p["prompt_token_ids"], max_tokens=32,
                                       temperature=0, extra_body={"ignore_eos": True, "skip_special_tokens": False})
         assert r.usage.completion_tokens == 32
         out.append(r.choices[0].text)
@@ -51,8 +57,9 @@ def test_parallel_layouts_match_one_process(single_process_texts, tp, pp):
     try:
         assert f"tp={tp}, pp={pp}" in s.log(200)
         assert greedy_texts(s) == single_process_texts
+        assert stop_job(s) == 0, s.log()
     finally:
-        assert s.stop() == 0, s.log()
+        s.kill()
 
 
 def test_single_process_with_tp_prints_the_mpiexec_line():
@@ -70,20 +77,7 @@ def test_invalid_tp_lists_the_valid_sizes():
 
 def test_a_dead_rank_ends_the_job_with_an_error_naming_it():
     s = Server("-tp", "3", name="tp=3 (rank killed)", launch=[*MPIRUN, "-n", "3"])
-    # Kill rank 2 (a worker): find it by the rank variable Open MPI gives each process.
-    victim = None
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"OMPI_COMM_WORLD_RANK=2" in env and str(rserve_bin()).encode() in cmd:
-            victim = int(pid)
-    assert victim, "rank 2 not found"
-    os.kill(victim, signal.SIGKILL)
+    os.kill(s.rank_pid(2), signal.SIGKILL)
     code = s.wait_exit(120)
     assert code != 0
     log = s.log(200) + "".join(s.lines[-50:])
