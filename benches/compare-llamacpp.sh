@@ -18,6 +18,7 @@
 #   OUTPUT_LEN           output tokens per request (default 128)
 #   PORT_LLAMA / PORT_RSERVE          ports (default 18180 / 18181)
 #   OUT_DIR              where result JSON files and server logs go (default a fresh temporary directory)
+#   RSERVE_BIN           the rserve binary to serve and load with (default <repo>/target/release/rserve, built here)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -83,14 +84,24 @@ if [[ ! -f "$GGUF" ]]; then
   exit 1
 fi
 
-if [[ "$SKIP_BUILD_RSERVE" == 0 ]]; then
+if [[ -z "${RSERVE_BIN:-}" && "$SKIP_BUILD_RSERVE" == 0 ]]; then
   log "building rserve (release)"
   (cd "$REPO" && cargo build --release -p rserve-server)
 fi
-RSERVE="$REPO/target/release/rserve"
+RSERVE="${RSERVE_BIN:-$REPO/target/release/rserve}"
 OUT_DIR="${OUT_DIR:-$(mktemp -d)}"
 mkdir -p "$OUT_DIR"
 log "results and logs in $OUT_DIR"
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "machine: nproc $(nproc), $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)," \
+    "$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)"
+  echo "llama.cpp: $(cat "$CACHE/SOURCE") (vendor/llama.cpp), $THREADS threads"
+  echo "rserve: $RSERVE"
+  echo "model: $GGUF"
+  echo "load: random prompts of $INPUT_LEN tokens, $OUTPUT_LEN output tokens, --ignore-eos;" \
+    "$NUM_PROMPTS_1 prompts at 1 client, $NUM_PROMPTS_16 at 16 clients"
+} | tee "$OUT_DIR/machine.txt"
 
 SERVER_PID=""
 stop_server() {
@@ -121,12 +132,13 @@ wait_ready() {
 # run_load NAME PORT CLIENTS PROMPTS: one `rserve bench serve` run; writes $OUT_DIR/NAME-cCLIENTS.json
 run_load() {
   local name="$1" port="$2" clients="$3" prompts="$4"
-  log "$name: $clients client(s), $prompts prompts"
+  log "$name: $clients client(s), $prompts prompts; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   "$RSERVE" bench serve --base-url "http://127.0.0.1:$port" --endpoint /v1/completions \
     --dataset-name random --random-input-len "$INPUT_LEN" --random-output-len "$OUTPUT_LEN" \
     --random-range-ratio 0 --tokenizer "$GGUF" --ignore-eos --request-rate inf \
     --max-concurrency "$clients" --num-prompts "$prompts" --seed 0 --no-progress \
     --save-result --result-file "$OUT_DIR/$name-c$clients.json" | tee "$OUT_DIR/$name-c$clients.txt"
+  log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
 # llama.cpp: one slot per client so 16 requests decode together; the context is split over the slots.
@@ -151,6 +163,7 @@ stop_server
 python3 - "$OUT_DIR" <<'EOF'
 import json, sys, os
 out = sys.argv[1]
+print(open(os.path.join(out, "machine.txt")).read(), end="")
 rows = [("llama.cpp", "llamacpp"), ("rserve", "rserve")]
 print()
 print("| server | clients | output tok/s | total tok/s | req/s | TTFT mean ms | TPOT mean ms | ITL p99 ms | E2E mean ms |")

@@ -60,7 +60,8 @@ fn the_405b_what_ifs_buy_more_requests() {
 }
 
 /// (fixture, attention heads, KV heads, valid TP on a PVC node, TP sizes that split the KV heads)
-const TP_TABLE: &[(&str, usize, usize, &[usize], &[usize])] = &[
+type TpRow = (&'static str, usize, usize, &'static [usize], &'static [usize]);
+const TP_TABLE: &[TpRow] = &[
     ("llama31_70b", 64, 8, &[1, 2, 4, 8], &[1, 2, 4, 8]),
     ("llama31_405b", 128, 8, &[1, 2, 4, 8], &[1, 2, 4, 8]),
     ("llama31_8b_instruct", 32, 8, &[1, 2, 4, 8], &[1, 2, 4, 8]),
@@ -83,7 +84,7 @@ fn valid_tp_sizes_divide_the_heads_inside_a_node() {
         assert_eq!(p.preferred_tp, *preferred, "{name}: TP without KV replication");
         assert!(!p.valid_tp.contains(&12), "{name}: never TP=12");
         let layers = p.shape.num_layers;
-        assert!(p.valid_pp.iter().all(|pp| layers % pp == 0), "{name}: PP divides {layers} layers");
+        assert!(p.valid_pp.iter().all(|pp| layers.is_multiple_of(*pp)), "{name}: PP divides {layers} layers");
     }
 }
 

@@ -13,7 +13,7 @@ fn main() {
     let header = PathBuf::from(&include).join("level_zero").join("ze_api.h");
     if !header.is_file() {
         eprintln!(
-            "level-zero-sys: {} not found. Install the Level Zero headers (Debian/Ubuntu: apt-get install libze-dev; \
+            "level-zero-sys: {} not found (level_zero/loader/ze_loader.h is needed too). Install the Level Zero headers (Debian/Ubuntu: apt-get install libze-dev; \
              on Aurora: module load oneapi) and set LEVEL_ZERO_INCLUDE_DIR to the folder that holds level_zero/ze_api.h.",
             header.display()
         );
@@ -24,10 +24,11 @@ fn main() {
     let bindings = bindgen::Builder::default()
         .header("wrapper.h")
         .clang_arg(format!("-I{include}"))
-        // The core API only (zes/zet are not used); its types and constants follow from the functions.
+        // The core API (zes/zet are not used) and the loader's API; types and constants follow from the functions.
         .allowlist_function("ze[A-Z].*")
-        .allowlist_type("_?ze_.*")
-        .allowlist_var("ZE_.*")
+        .allowlist_function("zel[A-Z].*")
+        .allowlist_type("_?zel?_.*")
+        .allowlist_var("ZEL?_.*")
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
         .derive_default(true)

@@ -15,7 +15,7 @@ SUDO=""
 need=()
 [ -f /usr/include/level_zero/ze_api.h ] || need+=(libze-dev)
 ldconfig -p 2>/dev/null | grep -q 'libze_loader\.so\.1 ' || need+=(libze1)
-ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so' || need+=(libclang-dev)
+dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null | grep -q 'ok installed' || need+=(libclang-dev)
 command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(g++)
 command -v dpkg-source >/dev/null || need+=(dpkg-dev)

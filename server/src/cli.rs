@@ -157,7 +157,7 @@ pub struct SchedulerArgs {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "DeviceConfig")]
 pub struct DeviceArgs {
-    /// Device: auto, cpu or opencl.
+    /// Device: auto, cpu, opencl, cuda[:N] or level-zero[:N].
     #[arg(long, default_value = "auto")]
     pub device: String,
     /// With --device opencl: the OpenCL platform, as an index or part of its name (default: the first with a GPU).
@@ -166,6 +166,9 @@ pub struct DeviceArgs {
     /// With --device opencl: the device index within that platform (default: its first GPU, else 0).
     #[arg(long)]
     pub opencl_device: Option<usize>,
+    /// Weights: auto (the checkpoint) or dummy (random weights of the config's shapes, for benchmarks).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "dummy"])]
+    pub load_format: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -257,7 +260,7 @@ pub enum CliError {
     ExecutorBackend(String, String),
     #[error("--kv-cache-dtype {0} is not supported yet; only auto (the model's compute dtype)")]
     KvCacheDtype(String),
-    #[error("--device {0} is not supported yet; use auto, cpu or opencl")]
+    #[error("--device {0} is not supported yet; use auto, cpu, opencl, cuda[:N] or level-zero[:N]")]
     Device(String),
     #[error("--gpu-memory-utilization must be in (0, 1], got {0}")]
     MemoryUtilization(f64),
@@ -366,7 +369,7 @@ impl EngineArgs {
         if c.kv_cache_dtype != "auto" {
             return Err(CliError::KvCacheDtype(c.kv_cache_dtype.clone()));
         }
-        if !matches!(self.device.device.as_str(), "auto" | "cpu" | "opencl") {
+        if !matches!(self.device.device.as_str(), "auto" | "cpu" | "opencl" | "cuda" | "level-zero") && !self.device.device.starts_with("cuda:") && !self.device.device.starts_with("level-zero:") {
             return Err(CliError::Device(self.device.device.clone()));
         }
         if !(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0) {
@@ -408,6 +411,7 @@ impl EngineArgs {
         cfg.device = self.device.device.clone();
         cfg.opencl_platform = self.device.opencl_platform.clone();
         cfg.opencl_device = self.device.opencl_device;
+        cfg.load_format = self.device.load_format.clone();
         cfg.max_waiting = max_num_waiting;
         cfg.tensor_parallel_size = p.tensor_parallel_size;
         cfg.pipeline_parallel_size = p.pipeline_parallel_size;

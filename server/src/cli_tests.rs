@@ -95,7 +95,7 @@ fn unsupported_values_are_start_up_errors() {
     let cases: &[(&str, CliError)] = &[
         ("rserve m -tp 0", CliError::ZeroParallel("tensor-parallel-size")),
         ("rserve m --kv-cache-dtype fp8", CliError::KvCacheDtype("fp8".into())),
-        ("rserve m --device cuda", CliError::Device("cuda".into())),
+        ("rserve m --device tpu", CliError::Device("tpu".into())),
         (
             "rserve m --gpu-memory-utilization 1.5",
             CliError::MemoryUtilization(1.5),

@@ -8,6 +8,7 @@
 //! `Rope::x`).
 
 pub mod cpu;
+pub mod cuda;
 pub mod opencl;
 pub mod level_zero;
 mod ops;

@@ -63,6 +63,8 @@ pub struct EngineConfig {
     pub opencl_platform: Option<String>,
     /// `--opencl-device`: a device index within that platform; None: its first GPU, else device 0.
     pub opencl_device: Option<usize>,
+    /// `--load-format`: "auto" (the checkpoint's weights) or "dummy" (random weights of the config's shapes).
+    pub load_format: String,
 }
 
 impl EngineConfig {
@@ -90,6 +92,7 @@ impl EngineConfig {
             launch_args: std::env::args().collect(),
             opencl_platform: None,
             opencl_device: None,
+            load_format: "auto".into(),
         }
     }
 }

@@ -12,6 +12,7 @@ pub enum Device {
     Cpu(CpuBackend),
     LevelZero(crate::backend::level_zero::LevelZeroBackend),
     OpenCl(crate::backend::opencl::OpenClBackend),
+    Cuda(crate::backend::cuda::CudaBackend),
 }
 
 impl Device {
@@ -34,9 +35,14 @@ impl Device {
         match name {
             "auto" => Ok(crate::backend::level_zero::auto().map_or_else(|| Device::Cpu(CpuBackend::new()), Device::LevelZero)),
             "cpu" => Ok(Device::Cpu(CpuBackend::new())),
+            "cuda" => Ok(Device::Cuda(crate::backend::cuda::CudaBackend::new(0)?)),
+            cuda if cuda.starts_with("cuda:") => match cuda[5..].parse::<usize>() {
+                Ok(n) => Ok(Device::Cuda(crate::backend::cuda::CudaBackend::new(n)?)),
+                Err(_) => Err(EngineError::InvalidArgument(format!("--device {cuda}: expected cuda or cuda:N"))),
+            },
             lz if crate::backend::level_zero::parse_device_arg(lz).is_some() => Ok(Device::LevelZero(crate::backend::level_zero::open(lz)?)),
             other => Err(EngineError::InvalidArgument(format!(
-                "--device {other} is not available in this build (supported: auto, cpu, level-zero[:N], opencl)"
+                "--device {other} is not available in this build (supported: auto, cpu, level-zero[:N], opencl, cuda[:N])"
             ))),
         }
     }
@@ -47,6 +53,7 @@ impl Device {
             Device::Cpu(_) => None,
             Device::LevelZero(b) => Some(b.memory_bytes()),
             Device::OpenCl(b) => b.memory_bytes(),
+            Device::Cuda(b) => Some(b.memory_bytes()),
         }
     }
 
@@ -55,6 +62,7 @@ impl Device {
             Device::Cpu(b) => crate::backend::Backend::device_name(b),
             Device::LevelZero(b) => crate::backend::Backend::device_name(b),
             Device::OpenCl(b) => crate::backend::Backend::device_name(b),
+            Device::Cuda(b) => crate::backend::Backend::device_name(b),
         }
     }
 
@@ -70,6 +78,7 @@ impl Device {
             Device::Cpu(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
             Device::LevelZero(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
             Device::OpenCl(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            Device::Cuda(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
         }
     }
 }

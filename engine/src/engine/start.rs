@@ -107,7 +107,10 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     let t0 = Instant::now();
     let mut opts = ResolveOptions::from_env();
     opts.revision = cfg.revision.clone();
-    let resolved = resolve_model(&cfg.model, &opts)?;
+    let resolved = match cfg.load_format.as_str() {
+        "dummy" => crate::weights::dummy::resolve(&cfg.model).or_else(|_| resolve_model(&cfg.model, &opts))?,
+        _ => resolve_model(&cfg.model, &opts)?,
+    };
     let params = resolved.load_params()?;
     distributed::check_split(&params, &cfg)?;
     let dtype = compute_dtype(cfg.dtype);
@@ -128,7 +131,10 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         tracing::warn!("the model has no chat template: /v1/chat/completions will be refused (pass --chat-template)");
     }
     let sampling_defaults = default_sampling(&cfg, &resolved)?;
-    let weights = crate::weights::load(&resolved, &params, dtype)?;
+    let weights = match cfg.load_format.as_str() {
+        "dummy" => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
+        _ => crate::weights::load(&resolved, &params, dtype)?,
+    };
     let weights_bytes = weights.total_bytes() as u64;
     tracing::info!("Model weights: {:.4} GiB ({} tensors), loaded in {:.1} s", weights_bytes as f64 / GIB, weights.len(), t0.elapsed().as_secs_f64());
 

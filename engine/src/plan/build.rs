@@ -11,6 +11,10 @@ use super::shape::{Attention, ModelShape};
 use super::{ContextOption, DeviceChoice, Line, ParamSource, Plan, PlanOptions};
 use crate::{EngineError, Result};
 
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
 fn line(name: &str, value: String, formula: String) -> Line {
     Line { name: name.to_string(), value, formula }
 }
@@ -50,7 +54,9 @@ fn max_model_len(shape: &ModelShape, requested: Option<usize>) -> Result<usize> 
 fn kv_formula(shape: &ModelShape, layers: usize, kv_heads: usize, elem: usize, dtype: &str) -> String {
     match shape.attention {
         Attention::Standard => format!(
-            "{layers} layers x 2 (K, V) x {kv_heads} KV heads x {} head dim x {elem} B ({dtype})",
+            "{} x 2 (K, V) x {} x {} head dim x {elem} B ({dtype})",
+            plural(layers, "layer"),
+            plural(kv_heads, "KV head"),
             shape.head_dim
         ),
         Attention::Latent(m) => format!(
@@ -146,7 +152,7 @@ pub(super) fn plan(
         }
     }
     if let Some(p) = opts.pp {
-        if shape.num_layers % p != 0 {
+        if !shape.num_layers.is_multiple_of(p) {
             return Err(EngineError::InvalidArgument(format!(
                 "--pp {p} does not divide the {} layers evenly; valid: {}",
                 shape.num_layers,
@@ -200,6 +206,8 @@ pub(super) fn plan(
 
     let shorter_context = shorter_contexts(&sizing, &search_tp, &search_pp, layout.as_ref(), len, weights_bytes, usable, kv_token);
     let larger_pp = match &layout {
+        // The CPU backend runs on one host; pipeline stages across hosts are not a what-if there.
+        Some(_) if device.host => Vec::new(),
         Some(l) => pps.iter().filter(|p| **p > l.pp).take(3).map(|p| sizing.evaluate(l.tp, *p, len)).collect(),
         None => Vec::new(),
     };
@@ -347,7 +355,12 @@ fn layout_lines(p: &Plan, l: &LayoutPlan, forced: bool, out: &mut Vec<Line>) {
     out.push(line(
         "layout",
         format!("TP={} x PP={}", l.tp, l.pp),
-        format!("{} devices on {} node(s), {} layers per stage; {why}", l.devices, l.nodes, l.layers_per_stage),
+        format!(
+            "{} on {}, {} layers per stage; {why}",
+            plural(l.devices, "device"),
+            plural(l.nodes, "node"),
+            l.layers_per_stage
+        ),
     ));
     out.push(line(
         "weights per device",
@@ -383,7 +396,7 @@ fn layout_lines(p: &Plan, l: &LayoutPlan, forced: bool, out: &mut Vec<Line>) {
         None => parts,
     };
     out.push(line("KV memory per device", gb(l.kv_bytes_per_device), kv_rule));
-    out.push(line("KV memory left", gb(l.kv_bytes_total), format!("{} devices x {}", l.devices, gb(l.kv_bytes_per_device))));
+    out.push(line("KV memory left", gb(l.kv_bytes_total), format!("{} x {}", plural(l.devices, "device"), gb(l.kv_bytes_per_device))));
     let kv_heads = match s.attention {
         Attention::Standard => memory::kv_heads_per_rank(s, l.tp),
         Attention::Latent(_) => 0,

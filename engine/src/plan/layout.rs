@@ -71,9 +71,9 @@ pub fn valid_tp(shape: &ModelShape, device: &DeviceProfile) -> Vec<usize> {
         .iter()
         .copied()
         .filter(|&t| {
-            shape.num_heads % t == 0
+            shape.num_heads.is_multiple_of(t)
                 && match shape.attention {
-                    Attention::Standard => shape.num_kv_heads % t == 0 || t % shape.num_kv_heads == 0,
+                    Attention::Standard => shape.num_kv_heads.is_multiple_of(t) || t.is_multiple_of(shape.num_kv_heads),
                     Attention::Latent(_) => true,
                 }
         })
@@ -86,12 +86,12 @@ pub fn preferred_tp(shape: &ModelShape, valid: &[usize]) -> Vec<usize> {
 }
 
 fn replicates_kv(shape: &ModelShape, tp: usize) -> bool {
-    matches!(shape.attention, Attention::Standard) && shape.num_kv_heads % tp != 0
+    matches!(shape.attention, Attention::Standard) && !shape.num_kv_heads.is_multiple_of(tp)
 }
 
 /// PP sizes that divide the layers evenly.
 pub fn valid_pp(layers: usize) -> Vec<usize> {
-    (1..=layers).filter(|p| layers % p == 0).collect()
+    (1..=layers).filter(|p| layers.is_multiple_of(*p)).collect()
 }
 
 impl Sizing<'_> {

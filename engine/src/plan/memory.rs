@@ -116,10 +116,5 @@ pub fn kv_budget_bytes(pool: MemoryPool, utilization: f64, weights: u64, activat
 
 /// KV blocks of `block_size` tokens that `kv_bytes` buy at `per_token` bytes a token.
 pub fn kv_blocks(kv_bytes: u64, per_token: u64, block_size: usize) -> u64 {
-    let per_block = per_token * block_size as u64;
-    if per_block == 0 {
-        0
-    } else {
-        kv_bytes / per_block
-    }
+    kv_bytes.checked_div(per_token * block_size as u64).unwrap_or(0)
 }

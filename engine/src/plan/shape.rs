@@ -370,7 +370,7 @@ fn moe(cfg: &Map<String, Value>, layers: usize, intermediate: usize) -> Result<O
         .unwrap_or_default();
     let decoder_sparse = cfg.get("decoder_sparse_step").is_some_and(|v| !v.is_null());
     let is_moe = |i: usize| {
-        let step = if decoder_sparse { (i + 1) % freq == 0 } else { i % freq == 0 };
+        let step = if decoder_sparse { (i + 1).is_multiple_of(freq) } else { i.is_multiple_of(freq) };
         i >= first && step && !dense_only.contains(&i)
     };
     let routed: Vec<bool> = (0..layers).map(is_moe).collect();

@@ -5,6 +5,7 @@
 //! mapped back to HF names, llama's q/k row permutation undone). Invariant: a `Weights` holds exactly the tensors
 //! `expected_tensors(params)` lists, each with the shape it gives, so models can index without further checks.
 
+pub mod dummy;
 pub mod gguf;
 pub mod names;
 pub mod safetensors;

@@ -6,13 +6,15 @@
 //! scripts/env.d/20-opencl.sh) a missing or broken runtime fails them.
 #![allow(dead_code)]
 
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::opencl::{OpenClBackend, OpenClOptions};
 use rserve_engine::backend::Backend;
 
-/// The OpenCL backend from `RSERVE_OPENCL_PLATFORM` / `RSERVE_OPENCL_DEVICE` (defaults otherwise), or None (with a
-/// message) when `OCL_ICD_VENDORS` is unset.
+/// A new OpenCL backend from `RSERVE_OPENCL_PLATFORM` / `RSERVE_OPENCL_DEVICE` (defaults otherwise), or None (with
+/// a message) when `OCL_ICD_VENDORS` is unset.
 pub fn opencl() -> Option<OpenClBackend> {
     if std::env::var_os("OCL_ICD_VENDORS").is_none() {
         eprintln!(
@@ -29,6 +31,15 @@ pub fn opencl() -> Option<OpenClBackend> {
         Ok(b) => Some(b),
         Err(e) => panic!("OCL_ICD_VENDORS is set but the OpenCL backend does not start: {e}"),
     }
+}
+
+/// One backend shared by the tests of a process (building the kernels takes seconds on the CPU runtime); tests
+/// take turns through the lock.
+pub fn shared_opencl() -> Option<MutexGuard<'static, OpenClBackend>> {
+    static SHARED: OnceLock<Option<Mutex<OpenClBackend>>> = OnceLock::new();
+    let b = SHARED.get_or_init(|| opencl().map(Mutex::new)).as_ref()?;
+    // A test that failed while holding the lock leaves a usable backend behind.
+    Some(b.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// A new seed per run (printed by `compare` on failure so a failing case can be replayed with RSERVE_TEST_SEED).
@@ -50,11 +61,14 @@ pub fn poisoned<B: Backend>(b: &B, len: usize) -> B::Buffer {
     b.upload_f32(&vec![f32::NAN; len]).expect("upload")
 }
 
-/// Checks every output of the OpenCL run against the CPU run: all values finite (no poison left) and
-/// `max |got - want| / max |want| <= tol` per output.
-pub fn compare(test: &str, seed: u64, got: &[(&str, Vec<f32>)], want: &[(&str, Vec<f32>)], tol: f32) {
+/// One named output of a case, compared in vectors of `width` values (a head, a matrix row, a hidden row).
+pub type Output = (&'static str, Vec<f32>, usize);
+
+/// Checks every output of the OpenCL run against the CPU run: all values finite (no poison left) and, per vector of
+/// `width` values, `max |got - want| / max |want| <= tol`.
+pub fn compare(test: &str, seed: u64, got: &[Output], want: &[Output], tol: f32) {
     assert_eq!(got.len(), want.len(), "{test}: output count");
-    for ((name, g), (_, w)) in got.iter().zip(want) {
+    for ((name, g, width), (_, w, _)) in got.iter().zip(want) {
         assert_eq!(g.len(), w.len(), "{test}/{name}: length");
         if let Some(i) = w.iter().position(|v| !v.is_finite()) {
             panic!("{test}/{name}: the CPU reference left a non-finite value at {i} (seed {seed})");
@@ -62,26 +76,27 @@ pub fn compare(test: &str, seed: u64, got: &[(&str, Vec<f32>)], want: &[(&str, V
         if let Some(i) = g.iter().position(|v| !v.is_finite()) {
             panic!("{test}/{name}: OpenCL output {i} is {} (unwritten or overflowed; seed {seed})", g[i]);
         }
-        let scale = w.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
         let (mut worst, mut at) = (0f32, 0);
-        for (i, (a, b)) in g.iter().zip(w).enumerate() {
-            if (a - b).abs() > worst {
-                worst = (a - b).abs();
-                at = i;
+        for (c, (gv, wv)) in g.chunks(*width).zip(w.chunks(*width)).enumerate() {
+            let scale = wv.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+            for (i, (a, b)) in gv.iter().zip(wv).enumerate() {
+                if (a - b).abs() / scale > worst {
+                    worst = (a - b).abs() / scale;
+                    at = c * width + i;
+                }
             }
         }
-        let rel = worst / scale;
         assert!(
-            rel <= tol,
-            "{test}/{name}: relative error {rel:e} > {tol:e} at {at}: opencl {} vs cpu {} (seed {seed}; replay with \
-             RSERVE_TEST_SEED={seed})",
+            worst <= tol,
+            "{test}/{name}: relative error {worst:e} > {tol:e} at {at}: opencl {} vs cpu {} (seed {seed}; replay \
+             with RSERVE_TEST_SEED={seed})",
             g[at],
             w[at]
         );
     }
 }
 
-/// Runs `$body` (a function of a backend and an rng returning named outputs) on the CPU reference and on OpenCL
+/// Runs `$body` (a function of a backend and an rng returning `Output`s) on the CPU reference and on OpenCL
 /// with the same seed, and compares the outputs with relative tolerance `$tol`.
 #[macro_export]
 macro_rules! op_parity {
@@ -89,13 +104,16 @@ macro_rules! op_parity {
         #[test]
         fn $name() {
             #[allow(unused_mut)]
-            fn case<B: rserve_engine::backend::Backend>($b: &B, mut $rng: rand::rngs::StdRng) -> Vec<(&'static str, Vec<f32>)> {
+            fn case<B: rserve_engine::backend::Backend>($b: &B, mut $rng: rand::rngs::StdRng) -> Vec<opencl_common::Output> {
                 $body
             }
-            let Some(cl) = opencl_common::opencl() else { return };
+            if std::env::var_os("OCL_ICD_VENDORS").is_none() {
+                opencl_common::opencl(); // prints why the test is skipped
+                return;
+            }
             let seed = opencl_common::fresh_seed();
             let want = case(&rserve_engine::backend::cpu::CpuBackend::new(), opencl_common::rng(seed));
-            let got = case(&cl, opencl_common::rng(seed));
+            let got = case(&*opencl_common::shared_opencl().unwrap(), opencl_common::rng(seed));
             opencl_common::compare(stringify!($name), seed, &got, &want, $tol);
         }
     };

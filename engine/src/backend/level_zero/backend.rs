@@ -43,6 +43,20 @@ impl LevelZeroBackend {
     /// Creates the context, the stream and every kernel of `rserve-kernels` on the selected device.
     pub fn new(sel: Selected) -> std::result::Result<Self, LzError> {
         let api = api()?;
+        let largest = rserve_kernels::KERNELS.iter().flat_map(|(_, k)| k.iter()).map(|k| kernel_ops::work_group(k)).max();
+        if let Some(need) = largest {
+            if sel.info.max_group_size != 0 && (sel.info.max_group_size as usize) < need {
+                return Err(LzError::Invalid(format!(
+                    "{} runs at most {} work-items per group; rserve's kernels need {need}",
+                    sel.info.name, sel.info.max_group_size
+                )));
+            }
+        }
+        match super::loader::loader_components() {
+            Ok(c) if !c.is_empty() => tracing::info!("Level Zero loader {}: {}", api.library, c.join(", ")),
+            Ok(_) => {}
+            Err(e) => tracing::debug!("Level Zero: no loader component versions ({e})"),
+        }
         let ctx = Context::new(api, sel.driver, sel.device)?;
         let stream = Stream::new(&ctx, sel.info.compute_ordinal, RING_EVENTS)?;
         let pool = MemPool::new(&ctx, sel.info.max_alloc);
@@ -71,12 +85,11 @@ impl LevelZeroBackend {
             None => String::new(),
         };
         let label = format!(
-            "level-zero:{} {} (device 0x{:04x}{tile}, {:.1} GiB, {} of {} under ZE_FLAT_DEVICE_HIERARCHY={})",
+            "level-zero:{} {} (device id 0x{:04x}{tile}, {:.1} GiB; {} device(s) visible under ZE_FLAT_DEVICE_HIERARCHY={})",
             sel.index,
             sel.info.name,
             sel.info.device_id,
             sel.info.memory_bytes as f64 / (1u64 << 30) as f64,
-            sel.index,
             sel.of,
             sel.hierarchy
         );
@@ -90,11 +103,6 @@ impl LevelZeroBackend {
 
     pub fn info(&self) -> &DeviceInfo {
         &self.info
-    }
-
-    /// (commands appended, host synchronisations) so far.
-    pub fn stream_stats(&self) -> (u64, u64) {
-        self.stream.try_borrow().map(|s| (s.appended, s.synchronizations)).unwrap_or((0, 0))
     }
 
     fn stream(&self) -> std::result::Result<std::cell::RefMut<'_, Stream>, LzError> {

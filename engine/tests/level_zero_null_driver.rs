@@ -1,0 +1,129 @@
+//! The Level Zero host path through the real loader, on the loader's null driver (it accepts every call and runs
+//! nothing) with the validation layer and parameter validation on: device discovery, the model's weights uploaded,
+//! every SPIR-V module built, and one full forward step (a tiled-matmul prefill chunk, a decode token and a
+//! split-KV decode over a long context) appended without a single failed call; at shutdown every handle the wrapper
+//! created is destroyed. With the null driver nothing executes, so the logits are not checked.
+//!
+//! Each test body runs in a child process (the loader reads ZE_* variables once, at initialisation).
+
+mod common;
+mod level_zero_support;
+
+use candle_core::DType;
+use level_zero_support as lz;
+use rserve_engine::backend::level_zero::{handle_counts, loader_components, HandleKind};
+use rserve_engine::engine::device::Device;
+use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::source::{resolve_model, ResolveOptions};
+
+const BS: usize = 16;
+
+fn seq(tokens: Vec<u32>, start: usize, first_block: u32) -> SeqInput {
+    let total = start + tokens.len();
+    let table: Vec<u32> = (0..total.div_ceil(BS) as u32).map(|b| first_block + b).collect();
+    let slots = (start..total).map(|p| table[p / BS] * BS as u32 + (p % BS) as u32).collect();
+    SeqInput { token_ids: tokens, start_position: start, block_table: table, slot_mapping: slots }
+}
+
+fn forward_step_in_child() {
+    let resolved =
+        resolve_model(common::smollm2_gguf().to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
+    let params = resolved.load_params().unwrap();
+    let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
+    let device = Device::select("level-zero").unwrap();
+    let name = device.name();
+    println!("LZ-DEVICE: {name}");
+    println!("LZ-MEMORY: {:?}", device.memory_bytes());
+    let mut runner = device.build_runner(&params, &weights, 64, BS).unwrap();
+    // 20 prompt tokens (tiled matmul, prefill attention), one decode token at position 40, and one at position 700
+    // (two key partitions: the decode kernel's split-KV path and the reduce kernel).
+    let batch = BatchInput {
+        seqs: vec![
+            seq((1..=20).collect(), 0, 0),
+            seq(vec![42], 40, 2),
+            seq(vec![7], 700, 5),
+        ],
+    };
+    let logits = runner.execute(&batch).unwrap();
+    assert_eq!(logits.len(), 3 * params.vocab_size);
+    // A decode-only step as well (row-streaming matmul everywhere).
+    let logits = runner.execute(&BatchInput { seqs: vec![seq(vec![9], 20, 0)] }).unwrap();
+    assert_eq!(logits.len(), params.vocab_size);
+    drop(runner);
+    drop(weights);
+    println!("LZ-COMPONENTS: {}", loader_components().unwrap().join(", "));
+    println!("LZ-COUNTS: {}", handle_counts());
+}
+
+#[test]
+fn forward_step_on_the_null_driver_with_validation() {
+    if lz::in_child() {
+        return forward_step_in_child();
+    }
+    let out = lz::run_child("forward_step_on_the_null_driver_with_validation", &lz::null_driver_env());
+    let text = lz::text(&out);
+    assert!(out.status.success(), "the child failed:\n{text}");
+    assert!(lz::reported(&text, "LZ-DEVICE").is_some_and(|d| d.contains("Null Device")), "{text}");
+    // The validation layer is loaded (so the calls below were checked) ...
+    let components = lz::reported(&text, "LZ-COMPONENTS").unwrap_or_else(|| panic!("{text}"));
+    assert!(components.contains("validation layer"), "the validation layer is not loaded: {components}");
+    // ... and what it rejects comes back as an error result: none may appear.
+    assert!(!text.contains("ZE_RESULT_ERROR"), "a Level Zero call failed:\n{text}");
+    let counts = lz::reported(&text, "LZ-COUNTS").unwrap_or_else(|| panic!("no counts in:\n{text}"));
+    // `Kind created/destroyed` pairs, then `failed_calls N`.
+    let words: Vec<&str> = counts.split_whitespace().collect();
+    assert_eq!(words.last(), Some(&"0"), "failed calls: {counts}");
+    for kind in HandleKind::ALL {
+        let name = format!("{kind:?}");
+        let i = words.iter().position(|w| *w == name).unwrap_or_else(|| panic!("{name} missing from {counts}"));
+        let (c, d) = words[i + 1].split_once('/').unwrap();
+        assert_eq!(c, d, "{name}: created/destroyed {c}/{d} ({counts})");
+        if kind != HandleKind::BuildLog {
+            assert_ne!(c, "0", "{name}: nothing was created ({counts})");
+        }
+    }
+}
+
+fn counters_in_child() {
+    // The counters of this process start at zero and balance with nothing created.
+    let c = handle_counts();
+    assert!(c.balanced() && c.total_created() == 0 && c.failed_calls == 0, "{c}");
+    let device = Device::select("level-zero").unwrap();
+    let live = handle_counts();
+    println!("LZ-LIVE: {}", live.live());
+    drop(device);
+    let after = handle_counts();
+    assert!(after.balanced(), "{after}");
+    println!("LZ-COUNTS: {after}");
+}
+
+#[test]
+fn opening_and_closing_the_device_destroys_every_handle() {
+    if lz::in_child() {
+        return counters_in_child();
+    }
+    let out = lz::run_child("opening_and_closing_the_device_destroys_every_handle", &lz::null_driver_env());
+    let text = lz::text(&out);
+    assert!(out.status.success(), "the child failed:\n{text}");
+    // Context, command list, event pool, events, modules and kernels were alive while the device was open.
+    let live: u64 = lz::reported(&text, "LZ-LIVE").and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{text}"));
+    assert!(live > 10, "{text}");
+}
+
+fn auto_in_child() {
+    let device = Device::select("auto").unwrap();
+    println!("LZ-AUTO: {}", device.name());
+}
+
+#[test]
+fn auto_keeps_the_cpu_when_the_only_gpu_is_not_intel() {
+    if lz::in_child() {
+        return auto_in_child();
+    }
+    // The null driver's device reports vendor id 0, not Intel's 0x8086.
+    let out = lz::run_child("auto_keeps_the_cpu_when_the_only_gpu_is_not_intel", &lz::null_driver_env());
+    let text = lz::text(&out);
+    assert!(out.status.success(), "the child failed:\n{text}");
+    let name = lz::reported(&text, "LZ-AUTO").unwrap_or_else(|| panic!("{text}"));
+    assert!(name.starts_with("cpu"), "{text}");
+}

@@ -1,0 +1,311 @@
+//! Every `Op` on the OpenCL backend against the CPU reference, on fresh random inputs with NaN-poisoned outputs:
+//! odd sizes, ragged batches, the first and last slot of a block, block sizes 1 to 128, grouped-query heads
+//! (including groups larger than one work-group's head chunk), prefill chunks over cached prefixes, and contexts
+//! longer than one split-KV partition. Relative error (max |diff| / max |cpu|) under 1e-5 for f32, 1e-2 for 16-bit
+//! weights. Malformed indices are errors, not device writes.
+
+mod opencl_common;
+
+use candle_core::{DType, Device, Tensor};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use rserve_engine::backend::{AttentionMeta, Backend, Op};
+
+use opencl_common::{poisoned, random};
+
+const F32_TOL: f32 = 1e-5;
+const HALF_TOL: f32 = 1e-2;
+
+fn weight<B: Backend>(b: &B, data: Vec<f32>, rows: usize, cols: usize, dtype: DType) -> B::Buffer {
+    let t = Tensor::from_vec(data, (rows, cols), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+    b.upload_weight(&t).unwrap()
+}
+
+// ------------------------------------------------------------------------------------------------ embedding
+
+fn embedding<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<opencl_common::Output> {
+    let (vocab, hidden, n) = (300, 100, 37);
+    let table = weight(b, random(rng, vocab * hidden, 1.0), vocab, hidden, dtype);
+    let mut ids: Vec<u32> = (0..n).map(|_| rng.gen_range(0..vocab as u32)).collect();
+    ids[0] = 0;
+    ids[n - 1] = vocab as u32 - 1;
+    let ids = b.upload_u32(&ids).unwrap();
+    let out = poisoned(b, n * hidden);
+    b.run(Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: n, hidden }).unwrap();
+    vec![("out", b.download_f32(&out).unwrap(), hidden)]
+}
+
+op_parity!(embedding_f32, tol = 0.0, |b, rng| { embedding(b, &mut rng, DType::F32) });
+op_parity!(embedding_bf16, tol = 0.0, |b, rng| { embedding(b, &mut rng, DType::BF16) });
+op_parity!(embedding_f16, tol = 0.0, |b, rng| { embedding(b, &mut rng, DType::F16) });
+
+// ------------------------------------------------------------------------------------------------ norms
+
+fn norm<B: Backend>(b: &B, rng: &mut StdRng, fused: bool) -> Vec<opencl_common::Output> {
+    let mut outs = Vec::new();
+    for (rows, hidden) in [(7, 576), (3, 1000), (1, 4096)] {
+        let x = b.upload_f32(&random(rng, rows * hidden, 2.0)).unwrap();
+        let w = b.upload_weight(&Tensor::from_vec(random(rng, hidden, 1.5), hidden, &Device::Cpu).unwrap()).unwrap();
+        let out = poisoned(b, rows * hidden);
+        let eps = 1e-5;
+        if fused {
+            let residual = b.upload_f32(&random(rng, rows * hidden, 2.0)).unwrap();
+            b.run(Op::AddRmsNorm { x: &x, residual: &residual, weight: &w, out: &out, rows, hidden, eps }).unwrap();
+            outs.push(("residual", b.download_f32(&residual).unwrap(), hidden));
+        } else {
+            b.run(Op::RmsNorm { x: &x, weight: &w, out: &out, rows, hidden, eps }).unwrap();
+        }
+        outs.push(("out", b.download_f32(&out).unwrap(), hidden));
+    }
+    outs
+}
+
+op_parity!(rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, false) });
+op_parity!(add_rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, true) });
+
+// ------------------------------------------------------------------------------------------------ matmul
+
+/// Row counts on both sides of the skinny/tiled switch, odd k and n, with and without a bias.
+fn matmul<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<opencl_common::Output> {
+    let mut outs = Vec::new();
+    for (m, k, n, bias) in [(1, 576, 1536, false), (3, 577, 1000, true), (16, 256, 190, false), (17, 300, 129, true), (70, 576, 576, false)] {
+        let x = b.upload_f32(&random(rng, m * k, 1.0)).unwrap();
+        let w = weight(b, random(rng, n * k, 0.5), n, k, dtype);
+        let bias = bias.then(|| b.upload_f32(&random(rng, n, 1.0)).unwrap());
+        let out = poisoned(b, m * n);
+        b.run(Op::MatMul { x: &x, w: &w, bias: bias.as_ref(), out: &out, m, k, n }).unwrap();
+        outs.push(("out", b.download_f32(&out).unwrap(), n));
+    }
+    outs
+}
+
+op_parity!(matmul_f32, tol = F32_TOL, |b, rng| { matmul(b, &mut rng, DType::F32) });
+op_parity!(matmul_bf16, tol = HALF_TOL, |b, rng| { matmul(b, &mut rng, DType::BF16) });
+op_parity!(matmul_f16, tol = HALF_TOL, |b, rng| { matmul(b, &mut rng, DType::F16) });
+
+// ------------------------------------------------------------------------------------------------ rope, silu, gather
+
+op_parity!(rope, tol = F32_TOL, |b, rng| {
+    let mut outs = Vec::new();
+    for (n, heads, head_dim) in [(9, 9, 64), (5, 8, 128), (3, 2, 80)] {
+        let x = b.upload_f32(&random(&mut rng, n * heads * head_dim, 2.0)).unwrap();
+        let pos: Vec<u32> = (0..n).map(|_| rng.gen_range(0..5000)).collect();
+        let freq: Vec<f32> = (0..head_dim / 2).map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / head_dim as f32)).collect();
+        let (pos, freq) = (b.upload_u32(&pos).unwrap(), b.upload_f32(&freq).unwrap());
+        b.run(Op::Rope { x: &x, positions: &pos, inv_freq: &freq, num_tokens: n, num_heads: heads, head_dim }).unwrap();
+        outs.push(("x", b.download_f32(&x).unwrap(), head_dim));
+    }
+    outs
+});
+
+op_parity!(silu_mul, tol = F32_TOL, |b, rng| {
+    let len = 10_007;
+    let gate = b.upload_f32(&random(&mut rng, len, 8.0)).unwrap();
+    let up = b.upload_f32(&random(&mut rng, len, 2.0)).unwrap();
+    let out = poisoned(b, len);
+    b.run(Op::SiluMul { gate: &gate, up: &up, out: &out, len }).unwrap();
+    vec![("out", b.download_f32(&out).unwrap(), 1)]
+});
+
+op_parity!(gather_rows, tol = 0.0, |b, rng| {
+    let (rows_in, width, num_rows) = (23, 577, 9);
+    let x = b.upload_f32(&random(&mut rng, rows_in * width, 1.0)).unwrap();
+    let mut rows: Vec<u32> = (0..num_rows).map(|_| rng.gen_range(0..rows_in as u32)).collect();
+    rows[0] = rows_in as u32 - 1;
+    rows[1] = rows[2];
+    let rows = b.upload_u32(&rows).unwrap();
+    let out = poisoned(b, num_rows * width);
+    b.run(Op::GatherRows { x: &x, rows: &rows, out: &out, num_rows, width }).unwrap();
+    vec![("out", b.download_f32(&out).unwrap(), width)]
+});
+
+// ------------------------------------------------------------------------------------------------ write_kv
+
+op_parity!(write_kv, tol = 0.0, |b, rng| {
+    let mut outs = Vec::new();
+    for (block_size, kv_heads, head_dim) in [(16, 3, 64), (32, 8, 128), (64, 1, 80), (1, 2, 64)] {
+        let num_blocks = 7;
+        let row = kv_heads * head_dim;
+        let len = num_blocks * block_size * row;
+        let (kc, vc) = (b.upload_f32(&random(&mut rng, len, 1.0)).unwrap(), b.upload_f32(&random(&mut rng, len, 1.0)).unwrap());
+        // First and last slot of a block, the cache's last slot, and a few random ones.
+        let mut slots = vec![0, block_size as u32 - 1, 2 * block_size as u32, (num_blocks * block_size) as u32 - 1];
+        slots.extend((0..5).map(|_| rng.gen_range(0..(num_blocks * block_size) as u32)));
+        slots.sort();
+        slots.dedup();
+        slots.shuffle(&mut rng);
+        let n = slots.len();
+        let (k, v) = (b.upload_f32(&random(&mut rng, n * row, 1.0)).unwrap(), b.upload_f32(&random(&mut rng, n * row, 1.0)).unwrap());
+        let slots = b.upload_u32(&slots).unwrap();
+        b.run(Op::WriteKv { k: &k, v: &v, k_cache: &kc, v_cache: &vc, slot_mapping: &slots, num_tokens: n, num_kv_heads: kv_heads, head_dim, block_size })
+            .unwrap();
+        outs.push(("k_cache", b.download_f32(&kc).unwrap(), row));
+        outs.push(("v_cache", b.download_f32(&vc).unwrap(), row));
+    }
+    outs
+});
+
+// ------------------------------------------------------------------------------------------------ attention
+
+struct Attn {
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+    /// (query rows, context length) per sequence.
+    seqs: &'static [(usize, usize)],
+}
+
+/// Random caches (every block, used or not), blocks handed out in random order, q random, out poisoned.
+fn attention<B: Backend>(b: &B, rng: &mut StdRng, name: &'static str, c: &Attn) -> opencl_common::Output {
+    let bs = c.block_size;
+    let per_seq: Vec<usize> = c.seqs.iter().map(|&(_, ctx)| ctx.div_ceil(bs)).collect();
+    let num_blocks = per_seq.iter().sum::<usize>() + 3;
+    let mut blocks: Vec<u32> = (0..num_blocks as u32).collect();
+    blocks.shuffle(rng);
+    let max_blocks = per_seq.iter().copied().max().unwrap_or(1).max(1);
+    let mut tables = vec![0u32; c.seqs.len() * max_blocks];
+    let mut next = blocks.into_iter();
+    for (s, &n) in per_seq.iter().enumerate() {
+        for j in 0..n {
+            tables[s * max_blocks + j] = next.next().unwrap();
+        }
+    }
+    let mut query_start = vec![0u32];
+    for &(q, _) in c.seqs {
+        query_start.push(query_start.last().unwrap() + q as u32);
+    }
+    let context_lens: Vec<u32> = c.seqs.iter().map(|&(_, ctx)| ctx as u32).collect();
+    let rows = *query_start.last().unwrap() as usize;
+    let cache_len = num_blocks * bs * c.kv_heads * c.head_dim;
+    let kc = b.upload_f32(&random(rng, cache_len, 1.0)).unwrap();
+    let vc = b.upload_f32(&random(rng, cache_len, 1.0)).unwrap();
+    let q = b.upload_f32(&random(rng, rows * c.heads * c.head_dim, 1.0)).unwrap();
+    let out = poisoned(b, rows * c.heads * c.head_dim);
+    let (qs_buf, ctx_buf, bt_buf) =
+        (b.upload_u32(&query_start).unwrap(), b.upload_u32(&context_lens).unwrap(), b.upload_u32(&tables).unwrap());
+    let meta = AttentionMeta {
+        num_seqs: c.seqs.len(),
+        query_start: &qs_buf,
+        context_lens: &ctx_buf,
+        block_tables: &bt_buf,
+        max_blocks_per_seq: max_blocks,
+        host_query_start: &query_start,
+        host_context_lens: &context_lens,
+        host_block_tables: &tables,
+    };
+    b.run(Op::PagedAttention {
+        q: &q,
+        k_cache: &kc,
+        v_cache: &vc,
+        out: &out,
+        meta: &meta,
+        num_heads: c.heads,
+        num_kv_heads: c.kv_heads,
+        head_dim: c.head_dim,
+        block_size: bs,
+        scale: 1.0 / (c.head_dim as f32).sqrt(),
+    })
+    .unwrap();
+    (name, b.download_f32(&out).unwrap(), c.head_dim)
+}
+
+op_parity!(attention_decode_ragged_gqa, tol = F32_TOL, |b, rng| {
+    let c = Attn { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, seqs: &[(1, 1), (1, 15), (1, 16), (1, 17), (1, 33), (1, 200)] };
+    vec![attention(b, &mut rng, "out", &c)]
+});
+
+op_parity!(attention_decode_split_kv, tol = F32_TOL, |b, rng| {
+    // 512 keys fill one partition exactly; 513, 1100 and 1300 need 2, 3 and 3 (the last one partial).
+    let c = Attn { heads: 32, kv_heads: 8, head_dim: 128, block_size: 32, seqs: &[(1, 512), (1, 513), (1, 1100), (1, 7), (1, 1300)] };
+    vec![attention(b, &mut rng, "out", &c)]
+});
+
+op_parity!(attention_decode_group_larger_than_a_chunk, tol = F32_TOL, |b, rng| {
+    // 16 query heads share one kv head (two head chunks per work-group grid row), plus a 12-head group.
+    let a = Attn { heads: 16, kv_heads: 1, head_dim: 64, block_size: 64, seqs: &[(1, 600), (1, 64), (1, 65)] };
+    let c = Attn { heads: 24, kv_heads: 2, head_dim: 64, block_size: 8, seqs: &[(1, 40), (1, 9)] };
+    vec![attention(b, &mut rng, "mqa", &a), attention(b, &mut rng, "group12", &c)]
+});
+
+op_parity!(attention_prefill_chunks_over_cached_prefixes, tol = F32_TOL, |b, rng| {
+    // Whole prompts, chunks after a cached prefix, a long prefix past one partition, and decode rows, mixed.
+    let c = Attn {
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        block_size: 16,
+        seqs: &[(37, 37), (20, 100), (1, 50), (5, 5), (16, 48), (2, 700), (1, 1)],
+    };
+    vec![attention(b, &mut rng, "out", &c)]
+});
+
+op_parity!(attention_every_block_size, tol = F32_TOL, |b, rng| {
+    let mut outs = Vec::new();
+    for bs in [1, 8, 16, 32, 64, 128] {
+        let c = Attn { heads: 8, kv_heads: 2, head_dim: 64, block_size: bs, seqs: &[(9, 30), (1, 129), (24, 24), (1, 64)] };
+        outs.push(attention(b, &mut rng, "out", &c));
+    }
+    outs
+});
+
+op_parity!(attention_head_dims, tol = F32_TOL, |b, rng| {
+    let mut outs = Vec::new();
+    // 80 and 96: not powers of two; 128 with plain multi-head attention; 256: the tiled prefill's largest head;
+    // 320: prefill rows fall back to the per-row kernel.
+    for (heads, kv_heads, head_dim) in [(4, 2, 80), (6, 3, 96), (4, 4, 128), (4, 1, 256), (2, 1, 320)] {
+        let c = Attn { heads, kv_heads, head_dim, block_size: 16, seqs: &[(13, 20), (1, 33), (3, 3)] };
+        outs.push(attention(b, &mut rng, "out", &c));
+    }
+    outs
+});
+
+op_parity!(attention_batch_shape_changes_between_calls, tol = F32_TOL, |b, rng| {
+    // The OpenCL backend reuses its work split while the batch shape stays the same: change it and come back.
+    let a = Attn { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, seqs: &[(5, 20), (1, 600)] };
+    let c = Attn { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, seqs: &[(1, 21), (1, 601), (3, 3)] };
+    vec![attention(b, &mut rng, "a", &a), attention(b, &mut rng, "c", &c), attention(b, &mut rng, "a again", &a)]
+});
+
+// ------------------------------------------------------------------------------------------------ bad input
+
+#[test]
+fn out_of_range_indices_are_errors() {
+    let Some(b) = opencl_common::shared_opencl() else { return };
+    let b = &*b;
+    let table = weight(b, vec![0.5; 40], 10, 4, DType::F32);
+    let out = b.alloc_f32(8).unwrap();
+    let ids = b.upload_u32(&[3, 10]).unwrap();
+    let e = b.run(Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: 2, hidden: 4 }).unwrap_err();
+    assert!(e.to_string().contains("outside the vocabulary"), "{e}");
+
+    let (kv, cache) = (b.upload_f32(&[1.0; 8]).unwrap(), b.alloc_f32(4 * 8).unwrap());
+    let slots = b.upload_u32(&[4]).unwrap();
+    let op = Op::WriteKv { k: &kv, v: &kv, k_cache: &cache, v_cache: &cache, slot_mapping: &slots, num_tokens: 1, num_kv_heads: 1, head_dim: 8, block_size: 2 };
+    assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));
+
+    let rows = b.upload_u32(&[2]).unwrap();
+    let x = b.upload_f32(&[0.0; 8]).unwrap();
+    let e = b.run(Op::GatherRows { x: &x, rows: &rows, out: &out, num_rows: 1, width: 4 }).unwrap_err();
+    assert!(e.to_string().contains("row 2"), "{e}");
+
+    let w = weight(b, vec![0.0; 12], 3, 4, DType::BF16);
+    let e = b.run(Op::MatMul { x: &x, w: &w, bias: None, out: &out, m: 2, k: 4, n: 4 }).unwrap_err();
+    assert!(e.to_string().contains("op expects [4, 4]"), "{e}");
+
+    // A block table entry past the cache.
+    let (qs, ctx, bt) = (b.upload_u32(&[0, 1]).unwrap(), b.upload_u32(&[3]).unwrap(), b.upload_u32(&[0, 9]).unwrap());
+    let meta = AttentionMeta {
+        num_seqs: 1,
+        query_start: &qs,
+        context_lens: &ctx,
+        block_tables: &bt,
+        max_blocks_per_seq: 2,
+        host_query_start: &[0, 1],
+        host_context_lens: &[3],
+        host_block_tables: &[0, 9],
+    };
+    let op = Op::PagedAttention { q: &x, k_cache: &cache, v_cache: &cache, out: &out, meta: &meta, num_heads: 1, num_kv_heads: 1, head_dim: 8, block_size: 2, scale: 1.0 };
+    assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));
+}
