@@ -343,19 +343,20 @@ fn check_meta<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &Attn
 }
 
 /// The host side of the work split: decode entries `(row, seq, visible keys)`, prefill tiles `(seq, first pair)`,
-/// and the longest context among the decode rows.
+/// and the longest context among the decode rows. Expects metadata `check_meta` accepted (`query_start` has one
+/// more entry than `context_lens`).
 pub fn split_work(query_start: &[u32], context_lens: &[u32], group: usize, head_dim: usize) -> (Vec<u32>, Vec<u32>, usize) {
     let tiled_prefill = head_dim <= PREFILL_MAX_HEAD_DIM;
     let (mut entries, mut tiles, mut max_ctx) = (Vec::new(), Vec::new(), 0usize);
     for seq in 0..context_lens.len() {
-        let (q0, qlen, c) = (query_start[seq], query_start[seq + 1] - query_start[seq], context_lens[seq]);
+        let (q0, qlen, c) = (query_start[seq], query_start[seq + 1].saturating_sub(query_start[seq]), context_lens[seq]);
         if qlen > 1 && tiled_prefill {
             for first in (0..qlen as usize * group).step_by(PREFILL_ROWS) {
                 tiles.extend([seq as u32, first as u32]);
             }
         } else {
             for t in 0..qlen {
-                entries.extend([q0 + t, seq as u32, c - qlen + t + 1]);
+                entries.extend([q0 + t, seq as u32, c.saturating_sub(qlen) + t + 1]);
             }
             if qlen > 0 {
                 max_ctx = max_ctx.max(c as usize);
