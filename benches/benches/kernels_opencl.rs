@@ -203,7 +203,7 @@ fn bench_matmul(c: &mut Criterion) {
 }
 
 fn config() -> Criterion {
-    Criterion::default().sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3))
+    Criterion::default().sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2))
 }
 
 criterion_group!(name = benches; config = config(); targets = bench_elementwise, bench_attention, bench_matmul);

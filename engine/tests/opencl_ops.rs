@@ -10,11 +10,14 @@ use candle_core::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
+use rserve_engine::backend::opencl::MatmulKernels;
 use rserve_engine::backend::{AttentionMeta, Backend, Op};
 
 use opencl_common::{poisoned, random};
 
 const F32_TOL: f32 = 1e-5;
+const SG: MatmulKernels = MatmulKernels::SubGroupAndTiled;
+const WI: MatmulKernels = MatmulKernels::WorkItem;
 const HALF_TOL: f32 = 1e-2;
 
 fn weight<B: Backend>(b: &B, data: Vec<f32>, rows: usize, cols: usize, dtype: DType) -> B::Buffer {
@@ -66,10 +69,11 @@ op_parity!(add_rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, true) });
 
 // ------------------------------------------------------------------------------------------------ matmul
 
-/// Row counts on both sides of the skinny/tiled switch, odd k and n, with and without a bias.
+/// Row counts on both sides of the skinny/tiled switch and of the work-item kernel's 4-row groups, k not a
+/// multiple of 4, odd n, with and without a bias.
 fn matmul<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<opencl_common::Output> {
     let mut outs = Vec::new();
-    for (m, k, n, bias) in [(1, 576, 1536, false), (3, 577, 1000, true), (16, 256, 190, false), (17, 300, 129, true), (70, 576, 576, false)] {
+    for (m, k, n, bias) in [(1, 576, 1536, false), (3, 577, 1000, true), (16, 256, 190, false), (17, 300, 129, true), (5, 579, 33, true), (70, 576, 576, false)] {
         let x = b.upload_f32(&random(rng, m * k, 1.0)).unwrap();
         let w = weight(b, random(rng, n * k, 0.5), n, k, dtype);
         let bias = bias.then(|| b.upload_f32(&random(rng, n, 1.0)).unwrap());
@@ -80,9 +84,12 @@ fn matmul<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<opencl_commo
     outs
 }
 
-op_parity!(matmul_f32, tol = F32_TOL, |b, rng| { matmul(b, &mut rng, DType::F32) });
-op_parity!(matmul_bf16, tol = HALF_TOL, |b, rng| { matmul(b, &mut rng, DType::BF16) });
-op_parity!(matmul_f16, tol = HALF_TOL, |b, rng| { matmul(b, &mut rng, DType::F16) });
+op_parity!(matmul_f32_sub_group_and_tiled, tol = F32_TOL, matmul = SG, |b, rng| { matmul(b, &mut rng, DType::F32) });
+op_parity!(matmul_bf16_sub_group_and_tiled, tol = HALF_TOL, matmul = SG, |b, rng| { matmul(b, &mut rng, DType::BF16) });
+op_parity!(matmul_f16_sub_group_and_tiled, tol = HALF_TOL, matmul = SG, |b, rng| { matmul(b, &mut rng, DType::F16) });
+op_parity!(matmul_f32_work_item, tol = F32_TOL, matmul = WI, |b, rng| { matmul(b, &mut rng, DType::F32) });
+op_parity!(matmul_bf16_work_item, tol = HALF_TOL, matmul = WI, |b, rng| { matmul(b, &mut rng, DType::BF16) });
+op_parity!(matmul_f16_work_item, tol = HALF_TOL, matmul = WI, |b, rng| { matmul(b, &mut rng, DType::F16) });
 
 // ------------------------------------------------------------------------------------------------ rope, silu, gather
 

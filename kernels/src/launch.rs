@@ -30,6 +30,8 @@ pub const GEMV_WG: usize = 64;
 pub const GEMV_COLS: usize = 16;
 /// Input rows per skinny-matmul work-group (their accumulators live in registers).
 pub const GEMV_ROWS: usize = 8;
+/// Input rows per work-item of the work-item matmul (CPU devices); its accumulators are named, not an array.
+pub const GEMV_WI_ROWS: usize = 4;
 /// Work-group size of the tiled matmul (16 x 16 work-items, 4 x 4 outputs each).
 pub const GEMM_WG: usize = 256;
 /// Output tile of the tiled matmul: rows of x.
@@ -53,6 +55,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMV_WG", GEMV_WG),
     ("GEMV_COLS", GEMV_COLS),
     ("GEMV_ROWS", GEMV_ROWS),
+    ("GEMV_WI_ROWS", GEMV_WI_ROWS),
     ("GEMM_WG", GEMM_WG),
     ("GEMM_TILE_M", GEMM_TILE_M),
     ("GEMM_TILE_N", GEMM_TILE_N),

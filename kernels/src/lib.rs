@@ -44,6 +44,9 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "matmul_tiled_f32",
             "matmul_tiled_bf16",
             "matmul_tiled_f16",
+            "matmul_wi_f32",
+            "matmul_wi_bf16",
+            "matmul_wi_f16",
         ],
     ),
     ("norm", &["rms_norm", "add_rms_norm"]),
@@ -65,7 +68,7 @@ pub fn compile_defines() -> Vec<String> {
 pub fn entry_points(spirv: &[u8]) -> Option<Vec<String>> {
     const MAGIC: u32 = 0x0723_0203;
     const OP_ENTRY_POINT: u32 = 15;
-    if spirv.len() % 4 != 0 || spirv.len() < 20 {
+    if !spirv.len().is_multiple_of(4) || spirv.len() < 20 {
         return None;
     }
     let words: Vec<u32> = spirv.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
@@ -89,6 +92,22 @@ pub fn entry_points(spirv: &[u8]) -> Option<Vec<String>> {
     }
     Some(names)
 }
+
+// The launch constants fit the kernels' assumptions (checked when this crate compiles).
+const _: () = {
+    use launch::*;
+    // matmul_tiled: 4 x 4 outputs per work-item cover the tile exactly.
+    assert!(GEMM_WG == (GEMM_TILE_M / 4) * (GEMM_TILE_N / 4));
+    // matmul_wi: four named row accumulators.
+    assert!(GEMV_WI_ROWS == 4);
+    // prefill: the private output accumulators divide evenly; the per-row and per-key steps fit one work-group.
+    assert!((PREFILL_ROWS * PREFILL_MAX_HEAD_DIM).is_multiple_of(PREFILL_WG));
+    assert!(PREFILL_ROWS <= PREFILL_WG && PREFILL_KEYS <= PREFILL_WG);
+    assert!(ATTN_HEAD_CHUNK <= ATTN_WG);
+    // Work-group sizes are multiples of 64, so sub-groups are full.
+    assert!(ROW_WG.is_multiple_of(64) && ELEM_WG.is_multiple_of(64) && ATTN_WG.is_multiple_of(64));
+    assert!(PREFILL_WG.is_multiple_of(64) && GEMV_WG.is_multiple_of(64) && GEMM_WG.is_multiple_of(64));
+};
 
 #[cfg(test)]
 mod tests {
@@ -115,16 +134,11 @@ mod tests {
     }
 
     #[test]
-    fn launch_constants_fit_the_kernels() {
-        // matmul_tiled: 4 x 4 outputs per work-item cover the tile exactly.
-        assert_eq!(GEMM_WG, (GEMM_TILE_M / 4) * (GEMM_TILE_N / 4));
-        // prefill: the private output accumulators divide evenly.
-        assert_eq!(PREFILL_ROWS * PREFILL_MAX_HEAD_DIM % PREFILL_WG, 0);
-        assert!(PREFILL_ROWS <= PREFILL_WG && PREFILL_KEYS <= PREFILL_WG);
-        assert!(ATTN_HEAD_CHUNK <= ATTN_WG);
-        for wg in [ROW_WG, ELEM_WG, ATTN_WG, PREFILL_WG, GEMV_WG, GEMM_WG] {
-            assert_eq!(wg % 64, 0, "work-group sizes are multiples of 64 so sub-groups are full");
+    fn every_launch_constant_reaches_the_compiler() {
+        let defines = compile_defines();
+        for (name, value) in launch::DEFINES {
+            assert!(defines.contains(&format!("-D{name}={value}")), "{name}");
         }
-        assert!(compile_defines().iter().any(|d| d == &format!("-DATTN_MAX_PARTITION={ATTN_MAX_PARTITION}")));
+        assert!(defines.iter().any(|d| d == &format!("-DATTN_MAX_PARTITION={ATTN_MAX_PARTITION}")));
     }
 }

@@ -58,9 +58,12 @@ impl Client {
     /// A client for the server at `base` (`http://host:port`, no trailing slash needed); each request may take at
     /// most `timeout`.
     pub fn new(base: &str, timeout: Duration) -> Result<Self, BenchError> {
+        // No connection reuse: servers close idle keep-alive connections on their own schedule (llama.cpp's HTTP
+        // library after a few requests), and a request sent on a connection the server is closing fails before it
+        // reached the server. A fresh localhost connection per request costs well under a millisecond.
         let http = reqwest::Client::builder()
             .timeout(timeout)
-            .pool_max_idle_per_host(1024)
+            .pool_max_idle_per_host(0)
             .build()
             .map_err(|e| BenchError::Http { url: base.to_owned(), message: e.to_string() })?;
         Ok(Self { http, base: base.trim_end_matches('/').to_owned() })

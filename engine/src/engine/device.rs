@@ -24,7 +24,10 @@ impl Device {
                     platform: cfg.opencl_platform.clone(),
                     device: cfg.opencl_device,
                 };
-                Ok(Device::OpenCl(crate::backend::opencl::OpenClBackend::new(&opts)?))
+                crate::backend::opencl::OpenClBackend::new(&opts).map(Device::OpenCl).map_err(|e| match e {
+                    EngineError::Backend(msg) => EngineError::Backend(format!("--device opencl: {msg}")),
+                    other => other,
+                })
             }
             name => Self::select(name),
         }
@@ -32,6 +35,13 @@ impl Device {
 
     /// Resolves `--device` (auto picks the best available device; today the CPU).
     pub fn select(name: &str) -> Result<Self> {
+        Self::open(name).map_err(|e| match e {
+            EngineError::Backend(msg) => EngineError::Backend(format!("--device {name}: {msg}")),
+            other => other,
+        })
+    }
+
+    fn open(name: &str) -> Result<Self> {
         match name {
             "auto" => Ok(crate::backend::level_zero::auto().map_or_else(|| Device::Cpu(CpuBackend::new()), Device::LevelZero)),
             "cpu" => Ok(Device::Cpu(CpuBackend::new())),

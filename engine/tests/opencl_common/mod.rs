@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rserve_engine::backend::opencl::{OpenClBackend, OpenClOptions};
+use rserve_engine::backend::opencl::{MatmulKernels, OpenClBackend, OpenClOptions};
 use rserve_engine::backend::Backend;
 
 /// A new OpenCL backend from `RSERVE_OPENCL_PLATFORM` / `RSERVE_OPENCL_DEVICE` (defaults otherwise), or None (with
@@ -39,7 +39,9 @@ pub fn shared_opencl() -> Option<MutexGuard<'static, OpenClBackend>> {
     static SHARED: OnceLock<Option<Mutex<OpenClBackend>>> = OnceLock::new();
     let b = SHARED.get_or_init(|| opencl().map(Mutex::new)).as_ref()?;
     // A test that failed while holding the lock leaves a usable backend behind.
-    Some(b.lock().unwrap_or_else(|e| e.into_inner()))
+    let guard = b.lock().unwrap_or_else(|e| e.into_inner());
+    guard.set_matmul_kernels(MatmulKernels::Auto);
+    Some(guard)
 }
 
 /// A new seed per run (printed by `compare` on failure so a failing case can be replayed with RSERVE_TEST_SEED).
@@ -97,10 +99,11 @@ pub fn compare(test: &str, seed: u64, got: &[Output], want: &[Output], tol: f32)
 }
 
 /// Runs `$body` (a function of a backend and an rng returning `Output`s) on the CPU reference and on OpenCL
-/// with the same seed, and compares the outputs with relative tolerance `$tol`.
+/// with the same seed, and compares the outputs with relative tolerance `$tol`; `matmul = ...` picks the OpenCL
+/// matmul kernels.
 #[macro_export]
 macro_rules! op_parity {
-    ($name:ident, tol = $tol:expr, |$b:ident, $rng:ident| $body:block) => {
+    ($name:ident, tol = $tol:expr, $(matmul = $kernels:expr,)? |$b:ident, $rng:ident| $body:block) => {
         #[test]
         fn $name() {
             #[allow(unused_mut)]
@@ -113,7 +116,10 @@ macro_rules! op_parity {
             }
             let seed = opencl_common::fresh_seed();
             let want = case(&rserve_engine::backend::cpu::CpuBackend::new(), opencl_common::rng(seed));
-            let got = case(&*opencl_common::shared_opencl().unwrap(), opencl_common::rng(seed));
+            let cl = opencl_common::shared_opencl().unwrap();
+            $(cl.set_matmul_kernels($kernels);)?
+            let got = case(&*cl, opencl_common::rng(seed));
+            drop(cl);
             opencl_common::compare(stringify!($name), seed, &got, &want, $tol);
         }
     };

@@ -5,6 +5,9 @@
 //   reduction finishes each dot product. Grid: (ceil(n / GEMV_COLS) x GEMV_WG, ceil(m / GEMV_ROWS)).
 // - matmul_tiled_*: many rows (prefill). GEMM_TILE_M x GEMM_TILE_N output tiles, x and w staged through local
 //   memory GEMM_TILE_K deep, 4 x 4 outputs per work-item. Grid: (ceil(n / TILE_N) x GEMM_WG, ceil(m / TILE_M)).
+// - matmul_wi_*: any row count on CPU devices, whose OpenCL compilers vectorise across work-items and turn
+//   lane-strided loads into gathers. A work-item computes one output column for GEMV_WI_ROWS rows with explicit
+//   4-wide vectors along k. Grid: (ceil(n / ELEM_WG) x ELEM_WG, ceil(m / GEMV_WI_ROWS)).
 #include "prelude.h"
 
 #define GEMM_TX (GEMM_TILE_N / 4)  // work-items across a tile's columns; GEMM_WG == GEMM_TX * GEMM_TILE_M / 4
@@ -81,9 +84,49 @@
         }                                                                                                   \
     }
 
+#define MATMUL_WI(NAME, T, LOAD4, LOAD)                                                                     \
+    KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out, \
+                     uint m, uint k, uint n, uint has_bias) {                                               \
+        uint j = global_id0();                                                                              \
+        uint r0 = group_id(1) * GEMV_WI_ROWS;                                                               \
+        uint nr = min((uint)GEMV_WI_ROWS, m - r0);                                                          \
+        if (j >= n) return;                                                                                 \
+        /* Rows past m alias row r0: computed, never stored. */                                             \
+        GLOBAL const float* x0 = x + (ulong)r0 * k;                                                         \
+        GLOBAL const float* x1 = x0 + (nr > 1 ? (ulong)k : 0);                                              \
+        GLOBAL const float* x2 = x0 + (nr > 2 ? 2 * (ulong)k : 0);                                          \
+        GLOBAL const float* x3 = x0 + (nr > 3 ? 3 * (ulong)k : 0);                                          \
+        GLOBAL const T* wr = w + (ulong)j * k;                                                              \
+        float4 a0 = zero4(), a1 = zero4(), a2 = zero4(), a3 = zero4();                                      \
+        uint k4 = k - k % 4;                                                                                \
+        for (uint i = 0; i < k4; i += 4) {                                                                  \
+            float4 wv = LOAD4(wr, i);                                                                       \
+            a0 = mad4(load4_f32(x0, i), wv, a0);                                                            \
+            a1 = mad4(load4_f32(x1, i), wv, a1);                                                            \
+            a2 = mad4(load4_f32(x2, i), wv, a2);                                                            \
+            a3 = mad4(load4_f32(x3, i), wv, a3);                                                            \
+        }                                                                                                   \
+        float s0 = hsum4(a0), s1 = hsum4(a1), s2 = hsum4(a2), s3 = hsum4(a3);                               \
+        for (uint i = k4; i < k; i++) {                                                                     \
+            float wv = LOAD(wr, i);                                                                         \
+            s0 += x0[i] * wv;                                                                               \
+            s1 += x1[i] * wv;                                                                               \
+            s2 += x2[i] * wv;                                                                               \
+            s3 += x3[i] * wv;                                                                               \
+        }                                                                                                   \
+        float b = has_bias ? bias[j] : 0.0f;                                                                \
+        out[(ulong)r0 * n + j] = s0 + b;                                                                    \
+        if (nr > 1) out[(ulong)(r0 + 1) * n + j] = s1 + b;                                                  \
+        if (nr > 2) out[(ulong)(r0 + 2) * n + j] = s2 + b;                                                  \
+        if (nr > 3) out[(ulong)(r0 + 3) * n + j] = s3 + b;                                                  \
+    }
+
 MATMUL_ROWS(matmul_rows_f32, float, load_f32)
 MATMUL_ROWS(matmul_rows_bf16, ushort, load_bf16)
 MATMUL_ROWS(matmul_rows_f16, ushort, load_f16)
 MATMUL_TILED(matmul_tiled_f32, float, load_f32)
 MATMUL_TILED(matmul_tiled_bf16, ushort, load_bf16)
 MATMUL_TILED(matmul_tiled_f16, ushort, load_f16)
+MATMUL_WI(matmul_wi_f32, float, load4_f32, load_f32)
+MATMUL_WI(matmul_wi_bf16, ushort, load4_bf16, load_bf16)
+MATMUL_WI(matmul_wi_f16, ushort, load4_f16, load_f16)

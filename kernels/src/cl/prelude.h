@@ -70,12 +70,39 @@ INLINE uint f32_to_bits(float f) { return as_uint(f); }
 INLINE float load_f16(GLOBAL const ushort* p, ulong i) { return vload_half(i, (GLOBAL const half*)p); }
 #endif
 
+// ---------------------------------------------------------------- 4-wide vectors (float4)
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+INLINE float4 mad4(float4 a, float4 b, float4 c) {
+    return make_float4(a.x * b.x + c.x, a.y * b.y + c.y, a.z * b.z + c.z, a.w * b.w + c.w);
+}
+#else
+INLINE float4 zero4() { return (float4)(0.0f); }
+INLINE float4 mad4(float4 a, float4 b, float4 c) { return a * b + c; }
+#endif
+INLINE float hsum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+
 // ---------------------------------------------------------------- shared helpers
 #define global_id0() (group_id(0) * local_size() + local_id())
 
 INLINE float load_f32(GLOBAL const float* p, ulong i) { return p[i]; }
 // bf16 is the upper half of an f32.
 INLINE float load_bf16(GLOBAL const ushort* p, ulong i) { return bits_to_f32(((uint)p[i]) << 16); }
+// Four consecutive values p[i .. i + 4) as f32 (no alignment needed beyond the element's).
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE float4 load4_f32(GLOBAL const float* p, ulong i) { return make_float4(p[i], p[i + 1], p[i + 2], p[i + 3]); }
+INLINE float4 load4_bf16(GLOBAL const ushort* p, ulong i) {
+    return make_float4(load_bf16(p, i), load_bf16(p, i + 1), load_bf16(p, i + 2), load_bf16(p, i + 3));
+}
+INLINE float4 load4_f16(GLOBAL const ushort* p, ulong i) {
+    return make_float4(load_f16(p, i), load_f16(p, i + 1), load_f16(p, i + 2), load_f16(p, i + 3));
+}
+#else
+INLINE float4 load4_f32(GLOBAL const float* p, ulong i) { return vload4(0, p + i); }
+INLINE float4 load4_bf16(GLOBAL const ushort* p, ulong i) { return as_float4(convert_uint4(vload4(0, p + i)) << 16); }
+INLINE float4 load4_f16(GLOBAL const ushort* p, ulong i) { return vload_half4(0, (GLOBAL const half*)(p + i)); }
+#endif
+
 // Round to nearest even (finite values; NaN payloads are not preserved).
 INLINE void store_bf16(GLOBAL ushort* p, ulong i, float v) {
     uint u = f32_to_bits(v);

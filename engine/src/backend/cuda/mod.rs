@@ -68,6 +68,10 @@ unsafe impl Send for CudaBackend {}
 impl CudaBackend {
     /// Opens GPU `ordinal`, loads cuBLAS and builds (or loads from the PTX cache) every kernel module.
     pub fn new(ordinal: usize) -> Result<Self> {
+        // SAFETY: only probes whether the shared library can be opened (dlopen + dlclose).
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(be("cuda: the CUDA driver (libcuda.so) could not be loaded: no NVIDIA GPU driver on this host"));
+        }
         // cudarc panics when a library cannot be loaded: turn that into an error value.
         let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
             .map_err(|_| be("cuda: the CUDA driver (libcuda.so) could not be loaded: no NVIDIA GPU driver on this host"))?

@@ -49,7 +49,7 @@ fn check_meta(meta: &AttentionMeta<'_, ClBuffer>, s: &Shape, cache_len: usize) -
     if meta.num_seqs != num_seqs || qs.len() != num_seqs + 1 || tables.len() < num_seqs * max_blocks {
         return Err(be("paged_attention: metadata lengths disagree"));
     }
-    if s.num_kv_heads == 0 || s.num_heads % s.num_kv_heads != 0 {
+    if s.num_kv_heads == 0 || !s.num_heads.is_multiple_of(s.num_kv_heads) {
         return Err(be("paged_attention: heads must be a multiple of kv heads"));
     }
     if s.block_size == 0 || s.head_dim == 0 {

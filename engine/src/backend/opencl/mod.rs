@@ -16,7 +16,7 @@ mod device;
 mod kernels;
 mod ops;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
@@ -32,11 +32,24 @@ use super::{Backend, Op, WeightDType};
 use crate::backend::cpu::be;
 use crate::error::Result;
 
+/// Which matrix-multiply kernels run. GPUs want sub-group rows and local-memory tiles; CPU OpenCL compilers
+/// vectorise across work-items and do best with a work-item per output column (`matmul_wi_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulKernels {
+    /// By device type.
+    Auto,
+    /// `matmul_rows_*` for up to 16 rows, `matmul_tiled_*` above.
+    SubGroupAndTiled,
+    /// `matmul_wi_*` for every row count.
+    WorkItem,
+}
+
 /// An OpenCL device with rserve's kernels built on it.
 pub struct OpenClBackend {
     // Field order is drop order: kernels and cached buffers before the queue and the context.
     kernels: Kernels,
     attention_plan: RefCell<Option<attention::Plan>>,
+    matmul_kernels: Cell<MatmulKernels>,
     queue: CommandQueue,
     context: Context,
     info: OpenClDeviceInfo,
@@ -49,8 +62,11 @@ impl OpenClBackend {
         let context = Context::from_device(&dev).map_err(|e| cl_err("creating a context", e))?;
         let queue = CommandQueue::create_default_with_properties(&context, 0, 0)
             .map_err(|e| cl_err("creating a command queue", e))?;
+        let t0 = std::time::Instant::now();
         let kernels = Kernels::build(&context, &dev, &info.name)?;
-        Ok(Self { kernels, attention_plan: RefCell::new(None), queue, context, info })
+        tracing::info!("OpenCL kernels built for {} in {:.1} s", info.name, t0.elapsed().as_secs_f64());
+        let matmul_kernels = Cell::new(MatmulKernels::Auto);
+        Ok(Self { kernels, attention_plan: RefCell::new(None), matmul_kernels, queue, context, info })
     }
 
     pub fn info(&self) -> &OpenClDeviceInfo {
@@ -60,6 +76,18 @@ impl OpenClBackend {
     /// Memory for weights + KV cache: the device's global memory, or None for a CPU device (host memory rules).
     pub fn memory_bytes(&self) -> Option<u64> {
         (!self.info.is_cpu).then_some(self.info.global_mem_bytes)
+    }
+
+    /// Chooses the matrix-multiply kernels (tests run both families on any device).
+    pub fn set_matmul_kernels(&self, k: MatmulKernels) {
+        self.matmul_kernels.set(k);
+    }
+
+    fn work_item_matmul(&self) -> bool {
+        match self.matmul_kernels.get() {
+            MatmulKernels::Auto => self.info.is_cpu,
+            k => k == MatmulKernels::WorkItem,
+        }
     }
 
     /// Waits until every enqueued op has finished (for benchmarks).

@@ -84,7 +84,14 @@ pub(super) fn matmul(
     if let Some(bias) = bias {
         bias.f32("matmul bias", n)?;
     }
-    let (name, global, local) = if m <= GEMV_MAX_ROWS {
+    let (name, global, local) = if b.work_item_matmul() {
+        let name = match dtype {
+            WeightDType::F32 => "matmul_wi_f32",
+            WeightDType::BF16 => "matmul_wi_bf16",
+            WeightDType::F16 => "matmul_wi_f16",
+        };
+        (name, [round_up(n, ELEM_WG), m.div_ceil(GEMV_WI_ROWS), 1], [ELEM_WG, 1, 1])
+    } else if m <= GEMV_MAX_ROWS {
         let name = match dtype {
             WeightDType::F32 => "matmul_rows_f32",
             WeightDType::BF16 => "matmul_rows_bf16",
