@@ -62,6 +62,18 @@ def test_parallel_layouts_match_one_process(single_process_texts, tp, pp):
         s.kill()
 
 
+@pytest.mark.skipif(not os.environ.get("OCL_ICD_VENDORS"), reason="needs Intel's OpenCL CPU runtime (scripts/env.d)")
+def test_tp3_ranks_on_opencl_devices_match_one_process(single_process_texts):
+    """Every rank runs its shard through the SPIR-V kernels (--device opencl); collectives stay on host memory."""
+    s = Server("-tp", "3", "--device", "opencl", name="tp=3 on OpenCL", launch=[*MPIRUN, "-n", "3"])
+    try:
+        assert "OpenCL" in s.log(200) or "opencl" in s.log(200)
+        assert greedy_texts(s) == single_process_texts
+        assert stop_job(s) == 0, s.log()
+    finally:
+        s.kill()
+
+
 def test_single_process_with_tp_prints_the_mpiexec_line():
     r = subprocess.run([str(rserve_bin()), str(model_path()), "-tp", "3"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0

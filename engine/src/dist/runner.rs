@@ -1,12 +1,13 @@
 //! The distributed step: `DistRunner` is the `StepRunner` of rank 0's engine thread; `run_worker` is the loop of
-//! every other rank. Each step rank 0 broadcasts the batch (an empty message means stop), every rank runs its shard,
-//! hidden states flow stage to stage, and the last stage's TP rank 0 returns the logits to rank 0.
+//! every other rank. Each step rank 0 broadcasts the batch (an empty message means stop), every rank runs its shard on
+//! its own device (any backend), hidden states flow stage to stage, and the last stage's TP rank 0 returns the logits
+//! to rank 0. Collectives run on host memory: activations are downloaded, reduced over MPI and uploaded again.
 
 use candle_core::DType;
 
 use super::mpi_comm::MpiComm;
 use super::wire;
-use crate::backend::cpu::CpuBackend;
+use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
 use crate::model::shard::Shard;
@@ -14,26 +15,38 @@ use crate::model::{BatchInput, LlamaModel, PagedKvCache, StageOutput};
 use crate::runner::StepRunner;
 use crate::weights::Weights;
 
-/// One rank's shard of the model with its KV cache (CPU backend; collectives on host memory).
-pub struct RankModel {
-    backend: CpuBackend,
-    model: LlamaModel<CpuBackend>,
-    cache: PagedKvCache<CpuBackend>,
-    comm: MpiComm,
-    vocab: usize,
+/// One rank's part of a step, whatever its device.
+pub trait RankStep: Send {
+    /// This rank's part of a step; Some(logits) on the rank that must deliver them to rank 0.
+    fn step(&self, batch: &BatchInput) -> Result<Option<Vec<f32>>>;
+    fn comm(&self) -> &MpiComm;
+    fn device_name(&self) -> String;
 }
 
-impl RankModel {
-    pub fn new(p: &ModelParams, w: &Weights, comm: MpiComm, num_blocks: usize, block_size: usize) -> Result<Self> {
+/// One rank's shard of the model with its KV cache on backend `B`.
+pub struct RankModel<B: Backend> {
+    // Field order is drop order: the model and cache before their backend.
+    model: LlamaModel<B>,
+    cache: PagedKvCache<B>,
+    backend: B,
+    comm: MpiComm,
+}
+
+impl<B: Backend> RankModel<B> {
+    pub fn new(backend: B, p: &ModelParams, w: &Weights, comm: MpiComm, num_blocks: usize, block_size: usize) -> Result<Self> {
         let l = comm.layout;
         let shard = Shard::new(p, l.tp, l.pp, l.tp_rank(), l.stage())?;
-        let backend = CpuBackend::new();
         let model = LlamaModel::load_shard(&backend, p, w, &shard)?;
         let cache = PagedKvCache::new(&backend, &shard.kv_params(p), num_blocks, block_size)?;
-        Ok(Self { backend, model, cache, comm, vocab: p.vocab_size })
+        Ok(Self { model, cache, backend, comm })
     }
+}
 
-    /// This rank's part of a step; Some(logits) on the rank that must deliver them to rank 0.
+impl<B: Backend + Send> RankStep for RankModel<B>
+where
+    LlamaModel<B>: Send,
+    PagedKvCache<B>: Send,
+{
     fn step(&self, batch: &BatchInput) -> Result<Option<Vec<f32>>> {
         let l = self.comm.layout;
         let input = if l.stage() > 0 { Some(self.comm.recv(l.rank_of(l.stage() - 1, l.tp_rank()))) } else { None };
@@ -46,35 +59,44 @@ impl RankModel {
         }
     }
 
-    /// Agrees on the KV block count: rank 0's value wins.
-    pub fn agree_blocks(comm: &MpiComm, num_blocks: usize) -> usize {
-        let mut v = vec![num_blocks as u32];
-        comm.broadcast(&mut v);
-        v.first().copied().unwrap_or(0) as usize
+    fn comm(&self) -> &MpiComm {
+        &self.comm
     }
+
+    fn device_name(&self) -> String {
+        self.backend.device_name()
+    }
+}
+
+/// Agrees on the KV block count: rank 0's value wins.
+pub fn agree_blocks(comm: &MpiComm, num_blocks: usize) -> usize {
+    let mut v = vec![num_blocks as u32];
+    comm.broadcast(&mut v);
+    v.first().copied().unwrap_or(0) as usize
 }
 
 /// Rank 0's runner.
 pub struct DistRunner {
-    rank: RankModel,
+    rank: Box<dyn RankStep>,
+    vocab: usize,
 }
 
 impl DistRunner {
-    pub fn new(rank: RankModel) -> Self {
-        Self { rank }
+    pub fn new(rank: Box<dyn RankStep>, vocab: usize) -> Self {
+        Self { rank, vocab }
     }
 }
 
 impl StepRunner for DistRunner {
     fn execute(&mut self, batch: &BatchInput) -> Result<Vec<f32>> {
         let mut msg = wire::encode(batch);
-        self.rank.comm.broadcast(&mut msg);
-        let l = self.rank.comm.layout;
+        self.rank.comm().broadcast(&mut msg);
+        let l = self.rank.comm().layout;
         match self.rank.step(batch)? {
             Some(logits) => Ok(logits),
             None => {
-                let logits = self.rank.comm.recv(l.logits_rank());
-                if logits.len() != batch.seqs.len() * self.rank.vocab {
+                let logits = self.rank.comm().recv(l.logits_rank());
+                if logits.len() != batch.seqs.len() * self.vocab {
                     return Err(EngineError::Backend(format!("rank {} returned malformed logits", l.logits_rank())));
                 }
                 Ok(logits)
@@ -83,24 +105,32 @@ impl StepRunner for DistRunner {
     }
 
     fn vocab_size(&self) -> usize {
-        self.rank.vocab
+        self.vocab
     }
 
     fn device_name(&self) -> String {
-        let l = self.rank.comm.layout;
-        format!("cpu x {} MPI ranks (tp={}, pp={})", l.world(), l.tp, l.pp)
+        let l = self.rank.comm().layout;
+        format!("{} on rank 0 of {} MPI ranks (tp={}, pp={})", self.rank.device_name(), l.world(), l.tp, l.pp)
     }
 }
 
 impl Drop for DistRunner {
     fn drop(&mut self) {
         // Tell the workers to stop.
-        self.rank.comm.broadcast(&mut Vec::new());
+        self.rank.comm().broadcast(&mut Vec::new());
     }
 }
 
-/// The loop of ranks other than 0: load the shard, then run steps until rank 0 says stop.
-pub fn run_worker(p: &ModelParams, w: &Weights, tp: usize, pp: usize, block_size: usize) -> Result<()> {
+/// The loop of ranks other than 0: build the shard on `device` (rank 0 says how many KV blocks), then run steps
+/// until rank 0 says stop.
+pub fn run_worker(
+    device: crate::engine::Device,
+    p: &ModelParams,
+    w: &Weights,
+    tp: usize,
+    pp: usize,
+    block_size: usize,
+) -> Result<()> {
     // The launcher forwards SIGINT/SIGTERM to every rank; only rank 0 acts on them (it drains, then tells the
     // workers to stop), so workers ignore them instead of dying under it.
     // SAFETY: installing SIG_IGN for two signals has no preconditions.
@@ -109,17 +139,17 @@ pub fn run_worker(p: &ModelParams, w: &Weights, tp: usize, pp: usize, block_size
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
     }
     let comm = MpiComm::new(tp, pp)?;
-    let num_blocks = RankModel::agree_blocks(&comm, 0);
-    let rank = RankModel::new(p, w, comm, num_blocks, block_size)?;
+    let num_blocks = agree_blocks(&comm, 0);
+    let rank = device.build_rank(p, w, comm, num_blocks, block_size)?;
     loop {
         let mut msg = Vec::new();
-        rank.comm.broadcast(&mut msg);
+        rank.comm().broadcast(&mut msg);
         if msg.is_empty() {
             return Ok(());
         }
         let batch = wire::decode(&msg)?;
         if let Some(logits) = rank.step(&batch)? {
-            rank.comm.send(0, &logits);
+            rank.comm().send(0, &logits);
         }
     }
 }

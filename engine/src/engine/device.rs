@@ -76,6 +76,25 @@ impl Device {
         }
     }
 
+    /// Uploads this MPI rank's shard and allocates `num_blocks` KV blocks for its layers on this device.
+    #[cfg(feature = "mpi")]
+    pub fn build_rank(
+        self,
+        params: &ModelParams,
+        weights: &Weights,
+        comm: crate::dist::mpi_comm::MpiComm,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Box<dyn crate::dist::runner::RankStep>> {
+        use crate::dist::runner::RankModel;
+        match self {
+            Device::Cpu(b) => Ok(Box::new(RankModel::new(b, params, weights, comm, num_blocks, block_size)?)),
+            Device::LevelZero(b) => Ok(Box::new(RankModel::new(b, params, weights, comm, num_blocks, block_size)?)),
+            Device::OpenCl(b) => Ok(Box::new(RankModel::new(b, params, weights, comm, num_blocks, block_size)?)),
+            Device::Cuda(b) => Ok(Box::new(RankModel::new(b, params, weights, comm, num_blocks, block_size)?)),
+        }
+    }
+
     /// Uploads the model and allocates `num_blocks` KV blocks on this device.
     pub fn build_runner(
         self,

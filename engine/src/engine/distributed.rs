@@ -37,12 +37,6 @@ pub fn role(cfg: &EngineConfig) -> Result<Role> {
 fn distributed_role(cfg: &EngineConfig, tp: usize, pp: usize) -> Result<Role> {
     let (rank, size) = crate::dist::mpi_comm::init()?.unwrap_or((0, 1));
     layout::check_world(tp, pp, size, &cfg.launch_args)?;
-    if cfg.device != "auto" && cfg.device != "cpu" {
-        return Err(EngineError::InvalidArgument(format!(
-            "--device {} with tensor/pipeline parallelism is not supported yet: distributed ranks run on the CPU",
-            cfg.device
-        )));
-    }
     Ok(if rank == 0 { Role::Leader } else { Role::Worker })
 }
 
@@ -71,20 +65,28 @@ pub fn check_split(p: &ModelParams, cfg: &EngineConfig) -> Result<()> {
 /// Rank 0's runner over every rank's shard.
 #[cfg(feature = "mpi")]
 pub fn leader_runner(
+    device: super::Device,
     p: &ModelParams,
     w: &Weights,
     cfg: &EngineConfig,
     num_blocks: usize,
 ) -> Result<Box<dyn StepRunner>> {
     use crate::dist::mpi_comm::MpiComm;
-    use crate::dist::runner::{DistRunner, RankModel};
+    use crate::dist::runner::{agree_blocks, DistRunner};
     let comm = MpiComm::new(cfg.tensor_parallel_size, cfg.pipeline_parallel_size)?;
-    let num_blocks = RankModel::agree_blocks(&comm, num_blocks);
-    Ok(Box::new(DistRunner::new(RankModel::new(p, w, comm, num_blocks, cfg.block_size)?)))
+    let num_blocks = agree_blocks(&comm, num_blocks);
+    let rank = device.build_rank(p, w, comm, num_blocks, cfg.block_size)?;
+    Ok(Box::new(DistRunner::new(rank, p.vocab_size)))
 }
 
 #[cfg(not(feature = "mpi"))]
-pub fn leader_runner(_: &ModelParams, _: &Weights, _: &EngineConfig, _: usize) -> Result<Box<dyn StepRunner>> {
+pub fn leader_runner(
+    _: super::Device,
+    _: &ModelParams,
+    _: &Weights,
+    _: &EngineConfig,
+    _: usize,
+) -> Result<Box<dyn StepRunner>> {
     Err(EngineError::InvalidArgument("this rserve was built without MPI support".into()))
 }
 
@@ -111,7 +113,10 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
             true => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
             false => crate::weights::load(&resolved, &params, dtype)?,
         };
+        // Each rank opens its own device (under a launcher, ZE_AFFINITY_MASK / CUDA_VISIBLE_DEVICES per rank pick it).
+        let device = super::Device::select_for(cfg)?;
         crate::dist::runner::run_worker(
+            device,
             &params,
             &weights,
             cfg.tensor_parallel_size,

@@ -15,4 +15,5 @@ pub use config::{DTypeArg, EngineConfig};
 pub use handle::{EngineHandle, RequestStream};
 pub use metrics::EngineMetrics;
 pub use start::start;
+pub use device::Device;
 pub use distributed::{abort_job_on_error, finalize, run_if_worker};

@@ -138,6 +138,13 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     let weights_bytes = weights.total_bytes() as u64;
     tracing::info!("Model weights: {:.4} GiB ({} tensors), loaded in {:.1} s", weights_bytes as f64 / GIB, weights.len(), t0.elapsed().as_secs_f64());
 
+    // On a device, each MPI rank holds about 1 / (tp x pp) of the weights next to its KV blocks (host memory, on the
+    // CPU, holds every rank's share at once).
+    let ranks = (cfg.tensor_parallel_size * cfg.pipeline_parallel_size).max(1) as u64;
+    let weights_here = match device.memory_bytes() {
+        Some(_) if role == Role::Leader => weights_bytes.div_ceil(ranks),
+        _ => weights_bytes,
+    };
     let plan = budget::plan(
         &params,
         4,
@@ -145,11 +152,11 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         cfg.max_model_len,
         cfg.kv_cache_memory_bytes,
         cfg.gpu_memory_utilization,
-        weights_bytes,
+        weights_here,
         device.memory_bytes(),
     )?;
     let runner = match role {
-        Role::Leader => distributed::leader_runner(&params, &weights, &cfg, plan.num_blocks)?,
+        Role::Leader => distributed::leader_runner(device, &params, &weights, &cfg, plan.num_blocks)?,
         _ => device.build_runner(&params, &weights, plan.num_blocks, cfg.block_size)?,
     };
     let device_name = runner.device_name();
