@@ -146,9 +146,9 @@ fn every_launch_matches_its_kernel_signature() {
         assert!(*local > 0 && global[0] % local == 0, "{kernel}: grid {global:?} / group {local}");
         seen.push(kernel);
     }
-    // Every kernel of rserve-kernels was launched by some op.
+    // Every kernel of rserve-kernels was launched by some op (except those only CPU OpenCL devices run).
     for (_, names) in rserve_kernels::KERNELS {
-        for n in names.iter() {
+        for n in names.iter().filter(|n| !rserve_kernels::CPU_DEVICE_ONLY.contains(n)) {
             assert!(seen.contains(n), "no op launched {n}");
         }
     }

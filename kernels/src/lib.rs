@@ -58,6 +58,10 @@ pub fn module(name: &str) -> Option<&'static Module> {
     MODULES.iter().find(|m| m.name == name)
 }
 
+/// Kernels only CPU OpenCL devices launch (their compilers vectorise across work-items); GPU paths (Level Zero,
+/// CUDA, OpenCL on a GPU) use the sub-group and tiled matmuls instead.
+pub const CPU_DEVICE_ONLY: &[&str] = &["matmul_wi_f32", "matmul_wi_bf16", "matmul_wi_f16"];
+
 /// The `-D NAME=value` flags every kernel source is compiled with (the launch constants).
 pub fn compile_defines() -> Vec<String> {
     launch::DEFINES.iter().map(|(k, v)| format!("-D{k}={v}")).collect()
