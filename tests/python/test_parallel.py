@@ -62,6 +62,28 @@ def test_parallel_layouts_match_one_process(single_process_texts, tp, pp):
         s.kill()
 
 
+@pytest.fixture(scope="module")
+def smollm2_safetensors(tmp_path_factory) -> Path:
+    """SmolLM2 as a Hugging Face folder (safetensors), written by `rserve convert` from the GGUF."""
+    d = tmp_path_factory.mktemp("smollm2-hf") / "model"
+    r = subprocess.run([str(rserve_bin()), "convert", str(model_path()), str(d)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return d
+
+
+def test_safetensors_ranks_load_only_their_shard(single_process_texts, smollm2_safetensors):
+    """From safetensors each rank reads only its stage's tensors, cut to its heads / columns / vocabulary slice."""
+    s = Server("-tp", "3", "-pp", "2", name="tp=3 pp=2 from safetensors", launch=[*MPIRUN, "-n", "6"],
+               model=smollm2_safetensors)
+    try:
+        assert "rank 0's shard only" in s.log(200)
+        assert greedy_texts(s) == single_process_texts
+        assert stop_job(s) == 0, s.log()
+    finally:
+        s.kill()
+
+
 @pytest.mark.skipif(not os.environ.get("OCL_ICD_VENDORS"), reason="needs Intel's OpenCL CPU runtime (scripts/env.d)")
 def test_tp3_ranks_on_opencl_devices_match_one_process(single_process_texts):
     """Every rank runs its shard through the SPIR-V kernels (--device opencl); collectives stay on host memory."""

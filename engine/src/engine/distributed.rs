@@ -111,7 +111,12 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
         let dtype = crate::dist::runner::worker_dtype(cfg.dtype);
         let weights = match dummy {
             true => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
-            false => crate::weights::load(&resolved, &params, dtype)?,
+            false => {
+                let (rank, _) = crate::dist::mpi_comm::current().unwrap_or((0, 1));
+                let l = layout::Layout { tp: cfg.tensor_parallel_size, pp: cfg.pipeline_parallel_size, rank };
+                let shard = crate::model::shard::Shard::new(&params, l.tp, l.pp, l.tp_rank(), l.stage())?;
+                crate::weights::load_shard(&resolved, &params, dtype, &shard)?
+            }
         };
         // Each rank opens its own device (under a launcher, ZE_AFFINITY_MASK / CUDA_VISIBLE_DEVICES per rank pick it).
         let device = super::Device::select_for(cfg)?;

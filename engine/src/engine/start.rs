@@ -133,16 +133,28 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     let sampling_defaults = default_sampling(&cfg, &resolved)?;
     let weights = match cfg.load_format.as_str() {
         "dummy" => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
+        _ if role == Role::Leader => {
+            // Rank 0 is TP rank 0 of stage 0; it reads only that shard.
+            let shard = crate::model::shard::Shard::new(&params, cfg.tensor_parallel_size, cfg.pipeline_parallel_size, 0, 0)?;
+            crate::weights::load_shard(&resolved, &params, dtype, &shard)?
+        }
         _ => crate::weights::load(&resolved, &params, dtype)?,
     };
     let weights_bytes = weights.total_bytes() as u64;
-    tracing::info!("Model weights: {:.4} GiB ({} tensors), loaded in {:.1} s", weights_bytes as f64 / GIB, weights.len(), t0.elapsed().as_secs_f64());
+    tracing::info!(
+        "Model weights: {:.4} GiB ({} tensors{}), loaded in {:.1} s",
+        weights_bytes as f64 / GIB,
+        weights.len(),
+        if weights.is_cut() { ", rank 0's shard only" } else { "" },
+        t0.elapsed().as_secs_f64()
+    );
 
     // On a device, each MPI rank holds about 1 / (tp x pp) of the weights next to its KV blocks (host memory, on the
     // CPU, holds every rank's share at once).
     let ranks = (cfg.tensor_parallel_size * cfg.pipeline_parallel_size).max(1) as u64;
     let weights_here = match device.memory_bytes() {
-        Some(_) if role == Role::Leader => weights_bytes.div_ceil(ranks),
+        Some(_) if role == Role::Leader && !weights.is_cut() => weights_bytes.div_ceil(ranks),
+        None if weights.is_cut() => weights_bytes * ranks,
         _ => weights_bytes,
     };
     let plan = budget::plan(

@@ -8,7 +8,7 @@ use crate::error::{EngineError, Result};
 use crate::model::batch::BatchInput;
 use crate::model::kv_cache::PagedKvCache;
 use crate::model::rope;
-use crate::model::shard::{NoComm, Shard, TpCollective};
+use crate::model::shard::{apply_cut, NoComm, Shard, TpCollective};
 use crate::weights::Weights;
 use candle_core::Tensor;
 use std::ops::Range;
@@ -56,20 +56,15 @@ fn rows(t: &Tensor, r: Range<usize>) -> Result<Tensor> {
     Ok(t.narrow(0, r.start, r.len())?.contiguous()?)
 }
 
-fn cols(t: &Tensor, r: Range<usize>) -> Result<Tensor> {
-    Ok(t.narrow(1, r.start, r.len())?.contiguous()?)
-}
-
 fn linear<B: Backend>(
     backend: &B,
-    w: &Weights,
+    take: &dyn Fn(&str) -> Result<Tensor>,
     name: &str,
     bias: bool,
-    cut: impl Fn(&Tensor) -> Result<Tensor>,
 ) -> Result<Linear<B>> {
-    let weight = cut(w.get(&format!("{name}.weight"))?)?;
+    let weight = take(&format!("{name}.weight"))?;
     let out_features = weight.dim(0)?;
-    let bias = if bias { Some(backend.upload_weight(&rows(w.get(&format!("{name}.bias"))?, 0..out_features)?)?) } else { None };
+    let bias = if bias { Some(backend.upload_weight(&take(&format!("{name}.bias"))?)?) } else { None };
     Ok(Linear { w: backend.upload_weight(&weight)?, bias, out_features })
 }
 
@@ -86,11 +81,17 @@ impl<B: Backend> LlamaModel<B> {
         }
         crate::model::shard::check_tp(p, shard.tp_size)?;
         let bias = p.attention_bias || p.architecture == Architecture::Qwen2;
-        let hd = p.head_dim;
-        let (r, hq, hkv) = (shard.tp_rank, shard.heads(p), shard.kv_heads(p));
-        let q_rows = r * hq * hd..(r + 1) * hq * hd;
-        let kv_rows = r * hkv * hd..(r + 1) * hkv * hd;
-        let mlp = shard.intermediate(p);
+        // This shard's slice of a checkpoint tensor (`Shard::cut`), unless loading already cut it.
+        let take = |name: &str| -> Result<Tensor> {
+            let t = w.get(name)?;
+            if w.is_cut() {
+                return Ok(t.clone());
+            }
+            match shard.cut(p, name) {
+                Some(cut) => apply_cut(t, &cut),
+                None => Err(EngineError::Weights(format!("`{name}` is not part of this shard"))),
+            }
+        };
         let layers = shard
             .layers
             .clone()
@@ -99,33 +100,38 @@ impl<B: Backend> LlamaModel<B> {
                 let attn = |n: &str| format!("{pre}.self_attn.{n}");
                 let mlpn = |n: &str| format!("{pre}.mlp.{n}");
                 Ok(Layer {
-                    input_norm: backend.upload_weight(w.get(&format!("{pre}.input_layernorm.weight"))?)?,
-                    post_norm: backend.upload_weight(w.get(&format!("{pre}.post_attention_layernorm.weight"))?)?,
-                    q: linear(backend, w, &attn("q_proj"), bias, |t| rows(t, q_rows.clone()))?,
-                    k: linear(backend, w, &attn("k_proj"), bias, |t| rows(t, kv_rows.clone()))?,
-                    v: linear(backend, w, &attn("v_proj"), bias, |t| rows(t, kv_rows.clone()))?,
-                    o: linear(backend, w, &attn("o_proj"), false, |t| cols(t, q_rows.clone()))?,
-                    gate: linear(backend, w, &mlpn("gate_proj"), false, |t| rows(t, mlp.clone()))?,
-                    up: linear(backend, w, &mlpn("up_proj"), false, |t| rows(t, mlp.clone()))?,
-                    down: linear(backend, w, &mlpn("down_proj"), false, |t| cols(t, mlp.clone()))?,
+                    input_norm: backend.upload_weight(&take(&format!("{pre}.input_layernorm.weight"))?)?,
+                    post_norm: backend.upload_weight(&take(&format!("{pre}.post_attention_layernorm.weight"))?)?,
+                    q: linear(backend, &take, &attn("q_proj"), bias)?,
+                    k: linear(backend, &take, &attn("k_proj"), bias)?,
+                    v: linear(backend, &take, &attn("v_proj"), bias)?,
+                    o: linear(backend, &take, &attn("o_proj"), false)?,
+                    gate: linear(backend, &take, &mlpn("gate_proj"), false)?,
+                    up: linear(backend, &take, &mlpn("up_proj"), false)?,
+                    down: linear(backend, &take, &mlpn("down_proj"), false)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let embed_t = w.get("model.embed_tokens.weight")?;
+        let embed_needed = shard.first || (shard.last && p.tie_word_embeddings);
+        let embed_t = if embed_needed { Some(take("model.embed_tokens.weight")?) } else { None };
         let (norm, lm_head) = if shard.last {
-            let head = if p.tie_word_embeddings { embed_t } else { w.get("lm_head.weight")? };
-            (
-                Some(backend.upload_weight(w.get("model.norm.weight")?)?),
-                Some(backend.upload_weight(&rows(head, shard.vocab(p))?)?),
-            )
+            let head = match (&embed_t, p.tie_word_embeddings) {
+                (Some(e), true) => rows(e, shard.vocab(p))?,
+                _ => take("lm_head.weight")?,
+            };
+            (Some(backend.upload_weight(&take("model.norm.weight")?)?), Some(backend.upload_weight(&head)?))
         } else {
             (None, None)
+        };
+        let embed = match (&embed_t, shard.first) {
+            (Some(e), true) => Some(backend.upload_weight(e)?),
+            _ => None,
         };
         let inv = rope::inv_freq(p.head_dim, p.rope_theta, p.rope_scaling.as_ref());
         Ok(Self {
             params: p.clone(),
             shard: shard.clone(),
-            embed: if shard.first { Some(backend.upload_weight(embed_t)?) } else { None },
+            embed,
             layers,
             norm,
             lm_head,

@@ -87,6 +87,57 @@ impl Shard {
     }
 }
 
+/// How a shard takes one checkpoint tensor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cut {
+    Whole,
+    /// Output features (rows of a `[out, in]` weight, or a bias).
+    Rows(Range<usize>),
+    /// Input features (columns).
+    Cols(Range<usize>),
+}
+
+impl Shard {
+    /// How this shard takes the tensor `name` (Hugging Face naming); None when it does not need it at all. The one
+    /// place the split is written: model upload and shard-aware loading both follow it.
+    pub fn cut(&self, p: &ModelParams, name: &str) -> Option<Cut> {
+        if let Some(rest) = name.strip_prefix("model.layers.") {
+            let (i, tail) = rest.split_once('.')?;
+            if !self.layers.contains(&i.parse::<usize>().ok()?) {
+                return None;
+            }
+            let (hd, r) = (p.head_dim, self.tp_rank);
+            let q = r * self.heads(p) * hd..(r + 1) * self.heads(p) * hd;
+            let kv = r * self.kv_heads(p) * hd..(r + 1) * self.kv_heads(p) * hd;
+            return Some(match tail {
+                "self_attn.q_proj.weight" | "self_attn.q_proj.bias" => Cut::Rows(q),
+                "self_attn.k_proj.weight" | "self_attn.k_proj.bias" => Cut::Rows(kv),
+                "self_attn.v_proj.weight" | "self_attn.v_proj.bias" => Cut::Rows(kv),
+                "self_attn.o_proj.weight" => Cut::Cols(q),
+                "mlp.gate_proj.weight" | "mlp.up_proj.weight" => Cut::Rows(self.intermediate(p)),
+                "mlp.down_proj.weight" => Cut::Cols(self.intermediate(p)),
+                _ => Cut::Whole,
+            });
+        }
+        match name {
+            // Token lookup needs every row; a tied LM head is cut from it on the last stage.
+            "model.embed_tokens.weight" => (self.first || (self.last && p.tie_word_embeddings)).then_some(Cut::Whole),
+            "lm_head.weight" => (self.last && !p.tie_word_embeddings).then(|| Cut::Rows(self.vocab(p))),
+            "model.norm.weight" => self.last.then_some(Cut::Whole),
+            _ => Some(Cut::Whole),
+        }
+    }
+}
+
+/// `t` as `cut` takes it (contiguous).
+pub fn apply_cut(t: &candle_core::Tensor, cut: &Cut) -> Result<candle_core::Tensor> {
+    Ok(match cut {
+        Cut::Whole => t.clone(),
+        Cut::Rows(r) => t.narrow(0, r.start, r.len())?.contiguous()?,
+        Cut::Cols(r) => t.narrow(1, r.start, r.len())?.contiguous()?,
+    })
+}
+
 /// Layers of pipeline stage `stage` of `pp`.
 pub fn stage_layers(n: usize, pp: usize, stage: usize) -> Range<usize> {
     split(n, pp, stage)

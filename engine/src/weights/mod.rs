@@ -12,6 +12,8 @@ pub mod safetensors;
 
 use std::collections::HashMap;
 
+use crate::model::shard::Shard;
+
 use candle_core::{DType, Tensor};
 
 use crate::config::ModelParams;
@@ -26,6 +28,8 @@ pub use safetensors::safetensors_param_count;
 pub struct Weights {
     tensors: HashMap<String, Tensor>,
     dtype: DType,
+    /// The tensors were cut to one shard while loading (`load_shard`): take them as they are.
+    cut: bool,
 }
 
 /// Checks that a dtype is one the weights may be held in.
@@ -67,7 +71,18 @@ impl Weights {
         Ok(Weights {
             tensors: out,
             dtype,
+            cut: false,
         })
+    }
+
+    /// Tensors already cut to one shard (shapes were checked against the checkpoint's header before cutting).
+    pub fn from_cut_tensors(tensors: HashMap<String, Tensor>, dtype: DType) -> Self {
+        Weights { tensors, dtype, cut: true }
+    }
+
+    /// The tensors were cut to one shard while loading.
+    pub fn is_cut(&self) -> bool {
+        self.cut
     }
 
     /// The tensor called `name`; the error names it.
@@ -139,9 +154,17 @@ impl Weights {
 /// Loads the weights of a resolved model as `dtype`, checking every shape against `params`.
 pub fn load(resolved: &ResolvedModel, params: &ModelParams, dtype: DType) -> Result<Weights> {
     match resolved {
-        ResolvedModel::Safetensors(m) => {
-            safetensors::load_safetensors(&m.safetensors, params, dtype)
-        }
+        ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype, None),
+        ResolvedModel::Gguf(m) => gguf::load_gguf(&m.file, params, dtype),
+    }
+}
+
+/// Loads only what `shard` holds: safetensors tensors of other stages are skipped and each kept one is cut to the
+/// shard's slice as it is read, so an MPI rank's host memory holds its share, not the checkpoint (a 405B model on
+/// 16 ranks). GGUF files (small models) load whole and are cut at upload.
+pub fn load_shard(resolved: &ResolvedModel, params: &ModelParams, dtype: DType, shard: &Shard) -> Result<Weights> {
+    match resolved {
+        ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype, Some(shard)),
         ResolvedModel::Gguf(m) => gguf::load_gguf(&m.file, params, dtype),
     }
 }

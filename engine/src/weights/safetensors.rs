@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::safetensors::MmapedSafetensors;
+
+use crate::model::shard::{apply_cut, Shard};
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
@@ -26,7 +28,8 @@ fn mmap(path: &Path) -> Result<memmap2::Mmap> {
 }
 
 /// Loads the tensors `params` needs from safetensors files as `dtype`.
-pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType) -> Result<Weights> {
+/// With `shard`, only the tensors it needs, each cut to its slice as it is read.
+pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Shard>) -> Result<Weights> {
     check_dtype(dtype)?;
     if paths.is_empty() {
         return Err(EngineError::Weights("no safetensors files to load".into()));
@@ -42,7 +45,10 @@ pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType) -
     // SAFETY: see `mmap` above; the maps are read-only.
     let st = unsafe { MmapedSafetensors::multi(paths) }
         .map_err(|e| EngineError::Weights(format!("cannot read safetensors header: {e}")))?;
-    let specs = expected_tensors(params);
+    let mut specs = expected_tensors(params);
+    if let Some(shard) = shard {
+        specs.retain(|spec| shard.cut(params, &spec.name).is_some());
+    }
     // Check names, shapes and source dtypes first, so a wrong checkpoint fails before copying gigabytes.
     for spec in &specs {
         let view = st.get(&spec.name).map_err(|_| {
@@ -74,6 +80,10 @@ pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType) -
         .into_par_iter()
         .map(|spec| {
             let t = st.load(&spec.name, &Device::Cpu)?;
+            let t = match shard.and_then(|s| s.cut(params, &spec.name)) {
+                Some(cut) => apply_cut(&t, &cut)?,
+                None => t,
+            };
             let t = if t.dtype() == dtype {
                 t
             } else {
@@ -83,7 +93,10 @@ pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType) -
         })
         .collect::<Result<_>>()?;
     let map: HashMap<String, Tensor> = loaded.into_iter().collect();
-    Weights::from_tensors(map, params, dtype)
+    match shard {
+        None => Weights::from_tensors(map, params, dtype),
+        Some(_) => Ok(Weights::from_cut_tensors(map, dtype)),
+    }
 }
 
 /// Number of parameters in safetensors files, read from the headers only.
