@@ -145,9 +145,10 @@ class Server:
         raise AssertionError(f"server not idle after {timeout} s: {m}")
 
     def rank_pid(self, rank: int) -> int:
-        """Under an MPI launcher: the pid of rank `rank` of our binary (Open MPI puts the rank in its environment)."""
+        """Under an MPI launcher: the pid of rank `rank` of our binary in this server's job (Open MPI puts the rank in
+        its environment; other servers' jobs may run at the same time, so the process must descend from ours)."""
         for pid in os.listdir("/proc"):
-            if not pid.isdigit():
+            if not pid.isdigit() or not self._descends_from_launcher(int(pid)):
                 continue
             try:
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -157,6 +158,19 @@ class Server:
             if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and str(rserve_bin()).encode() in cmd:
                 return int(pid)
         raise AssertionError(f"rank {rank} not found")
+
+    def _descends_from_launcher(self, pid: int) -> bool:
+        for _ in range(8):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                return False
+            pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the command name is the state, then ppid
+            if pid == self.proc.pid:
+                return True
+            if pid <= 1:
+                return False
+        return False
 
     def signal(self, sig: int):
         """Signals the server: the process itself, or rank 0 under a launcher (as a job script does: mpirun turns
