@@ -172,6 +172,58 @@ pub fn check_tp(p: &ModelParams, tp: usize) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// Over the ranks of a TP x PP layout, every checkpoint tensor is held by exactly the stage(s) that need it, and
+    /// its TP slices tile its cut dimension exactly once.
+    #[test]
+    fn cuts_tile_every_tensor_once() {
+        let cfg = include_str!("../../../tests/fixtures/configs/smollm2_135m_instruct.json");
+        let base = crate::config::hf::parse_config_json(cfg).unwrap();
+        for tied in [true, false] {
+            let p = ModelParams { tie_word_embeddings: tied, ..base.clone() };
+            for tp in valid_tp_sizes(&p) {
+                for pp in [1, 2, 4, 30] {
+                    for spec in crate::weights::names::expected_tensors(&p) {
+                        let mut stages_holding = 0;
+                        for stage in 0..pp {
+                            let cuts: Vec<Option<Cut>> =
+                                (0..tp).map(|r| Shard::new(&p, tp, pp, r, stage).unwrap().cut(&p, &spec.name)).collect();
+                            if cuts.iter().all(Option::is_none) {
+                                continue;
+                            }
+                            stages_holding += 1;
+                            let (mut rows, mut cols) = (Vec::new(), Vec::new());
+                            for c in cuts {
+                                match c.expect("all TP ranks of a stage hold the same tensors") {
+                                    Cut::Whole => {}
+                                    Cut::Rows(r) => rows.push(r),
+                                    Cut::Cols(r) => cols.push(r),
+                                }
+                            }
+                            for (parts, dim) in [(rows, 0), (cols, 1)] {
+                                if parts.is_empty() {
+                                    continue;
+                                }
+                                assert_eq!(parts.len(), tp, "{}", spec.name);
+                                let mut at = 0;
+                                for r in parts {
+                                    assert_eq!(r.start, at, "{} tp={tp}", spec.name);
+                                    at = r.end;
+                                }
+                                assert_eq!(at, spec.shape[dim], "{} tp={tp}", spec.name);
+                            }
+                        }
+                        let want = match spec.name.as_str() {
+                            // The first stage embeds; a tied head is cut from the embedding on the last stage too.
+                            "model.embed_tokens.weight" if tied && pp > 1 => 2,
+                            _ => 1,
+                        };
+                        assert_eq!(stages_holding, want, "{} tp={tp} pp={pp} tied={tied}", spec.name);
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn splits_cover_everything_evenly() {
         let parts: Vec<_> = (0..4).map(|i| split(30, 4, i)).collect();
