@@ -154,7 +154,7 @@ impl Weights {
 /// Loads the weights of a resolved model as `dtype`, checking every shape against `params`.
 pub fn load(resolved: &ResolvedModel, params: &ModelParams, dtype: DType) -> Result<Weights> {
     match resolved {
-        ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype, None),
+        ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype),
         ResolvedModel::Gguf(m) => gguf::load_gguf(&m.file, params, dtype),
     }
 }
@@ -164,7 +164,7 @@ pub fn load(resolved: &ResolvedModel, params: &ModelParams, dtype: DType) -> Res
 /// 16 ranks). GGUF files (small models) load whole and are cut at upload.
 pub fn load_shard(resolved: &ResolvedModel, params: &ModelParams, dtype: DType, shard: &Shard) -> Result<Weights> {
     match resolved {
-        ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype, Some(shard)),
+        ResolvedModel::Safetensors(m) => safetensors::load_safetensors_shard(&m.safetensors, params, dtype, shard),
         ResolvedModel::Gguf(m) => gguf::load_gguf(&m.file, params, dtype),
     }
 }

@@ -28,8 +28,16 @@ fn mmap(path: &Path) -> Result<memmap2::Mmap> {
 }
 
 /// Loads the tensors `params` needs from safetensors files as `dtype`.
-/// With `shard`, only the tensors it needs, each cut to its slice as it is read.
-pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Shard>) -> Result<Weights> {
+pub fn load_safetensors(paths: &[PathBuf], params: &ModelParams, dtype: DType) -> Result<Weights> {
+    load(paths, params, dtype, None)
+}
+
+/// Only the tensors `shard` needs, each cut to its slice as it is read (`Weights::is_cut`).
+pub fn load_safetensors_shard(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: &Shard) -> Result<Weights> {
+    load(paths, params, dtype, Some(shard))
+}
+
+fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Shard>) -> Result<Weights> {
     check_dtype(dtype)?;
     if paths.is_empty() {
         return Err(EngineError::Weights("no safetensors files to load".into()));
