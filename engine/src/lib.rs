@@ -11,6 +11,7 @@ pub mod convert;
 pub mod dist;
 pub mod engine;
 pub mod error;
+pub mod graph_runner;
 pub mod model;
 pub mod plan;
 pub mod runner;

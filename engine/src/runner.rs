@@ -11,6 +11,13 @@ use crate::weights::Weights;
 pub trait StepRunner: Send {
     /// Runs one step; returns `[num_seqs, vocab]` logits of each sequence's last token.
     fn execute(&mut self, batch: &BatchInput) -> Result<Vec<f32>>;
+    /// Runs one step and picks each sequence's most likely next token on the device (the lowest id among equal
+    /// maxima, as the host sampler does), so only ids are read back. None: this runner cannot (nothing was run);
+    /// call `execute` and sample on the host.
+    fn execute_greedy(&mut self, batch: &BatchInput) -> Result<Option<Vec<u32>>> {
+        let _ = batch;
+        Ok(None)
+    }
     fn vocab_size(&self) -> usize;
     fn device_name(&self) -> String;
 }

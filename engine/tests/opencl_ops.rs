@@ -224,7 +224,8 @@ op_parity!(attention_decode_ragged_gqa, tol = F32_TOL, |b, rng| {
 });
 
 op_parity!(attention_decode_split_kv, tol = F32_TOL, |b, rng| {
-    // 512 keys fill one partition exactly; 513, 1100 and 1300 need 2, 3 and 3 (the last one partial).
+    // Partitions of ATTN_MAX_PARTITION (256) keys: 512 fill two exactly; 513, 1100 and 1300 need 3, 5 and 6 (the
+    // last one partial).
     let c = Attn { heads: 32, kv_heads: 8, head_dim: 128, block_size: 32, seqs: &[(1, 512), (1, 513), (1, 1100), (1, 7), (1, 1300)] };
     vec![attention(b, &mut rng, "out", &c)]
 });

@@ -15,7 +15,9 @@ pub const ATTN_WG: usize = 128;
 pub const ATTN_HEAD_CHUNK: usize = 8;
 /// Most keys one decode work-group scores (its local score buffer); longer contexts are split into partitions of
 /// at most this many keys and combined by the reduce kernel (split-KV).
-pub const ATTN_MAX_PARTITION: usize = 512;
+pub const ATTN_MAX_PARTITION: usize = 256;
+/// (head, dim) value accumulators each decode work-item keeps in registers over one pass of the keys.
+pub const ATTN_V_ITEMS: usize = 8;
 /// Work-group size of the prefill attention kernel.
 pub const PREFILL_WG: usize = 128;
 /// (query token, head) pairs per prefill work-group.
@@ -30,6 +32,11 @@ pub const GEMV_WG: usize = 64;
 pub const GEMV_COLS: usize = 16;
 /// Input rows per skinny-matmul work-group (their accumulators live in registers).
 pub const GEMV_ROWS: usize = 8;
+/// Work-group size of the vectorised skinny matmul (16-bit weights, one 16-byte load per lane per step).
+pub const GEMV_VEC_WG: usize = 256;
+/// Weight rows (output columns) per vectorised skinny-matmul work-group: one per sub-group of 16 lanes (Intel),
+/// two per 32-lane warp (NVIDIA).
+pub const GEMV_VEC_COLS: usize = 16;
 /// Input rows per work-item of the work-item matmul (CPU devices); its accumulators are named, not an array.
 pub const GEMV_WI_ROWS: usize = 4;
 /// Work-group size of the tiled matmul (16 x 16 work-items, 4 x 4 outputs each).
@@ -48,6 +55,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("ATTN_WG", ATTN_WG),
     ("ATTN_HEAD_CHUNK", ATTN_HEAD_CHUNK),
     ("ATTN_MAX_PARTITION", ATTN_MAX_PARTITION),
+    ("ATTN_V_ITEMS", ATTN_V_ITEMS),
     ("PREFILL_WG", PREFILL_WG),
     ("PREFILL_ROWS", PREFILL_ROWS),
     ("PREFILL_KEYS", PREFILL_KEYS),
@@ -56,6 +64,8 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMV_COLS", GEMV_COLS),
     ("GEMV_ROWS", GEMV_ROWS),
     ("GEMV_WI_ROWS", GEMV_WI_ROWS),
+    ("GEMV_VEC_WG", GEMV_VEC_WG),
+    ("GEMV_VEC_COLS", GEMV_VEC_COLS),
     ("GEMM_WG", GEMM_WG),
     ("GEMM_TILE_M", GEMM_TILE_M),
     ("GEMM_TILE_N", GEMM_TILE_N),

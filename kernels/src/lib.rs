@@ -47,10 +47,13 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "matmul_wi_f32",
             "matmul_wi_bf16",
             "matmul_wi_f16",
+            "matmul_vec_bf16",
+            "matmul_vec_f16",
         ],
     ),
     ("norm", &["rms_norm", "add_rms_norm"]),
     ("rope", &["rope"]),
+    ("sampling", &["argmax_rows"]),
 ];
 
 /// The module named `name`.
@@ -61,6 +64,10 @@ pub fn module(name: &str) -> Option<&'static Module> {
 /// Kernels only CPU OpenCL devices launch (their compilers vectorise across work-items); GPU paths (Level Zero,
 /// CUDA, OpenCL on a GPU) use the sub-group and tiled matmuls instead.
 pub const CPU_DEVICE_ONLY: &[&str] = &["matmul_wi_f32", "matmul_wi_bf16", "matmul_wi_f16"];
+
+/// Kernels no `Op` launches: a backend's own fast paths call them (the CUDA backend's greedy decode picks tokens
+/// with `argmax_rows`, so a step reads back ids instead of logits).
+pub const OUTSIDE_OPS: &[&str] = &["argmax_rows"];
 
 /// The `-D NAME=value` flags every kernel source is compiled with (the launch constants).
 pub fn compile_defines() -> Vec<String> {

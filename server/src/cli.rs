@@ -98,7 +98,8 @@ pub struct ModelArgs {
     /// Accepted for compatibility (rserve never runs code from model repositories).
     #[arg(long)]
     pub trust_remote_code: bool,
-    /// Accepted for compatibility (rserve captures no graphs).
+    /// Run every step op by op: never capture CUDA graphs of decode steps (`--device cuda`; other devices always
+    /// run eagerly).
     #[arg(long)]
     pub enforce_eager: bool,
 }
@@ -412,6 +413,7 @@ impl EngineArgs {
         cfg.opencl_platform = self.device.opencl_platform.clone();
         cfg.opencl_device = self.device.opencl_device;
         cfg.load_format = self.device.load_format.clone();
+        cfg.enforce_eager = m.enforce_eager;
         cfg.max_waiting = max_num_waiting;
         cfg.tensor_parallel_size = p.tensor_parallel_size;
         cfg.pipeline_parallel_size = p.pipeline_parallel_size;

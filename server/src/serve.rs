@@ -32,8 +32,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         "rserve {} serving model {model:?} as {served_model_names:?}",
         env!("CARGO_PKG_VERSION")
     );
-    if args.engine.model.trust_remote_code || args.engine.model.enforce_eager {
-        tracing::info!("--trust-remote-code and --enforce-eager are accepted for compatibility and change nothing");
+    if args.engine.model.trust_remote_code {
+        tracing::info!("--trust-remote-code is accepted for compatibility and changes nothing");
     }
     let settings = ServerSettings {
         served_model_names,

@@ -61,6 +61,11 @@ pub trait Backend {
     fn upload_weight(&self, t: &candle_core::Tensor) -> Result<Self::Buffer>;
     /// A zeroed f32 buffer of `len` elements.
     fn alloc_f32(&self, len: usize) -> Result<Self::Buffer>;
+    /// An f32 buffer of `len` elements that the next op overwrites whole (an op's output): a backend may skip the
+    /// zero fill.
+    fn alloc_f32_scratch(&self, len: usize) -> Result<Self::Buffer> {
+        self.alloc_f32(len)
+    }
     /// Upload f32 values (activations, tables).
     fn upload_f32(&self, data: &[f32]) -> Result<Self::Buffer>;
     /// Upload u32 values (token ids, positions, slot mappings, block tables).

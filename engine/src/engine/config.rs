@@ -65,6 +65,8 @@ pub struct EngineConfig {
     pub opencl_device: Option<usize>,
     /// `--load-format`: "auto" (the checkpoint's weights) or "dummy" (random weights of the config's shapes).
     pub load_format: String,
+    /// `--enforce-eager`: no CUDA graphs (decode steps run op by op).
+    pub enforce_eager: bool,
 }
 
 impl EngineConfig {
@@ -93,6 +95,7 @@ impl EngineConfig {
             opencl_platform: None,
             opencl_device: None,
             load_format: "auto".into(),
+            enforce_eager: false,
         }
     }
 }

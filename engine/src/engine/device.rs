@@ -95,7 +95,8 @@ impl Device {
         }
     }
 
-    /// Uploads the model and allocates `num_blocks` KV blocks on this device.
+    /// Uploads the model and allocates `num_blocks` KV blocks on this device (CUDA: with decode graphs for up to 256
+    /// sequences of up to 4096 tokens).
     pub fn build_runner(
         self,
         params: &ModelParams,
@@ -103,11 +104,27 @@ impl Device {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Box<dyn StepRunner>> {
+        let opts = crate::graph_runner::GraphOptions { max_model_len: 4096, max_num_seqs: 256, enforce_eager: false };
+        self.build_runner_with(params, weights, num_blocks, block_size, opts)
+    }
+
+    /// `build_runner` with the engine's limits: on CUDA, decode steps of up to `max_num_seqs` sequences replay CUDA
+    /// graphs unless `enforce_eager` (the graphs' block tables are `max_model_len / block_size` wide).
+    pub fn build_runner_with(
+        self,
+        params: &ModelParams,
+        weights: &Weights,
+        num_blocks: usize,
+        block_size: usize,
+        opts: crate::graph_runner::GraphOptions,
+    ) -> Result<Box<dyn StepRunner>> {
         match self {
             Device::Cpu(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
             Device::LevelZero(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
             Device::OpenCl(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
-            Device::Cuda(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            Device::Cuda(b) => {
+                Ok(Box::new(crate::graph_runner::CudaGraphRunner::new(b, params, weights, num_blocks, block_size, opts)?))
+            }
         }
     }
 }

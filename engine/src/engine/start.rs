@@ -169,7 +169,14 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     )?;
     let runner = match role {
         Role::Leader => distributed::leader_runner(device, &params, &weights, &cfg, plan.num_blocks)?,
-        _ => device.build_runner(&params, &weights, plan.num_blocks, cfg.block_size)?,
+        _ => {
+            let opts = crate::graph_runner::GraphOptions {
+                max_model_len: plan.max_model_len,
+                max_num_seqs: cfg.max_num_seqs,
+                enforce_eager: cfg.enforce_eager,
+            };
+            device.build_runner_with(&params, &weights, plan.num_blocks, cfg.block_size, opts)?
+        }
     };
     let device_name = runner.device_name();
     tracing::info!("Device: {device_name}");

@@ -160,12 +160,18 @@ impl EngineLoop {
                 })
                 .collect(),
         };
-        let logits = match self.runner.execute(&batch) {
-            Ok(l) => l,
+        // Every sequence that samples this step is plain greedy: let the device pick the tokens when it can.
+        let greedy = out.seqs.iter().all(|s| !s.sample || self.live.get(&s.request_id).is_none_or(|l| l.sampling.is_plain_greedy()));
+        let ids = if greedy { self.runner.execute_greedy(&batch) } else { Ok(None) };
+        let sampled = match ids {
+            Ok(Some(ids)) => self.take_ids(&out, &ids),
+            Ok(None) => match self.runner.execute(&batch) {
+                Ok(logits) => self.sample(&out, logits),
+                Err(e) => return self.fail_step(&out, &e.to_string()),
+            },
             Err(e) => return self.fail_step(&out, &e.to_string()),
         };
         self.metrics.computed_tokens_total.fetch_add(out.num_batched_tokens as u64, Ordering::Relaxed);
-        let sampled = self.sample(&out, logits);
         let outputs = self.scheduler.update_from_output(&out, &sampled);
         for o in outputs {
             self.on_output(o.request_id, o.new_token, o.finished);
@@ -173,6 +179,21 @@ impl EngineLoop {
         // Hand the buffers back so the next schedule() refills them instead of allocating.
         self.scheduler.recycle(out);
         self.publish_gauges();
+    }
+
+    /// The device's greedy picks (one id per sequence of the step) for the sequences that sample.
+    fn take_ids(&mut self, out: &SchedulerOutput, ids: &[u32]) -> Vec<(RequestId, u32)> {
+        let mut sampled = Vec::new();
+        for (i, s) in out.seqs.iter().enumerate() {
+            let Some(live) = self.live.get_mut(&s.request_id) else { continue };
+            live.cached_tokens = live.cached_tokens.max(s.num_cached_tokens);
+            if s.sample {
+                if let Some(&t) = ids.get(i) {
+                    sampled.push((s.request_id, t));
+                }
+            }
+        }
+        sampled
     }
 
     fn sample(&mut self, out: &SchedulerOutput, mut logits: Vec<f32>) -> Vec<(RequestId, u32)> {

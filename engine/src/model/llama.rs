@@ -2,10 +2,11 @@
 //! embeddings and grouped-query heads reading the paged KV cache, a SwiGLU MLP, and logits for the last token of each
 //! sequence of a flattened batch.
 
-use crate::backend::{AttentionMeta, Backend, Op};
+use crate::backend::{Backend, Op};
 use crate::config::{Architecture, ModelParams};
 use crate::error::{EngineError, Result};
 use crate::model::batch::BatchInput;
+use crate::model::flat::{DeviceBatch, FlatBatch};
 use crate::model::kv_cache::PagedKvCache;
 use crate::model::rope;
 use crate::model::shard::{apply_cut, NoComm, Shard, TpCollective};
@@ -42,6 +43,14 @@ pub struct LlamaModel<B: Backend> {
     norm: Option<B::Buffer>,
     lm_head: Option<B::Buffer>,
     inv_freq: B::Buffer,
+}
+
+/// What one stage's device part leaves on the device.
+pub enum DeviceOutput<B: Backend> {
+    /// Not the last stage: the hidden state is `residual + delta`.
+    Hidden { residual: B::Buffer, delta: Option<B::Buffer> },
+    /// `[num_seqs, vocab slice]` logits of each sequence's last token.
+    Logits(B::Buffer),
 }
 
 /// What one pipeline stage produces.
@@ -144,7 +153,7 @@ impl<B: Backend> LlamaModel<B> {
     }
 
     fn project(&self, b: &B, l: &Linear<B>, x: &B::Buffer, m: usize, k: usize) -> Result<B::Buffer> {
-        let out = b.alloc_f32(m * l.out_features)?;
+        let out = b.alloc_f32_scratch(m * l.out_features)?;
         b.run(Op::MatMul { x, w: &l.w, bias: l.bias.as_ref(), out: &out, m, k, n: l.out_features })?;
         Ok(out)
     }
@@ -170,138 +179,23 @@ impl<B: Backend> LlamaModel<B> {
     ) -> Result<StageOutput> {
         batch.validate(cache.block_size, cache.num_blocks)?;
         let p = &self.params;
-        let n = batch.num_tokens();
         let num_seqs = batch.seqs.len();
-        if n == 0 {
+        if batch.num_tokens() == 0 {
             return Ok(StageOutput::Logits(Vec::new()));
         }
-        let (h, hd) = (p.hidden_size, p.head_dim);
-        let eps = p.rms_norm_eps as f32;
-
-        // Flatten the batch.
-        let mut ids = Vec::with_capacity(n);
-        let mut positions = Vec::with_capacity(n);
-        let mut slots = Vec::with_capacity(n);
-        let mut query_start = vec![0u32];
-        let mut context_lens = Vec::with_capacity(num_seqs);
-        let max_blocks = batch.seqs.iter().map(|s| s.block_table.len()).max().unwrap_or(0).max(1);
-        let mut tables = vec![0u32; num_seqs * max_blocks];
-        let mut last_rows = Vec::with_capacity(num_seqs);
-        for (i, s) in batch.seqs.iter().enumerate() {
-            ids.extend_from_slice(&s.token_ids);
-            positions.extend((0..s.token_ids.len()).map(|t| (s.start_position + t) as u32));
-            slots.extend_from_slice(&s.slot_mapping);
-            query_start.push(ids.len() as u32);
-            context_lens.push((s.start_position + s.token_ids.len()) as u32);
-            tables[i * max_blocks..i * max_blocks + s.block_table.len()].copy_from_slice(&s.block_table);
-            last_rows.push(ids.len() as u32 - 1);
-        }
-        let ids_buf = b.upload_u32(&ids)?;
-        let pos_buf = b.upload_u32(&positions)?;
-        let slot_buf = b.upload_u32(&slots)?;
-        let qs_buf = b.upload_u32(&query_start)?;
-        let ctx_buf = b.upload_u32(&context_lens)?;
-        let bt_buf = b.upload_u32(&tables)?;
-        let meta = AttentionMeta {
-            num_seqs,
-            query_start: &qs_buf,
-            context_lens: &ctx_buf,
-            block_tables: &bt_buf,
-            max_blocks_per_seq: max_blocks,
-            host_query_start: &query_start,
-            host_context_lens: &context_lens,
-            host_block_tables: &tables,
-        };
-
-        let (hq, hkv) = (self.shard.heads(p), self.shard.kv_heads(p));
-        let inter = self.shard.intermediate(p).len();
-        let residual = match (&self.embed, input) {
-            (Some(table), None) => {
-                let r = b.alloc_f32(n * h)?;
-                b.run(Op::Embedding { table, ids: &ids_buf, out: &r, num_tokens: n, hidden: h })?;
-                r
+        let flat = FlatBatch::new(batch, 0);
+        let dev = DeviceBatch::upload(b, &flat)?;
+        let logits = match self.forward_device(b, &flat, &dev, cache, comm, input)? {
+            DeviceOutput::Hidden { residual, delta } => {
+                // Not the last stage: hand the full hidden state (residual + last delta) on.
+                let mut hidden = b.download_f32(&residual)?;
+                if let Some(d) = &delta {
+                    hidden.iter_mut().zip(b.download_f32(d)?).for_each(|(a, d)| *a += d);
+                }
+                return Ok(StageOutput::Hidden(hidden));
             }
-            (None, Some(x)) if x.len() == n * h => b.upload_f32(x)?,
-            _ => return Err(EngineError::Backend("pipeline stage input does not match the batch".into())),
+            DeviceOutput::Logits(l) => l,
         };
-        // Combine TP partial sums (row-parallel outputs) across ranks.
-        let reduce = |x: B::Buffer| -> Result<B::Buffer> {
-            if comm.tp_size() == 1 {
-                return Ok(x);
-            }
-            let mut v = b.download_f32(&x)?;
-            comm.all_reduce_sum(&mut v)?;
-            b.upload_f32(&v)
-        };
-        let normed = b.alloc_f32(n * h)?;
-        let zeros = b.alloc_f32(n * h)?;
-        let mut delta: Option<B::Buffer> = None;
-        let scale = 1.0 / (hd as f32).sqrt();
-        for (li, l) in self.layers.iter().enumerate() {
-            // residual += previous layer's output; normed = norm(residual)
-            let x = delta.as_ref().unwrap_or(&zeros);
-            b.run(Op::AddRmsNorm { x, residual: &residual, weight: &l.input_norm, out: &normed, rows: n, hidden: h, eps })?;
-            let q = self.project(b, &l.q, &normed, n, h)?;
-            let k = self.project(b, &l.k, &normed, n, h)?;
-            let v = self.project(b, &l.v, &normed, n, h)?;
-            let rope = |x: &B::Buffer, heads: usize| {
-                b.run(Op::Rope { x, positions: &pos_buf, inv_freq: &self.inv_freq, num_tokens: n, num_heads: heads, head_dim: hd })
-            };
-            rope(&q, hq)?;
-            rope(&k, hkv)?;
-            let (kc, vc) = &cache.layers[li];
-            b.run(Op::WriteKv {
-                k: &k,
-                v: &v,
-                k_cache: kc,
-                v_cache: vc,
-                slot_mapping: &slot_buf,
-                num_tokens: n,
-                num_kv_heads: hkv,
-                head_dim: hd,
-                block_size: cache.block_size,
-            })?;
-            let attn = b.alloc_f32(n * hq * hd)?;
-            b.run(Op::PagedAttention {
-                q: &q,
-                k_cache: kc,
-                v_cache: vc,
-                out: &attn,
-                meta: &meta,
-                num_heads: hq,
-                num_kv_heads: hkv,
-                head_dim: hd,
-                block_size: cache.block_size,
-                scale,
-            })?;
-            let o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;
-            b.run(Op::AddRmsNorm { x: &o, residual: &residual, weight: &l.post_norm, out: &normed, rows: n, hidden: h, eps })?;
-            let gate = self.project(b, &l.gate, &normed, n, h)?;
-            let up = self.project(b, &l.up, &normed, n, h)?;
-            let act = b.alloc_f32(n * inter)?;
-            b.run(Op::SiluMul { gate: &gate, up: &up, out: &act, len: n * inter })?;
-            delta = Some(reduce(self.project(b, &l.down, &act, n, inter)?)?);
-        }
-        let (Some(norm), Some(head)) = (&self.norm, &self.lm_head) else {
-            // Not the last stage: hand the full hidden state (residual + last delta) on.
-            let mut hidden = b.download_f32(&residual)?;
-            if let Some(d) = &delta {
-                hidden.iter_mut().zip(b.download_f32(d)?).for_each(|(a, d)| *a += d);
-            }
-            return Ok(StageOutput::Hidden(hidden));
-        };
-        // Only the last row of each sequence needs logits.
-        let rows_buf = b.upload_u32(&last_rows)?;
-        let last_delta = b.alloc_f32(num_seqs * h)?;
-        let last_res = b.alloc_f32(num_seqs * h)?;
-        let x = delta.as_ref().unwrap_or(&zeros);
-        b.run(Op::GatherRows { x, rows: &rows_buf, out: &last_delta, num_rows: num_seqs, width: h })?;
-        b.run(Op::GatherRows { x: &residual, rows: &rows_buf, out: &last_res, num_rows: num_seqs, width: h })?;
-        let last = b.alloc_f32(num_seqs * h)?;
-        b.run(Op::AddRmsNorm { x: &last_delta, residual: &last_res, weight: norm, out: &last, rows: num_seqs, hidden: h, eps })?;
-        let vocab = self.shard.vocab(p).len();
-        let logits = b.alloc_f32(num_seqs * vocab)?;
-        b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: num_seqs, k: h, n: vocab })?;
         let local = b.download_f32(&logits)?;
         if comm.tp_size() == 1 {
             return Ok(StageOutput::Logits(local));
@@ -319,5 +213,112 @@ impl<B: Backend> LlamaModel<B> {
             }
         }
         Ok(StageOutput::Logits(full))
+    }
+
+    /// The device part of one step over an already uploaded batch: every op of this shard's layers, and on the last
+    /// stage the final norm and LM head. Nothing here copies between host and device except the TP collectives
+    /// (`comm`) and a pipeline stage's input, so with one process and the first stage the whole call can be
+    /// captured into a CUDA graph. The batch must have been checked (`BatchInput::validate`).
+    pub fn forward_device(
+        &self,
+        b: &B,
+        flat: &FlatBatch,
+        dev: &DeviceBatch<B>,
+        cache: &PagedKvCache<B>,
+        comm: &dyn TpCollective,
+        input: Option<&[f32]>,
+    ) -> Result<DeviceOutput<B>> {
+        let p = &self.params;
+        let n = flat.num_tokens();
+        let num_seqs = flat.num_seqs();
+        let (h, hd) = (p.hidden_size, p.head_dim);
+        let eps = p.rms_norm_eps as f32;
+        let meta = dev.meta(flat);
+        let (ids_buf, pos_buf, slot_buf) = (&dev.ids, &dev.positions, &dev.slots);
+        let (hq, hkv) = (self.shard.heads(p), self.shard.kv_heads(p));
+        let inter = self.shard.intermediate(p).len();
+        let residual = match (&self.embed, input) {
+            (Some(table), None) => {
+                let r = b.alloc_f32_scratch(n * h)?;
+                b.run(Op::Embedding { table, ids: ids_buf, out: &r, num_tokens: n, hidden: h })?;
+                r
+            }
+            (None, Some(x)) if x.len() == n * h => b.upload_f32(x)?,
+            _ => return Err(EngineError::Backend("pipeline stage input does not match the batch".into())),
+        };
+        // Combine TP partial sums (row-parallel outputs) across ranks.
+        let reduce = |x: B::Buffer| -> Result<B::Buffer> {
+            if comm.tp_size() == 1 {
+                return Ok(x);
+            }
+            let mut v = b.download_f32(&x)?;
+            comm.all_reduce_sum(&mut v)?;
+            b.upload_f32(&v)
+        };
+        let normed = b.alloc_f32_scratch(n * h)?;
+        let zeros = b.alloc_f32(n * h)?;
+        let mut delta: Option<B::Buffer> = None;
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (li, l) in self.layers.iter().enumerate() {
+            // residual += previous layer's output; normed = norm(residual)
+            let x = delta.as_ref().unwrap_or(&zeros);
+            b.run(Op::AddRmsNorm { x, residual: &residual, weight: &l.input_norm, out: &normed, rows: n, hidden: h, eps })?;
+            let q = self.project(b, &l.q, &normed, n, h)?;
+            let k = self.project(b, &l.k, &normed, n, h)?;
+            let v = self.project(b, &l.v, &normed, n, h)?;
+            let rope = |x: &B::Buffer, heads: usize| {
+                b.run(Op::Rope { x, positions: pos_buf, inv_freq: &self.inv_freq, num_tokens: n, num_heads: heads, head_dim: hd })
+            };
+            rope(&q, hq)?;
+            rope(&k, hkv)?;
+            let (kc, vc) = &cache.layers[li];
+            b.run(Op::WriteKv {
+                k: &k,
+                v: &v,
+                k_cache: kc,
+                v_cache: vc,
+                slot_mapping: slot_buf,
+                num_tokens: n,
+                num_kv_heads: hkv,
+                head_dim: hd,
+                block_size: cache.block_size,
+            })?;
+            let attn = b.alloc_f32_scratch(n * hq * hd)?;
+            b.run(Op::PagedAttention {
+                q: &q,
+                k_cache: kc,
+                v_cache: vc,
+                out: &attn,
+                meta: &meta,
+                num_heads: hq,
+                num_kv_heads: hkv,
+                head_dim: hd,
+                block_size: cache.block_size,
+                scale,
+            })?;
+            let o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;
+            b.run(Op::AddRmsNorm { x: &o, residual: &residual, weight: &l.post_norm, out: &normed, rows: n, hidden: h, eps })?;
+            let gate = self.project(b, &l.gate, &normed, n, h)?;
+            let up = self.project(b, &l.up, &normed, n, h)?;
+            let act = b.alloc_f32_scratch(n * inter)?;
+            b.run(Op::SiluMul { gate: &gate, up: &up, out: &act, len: n * inter })?;
+            delta = Some(reduce(self.project(b, &l.down, &act, n, inter)?)?);
+        }
+        let (Some(norm), Some(head)) = (&self.norm, &self.lm_head) else {
+            return Ok(DeviceOutput::Hidden { residual, delta });
+        };
+        // Only the last row of each sequence needs logits.
+        let rows_buf = &dev.last_rows;
+        let last_delta = b.alloc_f32_scratch(num_seqs * h)?;
+        let last_res = b.alloc_f32_scratch(num_seqs * h)?;
+        let x = delta.as_ref().unwrap_or(&zeros);
+        b.run(Op::GatherRows { x, rows: rows_buf, out: &last_delta, num_rows: num_seqs, width: h })?;
+        b.run(Op::GatherRows { x: &residual, rows: rows_buf, out: &last_res, num_rows: num_seqs, width: h })?;
+        let last = b.alloc_f32_scratch(num_seqs * h)?;
+        b.run(Op::AddRmsNorm { x: &last_delta, residual: &last_res, weight: norm, out: &last, rows: num_seqs, hidden: h, eps })?;
+        let vocab = self.shard.vocab(p).len();
+        let logits = b.alloc_f32_scratch(num_seqs * vocab)?;
+        b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: num_seqs, k: h, n: vocab })?;
+        Ok(DeviceOutput::Logits(logits))
     }
 }

@@ -2,11 +2,13 @@
 //! tables, the paged KV cache buffers, and the flattened batch a forward step takes.
 
 pub mod batch;
+pub mod flat;
 pub mod kv_cache;
 pub mod llama;
 pub mod rope;
 pub mod shard;
 
 pub use batch::{BatchInput, SeqInput};
+pub use flat::{DeviceBatch, FlatBatch};
 pub use kv_cache::PagedKvCache;
-pub use llama::{LlamaModel, StageOutput};
+pub use llama::{DeviceOutput, LlamaModel, StageOutput};

@@ -2,7 +2,10 @@
 // for any row (heads larger than the prefill kernel's tile). Grouped-query aware: a work-group serves up to
 // ATTN_HEAD_CHUNK query heads of one kv head, so each cached key/value row is fetched once for all of them.
 //
-// Work list: `entries` holds (query row, sequence, visible keys = position + 1) per row to compute. Grid:
+// Work list: `entries` holds (query row, sequence) per row to compute; the row's visible keys (its position + 1)
+// come from the batch metadata on the device, context_lens[seq] - (query_start[seq + 1] - row) + 1, so the work
+// list depends only on which rows a batch has, not on how long its contexts are (one list serves every decode step
+// of a batch size, and a captured CUDA graph stays valid as contexts grow). Grid:
 // (entries x ATTN_WG, num_kv_heads x head chunks, partitions). Split-KV: a context longer than `partition_size`
 // (<= ATTN_MAX_PARTITION) keys is cut into partitions; each work-group scores one partition and leaves its
 // unnormalised output, max and sum in part_out / part_ml for `paged_attention_reduce`. With one partition
@@ -13,7 +16,8 @@
 
 KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_cache, GLOBAL const float* v_cache,
                                    GLOBAL float* out, GLOBAL float* part_out, GLOBAL float* part_ml,
-                                   GLOBAL const uint* entries, GLOBAL const uint* block_tables, uint max_blocks,
+                                   GLOBAL const uint* entries, GLOBAL const uint* query_start,
+                                   GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, uint max_blocks,
                                    uint num_heads, uint num_kv_heads, uint head_dim, uint block_size,
                                    uint partition_size, uint max_parts, float scale) {
     LOCAL float scores[ATTN_HEAD_CHUNK * ATTN_MAX_PARTITION];
@@ -28,9 +32,9 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     uint h0 = kvh * group + (group_id(1) - kvh * chunks) * ATTN_HEAD_CHUNK;
     uint nh = min((uint)ATTN_HEAD_CHUNK, kvh * group + group - h0);
     uint part = group_id(2);
-    uint row = entries[3 * e];
-    uint seq = entries[3 * e + 1];
-    uint ctx = entries[3 * e + 2];
+    uint row = entries[2 * e];
+    uint seq = entries[2 * e + 1];
+    uint ctx = context_lens[seq] + row + 1 - query_start[seq + 1];
     uint start = part * partition_size;
     if (start >= ctx) return;  // this row has fewer partitions than the longest one (uniform per work-group)
     uint len = min(partition_size, ctx - start);
@@ -45,7 +49,8 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     }
     barrier_local();
 
-    // Scores: one sub-group per key, lanes across head_dim.
+    // Scores: one sub-group per key, lanes across head_dim (unrolled, so several keys' loads are in flight).
+#pragma unroll 2
     for (uint j = sub_id(); j < len; j += num_subs()) {
         GLOBAL const float* kr = k_cache + (ulong)slots[j] * kv_row + kv_off;
         for (uint hh = 0; hh < nh; hh++) {
@@ -78,19 +83,36 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     }
     barrier_local();
 
-    // Weighted sum of values: work-items across (head, dim), so value rows are read contiguously.
-    for (uint idx = local_id(); idx < nh * head_dim; idx += local_size()) {
-        uint hh = idx / head_dim;
-        uint d = idx - hh * head_dim;
-        LOCAL_PTR const float* p = scores + hh * ATTN_MAX_PARTITION;
-        GLOBAL const float* vc = v_cache + kv_off + d;
-        float acc = 0.0f;
-        for (uint j = 0; j < len; j++) acc += p[j] * vc[(ulong)slots[j] * kv_row];
-        ulong h = h0 + hh;
-        if (max_parts == 1) {
-            out[((ulong)row * num_heads + h) * head_dim + d] = acc / head_sum[hh];
-        } else {
-            part_out[(((ulong)e * num_heads + h) * max_parts + part) * head_dim + d] = acc;
+    // Weighted sum of values: work-items across (head, dim), so value rows are read contiguously, each holding up to
+    // ATTN_V_ITEMS (head, dim) accumulators in registers: one pass over the keys issues that many independent loads
+    // per key (a loop per item would wait for each load in turn).
+    uint items = nh * head_dim;
+    for (uint base = 0; base < items; base += local_size() * ATTN_V_ITEMS) {
+        float acc[ATTN_V_ITEMS];
+        uint hs[ATTN_V_ITEMS];
+        uint ds[ATTN_V_ITEMS];
+        for (uint t = 0; t < ATTN_V_ITEMS; t++) {
+            uint idx = min(base + t * local_size() + local_id(), items - 1);  // clamped items are computed, not stored
+            hs[t] = idx / head_dim;
+            ds[t] = idx - hs[t] * head_dim;
+            acc[t] = 0.0f;
+        }
+        GLOBAL const float* vc = v_cache + kv_off;
+#pragma unroll 4
+        for (uint j = 0; j < len; j++) {
+            GLOBAL const float* vr = vc + (ulong)slots[j] * kv_row;
+            for (uint t = 0; t < ATTN_V_ITEMS; t++) acc[t] += scores[hs[t] * ATTN_MAX_PARTITION + j] * vr[ds[t]];
+        }
+        for (uint t = 0; t < ATTN_V_ITEMS; t++) {
+            uint idx = base + t * local_size() + local_id();
+            if (idx >= items) break;
+            ulong h = h0 + hs[t];
+            uint d = ds[t];
+            if (max_parts == 1) {
+                out[((ulong)row * num_heads + h) * head_dim + d] = acc[t] / head_sum[hs[t]];
+            } else {
+                part_out[(((ulong)e * num_heads + h) * max_parts + part) * head_dim + d] = acc[t];
+            }
         }
     }
     if (max_parts > 1 && local_id() < nh) {
@@ -103,12 +125,14 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
 // Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p.
 // Grid: (entries x ELEM_WG, num_heads).
 KERNEL void paged_attention_reduce(GLOBAL float* out, GLOBAL const float* part_out, GLOBAL const float* part_ml,
-                                   GLOBAL const uint* entries, uint num_heads, uint head_dim, uint partition_size,
-                                   uint max_parts) {
+                                   GLOBAL const uint* entries, GLOBAL const uint* query_start,
+                                   GLOBAL const uint* context_lens, uint num_heads, uint head_dim,
+                                   uint partition_size, uint max_parts) {
     uint e = group_id(0);
     uint h = group_id(1);
-    uint row = entries[3 * e];
-    uint ctx = entries[3 * e + 2];
+    uint row = entries[2 * e];
+    uint seq = entries[2 * e + 1];
+    uint ctx = context_lens[seq] + row + 1 - query_start[seq + 1];
     uint parts = (ctx + partition_size - 1) / partition_size;
     ulong base = (ulong)e * num_heads + h;
     GLOBAL const float* ml = part_ml + base * max_parts * 2;

@@ -5,6 +5,11 @@
 //   reduction finishes each dot product. Grid: (ceil(n / GEMV_COLS) x GEMV_WG, ceil(m / GEMV_ROWS)).
 // - matmul_tiled_*: many rows (prefill). GEMM_TILE_M x GEMM_TILE_N output tiles, x and w staged through local
 //   memory GEMM_TILE_K deep, 4 x 4 outputs per work-item. Grid: (ceil(n / TILE_N) x GEMM_WG, ceil(m / TILE_M)).
+// - matmul_vec_bf16 / _f16: few rows (decode) of 16-bit weights with k a multiple of 8 (GPUs). A sub-group walks
+//   two weight rows with one 16-byte load (8 weights) per lane per row and step, so a step of a 32-lane warp reads
+//   2 x 512 contiguous bytes; up to GEMV_ROWS row accumulators per lane and row, sub-group reductions at the end. Work-groups of
+//   GEMV_VEC_WG work-items cover GEMV_VEC_COLS weight rows. Grid: (ceil(n / GEMV_VEC_COLS) x GEMV_VEC_WG,
+//   ceil(m / GEMV_ROWS)).
 // - matmul_wi_*: any row count on CPU devices, whose OpenCL compilers vectorise across work-items and turn
 //   lane-strided loads into gathers. A work-item computes one output column for GEMV_WI_ROWS rows with explicit
 //   4-wide vectors along k. Grid: (ceil(n / ELEM_WG) x ELEM_WG, ceil(m / GEMV_WI_ROWS)).
@@ -120,6 +125,63 @@
         if (nr > 2) out[(ulong)(r0 + 2) * n + j] = s2 + b;                                                  \
         if (nr > 3) out[(ulong)(r0 + 3) * n + j] = s3 + b;                                                  \
     }
+
+// The body of matmul_vec_*: `is_f16` is a constant at each call, so each kernel compiles to one load path. A
+// sub-group streams two weight rows at once (columns c and c + num_subs() of the group's GEMV_VEC_COLS), so twice
+// the loads are in flight and each activation value it reads serves both; where the group has a sub-group per
+// column (16-lane sub-groups), the partner column is past the group and only the first is stored.
+INLINE void matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
+                       uint m, uint k, uint n, uint has_bias, uint is_f16) {
+    uint r0 = group_id(1) * GEMV_ROWS;
+    uint nr = min((uint)GEMV_ROWS, m - r0);
+    for (uint c = sub_id(); c < GEMV_VEC_COLS; c += 2 * num_subs()) {
+        uint j0 = group_id(0) * GEMV_VEC_COLS + c;
+        if (j0 >= n) break;  // uniform per sub-group
+        uint j1 = j0 + num_subs();
+        uint two = (c + num_subs() < GEMV_VEC_COLS && j1 < n) ? 1u : 0u;
+        float acc0[GEMV_ROWS];
+        float acc1[GEMV_ROWS];
+        for (uint r = 0; r < GEMV_ROWS; r++) {
+            acc0[r] = 0.0f;
+            acc1[r] = 0.0f;
+        }
+        ulong w0 = (ulong)j0 * k;
+        ulong w1 = (ulong)(two ? j1 : j0) * k;
+        uint step = sub_size() * 8;
+#pragma unroll 4
+        for (uint kk = sub_lane() * 8; kk < k; kk += step) {
+            f32x8 a = is_f16 ? load8_f16(w, w0 + kk) : load8_bf16(w, w0 + kk);
+            f32x8 b = is_f16 ? load8_f16(w, w1 + kk) : load8_bf16(w, w1 + kk);
+            for (uint r = 0; r < GEMV_ROWS; r++) {
+                if (r < nr) {
+                    ulong xr = (ulong)(r0 + r) * k + kk;
+                    float4 x0 = load4a_f32(x, xr);
+                    float4 x1 = load4a_f32(x, xr + 4);
+                    acc0[r] += dot8(a, x0, x1);
+                    acc1[r] += dot8(b, x0, x1);
+                }
+            }
+        }
+        for (uint r = 0; r < GEMV_ROWS; r++) {
+            float s0 = sub_reduce_add(acc0[r]);
+            float s1 = sub_reduce_add(acc1[r]);
+            if (sub_lane() == 0 && r < nr) {
+                out[(ulong)(r0 + r) * n + j0] = has_bias ? s0 + bias[j0] : s0;
+                if (two) out[(ulong)(r0 + r) * n + j1] = has_bias ? s1 + bias[j1] : s1;
+            }
+        }
+    }
+}
+
+KERNEL void matmul_vec_bf16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
+                            uint m, uint k, uint n, uint has_bias) {
+    matmul_vec(x, w, bias, out, m, k, n, has_bias, 0u);
+}
+
+KERNEL void matmul_vec_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
+                           uint m, uint k, uint n, uint has_bias) {
+    matmul_vec(x, w, bias, out, m, k, n, has_bias, 1u);
+}
 
 MATMUL_ROWS(matmul_rows_f32, float, load_f32)
 MATMUL_ROWS(matmul_rows_bf16, ushort, load_bf16)

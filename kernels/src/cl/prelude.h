@@ -103,6 +103,58 @@ INLINE float4 load4_bf16(GLOBAL const ushort* p, ulong i) { return as_float4(con
 INLINE float4 load4_f16(GLOBAL const ushort* p, ulong i) { return vload_half4(0, (GLOBAL const half*)(p + i)); }
 #endif
 
+// Eight consecutive 16-bit floats p[i .. i + 8) as two float4, read with one 16-byte load (i must be a multiple of 8
+// and p 16-byte aligned), and four consecutive floats read as one vector (i a multiple of 4, p 16-byte aligned).
+typedef struct {
+    float4 lo;
+    float4 hi;
+} f32x8;
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE float4 bf16_pairs(uint a, uint b) {
+    return make_float4(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u), __uint_as_float(b << 16),
+                       __uint_as_float(b & 0xffff0000u));
+}
+INLINE float half_bits(uint h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((ushort)h));
+    return f;
+}
+INLINE float4 f16_pairs(uint a, uint b) {
+    return make_float4(half_bits(a & 0xffffu), half_bits(a >> 16), half_bits(b & 0xffffu), half_bits(b >> 16));
+}
+INLINE f32x8 load8_bf16(GLOBAL const ushort* p, ulong i) {
+    uint4 u = *(const uint4*)(p + i);
+    f32x8 r;
+    r.lo = bf16_pairs(u.x, u.y);
+    r.hi = bf16_pairs(u.z, u.w);
+    return r;
+}
+INLINE f32x8 load8_f16(GLOBAL const ushort* p, ulong i) {
+    uint4 u = *(const uint4*)(p + i);
+    f32x8 r;
+    r.lo = f16_pairs(u.x, u.y);
+    r.hi = f16_pairs(u.z, u.w);
+    return r;
+}
+INLINE float4 load4a_f32(GLOBAL const float* p, ulong i) { return *(const float4*)(p + i); }
+#else
+INLINE f32x8 load8_bf16(GLOBAL const ushort* p, ulong i) {
+    uint4 u = vload4(0, (GLOBAL const uint*)(p + i));
+    f32x8 r;
+    r.lo = as_float4((uint4)(u.x << 16, u.x & 0xffff0000u, u.y << 16, u.y & 0xffff0000u));
+    r.hi = as_float4((uint4)(u.z << 16, u.z & 0xffff0000u, u.w << 16, u.w & 0xffff0000u));
+    return r;
+}
+INLINE f32x8 load8_f16(GLOBAL const ushort* p, ulong i) {
+    f32x8 r;
+    r.lo = vload_half4(0, (GLOBAL const half*)(p + i));
+    r.hi = vload_half4(0, (GLOBAL const half*)(p + i + 4));
+    return r;
+}
+INLINE float4 load4a_f32(GLOBAL const float* p, ulong i) { return vload4(0, p + i); }
+#endif
+INLINE float dot8(f32x8 w, float4 a, float4 b) { return hsum4(mad4(a, w.lo, mad4(b, w.hi, zero4()))); }
+
 // Round to nearest even (finite values; NaN payloads are not preserved).
 INLINE void store_bf16(GLOBAL ushort* p, ulong i, float v) {
     uint u = f32_to_bits(v);

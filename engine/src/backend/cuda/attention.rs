@@ -5,6 +5,17 @@
 
 use rserve_kernels::launch::*;
 
+/// Keys per split-KV partition on NVIDIA GPUs (a capacity of the kernel is `ATTN_MAX_PARTITION`): short partitions
+/// give a decode row many work-groups, so even batch 1 fills the GPU; `paged_attention_reduce` combines them.
+pub const PARTITION: usize = 128;
+
+/// Partitions the decode launch has for a longest context of `max_ctx` keys: rounded up to a power of two, so a
+/// captured graph (which fixes the grid) serves every context up to that size; the kernels skip partitions past a
+/// row's own context.
+pub fn decode_parts(max_ctx: usize) -> usize {
+    max_ctx.div_ceil(PARTITION).max(1).next_power_of_two()
+}
+
 use super::buffer::{CuBuffer, Contents};
 use super::work_group;
 use super::CudaBackend;
@@ -37,7 +48,7 @@ struct Prefill {
 
 /// The work split of one batch shape.
 pub(super) struct Plan {
-    key: (Vec<u32>, Vec<u32>, usize, usize, usize),
+    key: (Vec<u32>, usize, usize, usize, usize),
     decode: Option<Decode>,
     prefill: Option<Prefill>,
 }
@@ -94,7 +105,7 @@ fn build_plan(b: &CudaBackend, meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) ->
             }
         } else {
             for t in 0..qlen {
-                entries.extend([q0 + t, seq as u32, c - qlen + t + 1]);
+                entries.extend([q0 + t, seq as u32]);
             }
             if qlen > 0 {
                 max_ctx = max_ctx.max(c as usize);
@@ -104,8 +115,8 @@ fn build_plan(b: &CudaBackend, meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) ->
     let decode = if entries.is_empty() {
         None
     } else {
-        let count = entries.len() / 3;
-        let max_parts = max_ctx.div_ceil(ATTN_MAX_PARTITION);
+        let count = entries.len() / 2;
+        let max_parts = decode_parts(max_ctx);
         let scratch = if max_parts > 1 {
             let outs = count * s.num_heads * max_parts;
             let part_out = CuBuffer::new(&b.pool, outs * s.head_dim * 4, Contents::F32 { len: outs * s.head_dim })?;
@@ -120,8 +131,20 @@ fn build_plan(b: &CudaBackend, meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) ->
     Ok(Plan { key: plan_key(meta, s), decode, prefill })
 }
 
-fn plan_key(meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) -> (Vec<u32>, Vec<u32>, usize, usize, usize) {
-    (meta.host_query_start.to_vec(), meta.host_context_lens.to_vec(), s.num_heads, s.num_kv_heads, s.head_dim)
+/// What the work split depends on: which rows the batch has (query starts) and how many partitions its longest
+/// decode row needs, never the context lengths themselves (the kernels read those on the device).
+fn plan_key(meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) -> (Vec<u32>, usize, usize, usize, usize) {
+    let (qs, ctx) = (meta.host_query_start, meta.host_context_lens);
+    let tiled_prefill = s.head_dim <= PREFILL_MAX_HEAD_DIM;
+    let parts = (0..ctx.len())
+        .filter(|&i| {
+            let qlen = qs[i + 1] - qs[i];
+            qlen == 1 || (qlen > 1 && !tiled_prefill)
+        })
+        .map(|i| ctx[i] as usize)
+        .max()
+        .map_or(0, decode_parts);
+    (qs.to_vec(), parts, s.num_heads, s.num_kv_heads, s.head_dim)
 }
 
 pub(super) fn paged_attention(
@@ -140,14 +163,8 @@ pub(super) fn paged_attention(
     out.f32("paged_attention out", num_rows * s.num_heads * s.head_dim)?;
 
     let mut cached = b.attention_plan.borrow_mut();
-    let stale = match cached.as_ref() {
-        Some(p) => {
-            p.key.0 != meta.host_query_start
-                || p.key.1 != meta.host_context_lens
-                || (p.key.2, p.key.3, p.key.4) != (s.num_heads, s.num_kv_heads, s.head_dim)
-        }
-        None => true,
-    };
+    let key = plan_key(meta, s);
+    let stale = cached.as_ref().is_none_or(|p| p.key != key);
     if stale {
         *cached = None; // release the old scratch before allocating the new
         *cached = Some(build_plan(b, meta, s)?);
@@ -171,13 +188,15 @@ pub(super) fn paged_attention(
             .buf(part_out)
             .buf(part_ml)
             .buf(&d.entries)
+            .buf(meta.query_start)
+            .buf(meta.context_lens)
             .buf(meta.block_tables)
             .u32(meta.max_blocks_per_seq)
             .u32(s.num_heads)
             .u32(s.num_kv_heads)
             .u32(s.head_dim)
             .u32(s.block_size)
-            .u32(ATTN_MAX_PARTITION)
+            .u32(PARTITION)
             .u32(d.max_parts)
             .f32(s.scale)
             .run(&b.stream, [d.count * wg, s.num_kv_heads * chunks, d.max_parts], [wg, 1, 1])?;
@@ -189,9 +208,11 @@ pub(super) fn paged_attention(
                 .buf(part_out)
                 .buf(part_ml)
                 .buf(&d.entries)
+                .buf(meta.query_start)
+                .buf(meta.context_lens)
                 .u32(s.num_heads)
                 .u32(s.head_dim)
-                .u32(ATTN_MAX_PARTITION)
+                .u32(PARTITION)
                 .u32(d.max_parts)
                 .run(&b.stream, [d.count * wg, s.num_heads, 1], [wg, 1, 1])?;
         }

@@ -1,6 +1,11 @@
 //! Device memory of the CUDA backend: `CuBuffer` (a raw allocation plus what it holds) and a size-keyed pool, so the
 //! model's per-step activations reuse allocations instead of calling `cuMemAlloc`/`cuMemFree` (which synchronises
 //! the device) on every op. Buffers return to the pool in `Drop`; the pool frees everything when the backend goes.
+//!
+//! Two free lists: memory taken while a CUDA graph is being captured belongs to the graphs (their activations) and
+//! only ever goes back to the graph list, so nothing outside a graph — a step's inputs, an attention plan a graph
+//! keeps, an eager step's buffers — can be handed memory that a later graph replay overwrites. Graphs share their
+//! list: they replay one at a time on one stream, and their activations are dead between replays.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,31 +20,52 @@ use crate::error::Result;
 #[derive(Default)]
 pub(super) struct Pool {
     free: Mutex<HashMap<usize, Vec<sys::CUdeviceptr>>>,
+    graph_free: Mutex<HashMap<usize, Vec<sys::CUdeviceptr>>>,
+    capturing: std::sync::atomic::AtomicBool,
 }
 
 impl Pool {
-    pub(super) fn take(&self, bytes: usize) -> Result<sys::CUdeviceptr> {
+    /// Whether allocations now belong to the graphs (set between `begin_capture` and `end_capture`).
+    pub(super) fn set_capturing(&self, on: bool) {
+        self.capturing.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn capturing(&self) -> bool {
+        self.capturing.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn list(&self, graph: bool) -> &Mutex<HashMap<usize, Vec<sys::CUdeviceptr>>> {
+        if graph {
+            &self.graph_free
+        } else {
+            &self.free
+        }
+    }
+
+    pub(super) fn take(&self, bytes: usize, graph: bool) -> Result<sys::CUdeviceptr> {
         let bytes = bytes.max(4);
-        if let Some(p) = self.free.lock().ok().and_then(|mut f| f.get_mut(&bytes).and_then(Vec::pop)) {
+        if let Some(p) = self.list(graph).lock().ok().and_then(|mut f| f.get_mut(&bytes).and_then(Vec::pop)) {
             return Ok(p);
         }
         // SAFETY: a plain allocation; the context is current (the backend binds it before every call).
         unsafe { result::malloc_sync(bytes) }.map_err(|e| be(format!("cuda: allocating {bytes} bytes: {e:?}")))
     }
 
-    fn give(&self, bytes: usize, ptr: sys::CUdeviceptr) {
-        if let Ok(mut f) = self.free.lock() {
+    fn give(&self, bytes: usize, ptr: sys::CUdeviceptr, graph: bool) {
+        if let Ok(mut f) = self.list(graph).lock() {
             f.entry(bytes.max(4)).or_default().push(ptr);
         }
     }
 
     /// Frees every pooled allocation (at shutdown, after the last op).
     pub(super) fn release_all(&self) {
-        if let Ok(mut f) = self.free.lock() {
-            for (_, ptrs) in f.drain() {
-                for p in ptrs {
-                    // SAFETY: pooled pointers are owned by the pool and no longer referenced by any buffer.
-                    unsafe { result::free_sync(p).ok() };
+        for list in [&self.free, &self.graph_free] {
+            if let Ok(mut f) = list.lock() {
+                for (_, ptrs) in f.drain() {
+                    for p in ptrs {
+                        // SAFETY: pooled pointers are owned by the pool and no longer referenced by any buffer.
+                        unsafe { result::free_sync(p).ok() };
+                    }
                 }
             }
         }
@@ -63,6 +89,8 @@ pub struct CuBuffer {
     bytes: usize,
     pub(super) contents: Contents,
     pool: Arc<Pool>,
+    /// Taken while a graph was being captured (goes back to the graphs' free list).
+    graph: bool,
 }
 
 // SAFETY: a device pointer is plain data; the backend serialises all use on one stream.
@@ -70,7 +98,8 @@ unsafe impl Send for CuBuffer {}
 
 impl CuBuffer {
     pub(super) fn new(pool: &Arc<Pool>, bytes: usize, contents: Contents) -> Result<Self> {
-        Ok(Self { ptr: pool.take(bytes)?, bytes, contents, pool: pool.clone() })
+        let graph = pool.capturing();
+        Ok(Self { ptr: pool.take(bytes, graph)?, bytes, contents, pool: pool.clone(), graph })
     }
 
     pub fn ptr(&self) -> sys::CUdeviceptr {
@@ -97,6 +126,19 @@ impl CuBuffer {
         }
     }
 
+    /// Replaces the host copy of a u32 buffer (after its device memory was written).
+    pub(super) fn set_host_u32(&mut self, data: &[u32]) -> Result<()> {
+        match &mut self.contents {
+            Contents::U32 { host } if data.len() * 4 <= self.bytes => {
+                host.clear();
+                host.extend_from_slice(data);
+                Ok(())
+            }
+            Contents::U32 { .. } => Err(be(format!("write_u32: {} indices do not fit a buffer of {} bytes", data.len(), self.bytes))),
+            _ => Err(be("write_u32: expected a u32 buffer")),
+        }
+    }
+
     /// The host copy of a u32 buffer of at least `need` values.
     pub(super) fn u32(&self, what: &str, need: usize) -> Result<&[u32]> {
         match &self.contents {
@@ -116,6 +158,6 @@ impl CuBuffer {
 
 impl Drop for CuBuffer {
     fn drop(&mut self) {
-        self.pool.give(self.bytes, self.ptr);
+        self.pool.give(self.bytes, self.ptr, self.graph);
     }
 }

@@ -4,9 +4,15 @@
 //!
 //! The driver, NVRTC and cuBLAS are loaded when the backend is created (cudarc's dynamic loading), so a build needs
 //! no CUDA toolkit and hosts without CUDA run the CPU backend unchanged; a missing library or GPU is an error value.
-//! One context and one in-order stream (the context's default stream): ops run in submission order and the host
-//! waits only in `download_f32`. Activations and the KV cache are f32, like the CPU and OpenCL backends; 2-D weights
-//! stay in their dtype; 1-D weights are f32.
+//! One context and one in-order stream of its own (non-blocking, so it can be captured into CUDA graphs): ops and
+//! copies run in submission order and the host waits only in downloads. Activations and the KV cache are f32, like
+//! the CPU and OpenCL backends; 2-D weights stay in their dtype; 1-D weights are f32. Matrix multiplies run on
+//! cuBLAS, which measured faster than the portable vectorised GEMV (`matmul_vec_*`, the Intel decode path) at
+//! every row count on an H200 (BENCHMARKS.md); `RSERVE_CUDA_GEMV_ROWS=N` sends up to N rows to the GEMV instead.
+//!
+//! CUDA graphs (`begin_capture` / `end_capture` / `replay`, used by `crate::graph_runner`): while capturing, ops are
+//! recorded, not run, and their memory comes from the graphs' own free list (`buffer.rs`); the attention work split
+//! a graph read is handed to the graph, so it lives as long as the graph.
 //!
 //! Boundary: kernel argument layouts live in `kernels/src/cl/*.cl`; `ops.rs` and `attention.rs` launch them exactly
 //! as the OpenCL backend does (OpenCL ND-ranges mapped onto CUDA grids by `host::grid_dims`).
@@ -18,12 +24,15 @@ mod kernels;
 mod ops;
 mod profile;
 
+use std::cell::Cell;
+
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::{result as blas, sys as bsys};
 use cudarc::driver::{result, CudaContext, CudaStream};
 
+pub use attention::decode_parts;
 pub use buffer::{Contents, CuBuffer};
 use buffer::Pool;
 use kernels::Kernels;
@@ -41,6 +50,7 @@ pub(crate) fn work_group(kernel: &str) -> usize {
         "paged_attention_decode" => ATTN_WG,
         "paged_attention_prefill" => PREFILL_WG,
         k if k.starts_with("matmul_rows") => GEMV_WG,
+        k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_tiled") => GEMM_WG,
         _ => ELEM_WG,
     }
@@ -52,6 +62,10 @@ pub struct CudaBackend {
     kernels: Kernels,
     attention_plan: RefCell<Option<attention::Plan>>,
     profile: Mutex<Option<profile::Profile>>,
+    /// cuBLAS' workspace, set explicitly so cuBLAS allocates nothing while a graph is captured.
+    workspace: RefCell<Option<CuBuffer>>,
+    capturing: Cell<bool>,
+    gemv_max_rows: Cell<usize>,
     pool: Arc<Pool>,
     blas: bsys::cublasHandle_t,
     stream: Arc<CudaStream>,
@@ -79,7 +93,7 @@ impl CudaBackend {
         let name = ctx.name().map_err(|e| be(format!("cuda: device name: {e:?}")))?;
         let cc = ctx.compute_capability().map_err(|e| be(format!("cuda: compute capability: {e:?}")))?;
         let total_mem = ctx.total_mem().map_err(|e| be(format!("cuda: memory size: {e:?}")))? as u64;
-        let stream = ctx.default_stream();
+        let stream = ctx.new_stream().map_err(|e| be(format!("cuda: creating a stream: {e:?}")))?;
         let blas = std::panic::catch_unwind(blas::create_handle)
             .map_err(|_| be("cuda: cuBLAS (libcublas.so) could not be loaded"))?
             .map_err(|e| be(format!("cuda: creating a cuBLAS handle: {e:?}")))?;
@@ -96,11 +110,22 @@ impl CudaBackend {
             kernels.compiled,
             host::ptx_cache_dir().display()
         );
+        let pool = Arc::new(Pool::default());
+        const WORKSPACE: usize = 32 << 20;
+        let workspace = CuBuffer::new(&pool, WORKSPACE, Contents::Raw)?;
+        // SAFETY: the workspace outlives every cuBLAS call on this handle (it is released in Drop, after a sync).
+        unsafe { bsys::cublasSetWorkspace_v2(blas, workspace.ptr() as *mut _, WORKSPACE) }
+            .result()
+            .map_err(|e| be(format!("cuda: cuBLAS workspace: {e:?}")))?;
+        let gemv_max_rows = std::env::var("RSERVE_CUDA_GEMV_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
         Ok(Self {
             kernels,
             attention_plan: RefCell::new(None),
             profile: Mutex::new(profile::Profile::from_env()),
-            pool: Arc::new(Pool::default()),
+            workspace: RefCell::new(Some(workspace)),
+            capturing: Cell::new(false),
+            gemv_max_rows: Cell::new(gemv_max_rows),
+            pool,
             blas,
             stream,
             ctx,
@@ -133,18 +158,149 @@ impl CudaBackend {
     fn upload_bytes(&self, bytes: &[u8], contents: Contents) -> Result<CuBuffer> {
         self.bind()?;
         let buf = CuBuffer::new(&self.pool, bytes.len(), contents)?;
-        if !bytes.is_empty() {
-            // SAFETY: the buffer holds at least `bytes.len()` bytes; the copy is ordered after earlier work on the
-            // legacy default stream, so a pooled buffer is not overwritten while an earlier op reads it.
-            unsafe { result::memcpy_htod_sync(buf.ptr(), bytes) }.map_err(|e| be(format!("cuda: upload: {e:?}")))?;
-        }
+        self.copy_in(&buf, bytes)?;
         Ok(buf)
     }
 
+    /// Host -> device copy into the start of `buf`, ordered on the backend's stream (after every earlier op, so a
+    /// pooled buffer is not overwritten while an earlier op reads it). From pageable memory the driver stages the
+    /// bytes before returning, so `bytes` may be dropped at once.
+    fn copy_in(&self, buf: &CuBuffer, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > buf.bytes() {
+            return Err(be(format!("cuda: {} bytes do not fit a buffer of {}", bytes.len(), buf.bytes())));
+        }
+        if self.capturing.get() {
+            return Err(be("cuda: a host copy cannot be part of a captured graph"));
+        }
+        if !bytes.is_empty() {
+            // SAFETY: the buffer holds at least `bytes.len()` bytes (checked above).
+            unsafe { result::memcpy_htod_async(buf.ptr(), bytes, self.stream.cu_stream()) }
+                .map_err(|e| be(format!("cuda: upload: {e:?}")))?;
+        }
+        Ok(())
+    }
+
+    /// Device -> host copy of the first `out.len()` elements of `buf`; waits for every earlier op.
+    fn copy_out<T: Copy>(&self, buf: &CuBuffer, out: &mut [T]) -> Result<()> {
+        self.bind()?;
+        if std::mem::size_of_val(out) > buf.bytes() {
+            return Err(be("cuda: download larger than its buffer"));
+        }
+        if !out.is_empty() {
+            // SAFETY: `buf` holds at least `out`'s bytes (checked); the stream is synchronised before `out` is read.
+            unsafe { result::memcpy_dtoh_async(out, buf.ptr(), self.stream.cu_stream()) }
+                .map_err(|e| be(format!("cuda: download: {e:?}")))?;
+        }
+        self.stream.synchronize().map_err(|e| be(format!("cuda: download: {e:?}")))
+    }
+
+    /// Overwrites a u32 buffer made by `upload_u32` in place (a graph's fixed inputs), host copy included.
+    pub fn write_u32(&self, buf: &mut CuBuffer, data: &[u32]) -> Result<()> {
+        self.bind()?;
+        buf.set_host_u32(data)?;
+        self.copy_in(buf, as_bytes(data))
+    }
+
+    /// Reads the first `len` values of a u32 buffer back (waits for every earlier op).
+    pub fn download_u32(&self, buf: &CuBuffer, len: usize) -> Result<Vec<u32>> {
+        let mut out = vec![0u32; len];
+        self.copy_out(buf, &mut out)?;
+        Ok(out)
+    }
+
+    /// `out[r] = argmax(x[r, ..width])` for `rows` rows on the device (lowest index among equal maxima, as the CPU
+    /// sampler picks); `out` is a u32 buffer of at least `rows` values.
+    pub fn argmax_rows(&self, x: &CuBuffer, rows: usize, width: usize, out: &CuBuffer) -> Result<()> {
+        self.bind()?;
+        x.f32("argmax x", rows * width)?;
+        if out.bytes() < rows * 4 {
+            return Err(be("argmax: output buffer too small"));
+        }
+        let wg = rserve_kernels::launch::ROW_WG;
+        self.kernels.launch("argmax_rows")?.buf(x).buf(out).u32(width).run(&self.stream, [rows * wg, 1, 1], [wg, 1, 1])
+    }
+
+    /// A u32 buffer of `len` values that a kernel fills (no copy, so it may be taken while capturing).
+    pub fn alloc_u32_output(&self, len: usize) -> Result<CuBuffer> {
+        self.bind()?;
+        CuBuffer::new(&self.pool, len * 4, Contents::U32 { host: vec![0; len] })
+    }
+
+    /// A u32 buffer of `len` zeros whose contents `write_u32` replaces.
+    pub fn alloc_u32(&self, len: usize) -> Result<CuBuffer> {
+        self.upload_u32(&vec![0u32; len])
+    }
+
+    /// Largest row count that takes the vectorised GEMV instead of cuBLAS (16-bit weights, k a multiple of 8).
+    pub fn set_gemv_max_rows(&self, rows: usize) {
+        self.gemv_max_rows.set(rows);
+    }
+
+    pub(crate) fn gemv_max_rows(&self) -> usize {
+        self.gemv_max_rows.get()
+    }
+
+    /// Starts recording ops into a CUDA graph instead of running them. Every op until `end_capture` must only
+    /// launch work (no host copies); the attention work split it needs must already be cached (run the same
+    /// step once eagerly first).
+    pub fn begin_capture(&self) -> Result<()> {
+        self.bind()?;
+        self.stream
+            .begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(|e| be(format!("cuda: beginning a graph capture: {e:?}")))?;
+        self.pool.set_capturing(true);
+        self.capturing.set(true);
+        Ok(())
+    }
+
+    /// Ends the capture (also after a failed op) and instantiates the graph; the graph takes the cached attention
+    /// work split it reads.
+    pub fn end_capture(&self) -> Result<Graph> {
+        self.bind()?;
+        self.pool.set_capturing(false);
+        self.capturing.set(false);
+        let g = self
+            .stream
+            .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+            .map_err(|e| be(format!("cuda: ending a graph capture: {e:?}")))?
+            .ok_or_else(|| be("cuda: the captured graph is empty"))?;
+        Ok(Graph { exec: g, _plan: self.attention_plan.borrow_mut().take() })
+    }
+
+    /// Runs a captured graph on the backend's stream (after every earlier op).
+    pub fn replay(&self, g: &Graph) -> Result<()> {
+        self.bind()?;
+        g.exec.launch().map_err(|e| be(format!("cuda: replaying a graph: {e:?}")))
+    }
+
+    /// A timing event recorded now on the backend's stream.
+    pub fn record_event(&self) -> Result<cudarc::driver::CudaEvent> {
+        self.bind()?;
+        let e = self
+            .ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| be(format!("cuda: event: {e:?}")))?;
+        e.record(&self.stream).map_err(|e| be(format!("cuda: event: {e:?}")))?;
+        Ok(e)
+    }
+
     fn profile(&self) -> Option<std::sync::MutexGuard<'_, Option<profile::Profile>>> {
+        if self.capturing.get() {
+            return None;
+        }
         self.profile.lock().ok().filter(|p| p.is_some())
     }
 }
+
+/// A captured, instantiated CUDA graph of one step shape, with the attention work split it reads.
+pub struct Graph {
+    exec: cudarc::driver::CudaGraph,
+    _plan: Option<attention::Plan>,
+}
+
+// SAFETY: a graph is created, replayed and destroyed by whichever single thread owns it (the engine thread owns the
+// runner that holds it); CUDA graph objects only need external serialisation, which ownership gives.
+unsafe impl Send for Graph {}
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
@@ -153,6 +309,7 @@ impl Drop for CudaBackend {
             *self.attention_plan.borrow_mut() = None;
             // SAFETY: the handle was created by this backend and is not used after this point.
             unsafe { blas::destroy_handle(self.blas).ok() };
+            drop(self.workspace.borrow_mut().take());
             self.pool.release_all();
         }
     }
@@ -208,6 +365,11 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn alloc_f32_scratch(&self, len: usize) -> Result<CuBuffer> {
+        self.bind()?;
+        CuBuffer::new(&self.pool, len * 4, Contents::F32 { len })
+    }
+
     fn alloc_f32(&self, len: usize) -> Result<CuBuffer> {
         self.bind()?;
         let b = CuBuffer::new(&self.pool, len * 4, Contents::F32 { len })?;
@@ -226,14 +388,9 @@ impl Backend for CudaBackend {
     }
 
     fn download_f32(&self, buf: &CuBuffer) -> Result<Vec<f32>> {
-        self.bind()?;
         let len = buf.f32_len().ok_or_else(|| be("download_f32: expected an f32 buffer"))?;
         let mut out = vec![0f32; len];
-        if len > 0 {
-            // SAFETY: a blocking copy of exactly `len` floats out of a buffer that holds them; the legacy default
-            // stream runs every earlier op first.
-            unsafe { result::memcpy_dtoh_sync(&mut out, buf.ptr()) }.map_err(|e| be(format!("cuda: download: {e:?}")))?;
-        }
+        self.copy_out(buf, &mut out)?;
         if let Some(mut p) = self.profile() {
             if let Some(p) = p.as_mut() {
                 p.step_done();

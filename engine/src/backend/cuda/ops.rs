@@ -1,6 +1,7 @@
 //! CUDA launches of the row-wise and elementwise ops (the portable kernels of `kernels/src/cl/{embedding,norm,rope,
 //! elementwise,kv_cache}.cl`, same grids and argument orders as the OpenCL backend) and the matrix multiply on
-//! cuBLAS (`cublasGemmEx`, f32 accumulation; activations rounded to the weight's 16-bit type first). Every buffer
+//! cuBLAS (`cublasGemmEx`, f32 accumulation; activations rounded to the weight's 16-bit type first), or for
+//! decode-sized row counts the portable vectorised GEMV (`matmul_vec_*`). Every buffer
 //! and index is checked on the host before a launch.
 
 use rserve_kernels::launch::*;
@@ -84,6 +85,23 @@ pub(super) fn matmul(
     out.f32("matmul out", m * n)?;
     if let Some(bias) = bias {
         bias.f32("matmul bias", n)?;
+    }
+    if m <= b.gemv_max_rows() && k % 8 == 0 && dtype != WeightDType::F32 {
+        // Decode-sized: the portable vectorised GEMV streams each weight row once with 16-byte loads and reads the
+        // f32 activations directly (no rounding to 16 bits, no conversion launch).
+        let name = if dtype == WeightDType::BF16 { "matmul_vec_bf16" } else { "matmul_vec_f16" };
+        return b
+            .kernels
+            .launch(name)?
+            .buf(x)
+            .buf(w)
+            .buf(bias.unwrap_or(x)) // never read without a bias
+            .buf(out)
+            .u32(m)
+            .u32(k)
+            .u32(n)
+            .u32(bias.is_some() as usize)
+            .run(&b.stream, [n.div_ceil(GEMV_VEC_COLS) * GEMV_VEC_WG, m.div_ceil(GEMV_ROWS), 1], [GEMV_VEC_WG, 1, 1]);
     }
     let (a_type, b_ptr, _scratch) = match dtype {
         WeightDType::F32 => (bsys::cudaDataType::CUDA_R_32F, x.ptr(), None),

@@ -1,4 +1,5 @@
-//! Opt-in timing of the CUDA backend (`RSERVE_CUDA_PROFILE=1`): a CUDA event pair around every op, summed per step
+//! Opt-in per-op timing of the CUDA backend's eager steps (`RSERVE_CUDA_PROFILE_OPS=1`, with `--enforce-eager` to
+//! see decode steps; graph replays are timed by `graph_runner`): a CUDA event pair around every op, summed per step
 //! (a step ends when the logits are read back) and compared with the step's wall time, so the share of a decode step
 //! the GPU is busy can be measured without Nsight. Windows of 64 decode steps are printed to stderr as
 //! `cuda-profile:` lines. Off by default: the events cost a little host time per op. (cudarc creates events with
@@ -30,7 +31,7 @@ pub(super) struct Profile {
 
 impl Profile {
     pub(super) fn from_env() -> Option<Self> {
-        std::env::var("RSERVE_CUDA_PROFILE").ok().filter(|v| v == "1").map(|_| Self {
+        std::env::var("RSERVE_CUDA_PROFILE_OPS").ok().filter(|v| v == "1").map(|_| Self {
             pending: Vec::new(),
             open: None,
             step_start: None,

@@ -91,6 +91,7 @@ pub fn work_group(kernel: &str) -> usize {
         "paged_attention_decode" => ATTN_WG,
         "paged_attention_prefill" => PREFILL_WG,
         k if k.starts_with("matmul_rows") => GEMV_WG,
+        k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_tiled") => GEMM_WG,
         _ => ELEM_WG,
     }
@@ -173,7 +174,10 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
             if let Some(bias) = bias {
                 f32_len(d, bias, "matmul bias", n)?;
             }
-            let (kernel, global) = if m <= GEMV_MAX_ROWS {
+            let (kernel, global) = if m <= GEMV_ROWS && k % 8 == 0 && dtype != WeightDType::F32 {
+                let name = if dtype == WeightDType::BF16 { "matmul_vec_bf16" } else { "matmul_vec_f16" };
+                (name, [n.div_ceil(GEMV_VEC_COLS) * GEMV_VEC_WG, 1, 1])
+            } else if m <= GEMV_MAX_ROWS {
                 let name = ["matmul_rows_f32", "matmul_rows_bf16", "matmul_rows_f16"][suffix(dtype)];
                 (name, [n.div_ceil(GEMV_COLS) * GEMV_WG, m.div_ceil(GEMV_ROWS), 1])
             } else {
@@ -342,7 +346,8 @@ fn check_meta<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &Attn
     Ok(qs[num_seqs] as usize)
 }
 
-/// The host side of the work split: decode entries `(row, seq, visible keys)`, prefill tiles `(seq, first pair)`,
+/// The host side of the work split: decode entries `(row, seq)` (the kernels derive each row's visible keys from
+/// `query_start` and `context_lens` on the device), prefill tiles `(seq, first pair)`,
 /// and the longest context among the decode rows. Expects metadata `check_meta` accepted (`query_start` has one
 /// more entry than `context_lens`).
 pub fn split_work(query_start: &[u32], context_lens: &[u32], group: usize, head_dim: usize) -> (Vec<u32>, Vec<u32>, usize) {
@@ -356,7 +361,7 @@ pub fn split_work(query_start: &[u32], context_lens: &[u32], group: usize, head_
             }
         } else {
             for t in 0..qlen {
-                entries.extend([q0 + t, seq as u32, c.saturating_sub(qlen) + t + 1]);
+                entries.extend([q0 + t, seq as u32]);
             }
             if qlen > 0 {
                 max_ctx = max_ctx.max(c as usize);
@@ -372,7 +377,7 @@ fn build_plan<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &Attn
     let decode = if entries.is_empty() {
         None
     } else {
-        let count = entries.len() / 3;
+        let count = entries.len() / 2;
         let max_parts = max_ctx.div_ceil(ATTN_MAX_PARTITION);
         let scratch = if max_parts > 1 {
             let outs = count * s.num_heads * max_parts;
@@ -437,6 +442,8 @@ fn paged_attention<D: KernelDevice>(
                 Buf(part_out),
                 Buf(part_ml),
                 Buf(&dec.entries),
+                Buf(meta.query_start),
+                Buf(meta.context_lens),
                 Buf(meta.block_tables),
                 u32_arg(meta.max_blocks_per_seq, kernel, "max_blocks")?,
                 u32_arg(s.num_heads, kernel, "num_heads")?,
@@ -460,6 +467,8 @@ fn paged_attention<D: KernelDevice>(
                     Buf(part_out),
                     Buf(part_ml),
                     Buf(&dec.entries),
+                    Buf(meta.query_start),
+                    Buf(meta.context_lens),
                     u32_arg(s.num_heads, kernel, "num_heads")?,
                     u32_arg(s.head_dim, kernel, "head_dim")?,
                     u32_arg(ATTN_MAX_PARTITION, kernel, "partition_size")?,

@@ -37,7 +37,7 @@ struct Prefill {
 
 /// The work split of one batch shape.
 pub(super) struct Plan {
-    key: (Vec<u32>, Vec<u32>, usize, usize, usize),
+    key: (Vec<u32>, usize, usize, usize, usize),
     decode: Option<Decode>,
     prefill: Option<Prefill>,
 }
@@ -94,7 +94,7 @@ fn build_plan(b: &OpenClBackend, meta: &AttentionMeta<'_, ClBuffer>, s: &Shape) 
             }
         } else {
             for t in 0..qlen {
-                entries.extend([q0 + t, seq as u32, c - qlen + t + 1]);
+                entries.extend([q0 + t, seq as u32]);
             }
             if qlen > 0 {
                 max_ctx = max_ctx.max(c as usize);
@@ -104,7 +104,7 @@ fn build_plan(b: &OpenClBackend, meta: &AttentionMeta<'_, ClBuffer>, s: &Shape) 
     let decode = if entries.is_empty() {
         None
     } else {
-        let count = entries.len() / 3;
+        let count = entries.len() / 2;
         let max_parts = max_ctx.div_ceil(ATTN_MAX_PARTITION);
         let scratch = if max_parts > 1 {
             let outs = count * s.num_heads * max_parts;
@@ -120,8 +120,20 @@ fn build_plan(b: &OpenClBackend, meta: &AttentionMeta<'_, ClBuffer>, s: &Shape) 
     Ok(Plan { key: plan_key(meta, s), decode, prefill })
 }
 
-fn plan_key(meta: &AttentionMeta<'_, ClBuffer>, s: &Shape) -> (Vec<u32>, Vec<u32>, usize, usize, usize) {
-    (meta.host_query_start.to_vec(), meta.host_context_lens.to_vec(), s.num_heads, s.num_kv_heads, s.head_dim)
+/// What the work split depends on: which rows the batch has (query starts) and how many partitions its longest
+/// decode row needs, never the context lengths themselves (the kernels read those on the device).
+fn plan_key(meta: &AttentionMeta<'_, ClBuffer>, s: &Shape) -> (Vec<u32>, usize, usize, usize, usize) {
+    let (qs, ctx) = (meta.host_query_start, meta.host_context_lens);
+    let tiled_prefill = s.head_dim <= PREFILL_MAX_HEAD_DIM;
+    let parts = (0..ctx.len())
+        .filter(|&i| {
+            let qlen = qs[i + 1] - qs[i];
+            qlen == 1 || (qlen > 1 && !tiled_prefill)
+        })
+        .map(|i| (ctx[i] as usize).div_ceil(ATTN_MAX_PARTITION))
+        .max()
+        .unwrap_or(0);
+    (qs.to_vec(), parts, s.num_heads, s.num_kv_heads, s.head_dim)
 }
 
 pub(super) fn paged_attention(
@@ -140,14 +152,8 @@ pub(super) fn paged_attention(
     out.f32("paged_attention out", num_rows * s.num_heads * s.head_dim)?;
 
     let mut cached = b.attention_plan.borrow_mut();
-    let stale = match cached.as_ref() {
-        Some(p) => {
-            p.key.0 != meta.host_query_start
-                || p.key.1 != meta.host_context_lens
-                || (p.key.2, p.key.3, p.key.4) != (s.num_heads, s.num_kv_heads, s.head_dim)
-        }
-        None => true,
-    };
+    let key = plan_key(meta, s);
+    let stale = cached.as_ref().is_none_or(|p| p.key != key);
     if stale {
         *cached = None; // release the old scratch before allocating the new
         *cached = Some(build_plan(b, meta, s)?);
@@ -171,6 +177,8 @@ pub(super) fn paged_attention(
             .buf(part_out)
             .buf(part_ml)
             .buf(&d.entries)
+            .buf(meta.query_start)
+            .buf(meta.context_lens)
             .buf(meta.block_tables)
             .u32(meta.max_blocks_per_seq)
             .u32(s.num_heads)
@@ -189,6 +197,8 @@ pub(super) fn paged_attention(
                 .buf(part_out)
                 .buf(part_ml)
                 .buf(&d.entries)
+                .buf(meta.query_start)
+                .buf(meta.context_lens)
                 .u32(s.num_heads)
                 .u32(s.head_dim)
                 .u32(ATTN_MAX_PARTITION)

@@ -21,6 +21,7 @@ pub(super) fn work_group(kernel: &str) -> usize {
         "paged_attention_decode" => ATTN_WG,
         "paged_attention_prefill" => PREFILL_WG,
         k if k.starts_with("matmul_rows") => GEMV_WG,
+        k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_tiled") => GEMM_WG,
         _ => ELEM_WG,
     }

@@ -91,6 +91,9 @@ pub(super) fn matmul(
             WeightDType::F16 => "matmul_wi_f16",
         };
         (name, [round_up(n, ELEM_WG), m.div_ceil(GEMV_WI_ROWS), 1], [ELEM_WG, 1, 1])
+    } else if m <= GEMV_ROWS && k % 8 == 0 && dtype != WeightDType::F32 {
+        let name = if dtype == WeightDType::BF16 { "matmul_vec_bf16" } else { "matmul_vec_f16" };
+        (name, [n.div_ceil(GEMV_VEC_COLS) * GEMV_VEC_WG, 1, 1], [GEMV_VEC_WG, 1, 1])
     } else if m <= GEMV_MAX_ROWS {
         let name = match dtype {
             WeightDType::F32 => "matmul_rows_f32",

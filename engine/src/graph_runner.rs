@@ -1,0 +1,331 @@
+//! `CudaGraphRunner`: the CUDA backend's step runner. Decode steps (one new token per sequence) are padded to a
+//! batch-size bucket and replayed from a CUDA graph captured once per (bucket, split-KV partitions); everything
+//! else (prefill chunks, mixed steps, batches beyond the largest bucket, `--enforce-eager`) runs op by op.
+//!
+//! A step through a graph: flatten the batch, pad it to the bucket (`FlatBatch::pad_decode`: extra rows write only a
+//! reserved KV block past the scheduler's ones), overwrite the bucket's fixed input buffers, replay, read back the
+//! logits or — for greedy steps — the argmax ids (a u32 per sequence instead of `vocab` floats). The first step of
+//! a key runs eagerly (its result is used, and it leaves the attention work split cached), then the same step is
+//! captured; later steps replay. The graph reads only device memory that outlives it: weights, KV cache, the
+//! bucket's inputs, and what the capture allocated from the graphs' own free list (see `backend/cuda/buffer.rs`).
+//!
+//! `RSERVE_CUDA_PROFILE=1` prints, every 64 graph decode steps, the wall time per step and the GPU time of the
+//! replays (CUDA events around each replay), whose ratio is the share of a decode step the GPU is busy.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use crate::backend::cuda::{CuBuffer, CudaBackend, Graph};
+use crate::backend::Backend;
+use crate::config::ModelParams;
+use crate::error::{EngineError, Result};
+use crate::model::shard::NoComm;
+use crate::model::{BatchInput, DeviceBatch, DeviceOutput, FlatBatch, LlamaModel, PagedKvCache};
+use crate::runner::StepRunner;
+use crate::weights::Weights;
+
+/// Batch sizes decode graphs are captured for (a batch takes the smallest bucket that holds it), up to
+/// `max_num_seqs` rounded up to a bucket.
+pub fn buckets(max_num_seqs: usize) -> Vec<usize> {
+    let mut b = vec![1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128];
+    let mut next = 160;
+    while *b.last().unwrap_or(&1) < max_num_seqs {
+        b.push(next);
+        next += 32;
+    }
+    let cut = b.iter().position(|&x| x >= max_num_seqs).map_or(b.len(), |i| i + 1);
+    b.truncate(cut);
+    b
+}
+
+/// Options of the runner.
+#[derive(Debug, Clone, Copy)]
+pub struct GraphOptions {
+    pub max_model_len: usize,
+    pub max_num_seqs: usize,
+    /// `--enforce-eager`: never capture; every step runs op by op.
+    pub enforce_eager: bool,
+}
+
+struct Captured {
+    graph: Graph,
+    logits: CuBuffer,
+    ids: CuBuffer,
+}
+
+#[derive(Default)]
+struct Profile {
+    steps: usize,
+    batch: usize,
+    wall_ms: f64,
+    gpu_ms: f64,
+    last_end: Option<Instant>,
+}
+
+/// The model on a CUDA GPU, with decode steps replayed from CUDA graphs.
+pub struct CudaGraphRunner {
+    // Drop order: graphs and their buffers before the model, cache and backend.
+    graphs: HashMap<(usize, usize), Captured>,
+    inputs: HashMap<usize, DeviceBatch<CudaBackend>>,
+    model: LlamaModel<CudaBackend>,
+    cache: PagedKvCache<CudaBackend>,
+    /// Blocks the scheduler may hand out; block `usable_blocks` is the padding rows' own.
+    usable_blocks: usize,
+    max_blocks: usize,
+    buckets: Vec<usize>,
+    opts: GraphOptions,
+    profile: Option<Profile>,
+    backend: CudaBackend,
+}
+
+/// What a step reads back.
+enum Want {
+    Logits,
+    Argmax,
+}
+
+enum Got {
+    Logits(Vec<f32>),
+    Ids(Vec<u32>),
+}
+
+impl CudaGraphRunner {
+    /// Uploads the weights and allocates `num_blocks` KV blocks (plus the padding block).
+    pub fn new(
+        backend: CudaBackend,
+        params: &ModelParams,
+        weights: &Weights,
+        num_blocks: usize,
+        block_size: usize,
+        opts: GraphOptions,
+    ) -> Result<Self> {
+        let model = LlamaModel::load(&backend, params, weights)?;
+        let cache = PagedKvCache::new(&backend, params, num_blocks + 1, block_size)?;
+        let max_blocks = opts.max_model_len.max(1).div_ceil(block_size);
+        tracing::info!(
+            "cuda: decode steps {} (buckets {:?})",
+            if opts.enforce_eager { "run eagerly (--enforce-eager)" } else { "replay CUDA graphs" },
+            buckets(opts.max_num_seqs)
+        );
+        let profile = std::env::var("RSERVE_CUDA_PROFILE").ok().filter(|v| v == "1").map(|_| Profile::default());
+        Ok(Self {
+            graphs: HashMap::new(),
+            inputs: HashMap::new(),
+            model,
+            cache,
+            usable_blocks: num_blocks,
+            max_blocks,
+            buckets: buckets(opts.max_num_seqs),
+            opts,
+            profile,
+            backend,
+        })
+    }
+
+    pub fn backend(&self) -> &CudaBackend {
+        &self.backend
+    }
+
+    /// Turns graph replay off (`true`) or on for the next steps (benchmarks compare the two).
+    pub fn set_enforce_eager(&mut self, eager: bool) {
+        self.opts.enforce_eager = eager;
+    }
+
+    /// Graphs captured so far.
+    pub fn num_graphs(&self) -> usize {
+        self.graphs.len()
+    }
+
+    /// The bucket a decode batch replays in, if it takes the graph path.
+    fn bucket_for(&self, batch: &BatchInput) -> Option<usize> {
+        if self.opts.enforce_eager || batch.seqs.is_empty() || batch.seqs.iter().any(|s| s.token_ids.len() != 1) {
+            return None;
+        }
+        if batch.seqs.iter().any(|s| s.block_table.len() > self.max_blocks) {
+            return None;
+        }
+        self.buckets.iter().copied().find(|&b| b >= batch.seqs.len())
+    }
+
+    fn check(&self, batch: &BatchInput) -> Result<()> {
+        batch.validate(self.cache.block_size, self.usable_blocks)?;
+        let vocab = self.model.params().vocab_size;
+        if let Some(t) = batch.seqs.iter().flat_map(|s| &s.token_ids).find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, batch: &BatchInput, want: Want) -> Result<Got> {
+        self.check(batch)?;
+        if batch.num_tokens() == 0 {
+            return Ok(match want {
+                Want::Logits => Got::Logits(Vec::new()),
+                Want::Argmax => Got::Ids(Vec::new()),
+            });
+        }
+        match self.bucket_for(batch) {
+            Some(bucket) => self.run_graph(batch, bucket, want),
+            None => self.run_eager(batch, want),
+        }
+    }
+
+    fn run_eager(&mut self, batch: &BatchInput, want: Want) -> Result<Got> {
+        let b = &self.backend;
+        let flat = FlatBatch::new(batch, 0);
+        let dev = DeviceBatch::upload(b, &flat)?;
+        let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, &dev, &self.cache, &NoComm, None)? else {
+            return Err(EngineError::Backend("cuda: the model has no LM head".into()));
+        };
+        self.read(&logits, None, flat.num_seqs(), flat.num_seqs(), want)
+    }
+
+    fn read(&self, logits: &CuBuffer, ids: Option<&CuBuffer>, rows: usize, real: usize, want: Want) -> Result<Got> {
+        let b = &self.backend;
+        let vocab = self.model.params().vocab_size;
+        match want {
+            Want::Logits => {
+                let mut all = b.download_f32(logits)?;
+                all.truncate(real * vocab);
+                Ok(Got::Logits(all))
+            }
+            Want::Argmax => {
+                let out = match ids {
+                    Some(ids) => b.download_u32(ids, real)?,
+                    None => {
+                        let ids = b.alloc_u32(rows)?;
+                        b.argmax_rows(logits, rows, vocab, &ids)?;
+                        b.download_u32(&ids, real)?
+                    }
+                };
+                Ok(Got::Ids(out))
+            }
+        }
+    }
+
+    fn run_graph(&mut self, batch: &BatchInput, bucket: usize, want: Want) -> Result<Got> {
+        let real = batch.seqs.len();
+        let mut flat = FlatBatch::new(batch, self.max_blocks);
+        flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
+        let parts = crate::backend::cuda::decode_parts(flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1));
+        let b = &self.backend;
+        if !self.inputs.contains_key(&bucket) {
+            self.inputs.insert(bucket, DeviceBatch::upload(b, &flat)?);
+        }
+        let dev = self.inputs.get_mut(&bucket).ok_or_else(|| EngineError::Backend("cuda: bucket inputs".into()))?;
+        b.write_u32(&mut dev.ids, &flat.ids)?;
+        b.write_u32(&mut dev.positions, &flat.positions)?;
+        b.write_u32(&mut dev.slots, &flat.slots)?;
+        b.write_u32(&mut dev.query_start, &flat.query_start)?;
+        b.write_u32(&mut dev.context_lens, &flat.context_lens)?;
+        b.write_u32(&mut dev.block_tables, &flat.tables)?;
+        b.write_u32(&mut dev.last_rows, &flat.last_rows)?;
+        let dev = &self.inputs[&bucket];
+        let key = (bucket, parts);
+        if !self.graphs.contains_key(&key) {
+            // First sight of this shape: run it eagerly (this step's result; it also caches the attention work
+            // split), then record the same ops into a graph for the next steps.
+            let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)? else {
+                return Err(EngineError::Backend("cuda: the model has no LM head".into()));
+            };
+            let got = self.read(&logits, None, bucket, real, want)?;
+            drop(logits);
+            let t0 = Instant::now();
+            b.begin_capture()?;
+            let recorded = (|| -> Result<(CuBuffer, CuBuffer)> {
+                let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)? else {
+                    return Err(EngineError::Backend("cuda: the model has no LM head".into()));
+                };
+                let ids = b.alloc_u32_output(bucket)?;
+                b.argmax_rows(&logits, bucket, self.model.params().vocab_size, &ids)?;
+                Ok((logits, ids))
+            })();
+            let graph = b.end_capture();
+            let (logits, ids) = recorded?;
+            let graph = graph?;
+            tracing::debug!("cuda: captured the decode graph of batch {bucket} x {parts} partition(s) in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+            self.graphs.insert(key, Captured { graph, logits, ids });
+            return Ok(got);
+        }
+        let g = &self.graphs[&key];
+        let timing = match self.profile.is_some() {
+            true => Some(b.record_event()?),
+            false => None,
+        };
+        b.replay(&g.graph)?;
+        let end = match timing {
+            Some(_) => Some(b.record_event()?),
+            None => None,
+        };
+        let got = self.read(&g.logits, Some(&g.ids), bucket, real, want)?;
+        if let (Some(p), Some(a), Some(e)) = (self.profile.as_mut(), timing, end) {
+            let now = Instant::now();
+            let gpu = a.elapsed_ms(&e).unwrap_or(0.0) as f64;
+            // Wall time of a step: from the end of the previous step (host work in between counts), unless the
+            // engine sat idle.
+            let wall = match p.last_end {
+                Some(t) if now.duration_since(t).as_secs_f64() < 1.0 => now.duration_since(t).as_secs_f64() * 1e3,
+                _ => gpu,
+            };
+            p.last_end = Some(now);
+            p.steps += 1;
+            p.batch = real;
+            p.wall_ms += wall;
+            p.gpu_ms += gpu;
+            if p.steps == 64 {
+                eprintln!(
+                    "cuda-profile: graph decode batch={} bucket={bucket} steps={} wall_per_step_ms={:.3} gpu_busy_per_step_ms={:.3} busy_share={:.1}%",
+                    p.batch,
+                    p.steps,
+                    p.wall_ms / p.steps as f64,
+                    p.gpu_ms / p.steps as f64,
+                    100.0 * p.gpu_ms / p.wall_ms.max(1e-9)
+                );
+                *p = Profile { last_end: p.last_end, ..Profile::default() };
+            }
+        }
+        Ok(got)
+    }
+}
+
+impl StepRunner for CudaGraphRunner {
+    fn execute(&mut self, batch: &BatchInput) -> Result<Vec<f32>> {
+        match self.run(batch, Want::Logits)? {
+            Got::Logits(l) => Ok(l),
+            Got::Ids(_) => Err(EngineError::Backend("cuda: expected logits".into())),
+        }
+    }
+
+    fn execute_greedy(&mut self, batch: &BatchInput) -> Result<Option<Vec<u32>>> {
+        match self.run(batch, Want::Argmax)? {
+            Got::Ids(ids) => Ok(Some(ids)),
+            Got::Logits(_) => Err(EngineError::Backend("cuda: expected ids".into())),
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.params().vocab_size
+    }
+
+    fn device_name(&self) -> String {
+        self.backend.device_name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::buckets;
+
+    #[test]
+    fn buckets_cover_max_num_seqs() {
+        assert_eq!(buckets(1), vec![1]);
+        assert_eq!(buckets(3), vec![1, 2, 4]);
+        assert_eq!(buckets(64), vec![1, 2, 4, 8, 16, 24, 32, 48, 64]);
+        assert_eq!(*buckets(256).last().unwrap(), 256);
+        assert_eq!(*buckets(300).last().unwrap(), 320);
+        for m in 1..600 {
+            let b = buckets(m);
+            assert!(*b.last().unwrap() >= m && b.windows(2).all(|w| w[0] < w[1]), "{m}: {b:?}");
+        }
+    }
+}
