@@ -364,7 +364,8 @@ fn bench(dir: &str) -> R<()> {
     println!("bench: {} ({})", dir, gpu.device_name());
     println!("matmul | shape (k -> n) | rows | path | us | weight GB/s");
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-    for (k, n) in [(h, h + 2 * kv), (h, h), (h, kv), (h, inter), (inter, h), (h, vocab)] {
+    let shapes = if std::env::var("RSERVE_BENCH_SKIP_MATMUL").is_ok() { vec![] } else { vec![(h, h + 2 * kv), (h, h), (h, kv), (h, inter), (inter, h), (h, vocab)] };
+    for (k, n) in shapes {
         // Enough copies of the weight to stream past the 60 MB L2 on every call.
         let bytes = k * n * 2;
         let copies = (256_000_000 / bytes).clamp(1, 16);
@@ -398,7 +399,8 @@ fn bench(dir: &str) -> R<()> {
     let weights = rserve_engine::weights::dummy::dummy(&params, candle_core::DType::BF16, 0)?;
     let bs = 16;
     let (ctx, max_batch) = (256usize, 256usize);
-    let per_seq = (ctx + 64).div_ceil(bs);
+    // Room for the warm-up and timed steps of both modes (each starts again at `ctx`).
+    let per_seq = (ctx + 3 + 64 + 1).div_ceil(bs);
     let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false };
     let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, per_seq * max_batch, bs, opts)?;
     drop(weights);
@@ -417,7 +419,8 @@ fn bench(dir: &str) -> R<()> {
                 Ok(())
             };
             for _ in 0..3 { step(pos)?; pos += 1; }
-            let steps = 30;
+            // With RSERVE_CUDA_PROFILE_OPS=1 the backend prints a per-op breakdown every 64 eager decode steps.
+            let steps = if eager && std::env::var("RSERVE_CUDA_PROFILE_OPS").is_ok() { 64 } else { 30 };
             let t0 = std::time::Instant::now();
             for _ in 0..steps { step(pos)?; pos += 1; }
             let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;

@@ -73,7 +73,7 @@ op_parity!(add_rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, true) });
 /// multiple of 4, odd n, with and without a bias.
 fn matmul<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<opencl_common::Output> {
     let mut outs = Vec::new();
-    for (m, k, n, bias) in [(1, 576, 1536, false), (3, 577, 1000, true), (16, 256, 190, false), (17, 300, 129, true), (5, 579, 33, true), (70, 576, 576, false)] {
+    for (m, k, n, bias) in [(1, 576, 1536, false), (4, 1024, 37, true), (3, 577, 1000, true), (16, 256, 190, false), (17, 300, 129, true), (5, 579, 33, true), (70, 576, 576, false)] {
         let x = b.upload_f32(&random(rng, m * k, 1.0)).unwrap();
         let w = weight(b, random(rng, n * k, 0.5), n, k, dtype);
         let bias = bias.then(|| b.upload_f32(&random(rng, n, 1.0)).unwrap());

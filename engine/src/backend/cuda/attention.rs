@@ -5,15 +5,26 @@
 
 use rserve_kernels::launch::*;
 
-/// Keys per split-KV partition on NVIDIA GPUs (a capacity of the kernel is `ATTN_MAX_PARTITION`): short partitions
-/// give a decode row many work-groups, so even batch 1 fills the GPU; `paged_attention_reduce` combines them.
-pub const PARTITION: usize = 128;
+/// Keys per split-KV partition on NVIDIA GPUs (at most the kernel's capacity `ATTN_MAX_PARTITION`): short
+/// partitions give a decode row many work-groups, so even batch 1 fills the GPU; `paged_attention_reduce` combines
+/// them. Default 64 (the best of 64 / 128 / 256 measured on an H200, BENCHMARKS.md); `RSERVE_CUDA_ATTN_PARTITION`
+/// (16 ..= ATTN_MAX_PARTITION, a power of two) overrides it.
+pub fn partition() -> usize {
+    static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *P.get_or_init(|| {
+        std::env::var("RSERVE_CUDA_ATTN_PARTITION")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|p| p.is_power_of_two() && (16..=ATTN_MAX_PARTITION).contains(p))
+            .unwrap_or(64)
+    })
+}
 
 /// Partitions the decode launch has for a longest context of `max_ctx` keys: rounded up to a power of two, so a
 /// captured graph (which fixes the grid) serves every context up to that size; the kernels skip partitions past a
 /// row's own context.
 pub fn decode_parts(max_ctx: usize) -> usize {
-    max_ctx.div_ceil(PARTITION).max(1).next_power_of_two()
+    max_ctx.div_ceil(partition()).max(1).next_power_of_two()
 }
 
 use super::buffer::{CuBuffer, Contents};
@@ -196,7 +207,7 @@ pub(super) fn paged_attention(
             .u32(s.num_kv_heads)
             .u32(s.head_dim)
             .u32(s.block_size)
-            .u32(PARTITION)
+            .u32(partition())
             .u32(d.max_parts)
             .f32(s.scale)
             .run(&b.stream, [d.count * wg, s.num_kv_heads * chunks, d.max_parts], [wg, 1, 1])?;
@@ -212,7 +223,7 @@ pub(super) fn paged_attention(
                 .buf(meta.context_lens)
                 .u32(s.num_heads)
                 .u32(s.head_dim)
-                .u32(PARTITION)
+                .u32(partition())
                 .u32(d.max_parts)
                 .run(&b.stream, [d.count * wg, s.num_heads, 1], [wg, 1, 1])?;
         }

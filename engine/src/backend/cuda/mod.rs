@@ -191,7 +191,14 @@ impl CudaBackend {
             unsafe { result::memcpy_dtoh_async(out, buf.ptr(), self.stream.cu_stream()) }
                 .map_err(|e| be(format!("cuda: download: {e:?}")))?;
         }
-        self.stream.synchronize().map_err(|e| be(format!("cuda: download: {e:?}")))
+        self.stream.synchronize().map_err(|e| be(format!("cuda: download: {e:?}")))?;
+        // A blocking read-back ends a step for the per-op profile.
+        if let Some(mut p) = self.profile() {
+            if let Some(p) = p.as_mut() {
+                p.step_done();
+            }
+        }
+        Ok(())
     }
 
     /// Overwrites a u32 buffer made by `upload_u32` in place (a graph's fixed inputs), host copy included.
@@ -391,11 +398,6 @@ impl Backend for CudaBackend {
         let len = buf.f32_len().ok_or_else(|| be("download_f32: expected an f32 buffer"))?;
         let mut out = vec![0f32; len];
         self.copy_out(buf, &mut out)?;
-        if let Some(mut p) = self.profile() {
-            if let Some(p) = p.as_mut() {
-                p.step_done();
-            }
-        }
         Ok(out)
     }
 
