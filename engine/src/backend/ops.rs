@@ -21,6 +21,23 @@ pub struct AttentionMeta<'a, B> {
     pub host_block_tables: &'a [u32],
 }
 
+impl<B> AttentionMeta<'_, B> {
+    /// The longest context among the rows the per-row decode kernel serves: one-token rows, and every row when
+    /// heads are too large for the tiled prefill kernel (`tiled_prefill` false); 0 when there are none. A decode
+    /// work split needs this (its partition count), never the other context lengths.
+    pub fn longest_decode_context(&self, tiled_prefill: bool) -> usize {
+        let (qs, ctx) = (self.host_query_start, self.host_context_lens);
+        (0..ctx.len().min(qs.len().saturating_sub(1)))
+            .filter(|&i| {
+                let qlen = qs[i + 1].saturating_sub(qs[i]);
+                qlen == 1 || (qlen > 1 && !tiled_prefill)
+            })
+            .map(|i| ctx[i] as usize)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 /// One backend operation. Matched exhaustively: a backend missing an op does not compile.
 pub enum Op<'a, B> {
     /// `out[t] = table[ids[t]]`; table `[vocab, hidden]`.
@@ -64,4 +81,32 @@ pub enum Op<'a, B> {
     },
     /// `out[i] = x[rows[i]]`: pick the rows whose logits are needed.
     GatherRows { x: &'a B, rows: &'a B, out: &'a B, num_rows: usize, width: usize },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AttentionMeta;
+
+    #[test]
+    fn longest_decode_context_counts_only_rows_of_the_decode_kernel() {
+        let (qs, ctx) = ([0u32, 37, 38, 40, 41], [37u32, 5, 12, 2000]);
+        let meta = AttentionMeta::<()> {
+            num_seqs: 4,
+            query_start: &(),
+            context_lens: &(),
+            block_tables: &(),
+            max_blocks_per_seq: 1,
+            host_query_start: &qs,
+            host_context_lens: &ctx,
+            host_block_tables: &[],
+        };
+        // One-token rows (sequences 1 and 3) go to the decode kernel; prefill chunks to the tiled kernel.
+        assert_eq!(meta.longest_decode_context(true), 2000);
+        // Without the tiled kernel every row is a decode row.
+        let short = AttentionMeta::<()> { host_query_start: &qs[..3], host_context_lens: &ctx[..2], num_seqs: 2, ..meta };
+        assert_eq!(short.longest_decode_context(true), 5);
+        assert_eq!(short.longest_decode_context(false), 37);
+        let none = AttentionMeta::<()> { host_query_start: &qs[..2], host_context_lens: &ctx[..1], num_seqs: 1, ..meta };
+        assert_eq!(none.longest_decode_context(true), 0);
+    }
 }

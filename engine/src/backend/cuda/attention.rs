@@ -145,17 +145,9 @@ fn build_plan(b: &CudaBackend, meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) ->
 /// What the work split depends on: which rows the batch has (query starts) and how many partitions its longest
 /// decode row needs, never the context lengths themselves (the kernels read those on the device).
 fn plan_key(meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) -> (Vec<u32>, usize, usize, usize, usize) {
-    let (qs, ctx) = (meta.host_query_start, meta.host_context_lens);
-    let tiled_prefill = s.head_dim <= PREFILL_MAX_HEAD_DIM;
-    let parts = (0..ctx.len())
-        .filter(|&i| {
-            let qlen = qs[i + 1] - qs[i];
-            qlen == 1 || (qlen > 1 && !tiled_prefill)
-        })
-        .map(|i| ctx[i] as usize)
-        .max()
-        .map_or(0, decode_parts);
-    (qs.to_vec(), parts, s.num_heads, s.num_kv_heads, s.head_dim)
+    let longest = meta.longest_decode_context(s.head_dim <= PREFILL_MAX_HEAD_DIM);
+    let parts = if longest == 0 { 0 } else { decode_parts(longest) };
+    (meta.host_query_start.to_vec(), parts, s.num_heads, s.num_kv_heads, s.head_dim)
 }
 
 pub(super) fn paged_attention(
