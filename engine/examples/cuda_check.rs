@@ -83,7 +83,7 @@ enum OpSpec {
     Gather { x: Vec<f32>, rows: Vec<u32>, width: usize },
     /// Write k/v for every token of every sequence (a full prefill or a decode step), then attention.
     Attention { q: Vec<f32>, k: Vec<f32>, v: Vec<f32>, qs: Vec<u32>, ctx: Vec<u32>, tables: Vec<u32>, max_blocks: usize,
-        slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, bs: usize, num_blocks: usize, cache_k: Vec<f32>, cache_v: Vec<f32> },
+        slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, bs: usize, cache_k: Vec<f32>, cache_v: Vec<f32> },
 }
 
 fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
@@ -137,7 +137,7 @@ fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             b.run(Op::GatherRows { x: &xb, rows: &rb, out: &out, num_rows: rows.len(), width: *width })?;
             b.download_f32(&out)?
         }
-        OpSpec::Attention { q, k, v, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, num_blocks: _, cache_k, cache_v } => {
+        OpSpec::Attention { q, k, v, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, cache_k, cache_v } => {
             let (kc, vc) = (b.upload_f32(cache_k)?, b.upload_f32(cache_v)?);
             let (kb, vb, sb) = (b.upload_f32(k)?, b.upload_f32(v)?, b.upload_u32(slots)?);
             let n = slots.len();
@@ -193,7 +193,6 @@ fn attention_spec(rng: &mut rand::rngs::StdRng, ctx: &[usize], qlen: &[usize], h
         kvh,
         hd,
         bs,
-        num_blocks,
         cache_k: rand_vec(rng, num_blocks * bs * row, 1.0),
         cache_v: rand_vec(rng, num_blocks * bs * row, 1.0),
     }
@@ -257,15 +256,32 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         fails += (!ok) as usize;
         println!("kernel-check {:<34} {} rows={rows} width={width} (ties planted)", "argmax_rows", if ok { "PASS" } else { "FAIL" });
     }
-    for (name, tol, spec) in &specs {
-        match both(cpu, gpu, name, *tol, &mut fails, |b| b.check(spec)) {
-            Ok(()) => {}
-            Err(e) => {
-                fails += 1;
-                println!("kernel-check {name:<34} FAIL error: {e}");
+    // The matmuls again with the vectorised GEMV on for up to 8 rows (cuBLAS runs them by default).
+    let gemv: Vec<(String, f32, OpSpec)> = specs
+        .iter()
+        .filter_map(|(name, tol, spec)| match spec {
+            OpSpec::MatMul { x, w, dtype, bias, m, k, n } if *m <= 8 && *k % 8 == 0 && *dtype != DType::F32 => Some((
+                format!("{name} (gemv)"),
+                *tol,
+                OpSpec::MatMul { x: x.clone(), w: w.clone(), dtype: *dtype, bias: bias.clone(), m: *m, k: *k, n: *n },
+            )),
+            _ => None,
+        })
+        .collect();
+    let default_rows = gpu.gemv_rows();
+    for (pass, list) in [(default_rows, &specs), (8, &gemv)] {
+        gpu.set_gemv_max_rows(pass);
+        for (name, tol, spec) in list {
+            match both(cpu, gpu, name, *tol, &mut fails, |b| b.check(spec)) {
+                Ok(()) => {}
+                Err(e) => {
+                    fails += 1;
+                    println!("kernel-check {name:<34} FAIL error: {e}");
+                }
             }
         }
     }
+    gpu.set_gemv_max_rows(default_rows);
     Ok(fails)
 }
 

@@ -243,6 +243,11 @@ impl CudaBackend {
         self.gemv_max_rows.set(rows);
     }
 
+    /// The current `set_gemv_max_rows` value.
+    pub fn gemv_rows(&self) -> usize {
+        self.gemv_max_rows.get()
+    }
+
     pub(crate) fn gemv_max_rows(&self) -> usize {
         self.gemv_max_rows.get()
     }
