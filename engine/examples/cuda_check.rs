@@ -422,7 +422,11 @@ fn bench(dir: &str) -> R<()> {
     drop(weights);
     println!("bench: dummy weights generated and uploaded in {:.1} s", t0.elapsed().as_secs_f64());
     println!("decode | batch | mode | ms per step | tok/s");
-    for batch in [1usize, 16, 64, 256] {
+    let batches: Vec<usize> = std::env::var("RSERVE_BENCH_BATCHES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 16, 64, 256]);
+    for batch in batches {
         for eager in [false, true] {
             runner.set_enforce_eager(eager);
             let tables: Vec<Vec<u32>> = (0..batch).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();

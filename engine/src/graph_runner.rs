@@ -66,6 +66,8 @@ struct Profile {
 pub struct CudaGraphRunner {
     // Drop order: graphs and their buffers before the model, cache and backend.
     graphs: HashMap<(usize, usize), Captured>,
+    /// Keys whose capture failed: their steps run op by op (over the padded inputs).
+    uncapturable: std::collections::HashSet<(usize, usize)>,
     inputs: HashMap<usize, DeviceBatch<CudaBackend>>,
     model: LlamaModel<CudaBackend>,
     cache: PagedKvCache<CudaBackend>,
@@ -110,6 +112,7 @@ impl CudaGraphRunner {
         let profile = std::env::var("RSERVE_CUDA_PROFILE").ok().filter(|v| v == "1").map(|_| Profile::default());
         Ok(Self {
             graphs: HashMap::new(),
+            uncapturable: Default::default(),
             inputs: HashMap::new(),
             model,
             cache,
@@ -222,6 +225,12 @@ impl CudaGraphRunner {
         b.write_u32(&mut dev.last_rows, &flat.last_rows)?;
         let dev = &self.inputs[&bucket];
         let key = (bucket, parts);
+        if self.uncapturable.contains(&key) {
+            let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)? else {
+                return Err(EngineError::Backend("cuda: the model has no LM head".into()));
+            };
+            return self.read(&logits, None, bucket, real, want);
+        }
         if !self.graphs.contains_key(&key) {
             // First sight of this shape: run it eagerly (this step's result; it also caches the attention work
             // split), then record the same ops into a graph for the next steps.
@@ -241,10 +250,20 @@ impl CudaGraphRunner {
                 Ok((logits, ids))
             })();
             let graph = b.end_capture();
-            let (logits, ids) = recorded?;
-            let graph = graph?;
-            tracing::debug!("cuda: captured the decode graph of batch {bucket} x {parts} partition(s) in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
-            self.graphs.insert(key, Captured { graph, logits, ids });
+            match (recorded, graph) {
+                (Ok((logits, ids)), Ok(graph)) => {
+                    tracing::debug!(
+                        "cuda: captured the decode graph of batch {bucket} x {parts} partition(s) in {:.1} ms",
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                    self.graphs.insert(key, Captured { graph, logits, ids });
+                }
+                // The step itself ran (eagerly, above): a shape that cannot be captured runs op by op from now on.
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!("cuda: capturing the decode graph of batch {bucket} failed ({e}); it runs op by op");
+                    self.uncapturable.insert(key);
+                }
+            }
             return Ok(got);
         }
         let g = &self.graphs[&key];
