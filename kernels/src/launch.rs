@@ -16,8 +16,6 @@ pub const ATTN_HEAD_CHUNK: usize = 8;
 /// Most keys one decode work-group scores (its local score buffer); longer contexts are split into partitions of
 /// at most this many keys and combined by the reduce kernel (split-KV).
 pub const ATTN_MAX_PARTITION: usize = 256;
-/// (head, dim) value accumulators each decode work-item keeps in registers over one pass of the keys.
-pub const ATTN_V_ITEMS: usize = 8;
 /// Work-group size of the prefill attention kernel.
 pub const PREFILL_WG: usize = 128;
 /// (query token, head) pairs per prefill work-group.
@@ -55,7 +53,6 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("ATTN_WG", ATTN_WG),
     ("ATTN_HEAD_CHUNK", ATTN_HEAD_CHUNK),
     ("ATTN_MAX_PARTITION", ATTN_MAX_PARTITION),
-    ("ATTN_V_ITEMS", ATTN_V_ITEMS),
     ("PREFILL_WG", PREFILL_WG),
     ("PREFILL_ROWS", PREFILL_ROWS),
     ("PREFILL_KEYS", PREFILL_KEYS),

@@ -83,35 +83,26 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     }
     barrier_local();
 
-    // Weighted sum of values: work-items across (head, dim), so value rows are read contiguously, each holding up to
-    // ATTN_V_ITEMS (head, dim) accumulators in registers: one pass over the keys issues that many independent loads
-    // per key (a loop per item would wait for each load in turn).
-    uint items = nh * head_dim;
-    for (uint base = 0; base < items; base += local_size() * ATTN_V_ITEMS) {
-        float acc[ATTN_V_ITEMS];
-        uint hs[ATTN_V_ITEMS];
-        uint ds[ATTN_V_ITEMS];
-        for (uint t = 0; t < ATTN_V_ITEMS; t++) {
-            uint idx = min(base + t * local_size() + local_id(), items - 1);  // clamped items are computed, not stored
-            hs[t] = idx / head_dim;
-            ds[t] = idx - hs[t] * head_dim;
-            acc[t] = 0.0f;
-        }
-        GLOBAL const float* vc = v_cache + kv_off;
+    // Weighted sum of values: a work-item owns dimension d of every head of the chunk, so each value element is
+    // loaded once per key for all of them (the heads of a GQA group share the kv head), with the key loop unrolled
+    // so several keys' loads are in flight.
+    for (uint d = local_id(); d < head_dim; d += local_size()) {
+        float acc[ATTN_HEAD_CHUNK];
+        for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = 0.0f;
+        GLOBAL const float* vc = v_cache + kv_off + d;
 #pragma unroll 4
         for (uint j = 0; j < len; j++) {
-            GLOBAL const float* vr = vc + (ulong)slots[j] * kv_row;
-            for (uint t = 0; t < ATTN_V_ITEMS; t++) acc[t] += scores[hs[t] * ATTN_MAX_PARTITION + j] * vr[ds[t]];
+            float v = vc[(ulong)slots[j] * kv_row];
+            for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                if (hh < nh) acc[hh] += scores[hh * ATTN_MAX_PARTITION + j] * v;
+            }
         }
-        for (uint t = 0; t < ATTN_V_ITEMS; t++) {
-            uint idx = base + t * local_size() + local_id();
-            if (idx >= items) break;
-            ulong h = h0 + hs[t];
-            uint d = ds[t];
+        for (uint hh = 0; hh < nh; hh++) {
+            ulong h = h0 + hh;
             if (max_parts == 1) {
-                out[((ulong)row * num_heads + h) * head_dim + d] = acc[t] / head_sum[hs[t]];
+                out[((ulong)row * num_heads + h) * head_dim + d] = acc[hh] / head_sum[hh];
             } else {
-                part_out[(((ulong)e * num_heads + h) * max_parts + part) * head_dim + d] = acc[t];
+                part_out[(((ulong)e * num_heads + h) * max_parts + part) * head_dim + d] = acc[hh];
             }
         }
     }
