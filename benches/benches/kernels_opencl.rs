@@ -58,20 +58,38 @@ fn bench_elementwise(c: &mut Criterion) {
                 run(&be, Op::AddRmsNorm { x: &x, residual: &res, weight: &w, out: &out, rows: tokens, hidden: HIDDEN, eps: 1e-5 })
             })
         });
-        let q = be.upload_f32(&random(&mut rng, tokens * HEADS * HEAD_DIM)).expect("upload");
+        let row = KV_HEADS * HEAD_DIM;
+        let qkv = be.upload_f32(&random(&mut rng, tokens * (HEADS * HEAD_DIM + 2 * row))).expect("upload");
+        let q = be.alloc_f32(tokens * HEADS * HEAD_DIM).expect("alloc");
+        let cache = be.alloc_f32(64 * BLOCK_SIZE * row).expect("alloc");
         let positions: Vec<u32> = (0..tokens as u32).map(|t| 1000 + t).collect();
         let pos = be.upload_u32(&positions).expect("upload");
         let inv: Vec<f32> = (0..HEAD_DIM / 2).map(|i| 1.0 / ROPE_THETA.powf(2.0 * i as f32 / HEAD_DIM as f32)).collect();
         let inv = be.upload_f32(&inv).expect("upload");
-        g.bench_function(BenchmarkId::new("rope_q", tokens), |bch| {
+        let slots: Vec<u32> = (0..tokens as u32).map(|t| t * 2 % (64 * BLOCK_SIZE as u32)).collect();
+        let slots = be.upload_u32(&slots).expect("upload");
+        g.bench_function(BenchmarkId::new("rope_write_kv", tokens), |bch| {
             bch.iter(|| {
-                run(&be, Op::Rope { x: &q, positions: &pos, inv_freq: &inv, num_tokens: tokens, num_heads: HEADS, head_dim: HEAD_DIM })
+                run(&be, Op::RopeWriteKv {
+                    qkv: &qkv,
+                    positions: &pos,
+                    inv_freq: &inv,
+                    q_out: &q,
+                    k_cache: &cache,
+                    v_cache: &cache,
+                    slot_mapping: &slots,
+                    num_tokens: tokens,
+                    num_heads: HEADS,
+                    num_kv_heads: KV_HEADS,
+                    head_dim: HEAD_DIM,
+                    block_size: BLOCK_SIZE,
+                })
             })
         });
-        let gate = be.upload_f32(&random(&mut rng, tokens * INTERMEDIATE)).expect("upload");
+        let gate_up = be.upload_f32(&random(&mut rng, tokens * 2 * INTERMEDIATE)).expect("upload");
         let act = be.alloc_f32(tokens * INTERMEDIATE).expect("alloc");
         g.bench_function(BenchmarkId::new("silu_mul", tokens), |bch| {
-            bch.iter(|| run(&be, Op::SiluMul { gate: &gate, up: &gate, out: &act, len: tokens * INTERMEDIATE }))
+            bch.iter(|| run(&be, Op::SiluMul { gate_up: &gate_up, out: &act, rows: tokens, width: INTERMEDIATE }))
         });
         let table = Tensor::from_vec(random(&mut rng, 4096 * HIDDEN), (4096, HIDDEN), &Device::Cpu).expect("tensor");
         let table = be.upload_weight(&table).expect("upload");
@@ -79,26 +97,6 @@ fn bench_elementwise(c: &mut Criterion) {
         let ids = be.upload_u32(&ids).expect("upload");
         g.bench_function(BenchmarkId::new("embedding", tokens), |bch| {
             bch.iter(|| run(&be, Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: tokens, hidden: HIDDEN }))
-        });
-        let row = KV_HEADS * HEAD_DIM;
-        let cache = be.alloc_f32(64 * BLOCK_SIZE * row).expect("alloc");
-        let kv = be.upload_f32(&random(&mut rng, tokens * row)).expect("upload");
-        let slots: Vec<u32> = (0..tokens as u32).map(|t| t * 2 % (64 * BLOCK_SIZE as u32)).collect();
-        let slots = be.upload_u32(&slots).expect("upload");
-        g.bench_function(BenchmarkId::new("write_kv", tokens), |bch| {
-            bch.iter(|| {
-                run(&be, Op::WriteKv {
-                    k: &kv,
-                    v: &kv,
-                    k_cache: &cache,
-                    v_cache: &cache,
-                    slot_mapping: &slots,
-                    num_tokens: tokens,
-                    num_kv_heads: KV_HEADS,
-                    head_dim: HEAD_DIM,
-                    block_size: BLOCK_SIZE,
-                })
-            })
         });
         let rows: Vec<u32> = (0..tokens as u32).rev().collect();
         let rows = be.upload_u32(&rows).expect("upload");

@@ -78,11 +78,12 @@ enum OpSpec {
     Embedding { table: Vec<f32>, dtype: candle_core::DType, ids: Vec<u32>, hidden: usize },
     RmsNorm { x: Vec<f32>, res: Option<Vec<f32>>, w: Vec<f32>, rows: usize, hidden: usize },
     MatMul { x: Vec<f32>, w: Vec<f32>, dtype: candle_core::DType, bias: Option<Vec<f32>>, m: usize, k: usize, n: usize },
-    Rope { x: Vec<f32>, pos: Vec<u32>, inv: Vec<f32>, tokens: usize, heads: usize, hd: usize },
-    SiluMul { g: Vec<f32>, u: Vec<f32> },
+    /// A fused q/k/v row per token: rope into q and the cache, v into the cache.
+    RopeWriteKv { qkv: Vec<f32>, pos: Vec<u32>, slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, cache_len: usize },
+    SiluMul { gate_up: Vec<f32>, rows: usize, width: usize },
     Gather { x: Vec<f32>, rows: Vec<u32>, width: usize },
-    /// Write k/v for every token of every sequence (a full prefill or a decode step), then attention.
-    Attention { q: Vec<f32>, k: Vec<f32>, v: Vec<f32>, qs: Vec<u32>, ctx: Vec<u32>, tables: Vec<u32>, max_blocks: usize,
+    /// Rope and store k/v for every new token of every sequence (a full prefill or a decode step), then attention.
+    Attention { qkv: Vec<f32>, pos: Vec<u32>, qs: Vec<u32>, ctx: Vec<u32>, tables: Vec<u32>, max_blocks: usize,
         slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, bs: usize, cache_k: Vec<f32>, cache_v: Vec<f32> },
 }
 
@@ -122,14 +123,20 @@ fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             b.run(Op::MatMul { x: &xb, w: &wb, bias: bb.as_ref(), out: &out, m: *m, k: *k, n: *n })?;
             b.download_f32(&out)?
         }
-        OpSpec::Rope { x, pos, inv, tokens, heads, hd } => {
-            let (xb, pb, ib) = (b.upload_f32(x)?, b.upload_u32(pos)?, b.upload_f32(inv)?);
-            b.run(Op::Rope { x: &xb, positions: &pb, inv_freq: &ib, num_tokens: *tokens, num_heads: *heads, head_dim: *hd })?;
-            b.download_f32(&xb)?
+        OpSpec::RopeWriteKv { qkv, pos, slots, heads, kvh, hd, cache_len } => {
+            let (n, inv) = (pos.len(), inv_freq(*hd));
+            let (xb, pb, ib, sb) = (b.upload_f32(qkv)?, b.upload_u32(pos)?, b.upload_f32(&inv)?, b.upload_u32(slots)?);
+            let (qb, kc, vc) = (b.alloc_f32(n * heads * hd)?, b.alloc_f32(*cache_len)?, b.alloc_f32(*cache_len)?);
+            b.run(Op::RopeWriteKv { qkv: &xb, positions: &pb, inv_freq: &ib, q_out: &qb, k_cache: &kc, v_cache: &vc,
+                slot_mapping: &sb, num_tokens: n, num_heads: *heads, num_kv_heads: *kvh, head_dim: *hd, block_size: 16 })?;
+            let mut o = b.download_f32(&qb)?;
+            o.extend(b.download_f32(&kc)?);
+            o.extend(b.download_f32(&vc)?);
+            o
         }
-        OpSpec::SiluMul { g, u } => {
-            let (gb, ub, out) = (b.upload_f32(g)?, b.upload_f32(u)?, b.alloc_f32(g.len())?);
-            b.run(Op::SiluMul { gate: &gb, up: &ub, out: &out, len: g.len() })?;
+        OpSpec::SiluMul { gate_up, rows, width } => {
+            let (gb, out) = (b.upload_f32(gate_up)?, b.alloc_f32(rows * width)?);
+            b.run(Op::SiluMul { gate_up: &gb, out: &out, rows: *rows, width: *width })?;
             b.download_f32(&out)?
         }
         OpSpec::Gather { x, rows, width } => {
@@ -137,13 +144,14 @@ fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             b.run(Op::GatherRows { x: &xb, rows: &rb, out: &out, num_rows: rows.len(), width: *width })?;
             b.download_f32(&out)?
         }
-        OpSpec::Attention { q, k, v, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, cache_k, cache_v } => {
+        OpSpec::Attention { qkv, pos, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, cache_k, cache_v } => {
             let (kc, vc) = (b.upload_f32(cache_k)?, b.upload_f32(cache_v)?);
-            let (kb, vb, sb) = (b.upload_f32(k)?, b.upload_f32(v)?, b.upload_u32(slots)?);
             let n = slots.len();
-            b.run(Op::WriteKv { k: &kb, v: &vb, k_cache: &kc, v_cache: &vc, slot_mapping: &sb, num_tokens: n,
-                num_kv_heads: *kvh, head_dim: *hd, block_size: *bs })?;
-            let (qb, qsb, cb, tb) = (b.upload_f32(q)?, b.upload_u32(qs)?, b.upload_u32(ctx)?, b.upload_u32(tables)?);
+            let (xb, pb, ib, sb) = (b.upload_f32(qkv)?, b.upload_u32(pos)?, b.upload_f32(&inv_freq(*hd))?, b.upload_u32(slots)?);
+            let qb = b.alloc_f32(n * heads * hd)?;
+            b.run(Op::RopeWriteKv { qkv: &xb, positions: &pb, inv_freq: &ib, q_out: &qb, k_cache: &kc, v_cache: &vc,
+                slot_mapping: &sb, num_tokens: n, num_heads: *heads, num_kv_heads: *kvh, head_dim: *hd, block_size: *bs })?;
+            let (qsb, cb, tb) = (b.upload_u32(qs)?, b.upload_u32(ctx)?, b.upload_u32(tables)?);
             let meta = AttentionMeta { num_seqs: ctx.len(), query_start: &qsb, context_lens: &cb, block_tables: &tb,
                 max_blocks_per_seq: *max_blocks, host_query_start: qs, host_context_lens: ctx, host_block_tables: tables };
             let out = b.alloc_f32(n * heads * hd)?;
@@ -154,6 +162,11 @@ fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             o
         }
     })
+}
+
+/// Llama 3's rotary frequencies (theta 500000) for `hd`-wide heads.
+fn inv_freq(hd: usize) -> Vec<f32> {
+    (0..hd / 2).map(|i| 1.0 / 500000f32.powf(2.0 * i as f32 / hd as f32)).collect()
 }
 
 /// Sequences with `ctx[s]` tokens of which the last `qlen[s]` are new; random cache contents for the rest.
@@ -168,7 +181,7 @@ fn attention_spec(rng: &mut rand::rngs::StdRng, ctx: &[usize], qlen: &[usize], h
         ids.swap(i, rng.gen_range(0..=i));
     }
     let mut next = 0;
-    let (mut qs, mut slots) = (vec![0u32], Vec::new());
+    let (mut qs, mut slots, mut pos) = (vec![0u32], Vec::new(), Vec::new());
     for (s, (&c, &ql)) in ctx.iter().zip(qlen).enumerate() {
         for blk in 0..c.div_ceil(bs) {
             tables[s * max_blocks + blk] = ids[next];
@@ -176,14 +189,14 @@ fn attention_spec(rng: &mut rand::rngs::StdRng, ctx: &[usize], qlen: &[usize], h
         }
         for p in c - ql..c {
             slots.push(tables[s * max_blocks + p / bs] * bs as u32 + (p % bs) as u32);
+            pos.push(p as u32);
         }
         qs.push(qs[s] + ql as u32);
     }
     let n = slots.len();
     OpSpec::Attention {
-        q: rand_vec(rng, n * heads * hd, 1.0),
-        k: rand_vec(rng, n * row, 1.0),
-        v: rand_vec(rng, n * row, 1.0),
+        qkv: rand_vec(rng, n * (heads * hd + 2 * row), 1.0),
+        pos,
         qs,
         ctx: ctx.iter().map(|&c| c as u32).collect(),
         tables,
@@ -222,14 +235,15 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         specs.push((format!("matmul_bf16 {m}x{k}x{n}"), 2e-2, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::BF16, bias: None, m, k, n }));
         specs.push((format!("matmul_f16+bias {m}x{k}x{n}"), 5e-3, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F16, bias: Some(rand_vec(r, n, 1.0)), m, k, n }));
     }
-    let inv: Vec<f32> = (0..64).map(|i| 1.0 / 500000f32.powf(i as f32 / 64.0)).collect();
-    specs.push(("rope".into(), 1e-4, OpSpec::Rope { x: rand_vec(r, 9 * 32 * 128, 1.0), pos: (0..9).map(|i| i * 1000 + 3).collect(), inv, tokens: 9, heads: 32, hd: 128 }));
-    specs.push(("silu_mul".into(), 1e-5, OpSpec::SiluMul { g: rand_vec(r, 14336 * 3, 6.0), u: rand_vec(r, 14336 * 3, 1.0) }));
+    specs.push(("rope_write_kv".into(), 1e-4, OpSpec::RopeWriteKv { qkv: rand_vec(r, 9 * 48 * 128, 1.0),
+        pos: (0..9).map(|i| i * 1000 + 3).collect(), slots: vec![0, 15, 16, 40, 3, 77, 100, 101, 159], heads: 32, kvh: 8,
+        hd: 128, cache_len: 160 * 8 * 128 }));
+    specs.push(("silu_mul".into(), 1e-5, OpSpec::SiluMul { gate_up: rand_vec(r, 14336 * 6, 6.0), rows: 3, width: 14336 }));
     specs.push(("gather_rows".into(), 0.0, OpSpec::Gather { x: rand_vec(r, 50 * 300, 1.0), rows: vec![49, 0, 17, 17], width: 300 }));
-    specs.push(("write_kv+attention decode (8B shape)".into(), 1e-4, attention_spec(r, &[1, 37, 300, 129], &[1, 1, 1, 1], 32, 8, 128, 16)));
-    specs.push(("write_kv+attention split-KV ctx 1500".into(), 1e-4, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16)));
-    specs.push(("write_kv+attention prefill+prefix".into(), 1e-4, attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16)));
-    specs.push(("write_kv+attention prefill 8B shape".into(), 1e-4, attention_spec(r, &[130], &[130], 32, 8, 128, 16)));
+    specs.push(("rope_write_kv+attention decode (8B shape)".into(), 1e-4, attention_spec(r, &[1, 37, 300, 129], &[1, 1, 1, 1], 32, 8, 128, 16)));
+    specs.push(("rope_write_kv+attention split-KV ctx 1500".into(), 1e-4, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16)));
+    specs.push(("rope_write_kv+attention prefill+prefix".into(), 1e-4, attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16)));
+    specs.push(("rope_write_kv+attention prefill 8B shape".into(), 1e-4, attention_spec(r, &[130], &[130], 32, 8, 128, 16)));
     // argmax on the device against the host sampler's rule (first index of the maximum), with planted ties.
     {
         let (rows, width) = (37, 128_256);
@@ -380,7 +394,7 @@ fn bench(dir: &str) -> R<()> {
     println!("bench: {} ({})", dir, gpu.device_name());
     println!("matmul | shape (k -> n) | rows | path | us | weight GB/s");
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-    let shapes = if std::env::var("RSERVE_BENCH_SKIP_MATMUL").is_ok() { vec![] } else { vec![(h, h + 2 * kv), (h, h), (h, kv), (h, inter), (inter, h), (h, vocab)] };
+    let shapes = if std::env::var("RSERVE_BENCH_SKIP_MATMUL").is_ok() { vec![] } else { vec![(h, h + 2 * kv), (h, h), (h, 2 * inter), (inter, h), (h, vocab)] };
     for (k, n) in shapes {
         // Enough copies of the weight to stream past the 60 MB L2 on every call.
         let bytes = k * n * 2;

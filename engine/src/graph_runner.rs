@@ -210,7 +210,8 @@ impl CudaGraphRunner {
         let real = batch.seqs.len();
         let mut flat = FlatBatch::new(batch, self.max_blocks);
         flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
-        let parts = crate::backend::cuda::decode_parts(flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1));
+        let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
+        let parts = crate::backend::cuda::decode_parts(longest, bucket);
         let b = &self.backend;
         if !self.inputs.contains_key(&bucket) {
             self.inputs.insert(bucket, DeviceBatch::upload(b, &flat)?);

@@ -107,12 +107,25 @@ fn every_launch_matches_its_kernel_signature() {
     kernel_ops::run(&d, Op::AddRmsNorm { x: &x, residual: &res, weight: &norm, out: &out, rows: 40, hidden: h, eps: 1e-5 }).unwrap();
     let pos = FakeBuf::U32((0..40).collect());
     let q = f(40 * heads * hd);
-    kernel_ops::run(&d, Op::Rope { x: &q, positions: &pos, inv_freq: &f(hd / 2), num_tokens: 40, num_heads: heads, head_dim: hd }).unwrap();
-    kernel_ops::run(&d, Op::SiluMul { gate: &x, up: &res, out: &out, len: 40 * h }).unwrap();
     let (kc, vc) = (f(64 * bs * kvh * hd), f(64 * bs * kvh * hd));
-    let kv = f(40 * kvh * hd);
+    let qkv = f(40 * (heads + 2 * kvh) * hd);
     let slots = FakeBuf::U32((0..40).collect());
-    kernel_ops::run(&d, Op::WriteKv { k: &kv, v: &kv, k_cache: &kc, v_cache: &vc, slot_mapping: &slots, num_tokens: 40, num_kv_heads: kvh, head_dim: hd, block_size: bs }).unwrap();
+    kernel_ops::run(&d, Op::RopeWriteKv {
+        qkv: &qkv,
+        positions: &pos,
+        inv_freq: &f(hd / 2),
+        q_out: &q,
+        k_cache: &kc,
+        v_cache: &vc,
+        slot_mapping: &slots,
+        num_tokens: 40,
+        num_heads: heads,
+        num_kv_heads: kvh,
+        head_dim: hd,
+        block_size: bs,
+    })
+    .unwrap();
+    kernel_ops::run(&d, Op::SiluMul { gate_up: &f(40 * 2 * inter), out: &f(40 * inter), rows: 40, width: inter }).unwrap();
     kernel_ops::run(&d, Op::GatherRows { x: &x, rows: &FakeBuf::U32(vec![3, 39]), out: &out, num_rows: 2, width: h }).unwrap();
     // Attention: a 38-token prefill chunk, a decode at position 40, and one at 600 (two partitions).
     let qs = vec![0u32, 38, 39, 40];
@@ -198,7 +211,22 @@ fn indices_outside_their_buffers_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("token id 10") && e.contains("vocabulary of 10"), "{e}");
-    let e = kernel_ops::run(&d, Op::WriteKv { k: &f(8), v: &f(8), k_cache: &f(32), v_cache: &f(32), slot_mapping: &FakeBuf::U32(vec![4]), num_tokens: 1, num_kv_heads: 1, head_dim: 8, block_size: 4 })
+    let (pos, slots) = (FakeBuf::U32(vec![0]), FakeBuf::U32(vec![4]));
+    let op = Op::RopeWriteKv {
+        qkv: &f(24),
+        positions: &pos,
+        inv_freq: &f(4),
+        q_out: &f(8),
+        k_cache: &f(32),
+        v_cache: &f(32),
+        slot_mapping: &slots,
+        num_tokens: 1,
+        num_heads: 1,
+        num_kv_heads: 1,
+        head_dim: 8,
+        block_size: 4,
+    };
+    let e = kernel_ops::run(&d, op)
         .unwrap_err()
         .to_string();
     assert!(e.contains("slot 4 outside the cache"), "{e}");

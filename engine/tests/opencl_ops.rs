@@ -91,28 +91,17 @@ op_parity!(matmul_f32_work_item, tol = F32_TOL, matmul = WI, |b, rng| { matmul(b
 op_parity!(matmul_bf16_work_item, tol = HALF_TOL, matmul = WI, |b, rng| { matmul(b, &mut rng, DType::BF16) });
 op_parity!(matmul_f16_work_item, tol = HALF_TOL, matmul = WI, |b, rng| { matmul(b, &mut rng, DType::F16) });
 
-// ------------------------------------------------------------------------------------------------ rope, silu, gather
-
-op_parity!(rope, tol = F32_TOL, |b, rng| {
-    let mut outs = Vec::new();
-    for (n, heads, head_dim) in [(9, 9, 64), (5, 8, 128), (3, 2, 80)] {
-        let x = b.upload_f32(&random(&mut rng, n * heads * head_dim, 2.0)).unwrap();
-        let pos: Vec<u32> = (0..n).map(|_| rng.gen_range(0..5000)).collect();
-        let freq: Vec<f32> = (0..head_dim / 2).map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / head_dim as f32)).collect();
-        let (pos, freq) = (b.upload_u32(&pos).unwrap(), b.upload_f32(&freq).unwrap());
-        b.run(Op::Rope { x: &x, positions: &pos, inv_freq: &freq, num_tokens: n, num_heads: heads, head_dim }).unwrap();
-        outs.push(("x", b.download_f32(&x).unwrap(), head_dim));
-    }
-    outs
-});
+// ------------------------------------------------------------------------------------------------ silu, gather
 
 op_parity!(silu_mul, tol = F32_TOL, |b, rng| {
-    let len = 10_007;
-    let gate = b.upload_f32(&random(&mut rng, len, 8.0)).unwrap();
-    let up = b.upload_f32(&random(&mut rng, len, 2.0)).unwrap();
-    let out = poisoned(b, len);
-    b.run(Op::SiluMul { gate: &gate, up: &up, out: &out, len }).unwrap();
-    vec![("out", b.download_f32(&out).unwrap(), 1)]
+    let mut outs = Vec::new();
+    for (rows, width) in [(1, 10_007), (5, 1536), (3, 77)] {
+        let gate_up = b.upload_f32(&random(&mut rng, rows * 2 * width, 8.0)).unwrap();
+        let out = poisoned(b, rows * width);
+        b.run(Op::SiluMul { gate_up: &gate_up, out: &out, rows, width }).unwrap();
+        outs.push(("out", b.download_f32(&out).unwrap(), width));
+    }
+    outs
 });
 
 op_parity!(gather_rows, tol = 0.0, |b, rng| {
@@ -127,11 +116,11 @@ op_parity!(gather_rows, tol = 0.0, |b, rng| {
     vec![("out", b.download_f32(&out).unwrap(), width)]
 });
 
-// ------------------------------------------------------------------------------------------------ write_kv
+// ------------------------------------------------------------------------------------------------ rope + KV store
 
-op_parity!(write_kv, tol = 0.0, |b, rng| {
+op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {
     let mut outs = Vec::new();
-    for (block_size, kv_heads, head_dim) in [(16, 3, 64), (32, 8, 128), (64, 1, 80), (1, 2, 64)] {
+    for (block_size, heads, kv_heads, head_dim) in [(16, 9, 3, 64), (32, 32, 8, 128), (64, 2, 1, 80), (1, 2, 2, 64)] {
         let num_blocks = 7;
         let row = kv_heads * head_dim;
         let len = num_blocks * block_size * row;
@@ -143,10 +132,27 @@ op_parity!(write_kv, tol = 0.0, |b, rng| {
         slots.dedup();
         slots.shuffle(&mut rng);
         let n = slots.len();
-        let (k, v) = (b.upload_f32(&random(&mut rng, n * row, 1.0)).unwrap(), b.upload_f32(&random(&mut rng, n * row, 1.0)).unwrap());
-        let slots = b.upload_u32(&slots).unwrap();
-        b.run(Op::WriteKv { k: &k, v: &v, k_cache: &kc, v_cache: &vc, slot_mapping: &slots, num_tokens: n, num_kv_heads: kv_heads, head_dim, block_size })
-            .unwrap();
+        let qkv = b.upload_f32(&random(&mut rng, n * (heads + 2 * kv_heads) * head_dim, 2.0)).unwrap();
+        let q = poisoned(b, n * heads * head_dim);
+        let pos: Vec<u32> = (0..n).map(|_| rng.gen_range(0..5000)).collect();
+        let freq: Vec<f32> = (0..head_dim / 2).map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / head_dim as f32)).collect();
+        let (pos, freq, slots) = (b.upload_u32(&pos).unwrap(), b.upload_f32(&freq).unwrap(), b.upload_u32(&slots).unwrap());
+        b.run(Op::RopeWriteKv {
+            qkv: &qkv,
+            positions: &pos,
+            inv_freq: &freq,
+            q_out: &q,
+            k_cache: &kc,
+            v_cache: &vc,
+            slot_mapping: &slots,
+            num_tokens: n,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            block_size,
+        })
+        .unwrap();
+        outs.push(("q", b.download_f32(&q).unwrap(), head_dim));
         outs.push(("k_cache", b.download_f32(&kc).unwrap(), row));
         outs.push(("v_cache", b.download_f32(&vc).unwrap(), row));
     }
@@ -288,9 +294,22 @@ fn out_of_range_indices_are_errors() {
     let e = b.run(Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: 2, hidden: 4 }).unwrap_err();
     assert!(e.to_string().contains("outside the vocabulary"), "{e}");
 
-    let (kv, cache) = (b.upload_f32(&[1.0; 8]).unwrap(), b.alloc_f32(4 * 8).unwrap());
-    let slots = b.upload_u32(&[4]).unwrap();
-    let op = Op::WriteKv { k: &kv, v: &kv, k_cache: &cache, v_cache: &cache, slot_mapping: &slots, num_tokens: 1, num_kv_heads: 1, head_dim: 8, block_size: 2 };
+    let (qkv, q, cache) = (b.upload_f32(&[1.0; 24]).unwrap(), b.alloc_f32(8).unwrap(), b.alloc_f32(4 * 8).unwrap());
+    let (slots, pos, freq) = (b.upload_u32(&[4]).unwrap(), b.upload_u32(&[0]).unwrap(), b.upload_f32(&[1.0; 4]).unwrap());
+    let op = Op::RopeWriteKv {
+        qkv: &qkv,
+        positions: &pos,
+        inv_freq: &freq,
+        q_out: &q,
+        k_cache: &cache,
+        v_cache: &cache,
+        slot_mapping: &slots,
+        num_tokens: 1,
+        num_heads: 1,
+        num_kv_heads: 1,
+        head_dim: 8,
+        block_size: 2,
+    };
     assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));
 
     let rows = b.upload_u32(&[2]).unwrap();

@@ -7,7 +7,7 @@
 
 /// Work-group size of the row kernels (RMSNorm, argmax).
 pub const ROW_WG: usize = 256;
-/// Work-group size of the 1-D / 2-D elementwise kernels (embedding, rope, silu, write_kv, gather).
+/// Work-group size of the 1-D / 2-D elementwise kernels (embedding, rope_write_kv, silu, gather).
 pub const ELEM_WG: usize = 64;
 /// Work-group size of the paged attention kernel that takes one query row per work-group (decode).
 pub const ATTN_WG: usize = 128;

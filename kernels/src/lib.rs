@@ -34,7 +34,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
     ("attention_prefill", &["paged_attention_prefill"]),
     ("elementwise", &["silu_mul", "gather_rows"]),
     ("embedding", &["embedding_f32", "embedding_bf16", "embedding_f16"]),
-    ("kv_cache", &["write_kv"]),
+    ("kv_cache", &["rope_write_kv"]),
     (
         "matmul",
         &[
@@ -52,7 +52,6 @@ pub const KERNELS: &[(&str, &[&str])] = &[
         ],
     ),
     ("norm", &["rms_norm", "add_rms_norm"]),
-    ("rope", &["rope"]),
     ("sampling", &["argmax_rows"]),
 ];
 

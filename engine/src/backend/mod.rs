@@ -4,8 +4,7 @@
 //! against. Buffers are opaque handles; outputs are written through `&Buffer` (device memory is shared state, and
 //! the CPU backend uses interior mutability), so an op never needs exclusive access to its whole argument list.
 //!
-//! Invariant: an op never reads and writes the same buffer unless the op says so (`AddRmsNorm::residual`,
-//! `Rope::x`).
+//! Invariant: an op never reads and writes the same buffer unless the op says so (`AddRmsNorm::residual`).
 
 pub mod cpu;
 pub mod cuda;

@@ -26,15 +26,20 @@ impl<B> AttentionMeta<'_, B> {
     /// heads are too large for the tiled prefill kernel (`tiled_prefill` false); 0 when there are none. A decode
     /// work split needs this (its partition count), never the other context lengths.
     pub fn longest_decode_context(&self, tiled_prefill: bool) -> usize {
+        self.decode_seqs(tiled_prefill).map(|(i, _)| self.host_context_lens[i] as usize).max().unwrap_or(0)
+    }
+
+    /// How many query rows the per-row decode kernel serves (same rule as `longest_decode_context`).
+    pub fn decode_rows(&self, tiled_prefill: bool) -> usize {
+        self.decode_seqs(tiled_prefill).map(|(_, qlen)| qlen).sum()
+    }
+
+    /// (sequence, query rows) of each sequence whose rows go to the decode kernel.
+    fn decode_seqs(&self, tiled_prefill: bool) -> impl Iterator<Item = (usize, usize)> + '_ {
         let (qs, ctx) = (self.host_query_start, self.host_context_lens);
         (0..ctx.len().min(qs.len().saturating_sub(1)))
-            .filter(|&i| {
-                let qlen = qs[i + 1].saturating_sub(qs[i]);
-                qlen == 1 || (qlen > 1 && !tiled_prefill)
-            })
-            .map(|i| ctx[i] as usize)
-            .max()
-            .unwrap_or(0)
+            .map(move |i| (i, qs[i + 1].saturating_sub(qs[i]) as usize))
+            .filter(move |&(_, qlen)| qlen == 1 || (qlen > 1 && !tiled_prefill))
     }
 }
 
@@ -48,25 +53,29 @@ pub enum Op<'a, B> {
     AddRmsNorm { x: &'a B, residual: &'a B, weight: &'a B, out: &'a B, rows: usize, hidden: usize, eps: f32 },
     /// `out[m, n] = x[m, k] . w[n, k]^T (+ bias[n])`, f32 accumulation; `w` in its weight dtype.
     MatMul { x: &'a B, w: &'a B, bias: Option<&'a B>, out: &'a B, m: usize, k: usize, n: usize },
-    /// Rotary embedding in place on `x[tokens, heads, head_dim]`, rotate-half (Hugging Face) layout;
-    /// `inv_freq[head_dim / 2]` already holds any llama3 scaling.
-    Rope { x: &'a B, positions: &'a B, inv_freq: &'a B, num_tokens: usize, num_heads: usize, head_dim: usize },
-    /// `out = silu(gate) * up`, elementwise over `len` values.
-    SiluMul { gate: &'a B, up: &'a B, out: &'a B, len: usize },
-    /// Write each token's k/v rows into the paged cache at `slot_mapping[t]`.
-    WriteKv {
-        k: &'a B,
-        v: &'a B,
+    /// Split a fused q/k/v projection `qkv[tokens, (num_heads + 2 * num_kv_heads) * head_dim]` (the q heads, then
+    /// the k heads, then the v heads of each token): rotary embedding (rotate-half, Hugging Face layout;
+    /// `inv_freq[head_dim / 2]` already holds any llama3 scaling) of q into `q_out[tokens, num_heads, head_dim]`, and
+    /// of k; k and v are stored into the paged cache at `slot_mapping[t]`.
+    RopeWriteKv {
+        qkv: &'a B,
+        positions: &'a B,
+        inv_freq: &'a B,
+        q_out: &'a B,
         k_cache: &'a B,
         v_cache: &'a B,
         slot_mapping: &'a B,
         num_tokens: usize,
+        num_heads: usize,
         num_kv_heads: usize,
         head_dim: usize,
         block_size: usize,
     },
+    /// `out[r, j] = silu(gate_up[r, j]) * gate_up[r, width + j]` over the fused gate/up projection
+    /// `gate_up[rows, 2 * width]` (gate columns first).
+    SiluMul { gate_up: &'a B, out: &'a B, rows: usize, width: usize },
     /// Causal attention of each query row over its sequence's cached keys/values (prefix and the current chunk,
-    /// which `WriteKv` has already stored). Grouped-query: head `h` reads kv head `h / (num_heads / num_kv_heads)`.
+    /// which `RopeWriteKv` has already stored). Grouped-query: head `h` reads kv head `h / (num_heads / num_kv_heads)`.
     PagedAttention {
         q: &'a B,
         k_cache: &'a B,
@@ -102,6 +111,8 @@ mod tests {
         };
         // One-token rows (sequences 1 and 3) go to the decode kernel; prefill chunks to the tiled kernel.
         assert_eq!(meta.longest_decode_context(true), 2000);
+        assert_eq!(meta.decode_rows(true), 2);
+        assert_eq!(meta.decode_rows(false), 41);
         // Without the tiled kernel every row is a decode row.
         let short = AttentionMeta::<()> { host_query_start: &qs[..3], host_context_lens: &ctx[..2], num_seqs: 2, ..meta };
         assert_eq!(short.longest_decode_context(true), 5);

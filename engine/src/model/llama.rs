@@ -20,15 +20,15 @@ struct Linear<B: Backend> {
     out_features: usize,
 }
 
+/// One decoder layer. q/k/v are one fused projection (rows: q, then k, then v) and gate/up another (gate rows, then
+/// up rows): one matrix multiply each, so a decode step launches two instead of five and reads its activations
+/// twice instead of five times.
 struct Layer<B: Backend> {
     input_norm: B::Buffer,
     post_norm: B::Buffer,
-    q: Linear<B>,
-    k: Linear<B>,
-    v: Linear<B>,
+    qkv: Linear<B>,
     o: Linear<B>,
-    gate: Linear<B>,
-    up: Linear<B>,
+    gate_up: Linear<B>,
     down: Linear<B>,
 }
 
@@ -65,15 +65,23 @@ fn rows(t: &Tensor, r: Range<usize>) -> Result<Tensor> {
     Ok(t.narrow(0, r.start, r.len())?.contiguous()?)
 }
 
+/// The projections `names` (checkpoint prefixes) stacked by output rows into one linear layer.
 fn linear<B: Backend>(
     backend: &B,
     take: &dyn Fn(&str) -> Result<Tensor>,
-    name: &str,
+    names: &[String],
     bias: bool,
 ) -> Result<Linear<B>> {
-    let weight = take(&format!("{name}.weight"))?;
+    let stack = |suffix: &str| -> Result<Tensor> {
+        let parts = names.iter().map(|n| take(&format!("{n}.{suffix}"))).collect::<Result<Vec<_>>>()?;
+        Ok(match parts.as_slice() {
+            [one] => one.clone(),
+            _ => Tensor::cat(&parts, 0)?,
+        })
+    };
+    let weight = stack("weight")?;
     let out_features = weight.dim(0)?;
-    let bias = if bias { Some(backend.upload_weight(&take(&format!("{name}.bias"))?)?) } else { None };
+    let bias = if bias { Some(backend.upload_weight(&stack("bias")?)?) } else { None };
     Ok(Linear { w: backend.upload_weight(&weight)?, bias, out_features })
 }
 
@@ -106,18 +114,15 @@ impl<B: Backend> LlamaModel<B> {
             .clone()
             .map(|i| {
                 let pre = format!("model.layers.{i}");
-                let attn = |n: &str| format!("{pre}.self_attn.{n}");
-                let mlpn = |n: &str| format!("{pre}.mlp.{n}");
+                let attn = |n: &[&str]| n.iter().map(|n| format!("{pre}.self_attn.{n}")).collect::<Vec<_>>();
+                let mlpn = |n: &[&str]| n.iter().map(|n| format!("{pre}.mlp.{n}")).collect::<Vec<_>>();
                 Ok(Layer {
                     input_norm: backend.upload_weight(&take(&format!("{pre}.input_layernorm.weight"))?)?,
                     post_norm: backend.upload_weight(&take(&format!("{pre}.post_attention_layernorm.weight"))?)?,
-                    q: linear(backend, &take, &attn("q_proj"), bias)?,
-                    k: linear(backend, &take, &attn("k_proj"), bias)?,
-                    v: linear(backend, &take, &attn("v_proj"), bias)?,
-                    o: linear(backend, &take, &attn("o_proj"), false)?,
-                    gate: linear(backend, &take, &mlpn("gate_proj"), false)?,
-                    up: linear(backend, &take, &mlpn("up_proj"), false)?,
-                    down: linear(backend, &take, &mlpn("down_proj"), false)?,
+                    qkv: linear(backend, &take, &attn(&["q_proj", "k_proj", "v_proj"]), bias)?,
+                    o: linear(backend, &take, &attn(&["o_proj"]), false)?,
+                    gate_up: linear(backend, &take, &mlpn(&["gate_proj", "up_proj"]), false)?,
+                    down: linear(backend, &take, &mlpn(&["down_proj"]), false)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -263,22 +268,19 @@ impl<B: Backend> LlamaModel<B> {
             // residual += previous layer's output; normed = norm(residual)
             let x = delta.as_ref().unwrap_or(&zeros);
             b.run(Op::AddRmsNorm { x, residual: &residual, weight: &l.input_norm, out: &normed, rows: n, hidden: h, eps })?;
-            let q = self.project(b, &l.q, &normed, n, h)?;
-            let k = self.project(b, &l.k, &normed, n, h)?;
-            let v = self.project(b, &l.v, &normed, n, h)?;
-            let rope = |x: &B::Buffer, heads: usize| {
-                b.run(Op::Rope { x, positions: pos_buf, inv_freq: &self.inv_freq, num_tokens: n, num_heads: heads, head_dim: hd })
-            };
-            rope(&q, hq)?;
-            rope(&k, hkv)?;
+            let qkv = self.project(b, &l.qkv, &normed, n, h)?;
+            let q = b.alloc_f32_scratch(n * hq * hd)?;
             let (kc, vc) = &cache.layers[li];
-            b.run(Op::WriteKv {
-                k: &k,
-                v: &v,
+            b.run(Op::RopeWriteKv {
+                qkv: &qkv,
+                positions: pos_buf,
+                inv_freq: &self.inv_freq,
+                q_out: &q,
                 k_cache: kc,
                 v_cache: vc,
                 slot_mapping: slot_buf,
                 num_tokens: n,
+                num_heads: hq,
                 num_kv_heads: hkv,
                 head_dim: hd,
                 block_size: cache.block_size,
@@ -298,10 +300,9 @@ impl<B: Backend> LlamaModel<B> {
             })?;
             let o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;
             b.run(Op::AddRmsNorm { x: &o, residual: &residual, weight: &l.post_norm, out: &normed, rows: n, hidden: h, eps })?;
-            let gate = self.project(b, &l.gate, &normed, n, h)?;
-            let up = self.project(b, &l.up, &normed, n, h)?;
+            let gate_up = self.project(b, &l.gate_up, &normed, n, h)?;
             let act = b.alloc_f32_scratch(n * inter)?;
-            b.run(Op::SiluMul { gate: &gate, up: &up, out: &act, len: n * inter })?;
+            b.run(Op::SiluMul { gate_up: &gate_up, out: &act, rows: n, width: inter })?;
             delta = Some(reduce(self.project(b, &l.down, &act, n, inter)?)?);
         }
         let (Some(norm), Some(head)) = (&self.norm, &self.lm_head) else {

@@ -1,12 +1,14 @@
-// elementwise.cl — SiLU-and-multiply (`out = silu(gate) * up`) and the row gather (`out[i] = x[rows[i]]`).
+// elementwise.cl — SiLU-and-multiply of a fused gate/up projection (`out = silu(gate) * up`) and the row gather
+// (`out[i] = x[rows[i]]`).
 #include "prelude.h"
 
-// 1-D grid over `len` values.
-KERNEL void silu_mul(GLOBAL const float* gate, GLOBAL const float* up, GLOBAL float* out, uint len) {
+// Fused gate/up rows gate_up[rows, 2 * width] (gate columns first). Grid: (ceil(width / ELEM_WG) groups, rows).
+KERNEL void silu_mul(GLOBAL const float* gate_up, GLOBAL float* out, uint width) {
     uint i = global_id0();
-    if (i < len) {
-        float g = gate[i];
-        out[i] = g / (1.0f + exp(-g)) * up[i];
+    ulong r = group_id(1);
+    if (i < width) {
+        float g = gate_up[r * 2 * width + i];
+        out[r * width + i] = g / (1.0f + exp(-g)) * gate_up[r * 2 * width + width + i];
     }
 }
 

@@ -1,16 +1,40 @@
-// kv_cache.cl — write each token's k/v rows into the paged cache at slot_mapping[t]. The cache of one layer is
-// [num_blocks, block_size, kv_heads, head_dim], so a slot's row starts at slot * (kv_heads * head_dim).
-// Grid: (ceil(row / ELEM_WG) groups, num_tokens); the host checks every slot against the cache size.
+// kv_cache.cl — split a fused q/k/v projection: rotary embedding (rotate-half, Hugging Face layout; inv_freq[head_dim
+// / 2] already holds any llama3 scaling) of q into q_out[tokens, num_heads, head_dim], and of k; k and v stored into
+// the paged cache at slot_mapping[t]. qkv rows are [num_heads q heads | num_kv_heads k heads | num_kv_heads v heads].
+// The cache of one layer is [num_blocks, block_size, kv_heads, head_dim], so a slot's row starts at
+// slot * (kv_heads * head_dim). One work-item per (token, head of the fused row, pair (i, i + head_dim / 2)); 1-D grid.
+// The host checks every slot against the cache size.
 #include "prelude.h"
 
-KERNEL void write_kv(GLOBAL const float* k, GLOBAL const float* v, GLOBAL float* k_cache, GLOBAL float* v_cache,
-                     GLOBAL const uint* slot_mapping, uint row) {
-    uint i = global_id0();
-    uint t = group_id(1);
-    if (i < row) {
-        ulong dst = (ulong)slot_mapping[t] * row + i;
-        ulong src = (ulong)t * row + i;
-        k_cache[dst] = k[src];
-        v_cache[dst] = v[src];
+KERNEL void rope_write_kv(GLOBAL const float* qkv, GLOBAL const uint* positions, GLOBAL const float* inv_freq,
+                          GLOBAL float* q_out, GLOBAL float* k_cache, GLOBAL float* v_cache,
+                          GLOBAL const uint* slot_mapping, uint num_tokens, uint num_heads, uint num_kv_heads,
+                          uint head_dim) {
+    uint half_dim = head_dim / 2;
+    uint heads = num_heads + 2 * num_kv_heads;
+    ulong per_token = (ulong)heads * half_dim;
+    ulong id = (ulong)group_id(0) * local_size() + local_id();
+    if (id >= per_token * num_tokens) return;
+    uint t = (uint)(id / per_token);
+    uint rem = (uint)(id - (ulong)t * per_token);
+    uint h = rem / half_dim;
+    uint i = rem - h * half_dim;
+    GLOBAL const float* src = qkv + ((ulong)t * heads + h) * head_dim;
+    float x1 = src[i];
+    float x2 = src[i + half_dim];
+    ulong kv_row = (ulong)num_kv_heads * head_dim;
+    ulong slot_row = (ulong)slot_mapping[t] * kv_row;
+    if (h >= num_heads + num_kv_heads) {
+        GLOBAL float* dst = v_cache + slot_row + (ulong)(h - num_heads - num_kv_heads) * head_dim;
+        dst[i] = x1;
+        dst[i + half_dim] = x2;
+        return;
     }
+    float a = (float)positions[t] * inv_freq[i];
+    float c = cos(a);
+    float s = sin(a);
+    GLOBAL float* dst = h < num_heads ? q_out + ((ulong)t * num_heads + h) * head_dim
+                                      : k_cache + slot_row + (ulong)(h - num_heads) * head_dim;
+    dst[i] = x1 * c - x2 * s;
+    dst[i + half_dim] = x2 * c + x1 * s;
 }

@@ -1,5 +1,5 @@
-//! CPU paged attention: writing k/v into the paged cache, and causal attention of each query row over its
-//! sequence's cached keys (the cached prefix plus the current chunk), grouped-query aware.
+//! CPU paged attention: causal attention of each query row over its sequence's cached keys (the cached prefix plus
+//! the current chunk, which `Op::RopeWriteKv` stored), grouped-query aware.
 
 use rayon::prelude::*;
 
@@ -12,18 +12,6 @@ pub(super) struct Shape {
     pub head_dim: usize,
     pub block_size: usize,
     pub scale: f32,
-}
-
-pub(super) fn write_kv(src: &[f32], cache: &mut [f32], slots: &[u32], n: usize, row: usize) -> Result<()> {
-    if slots.len() < n || src.len() < n * row {
-        return Err(be("write_kv: batch buffers too small"));
-    }
-    for (t, &slot) in slots[..n].iter().enumerate() {
-        let at = slot as usize * row;
-        let dst = cache.get_mut(at..at + row).ok_or_else(|| be(format!("write_kv: slot {slot} outside the cache")))?;
-        dst.copy_from_slice(&src[t * row..(t + 1) * row]);
-    }
-    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

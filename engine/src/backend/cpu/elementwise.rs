@@ -1,5 +1,5 @@
-//! CPU elementwise and row-wise ops: embedding gather, RMSNorm, residual add, rotary embedding, SiLU-and-multiply,
-//! row gather. Bounds are checked once per op so a malformed batch is an error, never a panic.
+//! CPU elementwise and row-wise ops: embedding gather, RMSNorm, residual add, rotary embedding with the KV-cache
+//! store of a fused q/k/v row, SiLU-and-multiply, row gather. Bounds are checked once per op so a malformed batch is an error, never a panic.
 
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
@@ -49,44 +49,77 @@ pub(super) fn rms_norm(x: &[f32], w: &[f32], out: &mut [f32], rows: usize, hidde
     Ok(())
 }
 
-pub(super) fn rope(
-    x: &mut [f32],
+/// Heads of a fused q/k/v row.
+pub(super) struct QkvShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// Rotate-half rotary embedding of one head from `src` into `dst` (cos/sin of the token's angles).
+fn rotate(src: &[f32], dst: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = cos.len();
+    for i in 0..half {
+        let (x1, x2) = (src[i], src[i + half]);
+        dst[i] = x1 * cos[i] - x2 * sin[i];
+        dst[i + half] = x2 * cos[i] + x1 * sin[i];
+    }
+}
+
+/// `Op::RopeWriteKv`: q roped into `q_out`, k roped and v copied into the paged cache rows `slots[t]`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn rope_write_kv(
+    qkv: &[f32],
     positions: &[u32],
     inv_freq: &[f32],
+    q_out: &mut [f32],
+    k_cache: &mut [f32],
+    v_cache: &mut [f32],
+    slots: &[u32],
     n: usize,
-    heads: usize,
-    head_dim: usize,
+    s: &QkvShape,
 ) -> Result<()> {
-    let half = head_dim / 2;
-    check_len("rope x", x.len(), n * heads * head_dim)?;
-    check_len("rope positions", positions.len(), n)?;
-    check_len("rope inv_freq", inv_freq.len(), half)?;
-    x[..n * heads * head_dim].par_chunks_mut(heads * head_dim).zip(&positions[..n]).for_each(|(row, &pos)| {
-        let (cos, sin): (Vec<f32>, Vec<f32>) = inv_freq[..half]
-            .iter()
-            .map(|&f| {
-                let a = pos as f32 * f;
-                (a.cos(), a.sin())
-            })
-            .unzip();
-        for head in row.chunks_mut(head_dim) {
-            let (a, b) = head.split_at_mut(half);
-            for i in 0..half {
-                let (x1, x2) = (a[i], b[i]);
-                a[i] = x1 * cos[i] - x2 * sin[i];
-                b[i] = x2 * cos[i] + x1 * sin[i];
-            }
+    let (hd, half) = (s.head_dim, s.head_dim / 2);
+    let (q_w, kv_w) = (s.heads * hd, s.kv_heads * hd);
+    let width = q_w + 2 * kv_w;
+    check_len("rope_write_kv qkv", qkv.len(), n * width)?;
+    check_len("rope_write_kv q_out", q_out.len(), n * q_w)?;
+    check_len("rope_write_kv positions", positions.len(), n)?;
+    check_len("rope_write_kv slot mapping", slots.len(), n)?;
+    check_len("rope_write_kv inv_freq", inv_freq.len(), half)?;
+    let cache_len = k_cache.len().min(v_cache.len());
+    if let Some(bad) = slots[..n].iter().find(|&&slot| (slot as usize + 1) * kv_w > cache_len) {
+        return Err(be(format!("rope_write_kv: slot {bad} outside the cache")));
+    }
+    for t in 0..n {
+        let a: Vec<f32> = inv_freq[..half].iter().map(|&f| positions[t] as f32 * f).collect();
+        let cos: Vec<f32> = a.iter().map(|a| a.cos()).collect();
+        let sin: Vec<f32> = a.iter().map(|a| a.sin()).collect();
+        let row = &qkv[t * width..(t + 1) * width];
+        let (q, kv) = row.split_at(q_w);
+        let (k, v) = kv.split_at(kv_w);
+        for (src, dst) in q.chunks(hd).zip(q_out[t * q_w..(t + 1) * q_w].chunks_mut(hd)) {
+            rotate(src, dst, &cos, &sin);
         }
-    });
+        let at = slots[t] as usize * kv_w;
+        for (src, dst) in k.chunks(hd).zip(k_cache[at..at + kv_w].chunks_mut(hd)) {
+            rotate(src, dst, &cos, &sin);
+        }
+        v_cache[at..at + kv_w].copy_from_slice(v);
+    }
     Ok(())
 }
 
-pub(super) fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32], len: usize) -> Result<()> {
-    check_len("silu gate", gate.len(), len)?;
-    check_len("silu up", up.len(), len)?;
-    check_len("silu out", out.len(), len)?;
-    out[..len].par_chunks_mut(4096).zip(gate[..len].par_chunks(4096).zip(up[..len].par_chunks(4096))).for_each(
-        |(o, (g, u))| {
+/// `Op::SiluMul`: `out[r, j] = silu(gate_up[r, j]) * gate_up[r, width + j]`.
+pub(super) fn silu_mul(gate_up: &[f32], out: &mut [f32], rows: usize, width: usize) -> Result<()> {
+    check_len("silu gate_up", gate_up.len(), rows * 2 * width)?;
+    check_len("silu out", out.len(), rows * width)?;
+    if width == 0 {
+        return Ok(());
+    }
+    out[..rows * width].par_chunks_mut(width).zip(gate_up[..rows * 2 * width].par_chunks(2 * width)).for_each(
+        |(o, gu)| {
+            let (g, u) = gu.split_at(width);
             for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
                 *o = g / (1.0 + (-g).exp()) * u;
             }

@@ -120,21 +120,32 @@ impl Backend for CpuBackend {
                 };
                 matmul::matmul(&x.f32()?, w.matrix()?, bias.as_deref().map(|v| v.as_slice()), &mut out.f32_mut()?, m, k, n)
             }
-            Op::Rope { x, positions, inv_freq, num_tokens, num_heads, head_dim } => elementwise::rope(
-                &mut x.f32_mut()?,
-                positions.u32()?,
-                &inv_freq.f32()?,
+            Op::RopeWriteKv {
+                qkv,
+                positions,
+                inv_freq,
+                q_out,
+                k_cache,
+                v_cache,
+                slot_mapping,
                 num_tokens,
                 num_heads,
+                num_kv_heads,
                 head_dim,
+                block_size: _,
+            } => elementwise::rope_write_kv(
+                &qkv.f32()?,
+                positions.u32()?,
+                &inv_freq.f32()?,
+                &mut q_out.f32_mut()?,
+                &mut k_cache.f32_mut()?,
+                &mut v_cache.f32_mut()?,
+                slot_mapping.u32()?,
+                num_tokens,
+                &elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim },
             ),
-            Op::SiluMul { gate, up, out, len } => {
-                elementwise::silu_mul(&gate.f32()?, &up.f32()?, &mut out.f32_mut()?, len)
-            }
-            Op::WriteKv { k, v, k_cache, v_cache, slot_mapping, num_tokens, num_kv_heads, head_dim, block_size: _ } => {
-                let row = num_kv_heads * head_dim;
-                attention::write_kv(&k.f32()?, &mut k_cache.f32_mut()?, slot_mapping.u32()?, num_tokens, row)?;
-                attention::write_kv(&v.f32()?, &mut v_cache.f32_mut()?, slot_mapping.u32()?, num_tokens, row)
+            Op::SiluMul { gate_up, out, rows, width } => {
+                elementwise::silu_mul(&gate_up.f32()?, &mut out.f32_mut()?, rows, width)
             }
             Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale } => {
                 attention::paged_attention(

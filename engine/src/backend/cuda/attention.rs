@@ -5,26 +5,31 @@
 
 use rserve_kernels::launch::*;
 
-/// Keys per split-KV partition on NVIDIA GPUs (at most the kernel's capacity `ATTN_MAX_PARTITION`): short
-/// partitions give a decode row many work-groups, so even batch 1 fills the GPU; `paged_attention_reduce` combines
-/// them. Default 64 (the best of 64 / 128 / 256 measured on an H200, BENCHMARKS.md); `RSERVE_CUDA_ATTN_PARTITION`
-/// (16 ..= ATTN_MAX_PARTITION, a power of two) overrides it.
-pub fn partition() -> usize {
-    static P: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *P.get_or_init(|| {
+/// Keys per split-KV partition on NVIDIA GPUs for a decode launch of `rows` query rows (at most the kernel's
+/// capacity `ATTN_MAX_PARTITION`): short partitions give a decode row many work-groups, so even batch 1 fills the GPU
+/// (`paged_attention_reduce` combines them), while long ones keep the reduction small once many rows fill it anyway.
+/// 16 keys up to 4 rows, 32 up to 16, then 64 (64 was the best of 64 / 128 / 256 at 64 and 256 rows on an H200,
+/// BENCHMARKS.md). `RSERVE_CUDA_ATTN_PARTITION` (16 ..= ATTN_MAX_PARTITION, a power of two) sets one size for all.
+pub fn partition(rows: usize) -> usize {
+    static P: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let fixed = *P.get_or_init(|| {
         std::env::var("RSERVE_CUDA_ATTN_PARTITION")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|p| p.is_power_of_two() && (16..=ATTN_MAX_PARTITION).contains(p))
-            .unwrap_or(64)
+    });
+    fixed.unwrap_or(match rows {
+        0..=4 => 16,
+        5..=16 => 32,
+        _ => 64,
     })
 }
 
-/// Partitions the decode launch has for a longest context of `max_ctx` keys: rounded up to a power of two, so a
-/// captured graph (which fixes the grid) serves every context up to that size; the kernels skip partitions past a
-/// row's own context.
-pub fn decode_parts(max_ctx: usize) -> usize {
-    max_ctx.div_ceil(partition()).max(1).next_power_of_two()
+/// Partitions a decode launch of `rows` rows has for a longest context of `max_ctx` keys: rounded up to a power of
+/// two, so a captured graph (which fixes the grid) serves every context up to that size; the kernels skip
+/// partitions past a row's own context.
+pub fn decode_parts(max_ctx: usize, rows: usize) -> usize {
+    max_ctx.div_ceil(partition(rows)).max(1).next_power_of_two()
 }
 
 use super::buffer::{CuBuffer, Contents};
@@ -60,6 +65,8 @@ struct Prefill {
 /// The work split of one batch shape.
 pub(super) struct Plan {
     key: (Vec<u32>, usize, usize, usize, usize),
+    /// Keys per partition of the decode launch (`partition(rows)`).
+    partition: usize,
     decode: Option<Decode>,
     prefill: Option<Prefill>,
 }
@@ -127,7 +134,7 @@ fn build_plan(b: &CudaBackend, meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) ->
         None
     } else {
         let count = entries.len() / 2;
-        let max_parts = decode_parts(max_ctx);
+        let max_parts = decode_parts(max_ctx, count);
         let scratch = if max_parts > 1 {
             let outs = count * s.num_heads * max_parts;
             let part_out = CuBuffer::new(&b.pool, outs * s.head_dim * 4, Contents::F32 { len: outs * s.head_dim })?;
@@ -139,14 +146,16 @@ fn build_plan(b: &CudaBackend, meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) ->
         Some(Decode { entries: b.upload_u32(&entries)?, count, max_parts, scratch })
     };
     let prefill = if tiles.is_empty() { None } else { Some(Prefill { count: tiles.len() / 2, tiles: b.upload_u32(&tiles)? }) };
-    Ok(Plan { key: plan_key(meta, s), decode, prefill })
+    let partition = partition(decode.as_ref().map_or(0, |d| d.count));
+    Ok(Plan { key: plan_key(meta, s), partition, decode, prefill })
 }
 
 /// What the work split depends on: which rows the batch has (query starts) and how many partitions its longest
 /// decode row needs, never the context lengths themselves (the kernels read those on the device).
 fn plan_key(meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) -> (Vec<u32>, usize, usize, usize, usize) {
-    let longest = meta.longest_decode_context(s.head_dim <= PREFILL_MAX_HEAD_DIM);
-    let parts = if longest == 0 { 0 } else { decode_parts(longest) };
+    let tiled_prefill = s.head_dim <= PREFILL_MAX_HEAD_DIM;
+    let longest = meta.longest_decode_context(tiled_prefill);
+    let parts = if longest == 0 { 0 } else { decode_parts(longest, meta.decode_rows(tiled_prefill)) };
     (meta.host_query_start.to_vec(), parts, s.num_heads, s.num_kv_heads, s.head_dim)
 }
 
@@ -199,7 +208,7 @@ pub(super) fn paged_attention(
             .u32(s.num_kv_heads)
             .u32(s.head_dim)
             .u32(s.block_size)
-            .u32(partition())
+            .u32(plan.partition)
             .u32(d.max_parts)
             .f32(s.scale)
             .run(&b.stream, [d.count * wg, s.num_kv_heads * chunks, d.max_parts], [wg, 1, 1])?;
@@ -215,7 +224,7 @@ pub(super) fn paged_attention(
                 .buf(meta.context_lens)
                 .u32(s.num_heads)
                 .u32(s.head_dim)
-                .u32(partition())
+                .u32(plan.partition)
                 .u32(d.max_parts)
                 .run(&b.stream, [d.count * wg, s.num_heads, 1], [wg, 1, 1])?;
         }

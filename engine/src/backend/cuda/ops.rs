@@ -161,72 +161,67 @@ pub(super) fn matmul(
     Ok(())
 }
 
-pub(super) fn rope(
+/// Heads of a fused q/k/v row.
+pub(super) struct QkvShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// `Op::RopeWriteKv`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn rope_write_kv(
     b: &CudaBackend,
-    x: &CuBuffer,
+    qkv: &CuBuffer,
     positions: &CuBuffer,
     inv_freq: &CuBuffer,
-    n: usize,
-    heads: usize,
-    head_dim: usize,
-) -> Result<()> {
-    x.f32("rope x", n * heads * head_dim)?;
-    positions.u32("rope positions", n)?;
-    inv_freq.f32("rope inv_freq", head_dim / 2)?;
-    let total = n * heads * (head_dim / 2);
-    b.kernels
-        .launch("rope")?
-        .buf(x)
-        .buf(positions)
-        .buf(inv_freq)
-        .u32(n)
-        .u32(heads)
-        .u32(head_dim)
-        .run(&b.stream, [round_up(total, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])
-}
-
-pub(super) fn silu_mul(b: &CudaBackend, gate: &CuBuffer, up: &CuBuffer, out: &CuBuffer, len: usize) -> Result<()> {
-    gate.f32("silu gate", len)?;
-    up.f32("silu up", len)?;
-    out.f32("silu out", len)?;
-    b.kernels
-        .launch("silu_mul")?
-        .buf(gate)
-        .buf(up)
-        .buf(out)
-        .u32(len)
-        .run(&b.stream, [round_up(len, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn write_kv(
-    b: &CudaBackend,
-    k: &CuBuffer,
-    v: &CuBuffer,
+    q_out: &CuBuffer,
     k_cache: &CuBuffer,
     v_cache: &CuBuffer,
     slots: &CuBuffer,
     n: usize,
-    row: usize,
+    s: &QkvShape,
 ) -> Result<()> {
-    k.f32("write_kv k", n * row)?;
-    v.f32("write_kv v", n * row)?;
+    let (hd, kv_w) = (s.head_dim, s.kv_heads * s.head_dim);
+    let heads = s.heads + 2 * s.kv_heads;
+    qkv.f32("rope_write_kv qkv", n * heads * hd)?;
+    q_out.f32("rope_write_kv q_out", n * s.heads * hd)?;
+    positions.u32("rope_write_kv positions", n)?;
+    inv_freq.f32("rope_write_kv inv_freq", hd / 2)?;
     let cache_len = k_cache.f32_len().zip(v_cache.f32_len()).map(|(a, b)| a.min(b));
-    let cache_len = cache_len.ok_or_else(|| be("write_kv: the caches must be f32 buffers"))?;
-    for &slot in &slots.u32("write_kv slot mapping", n)?[..n] {
-        if (slot as usize + 1) * row > cache_len {
-            return Err(be(format!("write_kv: slot {slot} outside the cache")));
+    let cache_len = cache_len.ok_or_else(|| be("rope_write_kv: the caches must be f32 buffers"))?;
+    for &slot in &slots.u32("rope_write_kv slot mapping", n)?[..n] {
+        if (slot as usize + 1) * kv_w > cache_len {
+            return Err(be(format!("rope_write_kv: slot {slot} outside the cache")));
         }
     }
+    let total = n * heads * (hd / 2);
     b.kernels
-        .launch("write_kv")?
-        .buf(k)
-        .buf(v)
+        .launch("rope_write_kv")?
+        .buf(qkv)
+        .buf(positions)
+        .buf(inv_freq)
+        .buf(q_out)
         .buf(k_cache)
         .buf(v_cache)
         .buf(slots)
-        .u32(row)
-        .run(&b.stream, [round_up(row, ELEM_WG), n, 1], [ELEM_WG, 1, 1])
+        .u32(n)
+        .u32(s.heads)
+        .u32(s.kv_heads)
+        .u32(hd)
+        .run(&b.stream, [round_up(total, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])
+}
+
+/// `Op::SiluMul` over the fused gate/up rows.
+pub(super) fn silu_mul(b: &CudaBackend, gate_up: &CuBuffer, out: &CuBuffer, rows: usize, width: usize) -> Result<()> {
+    gate_up.f32("silu gate_up", rows * 2 * width)?;
+    out.f32("silu out", rows * width)?;
+    b.kernels
+        .launch("silu_mul")?
+        .buf(gate_up)
+        .buf(out)
+        .u32(width)
+        .run(&b.stream, [round_up(width, ELEM_WG), rows, 1], [ELEM_WG, 1, 1])
 }
 
 pub(super) fn gather_rows(b: &CudaBackend, x: &CuBuffer, rows: &CuBuffer, out: &CuBuffer, num_rows: usize, width: usize) -> Result<()> {

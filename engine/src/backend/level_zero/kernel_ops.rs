@@ -200,50 +200,60 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
                 local: work_group(kernel),
             })
         }
-        Op::Rope { x, positions, inv_freq, num_tokens: n, num_heads: heads, head_dim } => {
-            f32_len(d, x, "rope x", n * heads * head_dim)?;
-            host_u32(d, positions, "rope positions", n)?;
-            f32_len(d, inv_freq, "rope inv_freq", head_dim / 2)?;
-            let total = n * heads * (head_dim / 2);
+        Op::RopeWriteKv {
+            qkv,
+            positions,
+            inv_freq,
+            q_out,
+            k_cache,
+            v_cache,
+            slot_mapping,
+            num_tokens: n,
+            num_heads: heads,
+            num_kv_heads,
+            head_dim,
+            block_size: _,
+        } => {
+            let (kernel, kv_w) = ("rope_write_kv", num_kv_heads * head_dim);
+            let all_heads = heads + 2 * num_kv_heads;
+            f32_len(d, qkv, "rope_write_kv qkv", n * all_heads * head_dim)?;
+            f32_len(d, q_out, "rope_write_kv q_out", n * heads * head_dim)?;
+            host_u32(d, positions, "rope_write_kv positions", n)?;
+            f32_len(d, inv_freq, "rope_write_kv inv_freq", head_dim / 2)?;
+            let cache_len =
+                f32_len(d, k_cache, "rope_write_kv k cache", 0)?.min(f32_len(d, v_cache, "rope_write_kv v cache", 0)?);
+            for &slot in host_u32(d, slot_mapping, "rope_write_kv slot mapping", n)? {
+                if (slot as usize + 1) * kv_w > cache_len {
+                    return Err(be(format!("rope_write_kv: slot {slot} outside the cache")));
+                }
+            }
+            let total = n * all_heads * (head_dim / 2);
             d.launch(&Launch {
-                kernel: "rope",
+                kernel,
                 args: vec![
-                    Buf(x),
+                    Buf(qkv),
                     Buf(positions),
                     Buf(inv_freq),
-                    u32_arg(n, "rope", "tokens")?,
-                    u32_arg(heads, "rope", "heads")?,
-                    u32_arg(head_dim, "rope", "head_dim")?,
+                    Buf(q_out),
+                    Buf(k_cache),
+                    Buf(v_cache),
+                    Buf(slot_mapping),
+                    u32_arg(n, kernel, "tokens")?,
+                    u32_arg(heads, kernel, "heads")?,
+                    u32_arg(num_kv_heads, kernel, "kv_heads")?,
+                    u32_arg(head_dim, kernel, "head_dim")?,
                 ],
                 global: [round_up(total, ELEM_WG), 1, 1],
                 local: ELEM_WG,
             })
         }
-        Op::SiluMul { gate, up, out, len } => {
-            f32_len(d, gate, "silu gate", len)?;
-            f32_len(d, up, "silu up", len)?;
-            f32_len(d, out, "silu out", len)?;
+        Op::SiluMul { gate_up, out, rows, width } => {
+            f32_len(d, gate_up, "silu gate_up", rows * 2 * width)?;
+            f32_len(d, out, "silu out", rows * width)?;
             d.launch(&Launch {
                 kernel: "silu_mul",
-                args: vec![Buf(gate), Buf(up), Buf(out), u32_arg(len, "silu_mul", "len")?],
-                global: [round_up(len, ELEM_WG), 1, 1],
-                local: ELEM_WG,
-            })
-        }
-        Op::WriteKv { k, v, k_cache, v_cache, slot_mapping, num_tokens: n, num_kv_heads, head_dim, block_size: _ } => {
-            let row = num_kv_heads * head_dim;
-            f32_len(d, k, "write_kv k", n * row)?;
-            f32_len(d, v, "write_kv v", n * row)?;
-            let cache_len = f32_len(d, k_cache, "write_kv k cache", 0)?.min(f32_len(d, v_cache, "write_kv v cache", 0)?);
-            for &slot in host_u32(d, slot_mapping, "write_kv slot mapping", n)? {
-                if (slot as usize + 1) * row > cache_len {
-                    return Err(be(format!("write_kv: slot {slot} outside the cache")));
-                }
-            }
-            d.launch(&Launch {
-                kernel: "write_kv",
-                args: vec![Buf(k), Buf(v), Buf(k_cache), Buf(v_cache), Buf(slot_mapping), u32_arg(row, "write_kv", "row")?],
-                global: [round_up(row, ELEM_WG), n, 1],
+                args: vec![Buf(gate_up), Buf(out), u32_arg(width, "silu_mul", "width")?],
+                global: [round_up(width, ELEM_WG), rows, 1],
                 local: ELEM_WG,
             })
         }

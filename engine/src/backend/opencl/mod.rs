@@ -189,13 +189,24 @@ impl Backend for OpenClBackend {
                 ops::rms_norm(self, x, Some(residual), weight, out, rows, hidden, eps)
             }
             Op::MatMul { x, w, bias, out, m, k, n } => ops::matmul(self, x, w, bias, out, m, k, n),
-            Op::Rope { x, positions, inv_freq, num_tokens, num_heads, head_dim } => {
-                ops::rope(self, x, positions, inv_freq, num_tokens, num_heads, head_dim)
+            Op::RopeWriteKv {
+                qkv,
+                positions,
+                inv_freq,
+                q_out,
+                k_cache,
+                v_cache,
+                slot_mapping,
+                num_tokens,
+                num_heads,
+                num_kv_heads,
+                head_dim,
+                block_size: _,
+            } => {
+                let shape = ops::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim };
+                ops::rope_write_kv(self, qkv, positions, inv_freq, q_out, k_cache, v_cache, slot_mapping, num_tokens, &shape)
             }
-            Op::SiluMul { gate, up, out, len } => ops::silu_mul(self, gate, up, out, len),
-            Op::WriteKv { k, v, k_cache, v_cache, slot_mapping, num_tokens, num_kv_heads, head_dim, block_size: _ } => {
-                ops::write_kv(self, k, v, k_cache, v_cache, slot_mapping, num_tokens, num_kv_heads * head_dim)
-            }
+            Op::SiluMul { gate_up, out, rows, width } => ops::silu_mul(self, gate_up, out, rows, width),
             Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale } => {
                 let shape = attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale };
                 attention::paged_attention(self, q, k_cache, v_cache, out, meta, &shape)
