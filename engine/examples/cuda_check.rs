@@ -82,6 +82,10 @@ enum OpSpec {
     RopeWriteKv { qkv: Vec<f32>, pos: Vec<u32>, slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, cache_len: usize },
     SiluMul { gate_up: Vec<f32>, rows: usize, width: usize },
     Gather { x: Vec<f32>, rows: Vec<u32>, width: usize },
+    /// `residual += x; norm` into a matmul input (`alloc_matmul_input`: 16-bit on CUDA), then the matmul.
+    NormMatMul { x: Vec<f32>, res: Vec<f32>, nw: Vec<f32>, w: Vec<f32>, dtype: candle_core::DType, rows: usize, hidden: usize, n: usize },
+    /// SiLU-and-multiply into a matmul input, then the matmul.
+    SiluMatMul { gate_up: Vec<f32>, w: Vec<f32>, dtype: candle_core::DType, rows: usize, width: usize, n: usize },
     /// Rope and store k/v for every new token of every sequence (a full prefill or a decode step), then attention.
     Attention { qkv: Vec<f32>, pos: Vec<u32>, qs: Vec<u32>, ctx: Vec<u32>, tables: Vec<u32>, max_blocks: usize,
         slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, bs: usize, cache_k: Vec<f32>, cache_v: Vec<f32> },
@@ -137,6 +141,25 @@ fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
         OpSpec::SiluMul { gate_up, rows, width } => {
             let (gb, out) = (b.upload_f32(gate_up)?, b.alloc_f32(rows * width)?);
             b.run(Op::SiluMul { gate_up: &gb, out: &out, rows: *rows, width: *width })?;
+            b.download_f32(&out)?
+        }
+        OpSpec::NormMatMul { x, res, nw, w, dtype, rows, hidden, n } => {
+            let t = candle_core::Tensor::from_vec(w.clone(), (*n, *hidden), &candle_core::Device::Cpu)?.to_dtype(*dtype)?;
+            let nt = candle_core::Tensor::from_vec(nw.clone(), *hidden, &candle_core::Device::Cpu)?;
+            let (xb, rb, nb, wb) = (b.upload_f32(x)?, b.upload_f32(res)?, b.upload_weight(&nt)?, b.upload_weight(&t)?);
+            let (normed, out) = (b.alloc_matmul_input(rows * hidden, &wb)?, b.alloc_f32(rows * n)?);
+            b.run(Op::AddRmsNorm { x: &xb, residual: &rb, weight: &nb, out: &normed, rows: *rows, hidden: *hidden, eps: 1e-5 })?;
+            b.run(Op::MatMul { x: &normed, w: &wb, bias: None, out: &out, m: *rows, k: *hidden, n: *n })?;
+            let mut o = b.download_f32(&out)?;
+            o.extend(b.download_f32(&rb)?);
+            o
+        }
+        OpSpec::SiluMatMul { gate_up, w, dtype, rows, width, n } => {
+            let t = candle_core::Tensor::from_vec(w.clone(), (*n, *width), &candle_core::Device::Cpu)?.to_dtype(*dtype)?;
+            let (gb, wb) = (b.upload_f32(gate_up)?, b.upload_weight(&t)?);
+            let (act, out) = (b.alloc_matmul_input(rows * width, &wb)?, b.alloc_f32(rows * n)?);
+            b.run(Op::SiluMul { gate_up: &gb, out: &act, rows: *rows, width: *width })?;
+            b.run(Op::MatMul { x: &act, w: &wb, bias: None, out: &out, m: *rows, k: *width, n: *n })?;
             b.download_f32(&out)?
         }
         OpSpec::Gather { x, rows, width } => {
@@ -239,6 +262,12 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         pos: (0..9).map(|i| i * 1000 + 3).collect(), slots: vec![0, 15, 16, 40, 3, 77, 100, 101, 159], heads: 32, kvh: 8,
         hd: 128, cache_len: 160 * 8 * 128 }));
     specs.push(("silu_mul".into(), 1e-5, OpSpec::SiluMul { gate_up: rand_vec(r, 14336 * 6, 6.0), rows: 3, width: 14336 }));
+    for dt in [DType::BF16, DType::F16] {
+        specs.push((format!("add_rms_norm->matmul_{dt:?} 5x4096x1000"), 2e-2, OpSpec::NormMatMul { x: rand_vec(r, 5 * 4096, 2.0),
+            res: rand_vec(r, 5 * 4096, 2.0), nw: rand_vec(r, 4096, 1.0), w: rand_vec(r, 1000 * 4096, 0.05), dtype: dt, rows: 5, hidden: 4096, n: 1000 }));
+        specs.push((format!("silu_mul->matmul_{dt:?} 3x1536x576"), 2e-2, OpSpec::SiluMatMul { gate_up: rand_vec(r, 3 * 2 * 1536, 4.0),
+            w: rand_vec(r, 576 * 1536, 0.05), dtype: dt, rows: 3, width: 1536, n: 576 }));
+    }
     specs.push(("gather_rows".into(), 0.0, OpSpec::Gather { x: rand_vec(r, 50 * 300, 1.0), rows: vec![49, 0, 17, 17], width: 300 }));
     specs.push(("rope_write_kv+attention decode (8B shape)".into(), 1e-4, attention_spec(r, &[1, 37, 300, 129], &[1, 1, 1, 1], 32, 8, 128, 16)));
     specs.push(("rope_write_kv+attention split-KV ctx 1500".into(), 1e-4, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16)));

@@ -16,6 +16,9 @@ pub const ATTN_HEAD_CHUNK: usize = 8;
 /// Most keys one decode work-group scores (its local score buffer); longer contexts are split into partitions of
 /// at most this many keys and combined by the reduce kernel (split-KV).
 pub const ATTN_MAX_PARTITION: usize = 256;
+/// Dimensions of a head the decode kernel's value pass sums at a time (its local reduction buffer holds
+/// ATTN_HEAD_CHUNK x this many floats); larger heads take several passes.
+pub const ATTN_DIM_CHUNK: usize = 256;
 /// Work-group size of the prefill attention kernel.
 pub const PREFILL_WG: usize = 128;
 /// (query token, head) pairs per prefill work-group.
@@ -53,6 +56,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("ATTN_WG", ATTN_WG),
     ("ATTN_HEAD_CHUNK", ATTN_HEAD_CHUNK),
     ("ATTN_MAX_PARTITION", ATTN_MAX_PARTITION),
+    ("ATTN_DIM_CHUNK", ATTN_DIM_CHUNK),
     ("PREFILL_WG", PREFILL_WG),
     ("PREFILL_ROWS", PREFILL_ROWS),
     ("PREFILL_KEYS", PREFILL_KEYS),

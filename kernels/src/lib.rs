@@ -32,7 +32,7 @@ pub const PRELUDE: &str = include_str!("cl/prelude.h");
 pub const KERNELS: &[(&str, &[&str])] = &[
     ("attention_decode", &["paged_attention_decode", "paged_attention_reduce"]),
     ("attention_prefill", &["paged_attention_prefill"]),
-    ("elementwise", &["silu_mul", "gather_rows"]),
+    ("elementwise", &["silu_mul", "silu_mul_bf16", "silu_mul_f16", "gather_rows"]),
     ("embedding", &["embedding_f32", "embedding_bf16", "embedding_f16"]),
     ("kv_cache", &["rope_write_kv"]),
     (
@@ -51,7 +51,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "matmul_vec_f16",
         ],
     ),
-    ("norm", &["rms_norm", "add_rms_norm"]),
+    ("norm", &["rms_norm", "rms_norm_bf16", "rms_norm_f16", "add_rms_norm", "add_rms_norm_bf16", "add_rms_norm_f16"]),
     ("sampling", &["argmax_rows"]),
 ];
 
@@ -64,9 +64,18 @@ pub fn module(name: &str) -> Option<&'static Module> {
 /// CUDA, OpenCL on a GPU) use the sub-group and tiled matmuls instead.
 pub const CPU_DEVICE_ONLY: &[&str] = &["matmul_wi_f32", "matmul_wi_bf16", "matmul_wi_f16"];
 
-/// Kernels no `Op` launches: a backend's own fast paths call them (the CUDA backend's greedy decode picks tokens
-/// with `argmax_rows`, so a step reads back ids instead of logits).
-pub const OUTSIDE_OPS: &[&str] = &["argmax_rows"];
+/// Kernels no `Op` launches on every backend: a backend's own fast paths call them (the CUDA backend's greedy
+/// decode picks tokens with `argmax_rows`, so a step reads back ids instead of logits; it writes the inputs of its
+/// 16-bit cuBLAS multiplies with the `_bf16` / `_f16` norm and SiLU entry points).
+pub const OUTSIDE_OPS: &[&str] = &[
+    "argmax_rows",
+    "rms_norm_bf16",
+    "rms_norm_f16",
+    "add_rms_norm_bf16",
+    "add_rms_norm_f16",
+    "silu_mul_bf16",
+    "silu_mul_f16",
+];
 
 /// The `-D NAME=value` flags every kernel source is compiled with (the launch constants).
 pub fn compile_defines() -> Vec<String> {

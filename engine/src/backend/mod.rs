@@ -65,6 +65,14 @@ pub trait Backend {
     fn alloc_f32_scratch(&self, len: usize) -> Result<Self::Buffer> {
         self.alloc_f32(len)
     }
+    /// An activation buffer of `len` values whose only reader is `Op::MatMul` with weight `w`, written whole by
+    /// `RmsNorm`, `AddRmsNorm` or `SiluMul`. A backend whose matrix multiply rounds activations to the weight's
+    /// 16-bit type anyway (cuBLAS) may store them in that type, so the producer writes them rounded and no conversion
+    /// pass runs; the others return an f32 buffer. Such a buffer is never downloaded.
+    fn alloc_matmul_input(&self, len: usize, w: &Self::Buffer) -> Result<Self::Buffer> {
+        let _ = w;
+        self.alloc_f32_scratch(len)
+    }
     /// Upload f32 values (activations, tables).
     fn upload_f32(&self, data: &[f32]) -> Result<Self::Buffer>;
     /// Upload u32 values (token ids, positions, slot mappings, block tables).

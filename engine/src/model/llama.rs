@@ -260,13 +260,15 @@ impl<B: Backend> LlamaModel<B> {
             comm.all_reduce_sum(&mut v)?;
             b.upload_f32(&v)
         };
-        let normed = b.alloc_f32_scratch(n * h)?;
         let zeros = b.alloc_f32(n * h)?;
         let mut delta: Option<B::Buffer> = None;
         let scale = 1.0 / (hd as f32).sqrt();
         for (li, l) in self.layers.iter().enumerate() {
             // residual += previous layer's output; normed = norm(residual)
             let x = delta.as_ref().unwrap_or(&zeros);
+            // Each norm / SiLU output is read only by the next projection: the backend may keep it in the
+            // projection's input type (`alloc_matmul_input`).
+            let normed = b.alloc_matmul_input(n * h, &l.qkv.w)?;
             b.run(Op::AddRmsNorm { x, residual: &residual, weight: &l.input_norm, out: &normed, rows: n, hidden: h, eps })?;
             let qkv = self.project(b, &l.qkv, &normed, n, h)?;
             let q = b.alloc_f32_scratch(n * hq * hd)?;
@@ -299,9 +301,10 @@ impl<B: Backend> LlamaModel<B> {
                 scale,
             })?;
             let o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;
+            let normed = b.alloc_matmul_input(n * h, &l.gate_up.w)?;
             b.run(Op::AddRmsNorm { x: &o, residual: &residual, weight: &l.post_norm, out: &normed, rows: n, hidden: h, eps })?;
             let gate_up = self.project(b, &l.gate_up, &normed, n, h)?;
-            let act = b.alloc_f32_scratch(n * inter)?;
+            let act = b.alloc_matmul_input(n * inter, &l.down.w)?;
             b.run(Op::SiluMul { gate_up: &gate_up, out: &act, rows: n, width: inter })?;
             delta = Some(reduce(self.project(b, &l.down, &act, n, inter)?)?);
         }
@@ -315,7 +318,7 @@ impl<B: Backend> LlamaModel<B> {
         let x = delta.as_ref().unwrap_or(&zeros);
         b.run(Op::GatherRows { x, rows: rows_buf, out: &last_delta, num_rows: num_seqs, width: h })?;
         b.run(Op::GatherRows { x: &residual, rows: rows_buf, out: &last_res, num_rows: num_seqs, width: h })?;
-        let last = b.alloc_f32_scratch(num_seqs * h)?;
+        let last = b.alloc_matmul_input(num_seqs * h, head)?;
         b.run(Op::AddRmsNorm { x: &last_delta, residual: &last_res, weight: norm, out: &last, rows: num_seqs, hidden: h, eps })?;
         let vocab = self.shard.vocab(p).len();
         let logits = b.alloc_f32_scratch(num_seqs * vocab)?;

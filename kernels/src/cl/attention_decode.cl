@@ -12,6 +12,7 @@
 // (max_parts == 1) the kernel writes the normalised output directly.
 //
 // Cache layout per layer: [num_blocks, block_size, kv_heads, head_dim]; slot = block * block_size + offset.
+// head_dim must be a multiple of 4 (4-wide loads and stores; the host checks it).
 #include "prelude.h"
 
 KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_cache, GLOBAL const float* v_cache,
@@ -24,6 +25,7 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     LOCAL uint slots[ATTN_MAX_PARTITION];
     LOCAL float head_max[ATTN_HEAD_CHUNK];
     LOCAL float head_sum[ATTN_HEAD_CHUNK];
+    LOCAL float4 red[ATTN_HEAD_CHUNK * ATTN_DIM_CHUNK / 4];
 
     uint e = group_id(0);
     uint group = num_heads / num_kv_heads;
@@ -40,6 +42,7 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     uint len = min(partition_size, ctx - start);
     ulong kv_row = (ulong)num_kv_heads * head_dim;
     ulong kv_off = (ulong)kvh * head_dim;
+    ulong q_base = ((ulong)row * num_heads + h0) * head_dim;
     GLOBAL const uint* table = block_tables + (ulong)seq * max_blocks;
 
     for (uint j = local_id(); j < len; j += local_size()) {
@@ -49,17 +52,22 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     }
     barrier_local();
 
-    // Scores: one sub-group per key, lanes across head_dim (unrolled, so several keys' loads are in flight).
-#pragma unroll 2
-    for (uint j = sub_id(); j < len; j += num_subs()) {
+    // Scores: a work-item computes whole dot products, one (head, key) pair at a time, with 4-wide loads of the key
+    // row and of the query (the same query address across a sub-group: a broadcast). No cross-lane reduction.
+    for (uint p = local_id(); p < nh * len; p += local_size()) {
+        uint hh = p / len;
+        uint j = p - hh * len;
         GLOBAL const float* kr = k_cache + (ulong)slots[j] * kv_row + kv_off;
-        for (uint hh = 0; hh < nh; hh++) {
-            GLOBAL const float* qr = q + ((ulong)row * num_heads + h0 + hh) * head_dim;
-            float acc = 0.0f;
-            for (uint d = sub_lane(); d < head_dim; d += sub_size()) acc += qr[d] * kr[d];
-            acc = sub_reduce_add(acc);
-            if (sub_lane() == 0) scores[hh * ATTN_MAX_PARTITION + j] = acc * scale;
+        GLOBAL const float* qr = q + q_base + (ulong)hh * head_dim;
+        float4 acc0 = zero4();
+        float4 acc1 = zero4();
+        uint d = 0;
+        for (; d + 8 <= head_dim; d += 8) {
+            acc0 = mad4(load4a_f32(kr, d), load4a_f32(qr, d), acc0);
+            acc1 = mad4(load4a_f32(kr, d + 4), load4a_f32(qr, d + 4), acc1);
         }
+        if (d < head_dim) acc0 = mad4(load4a_f32(kr, d), load4a_f32(qr, d), acc0);
+        scores[hh * ATTN_MAX_PARTITION + j] = (hsum4(acc0) + hsum4(acc1)) * scale;
     }
     barrier_local();
 
@@ -83,28 +91,46 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     }
     barrier_local();
 
-    // Weighted sum of values: a work-item owns dimension d of every head of the chunk, so each value element is
-    // loaded once per key for all of them (the heads of a GQA group share the kv head), with the key loop unrolled
-    // so several keys' loads are in flight.
-    for (uint d = local_id(); d < head_dim; d += local_size()) {
-        float acc[ATTN_HEAD_CHUNK];
-        for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = 0.0f;
-        GLOBAL const float* vc = v_cache + kv_off + d;
+    // Weighted sum of values, ATTN_DIM_CHUNK dimensions at a time: a work-item owns 4 consecutive dimensions of
+    // every head of the chunk (each value element is loaded once, 4-wide, for all heads of the GQA group) and a
+    // stride of the keys; the key groups are then summed through local memory.
+    for (uint d0 = 0; d0 < head_dim; d0 += ATTN_DIM_CHUNK) {
+        uint quads = min((uint)ATTN_DIM_CHUNK, head_dim - d0) / 4;
+        uint groups = local_size() / quads;
+        uint g = local_id() / quads;
+        uint c = local_id() - g * quads;
+        float4 acc[ATTN_HEAD_CHUNK];
+        for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = zero4();
+        if (g < groups) {
+            GLOBAL const float* vc = v_cache + kv_off + d0 + 4 * c;
 #pragma unroll 4
-        for (uint j = 0; j < len; j++) {
-            float v = vc[(ulong)slots[j] * kv_row];
-            for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                if (hh < nh) acc[hh] += scores[hh * ATTN_MAX_PARTITION + j] * v;
+            for (uint j = g; j < len; j += groups) {
+                float4 v = load4a_f32(vc, (ulong)slots[j] * kv_row);
+                for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                    if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
+                }
             }
         }
-        for (uint hh = 0; hh < nh; hh++) {
+        for (uint s = 0; s < groups; s++) {
+            if (g == s) {
+                for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                    if (hh < nh) red[hh * quads + c] = s == 0 ? acc[hh] : add4(red[hh * quads + c], acc[hh]);
+                }
+            }
+            barrier_local();
+        }
+        for (uint i = local_id(); i < nh * quads; i += local_size()) {
+            uint hh = i / quads;
+            uint cc = i - hh * quads;
             ulong h = h0 + hh;
+            float4 v = red[i];
             if (max_parts == 1) {
-                out[((ulong)row * num_heads + h) * head_dim + d] = acc[hh] / head_sum[hh];
+                store4a_f32(out, ((ulong)row * num_heads + h) * head_dim + d0 + 4 * cc, scale4(v, 1.0f / head_sum[hh]));
             } else {
-                part_out[(((ulong)e * num_heads + h) * max_parts + part) * head_dim + d] = acc[hh];
+                store4a_f32(part_out, (((ulong)e * num_heads + h) * max_parts + part) * head_dim + d0 + 4 * cc, v);
             }
         }
+        barrier_local();  // red is reused by the next dimension chunk
     }
     if (max_parts > 1 && local_id() < nh) {
         ulong at = (((ulong)e * num_heads + h0 + local_id()) * max_parts + part) * 2;

@@ -76,9 +76,17 @@ INLINE float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 INLINE float4 mad4(float4 a, float4 b, float4 c) {
     return make_float4(a.x * b.x + c.x, a.y * b.y + c.y, a.z * b.z + c.z, a.w * b.w + c.w);
 }
+INLINE float4 axpy4(float a, float4 x, float4 y) {
+    return make_float4(a * x.x + y.x, a * x.y + y.y, a * x.z + y.z, a * x.w + y.w);
+}
+INLINE float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+INLINE float4 scale4(float4 a, float s) { return make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
 #else
 INLINE float4 zero4() { return (float4)(0.0f); }
 INLINE float4 mad4(float4 a, float4 b, float4 c) { return a * b + c; }
+INLINE float4 axpy4(float a, float4 x, float4 y) { return a * x + y; }
+INLINE float4 add4(float4 a, float4 b) { return a + b; }
+INLINE float4 scale4(float4 a, float s) { return a * s; }
 #endif
 INLINE float hsum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 
@@ -104,7 +112,8 @@ INLINE float4 load4_f16(GLOBAL const ushort* p, ulong i) { return vload_half4(0,
 #endif
 
 // Eight consecutive 16-bit floats p[i .. i + 8) as two float4, read with one 16-byte load (i must be a multiple of 8
-// and p 16-byte aligned), and four consecutive floats read as one vector (i a multiple of 4, p 16-byte aligned).
+// and p 16-byte aligned), and four consecutive floats read or written as one vector (i a multiple of 4, p 16-byte
+// aligned).
 typedef struct {
     float4 lo;
     float4 hi;
@@ -137,6 +146,7 @@ INLINE f32x8 load8_f16(GLOBAL const ushort* p, ulong i) {
     return r;
 }
 INLINE float4 load4a_f32(GLOBAL const float* p, ulong i) { return *(const float4*)(p + i); }
+INLINE void store4a_f32(GLOBAL float* p, ulong i, float4 v) { *(float4*)(p + i) = v; }
 #else
 INLINE f32x8 load8_bf16(GLOBAL const ushort* p, ulong i) {
     uint4 u = vload4(0, (GLOBAL const uint*)(p + i));
@@ -152,6 +162,7 @@ INLINE f32x8 load8_f16(GLOBAL const ushort* p, ulong i) {
     return r;
 }
 INLINE float4 load4a_f32(GLOBAL const float* p, ulong i) { return vload4(0, p + i); }
+INLINE void store4a_f32(GLOBAL float* p, ulong i, float4 v) { vstore4(v, 0, p + i); }
 #endif
 INLINE float dot8(f32x8 w, float4 a, float4 b) { return hsum4(mad4(a, w.lo, mad4(b, w.hi, zero4()))); }
 
@@ -160,6 +171,29 @@ INLINE void store_bf16(GLOBAL ushort* p, ulong i, float v) {
     uint u = f32_to_bits(v);
     u += 0x7fffu + ((u >> 16) & 1u);
     p[i] = (ushort)(u >> 16);
+}
+
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE void store_f16(GLOBAL ushort* p, ulong i, float v) {
+    ushort h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    p[i] = h;
+}
+#else
+INLINE void store_f16(GLOBAL ushort* p, ulong i, float v) { vstore_half_rte(v, i, (GLOBAL half*)p); }
+#endif
+
+// An activation store in the type of its buffer: `kind` 0 f32 (`out`), 1 bf16, 2 f16 (`out16`, the same memory). Each
+// entry point passes a constant kind, so it compiles to one store (the 16-bit outputs feed matrix multiplies that
+// take 16-bit operands, which would otherwise need a conversion pass).
+INLINE void store_act(GLOBAL float* out, GLOBAL ushort* out16, ulong i, float v, uint kind) {
+    if (kind == 0) {
+        out[i] = v;
+    } else if (kind == 1) {
+        store_bf16(out16, i, v);
+    } else {
+        store_f16(out16, i, v);
+    }
 }
 
 // Sum of `v` over the work-group; `scratch` holds one float per sub-group (size it to the work-group size).

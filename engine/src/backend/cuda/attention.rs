@@ -84,6 +84,9 @@ fn check_meta(meta: &AttentionMeta<'_, CuBuffer>, s: &Shape, cache_len: usize) -
     if s.block_size == 0 || s.head_dim == 0 {
         return Err(be("paged_attention: block size and head dim must be positive"));
     }
+    if s.head_dim % 4 != 0 {
+        return Err(be(format!("paged_attention: head dim {} is not a multiple of 4 (the kernels load 4 values at a time)", s.head_dim)));
+    }
     // The kernels read the device copies: they must hold what the host copies say.
     let same = |b: &CuBuffer, host: &[u32], what: &str| -> Result<()> {
         if &b.u32(what, host.len())?[..host.len()] != host {

@@ -79,6 +79,8 @@ pub enum Contents {
     /// Indices, with the host copy every index check reads.
     U32 { host: Vec<u32> },
     Matrix { dtype: WeightDType, rows: usize, cols: usize },
+    /// `len` activations stored in a 16-bit type (the input of a cuBLAS multiply with weights of that type).
+    Act16 { dtype: WeightDType, len: usize },
     /// Scratch (converted activations, split-KV partials).
     Raw,
 }
@@ -118,6 +120,21 @@ impl CuBuffer {
     }
 
     /// Checks an f32 buffer holds at least `need` values.
+    /// Checks an activation output of at least `need` values: 0 for f32, 1 for bf16, 2 for f16 (the `kind` of the
+    /// kernels' `store_act`).
+    pub(super) fn act_out(&self, what: &str, need: usize) -> Result<u32> {
+        let (len, kind) = match self.contents {
+            Contents::F32 { len } => (len, 0),
+            Contents::Act16 { dtype: WeightDType::BF16, len } => (len, 1),
+            Contents::Act16 { dtype: WeightDType::F16, len } => (len, 2),
+            _ => return Err(be(format!("{what}: expected an activation buffer"))),
+        };
+        if len < need {
+            return Err(be(format!("{what}: buffer of {len} values, op needs {need}")));
+        }
+        Ok(kind)
+    }
+
     pub(super) fn f32(&self, what: &str, need: usize) -> Result<()> {
         match self.f32_len() {
             Some(len) if len >= need => Ok(()),

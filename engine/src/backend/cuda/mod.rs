@@ -381,6 +381,18 @@ impl Backend for CudaBackend {
         CuBuffer::new(&self.pool, len * 4, Contents::F32 { len })
     }
 
+    fn alloc_matmul_input(&self, len: usize, w: &CuBuffer) -> Result<CuBuffer> {
+        self.bind()?;
+        match w.contents {
+            // cuBLAS takes the activations in the weight's 16-bit type: the producer writes them so. With the GEMV
+            // on (it reads f32 activations) they stay f32.
+            Contents::Matrix { dtype: dtype @ (WeightDType::BF16 | WeightDType::F16), .. } if self.gemv_max_rows() == 0 => {
+                CuBuffer::new(&self.pool, len * 2, Contents::Act16 { dtype, len })
+            }
+            _ => CuBuffer::new(&self.pool, len * 4, Contents::F32 { len }),
+        }
+    }
+
     fn alloc_f32(&self, len: usize) -> Result<CuBuffer> {
         self.bind()?;
         let b = CuBuffer::new(&self.pool, len * 4, Contents::F32 { len })?;

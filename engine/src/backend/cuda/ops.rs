@@ -54,13 +54,13 @@ pub(super) fn rms_norm(
 ) -> Result<()> {
     x.f32("rms_norm x", rows * hidden)?;
     w.f32("rms_norm weight", hidden)?;
-    out.f32("rms_norm out", rows * hidden)?;
+    let kind = out.act_out("rms_norm out", rows * hidden)? as usize;
     let launch = match residual {
         Some(r) => {
             r.f32("rms_norm residual", rows * hidden)?;
-            b.kernels.launch("add_rms_norm")?.buf(x).buf(r)
+            b.kernels.launch(["add_rms_norm", "add_rms_norm_bf16", "add_rms_norm_f16"][kind])?.buf(x).buf(r)
         }
-        None => b.kernels.launch("rms_norm")?.buf(x),
+        None => b.kernels.launch(["rms_norm", "rms_norm_bf16", "rms_norm_f16"][kind])?.buf(x),
     };
     let wg = work_group("rms_norm");
     launch.buf(w).buf(out).u32(hidden).f32(eps).run(&b.stream, [rows * wg, 1, 1], [wg, 1, 1])
@@ -81,12 +81,20 @@ pub(super) fn matmul(
     if (rows, cols) != (n, k) {
         return Err(be(format!("matmul weight is [{rows}, {cols}], op expects [{n}, {k}]")));
     }
-    x.f32("matmul x", m * k)?;
+    // The activations: f32, or already in the weight's 16-bit type (`alloc_matmul_input`).
+    let x16 = match x.contents {
+        Contents::Act16 { dtype: xd, len } if xd == dtype && len >= m * k => true,
+        Contents::Act16 { .. } => return Err(be(format!("matmul x: 16-bit activations must match the weight ({dtype:?}) and hold {}", m * k))),
+        _ => {
+            x.f32("matmul x", m * k)?;
+            false
+        }
+    };
     out.f32("matmul out", m * n)?;
     if let Some(bias) = bias {
         bias.f32("matmul bias", n)?;
     }
-    if m <= b.gemv_max_rows() && k % 8 == 0 && dtype != WeightDType::F32 {
+    if !x16 && m <= b.gemv_max_rows() && k % 8 == 0 && dtype != WeightDType::F32 {
         // Decode-sized: the portable vectorised GEMV streams each weight row once with 16-byte loads and reads the
         // f32 activations directly (no rounding to 16 bits, no conversion launch).
         let name = if dtype == WeightDType::BF16 { "matmul_vec_bf16" } else { "matmul_vec_f16" };
@@ -105,6 +113,8 @@ pub(super) fn matmul(
     }
     let (a_type, b_ptr, _scratch) = match dtype {
         WeightDType::F32 => (bsys::cudaDataType::CUDA_R_32F, x.ptr(), None),
+        WeightDType::BF16 if x16 => (bsys::cudaDataType::CUDA_R_16BF, x.ptr(), None),
+        WeightDType::F16 if x16 => (bsys::cudaDataType::CUDA_R_16F, x.ptr(), None),
         WeightDType::BF16 | WeightDType::F16 => {
             let (kernel, t) = if dtype == WeightDType::BF16 {
                 ("f32_to_bf16", bsys::cudaDataType::CUDA_R_16BF)
@@ -215,9 +225,9 @@ pub(super) fn rope_write_kv(
 /// `Op::SiluMul` over the fused gate/up rows.
 pub(super) fn silu_mul(b: &CudaBackend, gate_up: &CuBuffer, out: &CuBuffer, rows: usize, width: usize) -> Result<()> {
     gate_up.f32("silu gate_up", rows * 2 * width)?;
-    out.f32("silu out", rows * width)?;
+    let kind = out.act_out("silu out", rows * width)? as usize;
     b.kernels
-        .launch("silu_mul")?
+        .launch(["silu_mul", "silu_mul_bf16", "silu_mul_f16"][kind])?
         .buf(gate_up)
         .buf(out)
         .u32(width)
