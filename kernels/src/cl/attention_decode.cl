@@ -52,30 +52,50 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     }
     barrier_local();
 
-    // Scores: a work-item computes whole dot products, one (head, key) pair at a time, with 4-wide loads of the key
-    // row and of the query (the same query address across a sub-group: a broadcast). No cross-lane reduction.
-    for (uint p = local_id(); p < nh * len; p += local_size()) {
-        uint hh = p / len;
-        uint j = p - hh * len;
-        GLOBAL const float* kr = k_cache + (ulong)slots[j] * kv_row + kv_off;
-        GLOBAL const float* qr = q + q_base + (ulong)hh * head_dim;
-        float4 acc0 = zero4();
-        float4 acc1 = zero4();
-        uint d = 0;
-        for (; d + 8 <= head_dim; d += 8) {
-            acc0 = mad4(load4a_f32(kr, d), load4a_f32(qr, d), acc0);
-            acc1 = mad4(load4a_f32(kr, d + 4), load4a_f32(qr, d + 4), acc1);
+    // Scores: T work-items per key (T a power of two, at most 8, as many as the work-group has to spare), each
+    // summing every T-th 4-wide piece of the key row against the query of every head of the chunk, staged in local
+    // memory. A key row is thus read once for all heads, and neighbouring work-items read neighbouring 16 bytes of
+    // it. The T partial sums land in scores[hh][t * len + j] and are added up by the softmax below.
+    uint T = 1;
+    while (T < 8 && 2 * T * len <= local_size()) T *= 2;
+    uint t = local_id() - (local_id() / T) * T;
+    uint key_step = local_size() / T;
+    for (uint d0 = 0; d0 < head_dim; d0 += ATTN_DIM_CHUNK) {
+        uint quads = min((uint)ATTN_DIM_CHUNK, head_dim - d0) / 4;
+        for (uint i = local_id(); i < nh * quads; i += local_size()) {
+            uint hh = i / quads;
+            red[i] = load4a_f32(q, q_base + (ulong)hh * head_dim + d0 + 4 * (i - hh * quads));
         }
-        if (d < head_dim) acc0 = mad4(load4a_f32(kr, d), load4a_f32(qr, d), acc0);
-        scores[hh * ATTN_MAX_PARTITION + j] = (hsum4(acc0) + hsum4(acc1)) * scale;
+        barrier_local();
+        for (uint j = local_id() / T; j < len; j += key_step) {
+            GLOBAL const float* kr = k_cache + (ulong)slots[j] * kv_row + kv_off + d0;
+            float acc[ATTN_HEAD_CHUNK];
+            for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = 0.0f;
+            for (uint c = t; c < quads; c += T) {
+                float4 k4 = load4a_f32(kr, 4 * c);
+                for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                    if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
+                }
+            }
+            for (uint hh = 0; hh < nh; hh++) {
+                uint at = hh * ATTN_MAX_PARTITION + t * len + j;
+                scores[at] = d0 == 0 ? acc[hh] : scores[at] + acc[hh];
+            }
+        }
+        barrier_local();  // scores complete for this chunk; red is restaged by the next one
     }
-    barrier_local();
 
-    // Softmax numerators in place; one sub-group per head.
+    // Softmax numerators in place; one sub-group per head. The first pass adds up the T partial sums of each key.
     for (uint hh = sub_id(); hh < nh; hh += num_subs()) {
         LOCAL_PTR float* s = scores + hh * ATTN_MAX_PARTITION;
         float m = NEG_INF;
-        for (uint j = sub_lane(); j < len; j += sub_size()) m = fmax(m, s[j]);
+        for (uint j = sub_lane(); j < len; j += sub_size()) {
+            float v = s[j];
+            for (uint tt = 1; tt < T; tt++) v += s[tt * len + j];
+            v *= scale;
+            s[j] = v;
+            m = fmax(m, v);
+        }
         m = sub_reduce_max(m);
         float sum = 0.0f;
         for (uint j = sub_lane(); j < len; j += sub_size()) {

@@ -89,6 +89,7 @@ INLINE float4 add4(float4 a, float4 b) { return a + b; }
 INLINE float4 scale4(float4 a, float s) { return a * s; }
 #endif
 INLINE float hsum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+INLINE float dot4(float4 a, float4 b) { return (a.x * b.x + a.y * b.y) + (a.z * b.z + a.w * b.w); }
 
 // ---------------------------------------------------------------- shared helpers
 #define global_id0() (group_id(0) * local_size() + local_id())
