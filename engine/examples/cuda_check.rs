@@ -88,10 +88,41 @@ enum OpSpec {
     SiluMatMul { gate_up: Vec<f32>, w: Vec<f32>, dtype: candle_core::DType, rows: usize, width: usize, n: usize },
     /// Rope and store k/v for every new token of every sequence (a full prefill or a decode step), then attention.
     Attention { qkv: Vec<f32>, pos: Vec<u32>, qs: Vec<u32>, ctx: Vec<u32>, tables: Vec<u32>, max_blocks: usize,
-        slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, bs: usize, cache_k: Vec<f32>, cache_v: Vec<f32> },
+        slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, bs: usize, cache_k: Vec<f32>, cache_v: Vec<f32>,
+        /// The cache's element type: the GPU keeps it so; the CPU reference holds the same values rounded to it, in f32.
+        kv: rserve_engine::backend::WeightDType },
 }
 
-fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
+/// Filling and reading a KV cache of a given element type, per backend (the CPU keeps f32 caches: it gets the
+/// values rounded to the type, so both start from the same cache).
+trait KvCaches: Backend {
+    fn kv_upload(&self, data: &[f32], dtype: rserve_engine::backend::WeightDType) -> R<Self::Buffer>;
+    fn kv_download(&self, b: &Self::Buffer) -> R<Vec<f32>>;
+}
+impl KvCaches for CpuBackend {
+    fn kv_upload(&self, data: &[f32], dtype: rserve_engine::backend::WeightDType) -> R<Self::Buffer> {
+        use rserve_engine::backend::WeightDType as W;
+        let v: Vec<f32> = match dtype {
+            W::F32 => data.to_vec(),
+            W::BF16 => data.iter().map(|&x| half::bf16::from_f32(x).to_f32()).collect(),
+            W::F16 => data.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+        };
+        Ok(self.upload_f32(&v)?)
+    }
+    fn kv_download(&self, b: &Self::Buffer) -> R<Vec<f32>> {
+        Ok(self.download_f32(b)?)
+    }
+}
+impl KvCaches for CudaBackend {
+    fn kv_upload(&self, data: &[f32], dtype: rserve_engine::backend::WeightDType) -> R<Self::Buffer> {
+        Ok(self.upload_kv_cache(data, dtype)?)
+    }
+    fn kv_download(&self, b: &Self::Buffer) -> R<Vec<f32>> {
+        Ok(self.download_kv_cache(b)?)
+    }
+}
+
+fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
     Ok(match s {
         OpSpec::Embedding { table, dtype, ids, hidden } => {
             let t = candle_core::Tensor::from_vec(table.clone(), (table.len() / hidden, *hidden), &candle_core::Device::Cpu)?
@@ -167,8 +198,8 @@ fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             b.run(Op::GatherRows { x: &xb, rows: &rb, out: &out, num_rows: rows.len(), width: *width })?;
             b.download_f32(&out)?
         }
-        OpSpec::Attention { qkv, pos, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, cache_k, cache_v } => {
-            let (kc, vc) = (b.upload_f32(cache_k)?, b.upload_f32(cache_v)?);
+        OpSpec::Attention { qkv, pos, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, cache_k, cache_v, kv } => {
+            let (kc, vc) = (b.kv_upload(cache_k, *kv)?, b.kv_upload(cache_v, *kv)?);
             let n = slots.len();
             let (xb, pb, ib, sb) = (b.upload_f32(qkv)?, b.upload_u32(pos)?, b.upload_f32(&inv_freq(*hd))?, b.upload_u32(slots)?);
             let qb = b.alloc_f32(n * heads * hd)?;
@@ -181,7 +212,8 @@ fn run_spec<B: Backend>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             b.run(Op::PagedAttention { q: &qb, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: *heads,
                 num_kv_heads: *kvh, head_dim: *hd, block_size: *bs, scale: 1.0 / (*hd as f32).sqrt() })?;
             let mut o = b.download_f32(&out)?;
-            o.extend(b.download_f32(&kc)?);
+            o.extend(b.kv_download(&kc)?);
+            o.extend(b.kv_download(&vc)?);
             o
         }
     })
@@ -193,7 +225,7 @@ fn inv_freq(hd: usize) -> Vec<f32> {
 }
 
 /// Sequences with `ctx[s]` tokens of which the last `qlen[s]` are new; random cache contents for the rest.
-fn attention_spec(rng: &mut rand::rngs::StdRng, ctx: &[usize], qlen: &[usize], heads: usize, kvh: usize, hd: usize, bs: usize) -> OpSpec {
+fn attention_spec(rng: &mut rand::rngs::StdRng, ctx: &[usize], qlen: &[usize], heads: usize, kvh: usize, hd: usize, bs: usize, kv: rserve_engine::backend::WeightDType) -> OpSpec {
     let max_blocks = ctx.iter().map(|c| c.div_ceil(bs)).max().unwrap_or(1);
     let num_blocks = max_blocks * ctx.len() + 3;
     let row = kvh * hd;
@@ -231,6 +263,7 @@ fn attention_spec(rng: &mut rand::rngs::StdRng, ctx: &[usize], qlen: &[usize], h
         bs,
         cache_k: rand_vec(rng, num_blocks * bs * row, 1.0),
         cache_v: rand_vec(rng, num_blocks * bs * row, 1.0),
+        kv,
     }
 }
 
@@ -269,10 +302,18 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
             w: rand_vec(r, 576 * 1536, 0.05), dtype: dt, rows: 3, width: 1536, n: 576 }));
     }
     specs.push(("gather_rows".into(), 0.0, OpSpec::Gather { x: rand_vec(r, 50 * 300, 1.0), rows: vec![49, 0, 17, 17], width: 300 }));
-    specs.push(("rope_write_kv+attention decode (8B shape)".into(), 1e-4, attention_spec(r, &[1, 37, 300, 129], &[1, 1, 1, 1], 32, 8, 128, 16)));
-    specs.push(("rope_write_kv+attention split-KV ctx 1500".into(), 1e-4, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16)));
-    specs.push(("rope_write_kv+attention prefill+prefix".into(), 1e-4, attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16)));
-    specs.push(("rope_write_kv+attention prefill 8B shape".into(), 1e-4, attention_spec(r, &[130], &[130], 32, 8, 128, 16)));
+    // Every attention shape with an f32 cache and with the 16-bit caches a 16-bit model keeps (keys and values
+    // rounded as they are stored: a few 1e-3 against the f32 reference for the new tokens).
+    {
+        use rserve_engine::backend::WeightDType as W;
+        for (kv, tol) in [(W::F32, 1e-4), (W::BF16, 2e-2), (W::F16, 5e-3)] {
+            let t = if kv == W::F32 { String::new() } else { format!(" {} cache", kv.as_str()) };
+            specs.push((format!("rope_write_kv+attention decode (8B shape){t}"), tol, attention_spec(r, &[1, 37, 300, 129], &[1, 1, 1, 1], 32, 8, 128, 16, kv)));
+            specs.push((format!("rope_write_kv+attention split-KV ctx 1500{t}"), tol, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16, kv)));
+            specs.push((format!("rope_write_kv+attention prefill+prefix{t}"), tol, attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16, kv)));
+            specs.push((format!("rope_write_kv+attention prefill 8B shape{t}"), tol, attention_spec(r, &[130], &[130], 32, 8, 128, 16, kv)));
+        }
+    }
     // argmax on the device against the host sampler's rule (first index of the maximum), with planted ties.
     {
         let (rows, width) = (37, 128_256);
@@ -312,8 +353,13 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         })
         .collect();
     let default_rows = gpu.gemv_rows();
-    for (pass, list) in [(default_rows, &specs), (8, &gemv)] {
+    let default_wide = gpu.gemv_is_wide();
+    for (pass, wide, list) in [(default_rows, default_wide, &specs), (8, false, &gemv), (8, true, &gemv)] {
         gpu.set_gemv_max_rows(pass);
+        gpu.set_gemv_wide(wide);
+        if list.len() == gemv.len() && pass == 8 {
+            println!("gemv pass: matmul_{}_*", if wide { "wide" } else { "vec" });
+        }
         for (name, tol, spec) in list {
             match both(cpu, gpu, name, *tol, &mut fails, |b| b.check(spec)) {
                 Ok(()) => {}
@@ -325,6 +371,7 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         }
     }
     gpu.set_gemv_max_rows(default_rows);
+    gpu.set_gemv_wide(default_wide);
     Ok(fails)
 }
 
@@ -435,11 +482,12 @@ fn bench(dir: &str) -> R<()> {
         for m in [1usize, 2, 4, 8, 16, 64, 256] {
             let x = gpu.upload_f32(&rand_vec(&mut rng, m * k, 1.0))?;
             let out = gpu.alloc_f32(m * n)?;
-            for (path, rows) in [("gemv", 8usize), ("cublas", 0)] {
-                if path == "gemv" && m > 8 {
+            for (path, rows, wide) in [("gemv-vec", 8usize, false), ("gemv-wide", 8, true), ("cublas", 0, true)] {
+                if rows > 0 && m > 8 {
                     continue;
                 }
                 gpu.set_gemv_max_rows(rows);
+                gpu.set_gemv_wide(wide);
                 let mm = |i: usize| gpu.run(Op::MatMul { x: &x, w: &ws[i % copies], bias: None, out: &out, m, k, n });
                 for i in 0..3 { mm(i)?; }
                 gpu.synchronize()?;
@@ -453,6 +501,7 @@ fn bench(dir: &str) -> R<()> {
             }
         }
     }
+    print_tunings(&gpu);
     drop(gpu);
     let t0 = std::time::Instant::now();
     let weights = rserve_engine::weights::dummy::dummy(&params, candle_core::DType::BF16, 0)?;
@@ -490,7 +539,48 @@ fn bench(dir: &str) -> R<()> {
             println!("decode | {batch} | {} | {ms:.2} | {:.0}", if eager { "eager" } else { "graph" }, batch as f64 * 1e3 / ms);
         }
     }
+    // Prefill steps as the server runs them (eager): the default step budget of 2048 new tokens, as 16 prompts of
+    // 128 tokens and as 4 of 512. With RSERVE_CUDA_PROFILE_OPS=1 the backend prints their per-op breakdown.
+    runner.set_enforce_eager(true);
+    println!("prefill | seqs x tokens | ms per step | prompt tok/s");
+    for (nseq, len) in [(16usize, 128usize), (4, 512)] {
+        let nb = len.div_ceil(bs);
+        let tables: Vec<Vec<u32>> = (0..nseq).map(|i| ((i * nb) as u32..((i + 1) * nb) as u32).collect()).collect();
+        let seqs: Vec<SeqInput> = tables.iter().enumerate().map(|(i, t)| SeqInput {
+            token_ids: (0..len).map(|j| ((j * 31 + i * 7) % 1000) as u32).collect(),
+            start_position: 0,
+            block_table: t.clone(),
+            slot_mapping: (0..len).map(|p| t[p / bs] * bs as u32 + (p % bs) as u32).collect(),
+        }).collect();
+        let batch = BatchInput { seqs };
+        for _ in 0..2 {
+            runner.execute_greedy(&batch)?.ok_or("no greedy")?;
+        }
+        let steps = 16;
+        let t0 = std::time::Instant::now();
+        for _ in 0..steps {
+            runner.execute_greedy(&batch)?.ok_or("no greedy")?;
+        }
+        let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
+        println!("prefill | {nseq}x{len} | {ms:.2} | {:.0}", (nseq * len) as f64 * 1e3 / ms);
+    }
+    print_tunings(runner.backend());
     Ok(())
+}
+
+/// The matmul shapes the backend tuned: cublasGemmEx against the best cuBLASLt candidate (µs per call).
+fn print_tunings(gpu: &CudaBackend) {
+    for t in gpu.matmul_tunings() {
+        println!(
+            "tuning | {}x{}x{} | gemm_ex {:.1} | lt {} | candidates {}",
+            t.m,
+            t.k,
+            t.n,
+            t.gemm_ex_us,
+            t.best_lt_us.map_or("-".into(), |u| format!("{u:.1}")),
+            t.candidates
+        );
+    }
 }
 
 fn main() -> R<()> {

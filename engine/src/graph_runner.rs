@@ -102,7 +102,7 @@ impl CudaGraphRunner {
         opts: GraphOptions,
     ) -> Result<Self> {
         let model = LlamaModel::load(&backend, params, weights)?;
-        let cache = PagedKvCache::new(&backend, params, num_blocks + 1, block_size)?;
+        let cache = PagedKvCache::new(&backend, params, num_blocks + 1, block_size, weights.compute_dtype())?;
         let max_blocks = opts.max_model_len.max(1).div_ceil(block_size);
         tracing::info!(
             "cuda: decode steps {} (buckets {:?})",

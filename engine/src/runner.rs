@@ -33,7 +33,7 @@ impl<B: Backend> ModelRunner<B> {
     /// Uploads the weights and allocates `num_blocks` KV blocks of `block_size` tokens.
     pub fn new(backend: B, params: &ModelParams, weights: &Weights, num_blocks: usize, block_size: usize) -> Result<Self> {
         let model = LlamaModel::load(&backend, params, weights)?;
-        let cache = PagedKvCache::new(&backend, params, num_blocks, block_size)?;
+        let cache = PagedKvCache::new(&backend, params, num_blocks, block_size, weights.compute_dtype())?;
         Ok(Self { backend, model, cache })
     }
 

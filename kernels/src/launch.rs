@@ -38,6 +38,8 @@ pub const GEMV_VEC_WG: usize = 256;
 /// Weight rows (output columns) per vectorised skinny-matmul work-group: one per sub-group of 16 lanes (Intel),
 /// two per 32-lane warp (NVIDIA).
 pub const GEMV_VEC_COLS: usize = 16;
+/// 16-byte weight loads per row a lane of the wide skinny matmul (`matmul_wide_*`) issues before it multiplies.
+pub const GEMV_WIDE_UNROLL: usize = 4;
 /// Input rows per work-item of the work-item matmul (CPU devices); its accumulators are named, not an array.
 pub const GEMV_WI_ROWS: usize = 4;
 /// Work-group size of the tiled matmul (16 x 16 work-items, 4 x 4 outputs each).
@@ -67,6 +69,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMV_WI_ROWS", GEMV_WI_ROWS),
     ("GEMV_VEC_WG", GEMV_VEC_WG),
     ("GEMV_VEC_COLS", GEMV_VEC_COLS),
+    ("GEMV_WIDE_UNROLL", GEMV_WIDE_UNROLL),
     ("GEMM_WG", GEMM_WG),
     ("GEMM_TILE_M", GEMM_TILE_M),
     ("GEMM_TILE_N", GEMM_TILE_N),

@@ -30,11 +30,14 @@ pub const PRELUDE: &str = include_str!("cl/prelude.h");
 /// The entry points of each module. A backend creates all of them when it starts; a test checks this table against
 /// the entry points of the SPIR-V itself.
 pub const KERNELS: &[(&str, &[&str])] = &[
-    ("attention_decode", &["paged_attention_decode", "paged_attention_reduce"]),
-    ("attention_prefill", &["paged_attention_prefill"]),
+    (
+        "attention_decode",
+        &["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16", "paged_attention_reduce"],
+    ),
+    ("attention_prefill", &["paged_attention_prefill", "paged_attention_prefill_bf16", "paged_attention_prefill_f16"]),
     ("elementwise", &["silu_mul", "silu_mul_bf16", "silu_mul_f16", "gather_rows"]),
     ("embedding", &["embedding_f32", "embedding_bf16", "embedding_f16"]),
-    ("kv_cache", &["rope_write_kv"]),
+    ("kv_cache", &["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"]),
     (
         "matmul",
         &[
@@ -49,6 +52,8 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "matmul_wi_f16",
             "matmul_vec_bf16",
             "matmul_vec_f16",
+            "matmul_wide_bf16",
+            "matmul_wide_f16",
         ],
     ),
     ("norm", &["rms_norm", "rms_norm_bf16", "rms_norm_f16", "add_rms_norm", "add_rms_norm_bf16", "add_rms_norm_f16"]),
@@ -66,9 +71,19 @@ pub const CPU_DEVICE_ONLY: &[&str] = &["matmul_wi_f32", "matmul_wi_bf16", "matmu
 
 /// Kernels no `Op` launches on every backend: a backend's own fast paths call them (the CUDA backend's greedy
 /// decode picks tokens with `argmax_rows`, so a step reads back ids instead of logits; it writes the inputs of its
-/// 16-bit cuBLAS multiplies with the `_bf16` / `_f16` norm and SiLU entry points).
+/// 16-bit cuBLAS multiplies with the `_bf16` / `_f16` norm and SiLU entry points, and keeps a 16-bit KV cache
+/// through the `_bf16` / `_f16` cache entry points; its decode-sized matmuls may run on `matmul_wide_*`, written for
+/// 32-lane sub-groups).
 pub const OUTSIDE_OPS: &[&str] = &[
     "argmax_rows",
+    "matmul_wide_bf16",
+    "matmul_wide_f16",
+    "rope_write_kv_bf16",
+    "rope_write_kv_f16",
+    "paged_attention_decode_bf16",
+    "paged_attention_decode_f16",
+    "paged_attention_prefill_bf16",
+    "paged_attention_prefill_f16",
     "rms_norm_bf16",
     "rms_norm_f16",
     "add_rms_norm_bf16",

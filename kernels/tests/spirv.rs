@@ -1,5 +1,6 @@
 //! The embedded SPIR-V modules are valid (`spirv-val`) and the committed `kernels/spirv/*.spv` equal a fresh build
-//! of the sources, so a machine without clang runs exactly what CI compiled.
+//! of the sources, so a machine without clang runs exactly what CI compiled; and every kernel source starts its
+//! kernels with the launch-ordering wait.
 //!
 //! Both tests need the SPIR-V toolchain (scripts/setup.d/20-opencl.sh). Where it is missing they skip loudly, except
 //! when `OCL_ICD_VENDORS` is set (CI and scripts/test.sh set it through scripts/env.d): there a missing toolchain is
@@ -68,4 +69,39 @@ fn tempfile_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rserve-kernels-spirv-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Every kernel starts with `GRID_DEP_SYNC()`: the CUDA backend launches all of them with programmatic dependent
+/// launch, so a kernel without the wait could read its inputs before the previous kernel has written them.
+#[test]
+fn every_kernel_waits_for_the_previous_one_first() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(dir.join("src/cl"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cl"))
+        .collect();
+    sources.push(dir.join("src/cuda/cublas_glue.cu"));
+    let mut kernels = 0;
+    for path in sources {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect();
+        for (i, line) in code.iter().enumerate() {
+            if !line.contains("KERNEL void") {
+                continue;
+            }
+            kernels += 1;
+            // The body's first statement follows the opening brace of the signature.
+            let rest: String = code[i..].join("\n");
+            let body = &rest[rest.find('{').expect("kernel body") + 1..];
+            let first = body.trim_start().trim_start_matches('\\').trim_start();
+            assert!(
+                first.starts_with("GRID_DEP_SYNC();"),
+                "{}: the kernel `{}` must start with GRID_DEP_SYNC();",
+                path.display(),
+                line.trim()
+            );
+        }
+    }
+    assert!(kernels >= 20, "found only {kernels} kernels");
 }

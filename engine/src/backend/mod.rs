@@ -40,6 +40,16 @@ impl WeightDType {
         }
     }
 
+    /// The weight type of a candle dtype (None for integer types).
+    pub fn from_candle(d: candle_core::DType) -> Option<Self> {
+        match d {
+            candle_core::DType::F32 => Some(WeightDType::F32),
+            candle_core::DType::BF16 => Some(WeightDType::BF16),
+            candle_core::DType::F16 => Some(WeightDType::F16),
+            _ => None,
+        }
+    }
+
     pub fn to_candle(self) -> candle_core::DType {
         match self {
             WeightDType::F32 => candle_core::DType::F32,
@@ -72,6 +82,23 @@ pub trait Backend {
     fn alloc_matmul_input(&self, len: usize, w: &Self::Buffer) -> Result<Self::Buffer> {
         let _ = w;
         self.alloc_f32_scratch(len)
+    }
+    /// The element type this backend keeps the paged KV cache in for a model computing in `compute` (vLLM's
+    /// `--kv-cache-dtype auto`: the model's dtype where the attention kernels read it; f32 elsewhere).
+    fn kv_cache_dtype(&self, compute: WeightDType) -> WeightDType {
+        let _ = compute;
+        WeightDType::F32
+    }
+    /// A zeroed KV-cache buffer of `len` values of `dtype` (one `kv_cache_dtype` returned).
+    fn alloc_kv_cache(&self, len: usize, dtype: WeightDType) -> Result<Self::Buffer> {
+        match dtype {
+            WeightDType::F32 => self.alloc_f32(len),
+            other => Err(crate::error::EngineError::Backend(format!(
+                "{}: no {} KV cache on this backend",
+                self.device_name(),
+                other.as_str()
+            ))),
+        }
     }
     /// Upload f32 values (activations, tables).
     fn upload_f32(&self, data: &[f32]) -> Result<Self::Buffer>;

@@ -37,7 +37,7 @@ impl<B: Backend> RankModel<B> {
         let l = comm.layout;
         let shard = Shard::new(p, l.tp, l.pp, l.tp_rank(), l.stage())?;
         let model = LlamaModel::load_shard(&backend, p, w, &shard)?;
-        let cache = PagedKvCache::new(&backend, &shard.kv_params(p), num_blocks, block_size)?;
+        let cache = PagedKvCache::new(&backend, &shard.kv_params(p), num_blocks, block_size, w.compute_dtype())?;
         Ok(Self { model, cache, backend, comm })
     }
 }

@@ -38,7 +38,7 @@ impl KvBudget {
 /// Sizes the cache. Errors name the numbers and the flag to change.
 pub fn plan(
     p: &ModelParams,
-    elem_bytes: usize,
+    kv_elem_bytes: usize,
     block_size: usize,
     requested_len: Option<usize>,
     kv_cache_memory_bytes: Option<u64>,
@@ -65,14 +65,15 @@ pub fn plan(
     };
     let shape = ModelShape::from_params(p);
     // The activations of one engine step at the engine's default step sizes, on one device.
-    let activations = memory::activation_bytes(&shape, StepShape::default(), 1, elem_bytes);
+    // Activations are f32 on every backend.
+    let activations = memory::activation_bytes(&shape, StepShape::default(), 1, 4);
     let pool = match (kv_cache_memory_bytes, device_memory) {
         (Some(_), _) => MemoryPool::Device(0),
         (None, Some(total)) => MemoryPool::Device(total),
         (None, None) => MemoryPool::Host(host_available_bytes().unwrap_or(CPU_DEFAULT_KV_BYTES * 2)),
     };
     let kv_bytes = memory::kv_budget_bytes(pool, utilization, weights_bytes, activations, kv_cache_memory_bytes);
-    let per_token = memory::kv_bytes_per_token(&shape, elem_bytes) as usize;
+    let per_token = memory::kv_bytes_per_token(&shape, kv_elem_bytes) as usize;
     let per_block = (per_token * block_size) as u64;
     let num_blocks = memory::kv_blocks(kv_bytes, per_token as u64, block_size) as usize;
     let need_blocks = max_model_len.div_ceil(block_size);

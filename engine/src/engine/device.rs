@@ -67,6 +67,17 @@ impl Device {
         }
     }
 
+    /// The KV cache's element type for a model computing in `compute` (`Backend::kv_cache_dtype`).
+    pub fn kv_cache_dtype(&self, compute: crate::backend::WeightDType) -> crate::backend::WeightDType {
+        use crate::backend::Backend;
+        match self {
+            Device::Cpu(b) => b.kv_cache_dtype(compute),
+            Device::LevelZero(b) => b.kv_cache_dtype(compute),
+            Device::OpenCl(b) => b.kv_cache_dtype(compute),
+            Device::Cuda(b) => b.kv_cache_dtype(compute),
+        }
+    }
+
     pub fn name(&self) -> String {
         match self {
             Device::Cpu(b) => crate::backend::Backend::device_name(b),

@@ -157,9 +157,10 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         None if weights.is_cut() => weights_bytes * ranks,
         _ => weights_bytes,
     };
+    let kv_dtype = device.kv_cache_dtype(weights.compute_dtype());
     let plan = budget::plan(
         &params,
-        4,
+        kv_dtype.size_in_bytes(),
         cfg.block_size,
         cfg.max_model_len,
         cfg.kv_cache_memory_bytes,
@@ -181,7 +182,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     let device_name = runner.device_name();
     tracing::info!("Device: {device_name}");
     drop(weights);
-    tracing::info!("Available KV cache memory: {:.2} GiB", plan.kv_bytes as f64 / GIB);
+    tracing::info!("Available KV cache memory: {:.2} GiB ({} keys and values)", plan.kv_bytes as f64 / GIB, kv_dtype.as_str());
     tracing::info!("KV cache size: {} tokens", plan.num_tokens(cfg.block_size));
     tracing::info!(
         "Maximum concurrency for {} tokens per request: {:.2}x",

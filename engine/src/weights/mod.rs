@@ -110,6 +110,11 @@ impl Weights {
         self.dtype
     }
 
+    /// The dtype as a weight type (what the model computes in; f32 for anything else).
+    pub fn compute_dtype(&self) -> crate::backend::WeightDType {
+        crate::backend::WeightDType::from_candle(self.dtype).unwrap_or(crate::backend::WeightDType::F32)
+    }
+
     /// Number of tensors.
     pub fn len(&self) -> usize {
         self.tensors.len()

@@ -15,18 +15,13 @@
 // head_dim must be a multiple of 4 (4-wide loads and stores; the host checks it).
 #include "prelude.h"
 
-KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_cache, GLOBAL const float* v_cache,
-                                   GLOBAL float* out, GLOBAL float* part_out, GLOBAL float* part_ml,
-                                   GLOBAL const uint* entries, GLOBAL const uint* query_start,
-                                   GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, uint max_blocks,
-                                   uint num_heads, uint num_kv_heads, uint head_dim, uint block_size,
-                                   uint partition_size, uint max_parts, float scale) {
-    LOCAL float scores[ATTN_HEAD_CHUNK * ATTN_MAX_PARTITION];
-    LOCAL uint slots[ATTN_MAX_PARTITION];
-    LOCAL float head_max[ATTN_HEAD_CHUNK];
-    LOCAL float head_sum[ATTN_HEAD_CHUNK];
-    LOCAL float4 red[ATTN_HEAD_CHUNK * ATTN_DIM_CHUNK / 4];
-
+INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL const ushort* kh, GLOBAL const float* vf,
+                        GLOBAL const ushort* vh, uint kind, GLOBAL float* out, GLOBAL float* part_out,
+                        GLOBAL float* part_ml, GLOBAL const uint* entries, GLOBAL const uint* query_start,
+                        GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, uint max_blocks,
+                        uint num_heads, uint num_kv_heads, uint head_dim, uint block_size, uint partition_size,
+                        uint max_parts, float scale, LOCAL_PTR float* scores, LOCAL_PTR uint* slots,
+                        LOCAL_PTR float* head_max, LOCAL_PTR float* head_sum, LOCAL_PTR float4* red) {
     uint e = group_id(0);
     uint group = num_heads / num_kv_heads;
     uint chunks = (group + ATTN_HEAD_CHUNK - 1) / ATTN_HEAD_CHUNK;
@@ -68,11 +63,11 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
         }
         barrier_local();
         for (uint j = local_id() / T; j < len; j += key_step) {
-            GLOBAL const float* kr = k_cache + (ulong)slots[j] * kv_row + kv_off + d0;
+            ulong kr = (ulong)slots[j] * kv_row + kv_off + d0;
             float acc[ATTN_HEAD_CHUNK];
             for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = 0.0f;
             for (uint c = t; c < quads; c += T) {
-                float4 k4 = load4a_f32(kr, 4 * c);
+                float4 k4 = load4_kv(kf, kh, kr + 4 * c, kind);
                 for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
                     if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
                 }
@@ -122,10 +117,10 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
         float4 acc[ATTN_HEAD_CHUNK];
         for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = zero4();
         if (g < groups) {
-            GLOBAL const float* vc = v_cache + kv_off + d0 + 4 * c;
+            ulong vc = kv_off + d0 + 4 * c;
 #pragma unroll 4
             for (uint j = g; j < len; j += groups) {
-                float4 v = load4a_f32(vc, (ulong)slots[j] * kv_row);
+                float4 v = load4_kv(vf, vh, vc + (ulong)slots[j] * kv_row, kind);
                 for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
                     if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
                 }
@@ -159,12 +154,34 @@ KERNEL void paged_attention_decode(GLOBAL const float* q, GLOBAL const float* k_
     }
 }
 
+#define DECODE_KERNEL(NAME, T, KIND)                                                                                \
+    KERNEL void NAME(GLOBAL const float* q, GLOBAL const T* k_cache, GLOBAL const T* v_cache, GLOBAL float* out,     \
+                     GLOBAL float* part_out, GLOBAL float* part_ml, GLOBAL const uint* entries,                     \
+                     GLOBAL const uint* query_start, GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, \
+                     uint max_blocks, uint num_heads, uint num_kv_heads, uint head_dim, uint block_size,            \
+                     uint partition_size, uint max_parts, float scale) { GRID_DEP_SYNC();                           \
+        LOCAL float scores[ATTN_HEAD_CHUNK * ATTN_MAX_PARTITION];                                                   \
+        LOCAL uint slots[ATTN_MAX_PARTITION];                                                                       \
+        LOCAL float head_max[ATTN_HEAD_CHUNK];                                                                      \
+        LOCAL float head_sum[ATTN_HEAD_CHUNK];                                                                      \
+        LOCAL float4 red[ATTN_HEAD_CHUNK * ATTN_DIM_CHUNK / 4];                                                     \
+        decode_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,   \
+                    (GLOBAL const ushort*)v_cache, KIND, out, part_out, part_ml, entries, query_start, context_lens, \
+                    block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size, partition_size,        \
+                    max_parts, scale, scores, slots, head_max, head_sum, red);                                      \
+    }
+// The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.
+DECODE_KERNEL(paged_attention_decode, float, 0)
+DECODE_KERNEL(paged_attention_decode_bf16, ushort, 1)
+DECODE_KERNEL(paged_attention_decode_f16, ushort, 2)
+
 // Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p.
 // Grid: (entries x ELEM_WG, num_heads).
 KERNEL void paged_attention_reduce(GLOBAL float* out, GLOBAL const float* part_out, GLOBAL const float* part_ml,
                                    GLOBAL const uint* entries, GLOBAL const uint* query_start,
                                    GLOBAL const uint* context_lens, uint num_heads, uint head_dim,
                                    uint partition_size, uint max_parts) {
+    GRID_DEP_SYNC();
     uint e = group_id(0);
     uint h = group_id(1);
     uint row = entries[2 * e];

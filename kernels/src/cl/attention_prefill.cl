@@ -1,5 +1,5 @@
 // attention_prefill.cl — causal attention for prefill chunks over the paged cache (the cached prefix plus the
-// chunk, which write_kv has already stored), variable length per sequence, flash-attention style (online softmax
+// chunk, which rope_write_kv has already stored), variable length per sequence, flash-attention style (online softmax
 // over key tiles held in local memory).
 //
 // A sequence's query rows x the query heads of one kv head form (token, head) pairs, ordered token-major; a tile is
@@ -9,22 +9,18 @@
 #include "prelude.h"
 
 #define O_PER_ITEM (PREFILL_ROWS * PREFILL_MAX_HEAD_DIM / PREFILL_WG)
+// Row stride of the query and key/value tiles in local memory: one more than the largest head, so the rows that
+// neighbouring work-items read at the same dimension fall in different local-memory banks.
+#define PSTRIDE (PREFILL_MAX_HEAD_DIM + 1)
 #define NO_ROW 0xffffffffu
 
-KERNEL void paged_attention_prefill(GLOBAL const float* q, GLOBAL const float* k_cache, GLOBAL const float* v_cache,
-                                    GLOBAL float* out, GLOBAL const uint* tiles, GLOBAL const uint* query_start,
-                                    GLOBAL const uint* context_lens, GLOBAL const uint* block_tables,
-                                    uint max_blocks, uint num_heads, uint num_kv_heads, uint head_dim,
-                                    uint block_size, float scale) {
-    LOCAL float qs[PREFILL_ROWS * PREFILL_MAX_HEAD_DIM];
-    LOCAL float kv[PREFILL_KEYS * PREFILL_MAX_HEAD_DIM];
-    LOCAL float s[PREFILL_ROWS * PREFILL_KEYS];
-    LOCAL float row_max[PREFILL_ROWS];
-    LOCAL float row_sum[PREFILL_ROWS];
-    LOCAL float row_corr[PREFILL_ROWS];
-    LOCAL uint row_pos[PREFILL_ROWS];
-    LOCAL uint slots[PREFILL_KEYS];
-
+INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL const ushort* kh, GLOBAL const float* vf,
+                         GLOBAL const ushort* vh, uint kind, GLOBAL float* out, GLOBAL const uint* tiles,
+                         GLOBAL const uint* query_start, GLOBAL const uint* context_lens,
+                         GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,
+                         uint head_dim, uint block_size, float scale, LOCAL_PTR float* qs, LOCAL_PTR float* kv,
+                         LOCAL_PTR float* s, LOCAL_PTR float* row_max, LOCAL_PTR float* row_sum,
+                         LOCAL_PTR float* row_corr, LOCAL_PTR uint* row_pos, LOCAL_PTR uint* slots) {
     uint lid = local_id();
     uint kvh = group_id(1);
     uint seq = tiles[2 * group_id(0)];
@@ -57,7 +53,7 @@ KERNEL void paged_attention_prefill(GLOBAL const float* q, GLOBAL const float* k
             ulong h = (ulong)kvh * group + (p - t * group);
             v = q[((ulong)(q0 + t) * num_heads + h) * head_dim + d];
         }
-        qs[r * PREFILL_MAX_HEAD_DIM + d] = v;
+        qs[r * PSTRIDE + d] = v;
     }
     float o[O_PER_ITEM];
     for (uint i = 0; i < O_PER_ITEM; i++) o[i] = 0.0f;
@@ -74,7 +70,7 @@ KERNEL void paged_attention_prefill(GLOBAL const float* q, GLOBAL const float* k
         for (uint idx = lid; idx < nk * head_dim; idx += PREFILL_WG) {
             uint j = idx / head_dim;
             uint d = idx - j * head_dim;
-            kv[j * PREFILL_MAX_HEAD_DIM + d] = k_cache[(ulong)slots[j] * kv_row + kv_off + d];
+            kv[j * PSTRIDE + d] = load_kv(kf, kh, (ulong)slots[j] * kv_row + kv_off + d, kind);
         }
         barrier_local();
         for (uint idx = lid; idx < PREFILL_ROWS * PREFILL_KEYS; idx += PREFILL_WG) {
@@ -82,8 +78,8 @@ KERNEL void paged_attention_prefill(GLOBAL const float* q, GLOBAL const float* k
             uint j = idx % PREFILL_KEYS;
             float sc = NEG_INF;
             if (j < nk && row_pos[r] != NO_ROW && kb + j <= row_pos[r]) {
-                LOCAL_PTR const float* qr = qs + r * PREFILL_MAX_HEAD_DIM;
-                LOCAL_PTR const float* kr = kv + j * PREFILL_MAX_HEAD_DIM;
+                LOCAL_PTR const float* qr = qs + r * PSTRIDE;
+                LOCAL_PTR const float* kr = kv + j * PSTRIDE;
                 float acc = 0.0f;
                 for (uint d = 0; d < head_dim; d++) acc += qr[d] * kr[d];
                 sc = acc * scale;
@@ -116,7 +112,7 @@ KERNEL void paged_attention_prefill(GLOBAL const float* q, GLOBAL const float* k
         for (uint idx = lid; idx < nk * head_dim; idx += PREFILL_WG) {
             uint j = idx / head_dim;
             uint d = idx - j * head_dim;
-            kv[j * PREFILL_MAX_HEAD_DIM + d] = v_cache[(ulong)slots[j] * kv_row + kv_off + d];
+            kv[j * PSTRIDE + d] = load_kv(vf, vh, (ulong)slots[j] * kv_row + kv_off + d, kind);
         }
         barrier_local();
         for (uint i = 0; i < O_PER_ITEM; i++) {
@@ -126,7 +122,7 @@ KERNEL void paged_attention_prefill(GLOBAL const float* q, GLOBAL const float* k
                 uint d = idx - r * head_dim;
                 LOCAL_PTR const float* pr = s + r * PREFILL_KEYS;
                 float acc = o[i] * row_corr[r];
-                for (uint j = 0; j < nk; j++) acc += pr[j] * kv[j * PREFILL_MAX_HEAD_DIM + d];
+                for (uint j = 0; j < nk; j++) acc += pr[j] * kv[j * PSTRIDE + d];
                 o[i] = acc;
             }
         }
@@ -145,3 +141,26 @@ KERNEL void paged_attention_prefill(GLOBAL const float* q, GLOBAL const float* k
         }
     }
 }
+
+#define PREFILL_KERNEL(NAME, T, KIND)                                                                               \
+    KERNEL void NAME(GLOBAL const float* q, GLOBAL const T* k_cache, GLOBAL const T* v_cache, GLOBAL float* out,     \
+                     GLOBAL const uint* tiles, GLOBAL const uint* query_start, GLOBAL const uint* context_lens,      \
+                     GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,           \
+                     uint head_dim, uint block_size, float scale) { GRID_DEP_SYNC();                                \
+        LOCAL float qs[PREFILL_ROWS * PSTRIDE];                                                                     \
+        LOCAL float kv[PREFILL_KEYS * PSTRIDE];                                                                     \
+        LOCAL float s[PREFILL_ROWS * PREFILL_KEYS];                                                                 \
+        LOCAL float row_max[PREFILL_ROWS];                                                                          \
+        LOCAL float row_sum[PREFILL_ROWS];                                                                          \
+        LOCAL float row_corr[PREFILL_ROWS];                                                                         \
+        LOCAL uint row_pos[PREFILL_ROWS];                                                                           \
+        LOCAL uint slots[PREFILL_KEYS];                                                                             \
+        prefill_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,  \
+                     (GLOBAL const ushort*)v_cache, KIND, out, tiles, query_start, context_lens, block_tables,      \
+                     max_blocks, num_heads, num_kv_heads, head_dim, block_size, scale, qs, kv, s, row_max, row_sum, \
+                     row_corr, row_pos, slots);                                                                     \
+    }
+// The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.
+PREFILL_KERNEL(paged_attention_prefill, float, 0)
+PREFILL_KERNEL(paged_attention_prefill_bf16, ushort, 1)
+PREFILL_KERNEL(paged_attention_prefill_f16, ushort, 2)

@@ -14,19 +14,23 @@ INLINE void silu_mul_body(GLOBAL const float* gate_up, GLOBAL float* out, GLOBAL
 }
 
 KERNEL void silu_mul(GLOBAL const float* gate_up, GLOBAL float* out, uint width) {
+    GRID_DEP_SYNC();
     silu_mul_body(gate_up, out, (GLOBAL ushort*)out, width, 0);
 }
 
 KERNEL void silu_mul_bf16(GLOBAL const float* gate_up, GLOBAL ushort* out, uint width) {
+    GRID_DEP_SYNC();
     silu_mul_body(gate_up, (GLOBAL float*)out, out, width, 1);
 }
 
 KERNEL void silu_mul_f16(GLOBAL const float* gate_up, GLOBAL ushort* out, uint width) {
+    GRID_DEP_SYNC();
     silu_mul_body(gate_up, (GLOBAL float*)out, out, width, 2);
 }
 
 // Grid: (ceil(width / ELEM_WG) groups, num_rows); the host checks rows[] against x's row count.
 KERNEL void gather_rows(GLOBAL const float* x, GLOBAL const uint* rows, GLOBAL float* out, uint width) {
+    GRID_DEP_SYNC();
     uint c = global_id0();
     uint r = group_id(1);
     if (c < width) out[(ulong)r * width + c] = x[(ulong)rows[r] * width + c];

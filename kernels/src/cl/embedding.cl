@@ -3,7 +3,7 @@
 #include "prelude.h"
 
 #define EMBEDDING(NAME, T, LOAD)                                                                        \
-    KERNEL void NAME(GLOBAL const T* table, GLOBAL const uint* ids, GLOBAL float* out, uint hidden) {  \
+    KERNEL void NAME(GLOBAL const T* table, GLOBAL const uint* ids, GLOBAL float* out, uint hidden) { GRID_DEP_SYNC();   \
         uint i = global_id0();                                                                          \
         uint t = group_id(1);                                                                           \
         if (i < hidden) out[(ulong)t * hidden + i] = LOAD(table, (ulong)ids[t] * hidden + i);           \

@@ -2,14 +2,14 @@
 // / 2] already holds any llama3 scaling) of q into q_out[tokens, num_heads, head_dim], and of k; k and v stored into
 // the paged cache at slot_mapping[t]. qkv rows are [num_heads q heads | num_kv_heads k heads | num_kv_heads v heads].
 // The cache of one layer is [num_blocks, block_size, kv_heads, head_dim], so a slot's row starts at
-// slot * (kv_heads * head_dim). One work-item per (token, head of the fused row, pair (i, i + head_dim / 2)); 1-D grid.
+// slot * (kv_heads * head_dim); `rope_write_kv` stores f32, `_bf16` / `_f16` a 16-bit cache (round to nearest even). One work-item per (token, head of the fused row, pair (i, i + head_dim / 2)); 1-D grid.
 // The host checks every slot against the cache size.
 #include "prelude.h"
 
-KERNEL void rope_write_kv(GLOBAL const float* qkv, GLOBAL const uint* positions, GLOBAL const float* inv_freq,
-                          GLOBAL float* q_out, GLOBAL float* k_cache, GLOBAL float* v_cache,
-                          GLOBAL const uint* slot_mapping, uint num_tokens, uint num_heads, uint num_kv_heads,
-                          uint head_dim) {
+INLINE void rope_write_kv_body(GLOBAL const float* qkv, GLOBAL const uint* positions, GLOBAL const float* inv_freq,
+                               GLOBAL float* q_out, GLOBAL float* kf, GLOBAL float* vf, GLOBAL ushort* kh,
+                               GLOBAL ushort* vh, GLOBAL const uint* slot_mapping, uint num_tokens, uint num_heads,
+                               uint num_kv_heads, uint head_dim, uint kind) {
     uint half_dim = head_dim / 2;
     uint heads = num_heads + 2 * num_kv_heads;
     ulong per_token = (ulong)heads * half_dim;
@@ -25,16 +25,35 @@ KERNEL void rope_write_kv(GLOBAL const float* qkv, GLOBAL const uint* positions,
     ulong kv_row = (ulong)num_kv_heads * head_dim;
     ulong slot_row = (ulong)slot_mapping[t] * kv_row;
     if (h >= num_heads + num_kv_heads) {
-        GLOBAL float* dst = v_cache + slot_row + (ulong)(h - num_heads - num_kv_heads) * head_dim;
-        dst[i] = x1;
-        dst[i + half_dim] = x2;
+        ulong at = slot_row + (ulong)(h - num_heads - num_kv_heads) * head_dim + i;
+        store_act(vf, vh, at, x1, kind);
+        store_act(vf, vh, at + half_dim, x2, kind);
         return;
     }
     float a = (float)positions[t] * inv_freq[i];
     float c = cos(a);
     float s = sin(a);
-    GLOBAL float* dst = h < num_heads ? q_out + ((ulong)t * num_heads + h) * head_dim
-                                      : k_cache + slot_row + (ulong)(h - num_heads) * head_dim;
-    dst[i] = x1 * c - x2 * s;
-    dst[i + half_dim] = x2 * c + x1 * s;
+    float y1 = x1 * c - x2 * s;
+    float y2 = x2 * c + x1 * s;
+    if (h < num_heads) {
+        GLOBAL float* dst = q_out + ((ulong)t * num_heads + h) * head_dim;
+        dst[i] = y1;
+        dst[i + half_dim] = y2;
+    } else {
+        ulong at = slot_row + (ulong)(h - num_heads) * head_dim + i;
+        store_act(kf, kh, at, y1, kind);
+        store_act(kf, kh, at + half_dim, y2, kind);
+    }
 }
+
+#define ROPE_WRITE_KV(NAME, T, KIND)                                                                               \
+    KERNEL void NAME(GLOBAL const float* qkv, GLOBAL const uint* positions, GLOBAL const float* inv_freq,           \
+                     GLOBAL float* q_out, GLOBAL T* k_cache, GLOBAL T* v_cache, GLOBAL const uint* slot_mapping,   \
+                     uint num_tokens, uint num_heads, uint num_kv_heads, uint head_dim) { GRID_DEP_SYNC();         \
+        rope_write_kv_body(qkv, positions, inv_freq, q_out, (GLOBAL float*)k_cache, (GLOBAL float*)v_cache,        \
+                           (GLOBAL ushort*)k_cache, (GLOBAL ushort*)v_cache, slot_mapping, num_tokens, num_heads,  \
+                           num_kv_heads, head_dim, KIND);                                                          \
+    }
+ROPE_WRITE_KV(rope_write_kv, float, 0)
+ROPE_WRITE_KV(rope_write_kv_bf16, ushort, 1)
+ROPE_WRITE_KV(rope_write_kv_f16, ushort, 2)

@@ -19,7 +19,7 @@
 
 #define MATMUL_ROWS(NAME, T, LOAD)                                                                          \
     KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out, \
-                     uint m, uint k, uint n, uint has_bias) {                                               \
+                     uint m, uint k, uint n, uint has_bias) { GRID_DEP_SYNC();                              \
         uint r0 = group_id(1) * GEMV_ROWS;                                                                  \
         uint nr = min((uint)GEMV_ROWS, m - r0);                                                             \
         for (uint c = sub_id(); c < GEMV_COLS; c += num_subs()) {                                           \
@@ -43,7 +43,7 @@
 
 #define MATMUL_TILED(NAME, T, LOAD)                                                                         \
     KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out, \
-                     uint m, uint k, uint n, uint has_bias) {                                               \
+                     uint m, uint k, uint n, uint has_bias) { GRID_DEP_SYNC();                              \
         LOCAL float xs[GEMM_TILE_K * GEMM_TILE_M];                                                          \
         LOCAL float ws[GEMM_TILE_K * GEMM_TILE_N];                                                          \
         uint lid = local_id();                                                                              \
@@ -91,7 +91,7 @@
 
 #define MATMUL_WI(NAME, T, LOAD4, LOAD)                                                                     \
     KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out, \
-                     uint m, uint k, uint n, uint has_bias) {                                               \
+                     uint m, uint k, uint n, uint has_bias) { GRID_DEP_SYNC();                              \
         uint j = global_id0();                                                                              \
         uint r0 = group_id(1) * GEMV_WI_ROWS;                                                               \
         uint nr = min((uint)GEMV_WI_ROWS, m - r0);                                                          \
@@ -175,12 +175,99 @@ INLINE void matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL con
 
 KERNEL void matmul_vec_bf16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
                             uint m, uint k, uint n, uint has_bias) {
+    GRID_DEP_SYNC();
     matmul_vec(x, w, bias, out, m, k, n, has_bias, 0u);
 }
 
 KERNEL void matmul_vec_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
                            uint m, uint k, uint n, uint has_bias) {
+    GRID_DEP_SYNC();
     matmul_vec(x, w, bias, out, m, k, n, has_bias, 1u);
+}
+
+// The body of matmul_wide_*: as matmul_vec, but a sub-group owns two weight rows (2 * sub_id(), + 1 of the group's
+// 2 * num_subs()) and each lane first issues GEMV_WIDE_UNROLL 16-byte loads per row (the sub-group's next
+// GEMV_WIDE_UNROLL x sub_size() x 8 weights of both rows) and only then multiplies, so every lane keeps
+// 2 x GEMV_WIDE_UNROLL loads in flight: what a GPU with high memory latency needs to stream weights at full
+// bandwidth with one row of activations. Grid: (ceil(n / (2 * subs)) x GEMV_VEC_WG, ceil(m / GEMV_ROWS)), where subs
+// = GEMV_VEC_WG / sub-group size (the host launches it on 32-lane devices).
+INLINE void matmul_wide(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
+                        uint m, uint k, uint n, uint has_bias, uint is_f16) {
+    uint r0 = group_id(1) * GEMV_ROWS;
+    uint nr = min((uint)GEMV_ROWS, m - r0);
+    uint j0 = (group_id(0) * num_subs() + sub_id()) * 2;
+    if (j0 >= n) return;  // uniform per sub-group; nothing below synchronises the work-group
+    uint j1 = min(j0 + 1, n - 1);
+    float acc0[GEMV_ROWS];
+    float acc1[GEMV_ROWS];
+    for (uint r = 0; r < GEMV_ROWS; r++) {
+        acc0[r] = 0.0f;
+        acc1[r] = 0.0f;
+    }
+    ulong w0 = (ulong)j0 * k;
+    ulong w1 = (ulong)j1 * k;
+    uint chunk = sub_size() * 8;
+    uint span = chunk * GEMV_WIDE_UNROLL;
+    uint lane = sub_lane() * 8;
+    uint kmain = k - k % span;
+    for (uint base = 0; base < kmain; base += span) {
+        f32x8 a[GEMV_WIDE_UNROLL];
+        f32x8 b[GEMV_WIDE_UNROLL];
+#pragma unroll
+        for (uint u = 0; u < GEMV_WIDE_UNROLL; u++) {
+            uint kk = base + u * chunk + lane;
+            a[u] = is_f16 ? load8_f16(w, w0 + kk) : load8_bf16(w, w0 + kk);
+            b[u] = is_f16 ? load8_f16(w, w1 + kk) : load8_bf16(w, w1 + kk);
+        }
+#pragma unroll
+        for (uint u = 0; u < GEMV_WIDE_UNROLL; u++) {
+            uint kk = base + u * chunk + lane;
+            for (uint r = 0; r < GEMV_ROWS; r++) {
+                if (r < nr) {
+                    ulong xr = (ulong)(r0 + r) * k + kk;
+                    float4 x0 = load4a_f32(x, xr);
+                    float4 x1 = load4a_f32(x, xr + 4);
+                    acc0[r] += dot8(a[u], x0, x1);
+                    acc1[r] += dot8(b[u], x0, x1);
+                }
+            }
+        }
+    }
+    for (uint kk = kmain + lane; kk < k; kk += chunk) {
+        f32x8 a = is_f16 ? load8_f16(w, w0 + kk) : load8_bf16(w, w0 + kk);
+        f32x8 b = is_f16 ? load8_f16(w, w1 + kk) : load8_bf16(w, w1 + kk);
+        for (uint r = 0; r < GEMV_ROWS; r++) {
+            if (r < nr) {
+                ulong xr = (ulong)(r0 + r) * k + kk;
+                float4 x0 = load4a_f32(x, xr);
+                float4 x1 = load4a_f32(x, xr + 4);
+                acc0[r] += dot8(a, x0, x1);
+                acc1[r] += dot8(b, x0, x1);
+            }
+        }
+    }
+    for (uint r = 0; r < GEMV_ROWS; r++) {
+        if (r < nr) {  // nr is uniform: the reductions are reached by the whole sub-group
+            float s0 = sub_reduce_add(acc0[r]);
+            float s1 = sub_reduce_add(acc1[r]);
+            if (sub_lane() == 0) {
+                out[(ulong)(r0 + r) * n + j0] = has_bias ? s0 + bias[j0] : s0;
+                if (j1 != j0) out[(ulong)(r0 + r) * n + j1] = has_bias ? s1 + bias[j1] : s1;
+            }
+        }
+    }
+}
+
+KERNEL void matmul_wide_bf16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias,
+                             GLOBAL float* out, uint m, uint k, uint n, uint has_bias) {
+    GRID_DEP_SYNC();
+    matmul_wide(x, w, bias, out, m, k, n, has_bias, 0u);
+}
+
+KERNEL void matmul_wide_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias,
+                            GLOBAL float* out, uint m, uint k, uint n, uint has_bias) {
+    GRID_DEP_SYNC();
+    matmul_wide(x, w, bias, out, m, k, n, has_bias, 1u);
 }
 
 MATMUL_ROWS(matmul_rows_f32, float, load_f32)

@@ -34,34 +34,40 @@ INLINE void add_rms_norm_body(GLOBAL const float* x, GLOBAL float* residual, GLO
 }
 
 KERNEL void rms_norm(GLOBAL const float* x, GLOBAL const float* w, GLOBAL float* out, uint hidden, float eps) {
+    GRID_DEP_SYNC();
     LOCAL float scratch[ROW_WG];
     rms_norm_body(x, w, out, (GLOBAL ushort*)out, hidden, eps, 0, scratch);
 }
 
 KERNEL void rms_norm_bf16(GLOBAL const float* x, GLOBAL const float* w, GLOBAL ushort* out, uint hidden, float eps) {
+    GRID_DEP_SYNC();
     LOCAL float scratch[ROW_WG];
     rms_norm_body(x, w, (GLOBAL float*)out, out, hidden, eps, 1, scratch);
 }
 
 KERNEL void rms_norm_f16(GLOBAL const float* x, GLOBAL const float* w, GLOBAL ushort* out, uint hidden, float eps) {
+    GRID_DEP_SYNC();
     LOCAL float scratch[ROW_WG];
     rms_norm_body(x, w, (GLOBAL float*)out, out, hidden, eps, 2, scratch);
 }
 
 KERNEL void add_rms_norm(GLOBAL const float* x, GLOBAL float* residual, GLOBAL const float* w, GLOBAL float* out,
                          uint hidden, float eps) {
+    GRID_DEP_SYNC();
     LOCAL float scratch[ROW_WG];
     add_rms_norm_body(x, residual, w, out, (GLOBAL ushort*)out, hidden, eps, 0, scratch);
 }
 
 KERNEL void add_rms_norm_bf16(GLOBAL const float* x, GLOBAL float* residual, GLOBAL const float* w, GLOBAL ushort* out,
                               uint hidden, float eps) {
+    GRID_DEP_SYNC();
     LOCAL float scratch[ROW_WG];
     add_rms_norm_body(x, residual, w, (GLOBAL float*)out, out, hidden, eps, 1, scratch);
 }
 
 KERNEL void add_rms_norm_f16(GLOBAL const float* x, GLOBAL float* residual, GLOBAL const float* w, GLOBAL ushort* out,
                              uint hidden, float eps) {
+    GRID_DEP_SYNC();
     LOCAL float scratch[ROW_WG];
     add_rms_norm_body(x, residual, w, (GLOBAL float*)out, out, hidden, eps, 2, scratch);
 }

@@ -70,6 +70,18 @@ INLINE uint f32_to_bits(float f) { return as_uint(f); }
 INLINE float load_f16(GLOBAL const ushort* p, ulong i) { return vload_half(i, (GLOBAL const half*)p); }
 #endif
 
+// ---------------------------------------------------------------- launch ordering
+// GRID_DEP_SYNC() is the first statement of every kernel. On CUDA devices of compute capability 9.0 and newer the
+// host launches kernels with programmatic dependent launch, so a kernel's work-groups may start while the kernel
+// before it on the stream is still finishing: the wait blocks until that kernel has completed and its writes are
+// visible (so nothing is read or written early), and the trigger lets the next kernel be scheduled while this one
+// runs. Everywhere else launches are ordered the usual way and the macro is empty.
+#if (defined(__CUDACC_RTC__) || defined(__CUDACC__)) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GRID_DEP_SYNC() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define GRID_DEP_SYNC()
+#endif
+
 // ---------------------------------------------------------------- 4-wide vectors (float4)
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 INLINE float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
@@ -165,6 +177,33 @@ INLINE f32x8 load8_f16(GLOBAL const ushort* p, ulong i) {
 INLINE float4 load4a_f32(GLOBAL const float* p, ulong i) { return vload4(0, p + i); }
 INLINE void store4a_f32(GLOBAL float* p, ulong i, float4 v) { vstore4(v, 0, p + i); }
 #endif
+// Four consecutive 16-bit floats p[i .. i + 4) with one 8-byte load (i a multiple of 4, p 8-byte aligned).
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE float4 load4a_bf16(GLOBAL const ushort* p, ulong i) {
+    uint2 u = *(const uint2*)(p + i);
+    return bf16_pairs(u.x, u.y);
+}
+INLINE float4 load4a_f16(GLOBAL const ushort* p, ulong i) {
+    uint2 u = *(const uint2*)(p + i);
+    return f16_pairs(u.x, u.y);
+}
+#else
+INLINE float4 load4a_bf16(GLOBAL const ushort* p, ulong i) {
+    uint2 u = vload2(0, (GLOBAL const uint*)(p + i));
+    return as_float4((uint4)(u.x << 16, u.x & 0xffff0000u, u.y << 16, u.y & 0xffff0000u));
+}
+INLINE float4 load4a_f16(GLOBAL const ushort* p, ulong i) { return vload_half4(0, (GLOBAL const half*)(p + i)); }
+#endif
+
+// KV-cache elements in the cache's type: `kind` 0 f32 (`f`), 1 bf16, 2 f16 (`h`, the same memory). Each entry point
+// passes a constant kind, so it compiles to one load path. load4_kv: i a multiple of 4.
+INLINE float load_kv(GLOBAL const float* f, GLOBAL const ushort* h, ulong i, uint kind) {
+    return kind == 0 ? f[i] : kind == 1 ? load_bf16(h, i) : load_f16(h, i);
+}
+INLINE float4 load4_kv(GLOBAL const float* f, GLOBAL const ushort* h, ulong i, uint kind) {
+    return kind == 0 ? load4a_f32(f, i) : kind == 1 ? load4a_bf16(h, i) : load4a_f16(h, i);
+}
+
 INLINE float dot8(f32x8 w, float4 a, float4 b) { return hsum4(mad4(a, w.lo, mad4(b, w.hi, zero4()))); }
 
 // Round to nearest even (finite values; NaN payloads are not preserved).

@@ -6,6 +6,7 @@
 #include "prelude.h"
 
 KERNEL void argmax_rows(GLOBAL const float* x, GLOBAL uint* out, uint width) {
+    GRID_DEP_SYNC();
     LOCAL float vals[ROW_WG];
     LOCAL uint idxs[ROW_WG];
     uint lid = local_id();

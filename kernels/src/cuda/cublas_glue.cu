@@ -5,12 +5,14 @@
 
 // 1-D grid over `len` values: y = bf16(x), round to nearest even.
 KERNEL void f32_to_bf16(GLOBAL const float* x, GLOBAL ushort* y, uint len) {
+    GRID_DEP_SYNC();
     uint i = global_id0();
     if (i < len) store_bf16(y, i, x[i]);
 }
 
 // 1-D grid over `len` values: y = f16(x), round to nearest even.
 KERNEL void f32_to_f16(GLOBAL const float* x, GLOBAL ushort* y, uint len) {
+    GRID_DEP_SYNC();
     uint i = global_id0();
     if (i < len) {
         ushort h;
@@ -21,6 +23,7 @@ KERNEL void f32_to_f16(GLOBAL const float* x, GLOBAL ushort* y, uint len) {
 
 // Grid: (ceil(n / ELEM_WG) groups, m): out[r, c] += bias[c].
 KERNEL void add_bias(GLOBAL float* out, GLOBAL const float* bias, uint n) {
+    GRID_DEP_SYNC();
     uint c = global_id0();
     uint r = group_id(1);
     if (c < n) out[(ulong)r * n + c] += bias[c];

@@ -8,8 +8,8 @@ use rserve_kernels::launch::*;
 /// Keys per split-KV partition on NVIDIA GPUs for a decode launch of `rows` query rows (at most the kernel's
 /// capacity `ATTN_MAX_PARTITION`): short partitions give a decode row many work-groups, so even batch 1 fills the GPU
 /// (`paged_attention_reduce` combines them), while long ones keep the reduction small once many rows fill it anyway.
-/// 16 keys up to 4 rows, 32 up to 16, then 64 (64 was the best of 64 / 128 / 256 at 64 and 256 rows on an H200,
-/// BENCHMARKS.md). `RSERVE_CUDA_ATTN_PARTITION` (16 ..= ATTN_MAX_PARTITION, a power of two) sets one size for all.
+/// 32 keys up to 16 rows, then 64 (on an H200 with a bf16 cache, 32 beat 16 at batch 1 and 64 beat 32 and 128 at 64
+/// and 256 rows; BENCHMARKS.md). `RSERVE_CUDA_ATTN_PARTITION` (16 ..= ATTN_MAX_PARTITION, a power of two) sets one size for all.
 pub fn partition(rows: usize) -> usize {
     static P: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let fixed = *P.get_or_init(|| {
@@ -18,11 +18,7 @@ pub fn partition(rows: usize) -> usize {
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|p| p.is_power_of_two() && (16..=ATTN_MAX_PARTITION).contains(p))
     });
-    fixed.unwrap_or(match rows {
-        0..=4 => 16,
-        5..=16 => 32,
-        _ => 64,
-    })
+    fixed.unwrap_or(if rows <= 16 { 32 } else { 64 })
 }
 
 /// Partitions a decode launch of `rows` rows has for a longest context of `max_ctx` keys: rounded up to a power of
@@ -171,8 +167,8 @@ pub(super) fn paged_attention(
     meta: &AttentionMeta<'_, CuBuffer>,
     s: &Shape,
 ) -> Result<()> {
-    let cache_len = k_cache.f32_len().zip(v_cache.f32_len()).map(|(a, b)| a.min(b));
-    let cache_len = cache_len.ok_or_else(|| be("paged_attention: the caches must be f32 buffers"))?;
+    let (cache_len, kind) = super::ops::kv_pair(k_cache, v_cache, "paged_attention")?;
+    let kind = kind as usize;
     let num_rows = check_meta(meta, s, cache_len)?;
     q.f32("paged_attention q", num_rows * s.num_heads * s.head_dim)?;
     out.f32("paged_attention out", num_rows * s.num_heads * s.head_dim)?;
@@ -195,7 +191,7 @@ pub(super) fn paged_attention(
         };
         let wg = work_group("paged_attention_decode");
         b.kernels
-            .launch("paged_attention_decode")?
+            .launch(["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16"][kind])?
             .buf(q)
             .buf(k_cache)
             .buf(v_cache)
@@ -235,7 +231,7 @@ pub(super) fn paged_attention(
     if let Some(p) = &plan.prefill {
         let wg = work_group("paged_attention_prefill");
         b.kernels
-            .launch("paged_attention_prefill")?
+            .launch(["paged_attention_prefill", "paged_attention_prefill_bf16", "paged_attention_prefill_f16"][kind])?
             .buf(q)
             .buf(k_cache)
             .buf(v_cache)

@@ -79,8 +79,9 @@ pub enum Contents {
     /// Indices, with the host copy every index check reads.
     U32 { host: Vec<u32> },
     Matrix { dtype: WeightDType, rows: usize, cols: usize },
-    /// `len` activations stored in a 16-bit type (the input of a cuBLAS multiply with weights of that type).
-    Act16 { dtype: WeightDType, len: usize },
+    /// `len` values in a 16-bit type: activations that feed a cuBLAS multiply with weights of that type
+    /// (`alloc_matmul_input`), or a 16-bit KV cache.
+    Half { dtype: WeightDType, len: usize },
     /// Scratch (converted activations, split-KV partials).
     Raw,
 }
@@ -125,14 +126,24 @@ impl CuBuffer {
     pub(super) fn act_out(&self, what: &str, need: usize) -> Result<u32> {
         let (len, kind) = match self.contents {
             Contents::F32 { len } => (len, 0),
-            Contents::Act16 { dtype: WeightDType::BF16, len } => (len, 1),
-            Contents::Act16 { dtype: WeightDType::F16, len } => (len, 2),
+            Contents::Half { dtype: WeightDType::BF16, len } => (len, 1),
+            Contents::Half { dtype: WeightDType::F16, len } => (len, 2),
             _ => return Err(be(format!("{what}: expected an activation buffer"))),
         };
         if len < need {
             return Err(be(format!("{what}: buffer of {len} values, op needs {need}")));
         }
         Ok(kind)
+    }
+
+    /// A KV-cache buffer's length in values and its kind (0 f32, 1 bf16, 2 f16, the kernels' `load_kv` kind).
+    pub(super) fn kv(&self) -> Option<(usize, u32)> {
+        match self.contents {
+            Contents::F32 { len } => Some((len, 0)),
+            Contents::Half { dtype: WeightDType::BF16, len } => Some((len, 1)),
+            Contents::Half { dtype: WeightDType::F16, len } => Some((len, 2)),
+            _ => None,
+        }
     }
 
     pub(super) fn f32(&self, what: &str, need: usize) -> Result<()> {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use cudarc::driver::{result, CudaContext, CudaFunction, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
 use super::buffer::CuBuffer;
@@ -19,6 +19,14 @@ pub(super) struct Kernels {
     funcs: HashMap<&'static str, CudaFunction>,
     /// Modules compiled by NVRTC in this process (the others came from the PTX cache).
     pub(super) compiled: usize,
+    /// Launch with programmatic dependent launch (`pdl_enabled`): every kernel starts with `GRID_DEP_SYNC()`.
+    pdl: bool,
+}
+
+/// Whether kernels on a device of compute capability `cc` are launched with programmatic dependent launch: on 9.0
+/// and newer (where the prelude's `GRID_DEP_SYNC()` waits for the previous kernel), unless `RSERVE_CUDA_PDL=0`.
+pub(super) fn pdl_enabled(cc: (i32, i32)) -> bool {
+    cc.0 >= 9 && std::env::var("RSERVE_CUDA_PDL").map_or(true, |v| v != "0")
 }
 
 fn ptx_for(module: &str, source: &str, cc: (i32, i32)) -> Result<(String, bool)> {
@@ -76,12 +84,14 @@ impl Kernels {
                 funcs.insert(entry, f);
             }
         }
-        Ok(Self { funcs, compiled })
+        let pdl = pdl_enabled(cc);
+        tracing::debug!("cuda: programmatic dependent launch {}", if pdl { "on" } else { "off" });
+        Ok(Self { funcs, compiled, pdl })
     }
 
     pub(super) fn launch(&self, name: &'static str) -> Result<Launch<'_>> {
         let f = self.funcs.get(name).ok_or_else(|| be(format!("cuda: kernel {name} is not loaded")))?;
-        Ok(Launch { f, name, args: Vec::with_capacity(16), err: None })
+        Ok(Launch { f, name, args: Vec::with_capacity(16), err: None, pdl: self.pdl })
     }
 }
 
@@ -98,6 +108,7 @@ pub(super) struct Launch<'a> {
     name: &'static str,
     args: Vec<Arg>,
     err: Option<EngineError>,
+    pdl: bool,
 }
 
 impl Launch<'_> {
@@ -144,7 +155,32 @@ impl Launch<'_> {
         // SAFETY: the arguments match the kernel's parameters in order and type (the sources and the launch sites
         // are kept in step and every index they follow was checked on the host); they outlive the call, which
         // copies them.
-        unsafe { result::launch_kernel(self.f.cu_function(), grid, block, 0, stream.cu_stream(), &mut params) }
+        if !self.pdl {
+            return unsafe { result::launch_kernel(self.f.cu_function(), grid, block, 0, stream.cu_stream(), &mut params) }
+                .map_err(|e| be(format!("cuda: launching {}: {e:?}", self.name)));
+        }
+        // Programmatic dependent launch: the kernel may be scheduled before the previous one on the stream has
+        // finished; its `GRID_DEP_SYNC()` waits for it before touching memory.
+        // SAFETY: all-zero is a valid bit pattern for this plain C union; the one field set is the one the
+        // attribute id names.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: 0,
+            hStream: stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: as above; `config` and `attr` outlive the call, which copies them.
+        unsafe { sys::cuLaunchKernelEx(&config, self.f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
             .map_err(|e| be(format!("cuda: launching {}: {e:?}", self.name)))
     }
 }

@@ -83,8 +83,8 @@ pub(super) fn matmul(
     }
     // The activations: f32, or already in the weight's 16-bit type (`alloc_matmul_input`).
     let x16 = match x.contents {
-        Contents::Act16 { dtype: xd, len } if xd == dtype && len >= m * k => true,
-        Contents::Act16 { .. } => return Err(be(format!("matmul x: 16-bit activations must match the weight ({dtype:?}) and hold {}", m * k))),
+        Contents::Half { dtype: xd, len } if xd == dtype && len >= m * k => true,
+        Contents::Half { .. } => return Err(be(format!("matmul x: 16-bit activations must match the weight ({dtype:?}) and hold {}", m * k))),
         _ => {
             x.f32("matmul x", m * k)?;
             false
@@ -97,7 +97,12 @@ pub(super) fn matmul(
     if !x16 && m <= b.gemv_max_rows() && k % 8 == 0 && dtype != WeightDType::F32 {
         // Decode-sized: the portable vectorised GEMV streams each weight row once with 16-byte loads and reads the
         // f32 activations directly (no rounding to 16 bits, no conversion launch).
-        let name = if dtype == WeightDType::BF16 { "matmul_vec_bf16" } else { "matmul_vec_f16" };
+        let (name, cols_per_group) = match (b.gemv_wide(), dtype) {
+            (true, WeightDType::BF16) => ("matmul_wide_bf16", 2 * GEMV_VEC_WG / 32),
+            (true, _) => ("matmul_wide_f16", 2 * GEMV_VEC_WG / 32),
+            (false, WeightDType::BF16) => ("matmul_vec_bf16", GEMV_VEC_COLS),
+            (false, _) => ("matmul_vec_f16", GEMV_VEC_COLS),
+        };
         return b
             .kernels
             .launch(name)?
@@ -109,7 +114,7 @@ pub(super) fn matmul(
             .u32(k)
             .u32(n)
             .u32(bias.is_some() as usize)
-            .run(&b.stream, [n.div_ceil(GEMV_VEC_COLS) * GEMV_VEC_WG, m.div_ceil(GEMV_ROWS), 1], [GEMV_VEC_WG, 1, 1]);
+            .run(&b.stream, [n.div_ceil(cols_per_group) * GEMV_VEC_WG, m.div_ceil(GEMV_ROWS), 1], [GEMV_VEC_WG, 1, 1]);
     }
     let (a_type, b_ptr, _scratch) = match dtype {
         WeightDType::F32 => (bsys::cudaDataType::CUDA_R_32F, x.ptr(), None),
@@ -136,7 +141,7 @@ pub(super) fn matmul(
     // SAFETY: w is [n, k] in `a_type`, the (converted) activations [m, k] in the same type, out [m, n] f32 (all
     // checked above); alpha/beta are host scalars (the handle's default pointer mode); the handle runs on the
     // backend's stream, so the scratch buffer outlives its use (it returns to the pool, ordered on that stream).
-    unsafe {
+    let gemm_ex = || unsafe {
         blas::gemm_ex(
             b.blas,
             bsys::cublasOperation_t::CUBLAS_OP_T,
@@ -158,8 +163,36 @@ pub(super) fn matmul(
             bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
+        .map_err(|e| be(format!("cuda: cublasGemmEx [{m}x{k}] x [{n}x{k}]^T: {e:?}")))
+    };
+    match (&b.lt, dtype) {
+        (Some(lt), WeightDType::BF16 | WeightDType::F16) if super::lt::tuned_rows(m) => {
+            let key = super::lt::Key { m, n, k, f16: dtype == WeightDType::F16 };
+            let ws = b.workspace.borrow();
+            let ws = ws.as_ref().ok_or_else(|| be("cuda: the cuBLAS workspace is gone"))?;
+            let call = super::lt::Call {
+                w: w.ptr(),
+                x: b_ptr,
+                out: out.ptr(),
+                workspace: ws.ptr(),
+                workspace_bytes: ws.bytes(),
+                stream: b.stream.cu_stream() as _,
+            };
+            let time = |f: &dyn Fn() -> Result<()>, reps: usize| -> Result<f64> {
+                f()?;
+                let t0 = b.record_event()?;
+                for _ in 0..reps {
+                    f()?;
+                }
+                let t1 = b.record_event()?;
+                b.synchronize()?;
+                let ms = t0.elapsed_ms(&t1).map_err(|e| be(format!("cuda: timing a matmul: {e:?}")))?;
+                Ok(ms as f64 * 1e3 / reps as f64)
+            };
+            lt.matmul(key, &call, b.capturing.get(), &gemm_ex, &time)?;
+        }
+        _ => gemm_ex()?,
     }
-    .map_err(|e| be(format!("cuda: cublasGemmEx [{m}x{k}] x [{n}x{k}]^T: {e:?}")))?;
     if let Some(bias) = bias {
         b.kernels
             .launch("add_bias")?
@@ -198,8 +231,7 @@ pub(super) fn rope_write_kv(
     q_out.f32("rope_write_kv q_out", n * s.heads * hd)?;
     positions.u32("rope_write_kv positions", n)?;
     inv_freq.f32("rope_write_kv inv_freq", hd / 2)?;
-    let cache_len = k_cache.f32_len().zip(v_cache.f32_len()).map(|(a, b)| a.min(b));
-    let cache_len = cache_len.ok_or_else(|| be("rope_write_kv: the caches must be f32 buffers"))?;
+    let (cache_len, kind) = kv_pair(k_cache, v_cache, "rope_write_kv")?;
     for &slot in &slots.u32("rope_write_kv slot mapping", n)?[..n] {
         if (slot as usize + 1) * kv_w > cache_len {
             return Err(be(format!("rope_write_kv: slot {slot} outside the cache")));
@@ -207,7 +239,7 @@ pub(super) fn rope_write_kv(
     }
     let total = n * heads * (hd / 2);
     b.kernels
-        .launch("rope_write_kv")?
+        .launch(["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"][kind as usize])?
         .buf(qkv)
         .buf(positions)
         .buf(inv_freq)
@@ -220,6 +252,14 @@ pub(super) fn rope_write_kv(
         .u32(s.kv_heads)
         .u32(hd)
         .run(&b.stream, [round_up(total, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])
+}
+
+/// The length (values) and kind (0 f32, 1 bf16, 2 f16) of a layer's K and V caches, which must agree.
+pub(super) fn kv_pair(k: &CuBuffer, v: &CuBuffer, what: &str) -> Result<(usize, u32)> {
+    match (k.kv(), v.kv()) {
+        (Some((kl, kk)), Some((vl, vk))) if kk == vk => Ok((kl.min(vl), kk)),
+        _ => Err(be(format!("{what}: the K and V caches must be KV-cache buffers of one type"))),
+    }
 }
 
 /// `Op::SiluMul` over the fused gate/up rows.

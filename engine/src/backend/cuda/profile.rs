@@ -1,8 +1,8 @@
 //! Opt-in per-op timing of the CUDA backend's eager steps (`RSERVE_CUDA_PROFILE_OPS=1`, with `--enforce-eager` to
 //! see decode steps; graph replays are timed by `graph_runner`): a CUDA event pair around every op, summed per step
 //! (a step ends when the logits are read back) and compared with the step's wall time, so the share of a decode step
-//! the GPU is busy can be measured without Nsight. Windows of 64 decode steps are printed to stderr as
-//! `cuda-profile:` lines. Off by default: the events cost a little host time per op. (cudarc creates events with
+//! the GPU is busy can be measured without Nsight. Windows of 64 decode steps (and of 8 steps with a prefill chunk)
+//! are printed to stderr as `cuda-profile:` lines. Off by default: the events cost a little host time per op. (cudarc creates events with
 //! timing disabled unless asked: they are created with `CU_EVENT_DEFAULT`.)
 
 use std::time::Instant;
@@ -27,7 +27,14 @@ pub(super) struct Profile {
     seqs: usize,
     decode: Window,
     per_op: std::collections::BTreeMap<&'static str, f64>,
+    /// The same for steps with a prefill chunk, printed every `PREFILL_WINDOW` such steps.
+    prefill: Window,
+    prefill_tokens: usize,
+    prefill_per_op: std::collections::BTreeMap<&'static str, f64>,
 }
+
+/// Steps with a prefill chunk per printed window.
+const PREFILL_WINDOW: usize = 8;
 
 impl Profile {
     pub(super) fn from_env() -> Option<Self> {
@@ -40,6 +47,9 @@ impl Profile {
             seqs: 0,
             decode: Window::default(),
             per_op: Default::default(),
+            prefill: Window::default(),
+            prefill_tokens: 0,
+            prefill_per_op: Default::default(),
         })
     }
 
@@ -90,9 +100,31 @@ impl Profile {
         for (a, b, name) in self.pending.drain(..) {
             let ms = a.elapsed_ms(&b).unwrap_or(0.0) as f64;
             busy += ms;
-            if decode {
-                *self.per_op.entry(name).or_default() += ms;
+            let map = if decode { &mut self.per_op } else { &mut self.prefill_per_op };
+            *map.entry(name).or_default() += ms;
+        }
+        if !decode {
+            self.prefill.steps += 1;
+            self.prefill.wall_ms += wall;
+            self.prefill.busy_ms += busy;
+            self.prefill_tokens += self.tokens;
+            if self.prefill.steps == PREFILL_WINDOW {
+                let w = &self.prefill;
+                let ops: Vec<String> =
+                    self.prefill_per_op.iter().map(|(k, v)| format!("{k}={:.3}ms", v / w.steps as f64)).collect();
+                eprintln!(
+                    "cuda-profile: prefill steps={} tokens_per_step={:.0} wall_per_step_ms={:.3} gpu_busy_per_step_ms={:.3} per_op[{}]",
+                    w.steps,
+                    self.prefill_tokens as f64 / w.steps as f64,
+                    w.wall_ms / w.steps as f64,
+                    w.busy_ms / w.steps as f64,
+                    ops.join(" ")
+                );
+                self.prefill = Window::default();
+                self.prefill_tokens = 0;
+                self.prefill_per_op.clear();
             }
+            return;
         }
         if decode {
             self.decode.steps += 1;

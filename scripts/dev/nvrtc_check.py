@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""Compiles every portable kernel module (and the CUDA glue module) with NVRTC, as the CUDA backend does at start-up
+(prelude + module source, the launch constants as -D flags, a virtual architecture), on a machine without a GPU.
+
+Usage: nvrtc_check.py LIBNVRTC [ARCH ...]   (e.g. the libnvrtc.so.12 of the PyPI wheel nvidia-cuda-nvrtc-cu12;
+ARCH defaults to compute_90 and compute_80). Exits non-zero and prints the log of any module that fails.
+"""
+import ctypes
+import pathlib
+import re
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+lib = ctypes.CDLL(sys.argv[1])
+archs = sys.argv[2:] or ["compute_90", "compute_80"]
+
+launch = (REPO / "kernels/src/launch.rs").read_text()
+consts = dict(re.findall(r'pub const (\w+): usize = (\d+);', launch))
+names = re.findall(r'\("(\w+)", \w+\)', launch.split("pub const DEFINES")[1])
+defines = [f"-D{n}={consts[n]}" for n in names]
+prelude = (REPO / "kernels/src/cl/prelude.h").read_text()
+
+modules = sorted((REPO / "kernels/src/cl").glob("*.cl")) + [REPO / "kernels/src/cuda/cublas_glue.cu"]
+fails = 0
+for arch in archs:
+    for path in modules:
+        body = "\n".join("" if (l.strip().startswith("#include") and "prelude.h" in l) else l
+                         for l in path.read_text().splitlines())
+        src = f'#line 1 "prelude.h"\n{prelude}\n#line 1 "{path.name}"\n{body}\n'.encode()
+        prog = ctypes.c_void_p()
+        assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, path.name.encode(), 0, None, None) == 0
+        opts = [o.encode() for o in defines + [f"--gpu-architecture={arch}", "--std=c++17"]]
+        arr = (ctypes.c_char_p * len(opts))(*opts)
+        rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        ok = rc == 0
+        fails += not ok
+        print(f"nvrtc {arch} {path.name}: {'ok' if ok else 'FAILED'}")
+        if not ok or b"warning" in log.value:
+            print(log.value.decode(errors="replace"))
+sys.exit(1 if fails else 0)
