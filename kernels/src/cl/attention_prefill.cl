@@ -56,6 +56,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
         qs[r * PSTRIDE + d] = v;
     }
     float o[O_PER_ITEM];
+    #pragma unroll
     for (uint i = 0; i < O_PER_ITEM; i++) o[i] = 0.0f;
 
     for (uint kb = 0; kb < limit; kb += PREFILL_KEYS) {
@@ -115,6 +116,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
             kv[j * PSTRIDE + d] = load_kv(vf, vh, (ulong)slots[j] * kv_row + kv_off + d, kind);
         }
         barrier_local();
+        #pragma unroll
         for (uint i = 0; i < O_PER_ITEM; i++) {
             uint idx = lid + i * PREFILL_WG;
             if (idx < PREFILL_ROWS * head_dim) {
@@ -127,6 +129,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
             }
         }
     }
+    #pragma unroll
     for (uint i = 0; i < O_PER_ITEM; i++) {
         uint idx = lid + i * PREFILL_WG;
         if (idx < PREFILL_ROWS * head_dim) {
