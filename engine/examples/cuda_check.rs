@@ -372,17 +372,6 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
     }
     gpu.set_gemv_max_rows(default_rows);
     gpu.set_gemv_wide(default_wide);
-    // The attention checks on 16-bit caches again through the other decode kernel family.
-    let attn_wide = gpu.attention_wide();
-    gpu.set_attention_wide(!attn_wide);
-    println!("attention pass: {} decode kernels", if attn_wide { "8-byte" } else { "wide" });
-    for (name, tol, spec) in specs.iter().filter(|(n, _, _)| n.contains(" cache")) {
-        if let Err(e) = both(cpu, gpu, name, *tol, &mut fails, |b| b.check(spec)) {
-            fails += 1;
-            println!("kernel-check {name:<34} FAIL error: {e}");
-        }
-    }
-    gpu.set_attention_wide(attn_wide);
     Ok(fails)
 }
 

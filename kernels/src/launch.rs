@@ -8,7 +8,7 @@
 /// Work-group size of the row kernels (RMSNorm, argmax).
 pub const ROW_WG: usize = 256;
 /// Work-group size of the 1-D / 2-D elementwise kernels (embedding, rope_write_kv, silu, gather).
-pub const ELEM_WG: usize = 64;
+pub const ELEM_WG: usize = 256;
 /// Work-group size of the paged attention kernel that takes one query row per work-group (decode).
 pub const ATTN_WG: usize = 128;
 /// Query heads of one GQA group handled by one decode work-group (larger groups use more work-groups).
@@ -20,13 +20,13 @@ pub const ATTN_MAX_PARTITION: usize = 256;
 /// ATTN_HEAD_CHUNK x this many floats); larger heads take several passes.
 pub const ATTN_DIM_CHUNK: usize = 256;
 /// Work-group size of the prefill attention kernel.
-pub const PREFILL_WG: usize = 128;
+pub const PREFILL_WG: usize = 256;
 /// (query token, head) pairs per prefill work-group.
-pub const PREFILL_ROWS: usize = 16;
+pub const PREFILL_ROWS: usize = 64;
 /// Keys per tile of the prefill kernel's loop over the context.
 pub const PREFILL_KEYS: usize = 16;
 /// Largest head dim the tiled prefill kernel holds in local memory; larger heads use the per-row kernel.
-pub const PREFILL_MAX_HEAD_DIM: usize = 256;
+pub const PREFILL_MAX_HEAD_DIM: usize = 128;
 /// Work-group size of the skinny matmul (few rows, sub-group per weight row).
 pub const GEMV_WG: usize = 64;
 /// Weight rows (output columns) per skinny-matmul work-group.

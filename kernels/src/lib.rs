@@ -32,14 +32,7 @@ pub const PRELUDE: &str = include_str!("cl/prelude.h");
 pub const KERNELS: &[(&str, &[&str])] = &[
     (
         "attention_decode",
-        &[
-            "paged_attention_decode",
-            "paged_attention_decode_bf16",
-            "paged_attention_decode_f16",
-            "paged_attention_decode_bf16_wide",
-            "paged_attention_decode_f16_wide",
-            "paged_attention_reduce",
-        ],
+        &["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16", "paged_attention_reduce"],
     ),
     ("attention_prefill", &["paged_attention_prefill", "paged_attention_prefill_bf16", "paged_attention_prefill_f16"]),
     ("elementwise", &["silu_mul", "silu_mul_bf16", "silu_mul_f16", "gather_rows"]),
@@ -89,8 +82,6 @@ pub const OUTSIDE_OPS: &[&str] = &[
     "rope_write_kv_f16",
     "paged_attention_decode_bf16",
     "paged_attention_decode_f16",
-    "paged_attention_decode_bf16_wide",
-    "paged_attention_decode_f16_wide",
     "paged_attention_prefill_bf16",
     "paged_attention_prefill_f16",
     "rms_norm_bf16",

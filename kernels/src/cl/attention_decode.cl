@@ -16,7 +16,7 @@
 #include "prelude.h"
 
 INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL const ushort* kh, GLOBAL const float* vf,
-                        GLOBAL const ushort* vh, uint kind, uint wide, GLOBAL float* out, GLOBAL float* part_out,
+                        GLOBAL const ushort* vh, uint kind, GLOBAL float* out, GLOBAL float* part_out,
                         GLOBAL float* part_ml, GLOBAL const uint* entries, GLOBAL const uint* query_start,
                         GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, uint max_blocks,
                         uint num_heads, uint num_kv_heads, uint head_dim, uint block_size, uint partition_size,
@@ -51,8 +51,6 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     // summing every T-th 4-wide piece of the key row against the query of every head of the chunk, staged in local
     // memory. A key row is thus read once for all heads, and neighbouring work-items read neighbouring 16 bytes of
     // it. The T partial sums land in scores[hh][t * len + j] and are added up by the softmax below.
-    // The wide form (`wide` entry points, 16-bit caches, head_dim a multiple of 8) loads 8 values per load.
-    uint w8 = wide && kind != 0 && (head_dim & 7) == 0;
     uint T = 1;
     while (T < 8 && 2 * T * len <= local_size()) T *= 2;
     uint t = local_id() - (local_id() / T) * T;
@@ -68,20 +66,10 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
             ulong kr = (ulong)slots[j] * kv_row + kv_off + d0;
             float acc[ATTN_HEAD_CHUNK];
             for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = 0.0f;
-            if (w8) {
-                // 16-byte loads: 8 keys dimensions per load, against two staged query quads.
-                for (uint c = t; c < quads / 2; c += T) {
-                    f32x8 k8 = kind == 2 ? load8_f16(kh, kr + 8 * c) : load8_bf16(kh, kr + 8 * c);
-                    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                        if (hh < nh) acc[hh] += dot4(k8.lo, red[hh * quads + 2 * c]) + dot4(k8.hi, red[hh * quads + 2 * c + 1]);
-                    }
-                }
-            } else {
-                for (uint c = t; c < quads; c += T) {
-                    float4 k4 = load4_kv(kf, kh, kr + 4 * c, kind);
-                    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                        if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
-                    }
+            for (uint c = t; c < quads; c += T) {
+                float4 k4 = load4_kv(kf, kh, kr + 4 * c, kind);
+                for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                    if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
                 }
             }
             for (uint hh = 0; hh < nh; hh++) {
@@ -123,51 +111,25 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     // stride of the keys; the key groups are then summed through local memory.
     for (uint d0 = 0; d0 < head_dim; d0 += ATTN_DIM_CHUNK) {
         uint quads = min((uint)ATTN_DIM_CHUNK, head_dim - d0) / 4;
-        // A work-item owns `per` quads (2 in the wide form: one 16-byte load of 8 values).
-        uint per = w8 ? 2 : 1;
-        uint owners = quads / per;
-        uint groups = local_size() / owners;
-        uint g = local_id() / owners;
-        uint c = local_id() - g * owners;
+        uint groups = local_size() / quads;
+        uint g = local_id() / quads;
+        uint c = local_id() - g * quads;
         float4 acc[ATTN_HEAD_CHUNK];
-        float4 acc2[ATTN_HEAD_CHUNK];
-        for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-            acc[hh] = zero4();
-            acc2[hh] = zero4();
-        }
+        for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = zero4();
         if (g < groups) {
-            ulong vc = kv_off + d0 + 4 * per * c;
-            if (w8) {
+            ulong vc = kv_off + d0 + 4 * c;
 #pragma unroll 4
-                for (uint j = g; j < len; j += groups) {
-                    ulong at = vc + (ulong)slots[j] * kv_row;
-                    f32x8 v = kind == 2 ? load8_f16(vh, at) : load8_bf16(vh, at);
-                    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                        if (hh < nh) {
-                            float p = scores[hh * ATTN_MAX_PARTITION + j];
-                            acc[hh] = axpy4(p, v.lo, acc[hh]);
-                            acc2[hh] = axpy4(p, v.hi, acc2[hh]);
-                        }
-                    }
-                }
-            } else {
-#pragma unroll 4
-                for (uint j = g; j < len; j += groups) {
-                    float4 v = load4_kv(vf, vh, vc + (ulong)slots[j] * kv_row, kind);
-                    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                        if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
-                    }
+            for (uint j = g; j < len; j += groups) {
+                float4 v = load4_kv(vf, vh, vc + (ulong)slots[j] * kv_row, kind);
+                for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                    if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
                 }
             }
         }
         for (uint s = 0; s < groups; s++) {
             if (g == s) {
                 for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                    if (hh < nh) {
-                        uint at = hh * quads + per * c;
-                        red[at] = s == 0 ? acc[hh] : add4(red[at], acc[hh]);
-                        if (w8) red[at + 1] = s == 0 ? acc2[hh] : add4(red[at + 1], acc2[hh]);
-                    }
+                    if (hh < nh) red[hh * quads + c] = s == 0 ? acc[hh] : add4(red[hh * quads + c], acc[hh]);
                 }
             }
             barrier_local();
@@ -192,7 +154,7 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     }
 }
 
-#define DECODE_KERNEL(NAME, T, KIND, WIDE)                                                                          \
+#define DECODE_KERNEL(NAME, T, KIND)                                                                                \
     KERNEL void NAME(GLOBAL const float* q, GLOBAL const T* k_cache, GLOBAL const T* v_cache, GLOBAL float* out,     \
                      GLOBAL float* part_out, GLOBAL float* part_ml, GLOBAL const uint* entries,                     \
                      GLOBAL const uint* query_start, GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, \
@@ -204,18 +166,14 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
         LOCAL float head_sum[ATTN_HEAD_CHUNK];                                                                      \
         LOCAL float4 red[ATTN_HEAD_CHUNK * ATTN_DIM_CHUNK / 4];                                                     \
         decode_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,   \
-                    (GLOBAL const ushort*)v_cache, KIND, WIDE, out, part_out, part_ml, entries, query_start,      \
-                    context_lens,                                                                                   \
+                    (GLOBAL const ushort*)v_cache, KIND, out, part_out, part_ml, entries, query_start, context_lens, \
                     block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size, partition_size,        \
                     max_parts, scale, scores, slots, head_max, head_sum, red);                                      \
     }
-// The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded; the `_wide`
-// forms of the 16-bit ones load 8 values (16 bytes) at a time.
-DECODE_KERNEL(paged_attention_decode, float, 0, 0)
-DECODE_KERNEL(paged_attention_decode_bf16, ushort, 1, 0)
-DECODE_KERNEL(paged_attention_decode_f16, ushort, 2, 0)
-DECODE_KERNEL(paged_attention_decode_bf16_wide, ushort, 1, 1)
-DECODE_KERNEL(paged_attention_decode_f16_wide, ushort, 2, 1)
+// The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.
+DECODE_KERNEL(paged_attention_decode, float, 0)
+DECODE_KERNEL(paged_attention_decode_bf16, ushort, 1)
+DECODE_KERNEL(paged_attention_decode_f16, ushort, 2)
 
 // Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p.
 // Grid: (entries x ELEM_WG, num_heads).

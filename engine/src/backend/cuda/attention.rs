@@ -191,11 +191,7 @@ pub(super) fn paged_attention(
         };
         let wg = work_group("paged_attention_decode");
         b.kernels
-            .launch(if b.attention_wide() && s.head_dim % 8 == 0 {
-                ["paged_attention_decode", "paged_attention_decode_bf16_wide", "paged_attention_decode_f16_wide"][kind]
-            } else {
-                ["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16"][kind]
-            })?
+            .launch(["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16"][kind])?
             .buf(q)
             .buf(k_cache)
             .buf(v_cache)

@@ -70,8 +70,6 @@ pub struct CudaBackend {
     gemv_max_rows: Cell<usize>,
     /// Which GEMV runs the decode-sized matmuls: `matmul_wide_*` (true) or `matmul_vec_*`.
     gemv_wide: Cell<bool>,
-    /// Decode attention on a 16-bit cache through the `_wide` kernels (16-byte loads); `RSERVE_CUDA_ATTN_WIDE=0` off.
-    attention_wide: Cell<bool>,
     /// cuBLASLt with measured algorithm choice for decode-bucket row counts (`lt.rs`); only with `RSERVE_CUDA_LT=1`.
     lt: Option<lt::Lt>,
     pool: Arc<Pool>,
@@ -127,7 +125,6 @@ impl CudaBackend {
             .map_err(|e| be(format!("cuda: cuBLAS workspace: {e:?}")))?;
         let gemv_max_rows = std::env::var("RSERVE_CUDA_GEMV_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
         let gemv_wide = std::env::var("RSERVE_CUDA_GEMV_KERNEL").map_or(true, |v| v != "vec");
-        let attention_wide = std::env::var("RSERVE_CUDA_ATTN_WIDE").map_or(true, |v| v != "0");
         // Opt-in: on an H200 the tuned algorithms beat cublasGemmEx on the small projections alone but not in a
         // whole decode step (BENCHMARKS.md), and tuning costs a synchronising pause per new shape.
         let lt = if !std::env::var("RSERVE_CUDA_LT").is_ok_and(|v| v == "1") {
@@ -153,7 +150,6 @@ impl CudaBackend {
             capturing: Cell::new(false),
             gemv_max_rows: Cell::new(gemv_max_rows),
             gemv_wide: Cell::new(gemv_wide),
-            attention_wide: Cell::new(attention_wide),
             lt,
             pool,
             blas,
@@ -326,16 +322,6 @@ impl CudaBackend {
     /// The matmul shapes tuned so far (cuBLASLt candidates against cublasGemmEx), in the order they were met.
     pub fn matmul_tunings(&self) -> Vec<MatmulTuning> {
         self.lt.as_ref().map(|l| l.tunings()).unwrap_or_default()
-    }
-
-    /// Chooses the decode attention kernels of 16-bit caches: the `_wide` ones (16-byte loads) or the 8-byte ones.
-    pub fn set_attention_wide(&self, wide: bool) {
-        self.attention_wide.set(wide);
-    }
-
-    /// The current `set_attention_wide` value.
-    pub fn attention_wide(&self) -> bool {
-        self.attention_wide.get()
     }
 
     /// The current `set_gemv_wide` value.
