@@ -266,7 +266,7 @@ op_parity!(attention_every_block_size, tol = F32_TOL, |b, rng| {
 
 op_parity!(attention_head_dims, tol = F32_TOL, |b, rng| {
     let mut outs = Vec::new();
-    // 80 and 96: not powers of two; 128 with plain multi-head attention; 256: the tiled prefill's largest head;
+    // 80 and 96: not powers of two; 128 with plain multi-head attention, the tiled prefill's largest head; 256 and
     // 320: prefill rows fall back to the per-row kernel.
     for (heads, kv_heads, head_dim) in [(4, 2, 80), (6, 3, 96), (4, 4, 128), (4, 1, 256), (2, 1, 320)] {
         let c = Attn { heads, kv_heads, head_dim, block_size: 16, seqs: &[(13, 20), (1, 33), (3, 3)] };

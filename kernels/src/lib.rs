@@ -92,6 +92,12 @@ pub const OUTSIDE_OPS: &[&str] = &[
     "silu_mul_f16",
 ];
 
+/// Whether the tiled prefill kernel takes heads of `head_dim` values (a multiple of 8, at most
+/// `PREFILL_MAX_HEAD_DIM`); the prefill rows of other heads run through the decode kernel one row at a time.
+pub fn prefill_tiles_head(head_dim: usize) -> bool {
+    head_dim % 8 == 0 && head_dim <= launch::PREFILL_MAX_HEAD_DIM
+}
+
 /// The `-D NAME=value` flags every kernel source is compiled with (the launch constants).
 pub fn compile_defines() -> Vec<String> {
     launch::DEFINES.iter().map(|(k, v)| format!("-D{k}={v}")).collect()

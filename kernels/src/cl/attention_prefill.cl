@@ -3,23 +3,33 @@
 // over key tiles held in local memory).
 //
 // A sequence's query rows x the query heads of one kv head form (token, head) pairs, ordered token-major; a tile is
-// PREFILL_ROWS consecutive pairs, so every GQA head of a token shares the key/value tiles. `tiles` holds
-// (sequence, first pair) per tile. Grid: (tiles x PREFILL_WG, num_kv_heads). head_dim <= PREFILL_MAX_HEAD_DIM
-// (the host uses the decode kernel per row for larger heads).
+// PREFILL_ROWS (64) consecutive pairs, so every GQA head of a token shares the key/value tiles. `tiles` holds
+// (sequence, first pair) per tile. Grid: (tiles x PREFILL_WG, num_kv_heads). The host sends heads that are not a
+// multiple of 8 or over PREFILL_MAX_HEAD_DIM to the per-row decode kernel (`rserve_kernels::prefill_tiles_head`).
+//
+// Register tiling, so local memory is not the bottleneck: the queries are staged transposed (qs[d][pair]) and each
+// key tile of PREFILL_KEYS (16) keys transposed (kv[d][key]); a work-item scores 2 pairs x 2 keys, reading one
+// 8-byte piece of each per dimension (2 loads for 4 multiply-adds). The probabilities are kept key-major
+// (p[key][pair]) and the value tile row-major (kv[key][d]); a work-item accumulates 4 pairs x 8 dimensions of the
+// output in registers, reading 16 + 32 bytes per key (3 loads for 32 multiply-adds).
 #include "prelude.h"
 
-#define O_PER_ITEM (PREFILL_ROWS * PREFILL_MAX_HEAD_DIM / PREFILL_WG)
-// Row stride of the query and key/value tiles in local memory: one more than the largest head, so the rows that
-// neighbouring work-items read at the same dimension fall in different local-memory banks.
-#define PSTRIDE (PREFILL_MAX_HEAD_DIM + 1)
+#if PREFILL_WG != 256 || PREFILL_ROWS != 64 || PREFILL_KEYS != 16 || PREFILL_MAX_HEAD_DIM > 128
+#error "attention_prefill.cl: the work-item tiling is written for 256 work-items, 64 pairs, 16 keys, heads <= 128"
+#endif
 #define NO_ROW 0xffffffffu
+// Swizzled places of the transposed tiles: the pair (key) index is XORed with an even function of the dimension,
+// so the writes of neighbouring dimensions spread over the banks, while the two neighbours a work-item reads at
+// once stay adjacent and aligned.
+#define QS_AT(d, r) ((d) * PREFILL_ROWS + ((r) ^ (2 * ((d) & 31))))
+#define KS_AT(d, j) ((d) * PREFILL_KEYS + ((j) ^ (2 * ((d) & 7))))
 
 INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL const ushort* kh, GLOBAL const float* vf,
                          GLOBAL const ushort* vh, uint kind, GLOBAL float* out, GLOBAL const uint* tiles,
                          GLOBAL const uint* query_start, GLOBAL const uint* context_lens,
                          GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,
                          uint head_dim, uint block_size, float scale, LOCAL_PTR float* qs, LOCAL_PTR float* kv,
-                         LOCAL_PTR float* s, LOCAL_PTR float* row_max, LOCAL_PTR float* row_sum,
+                         LOCAL_PTR float* ps, LOCAL_PTR float* row_max, LOCAL_PTR float* row_sum,
                          LOCAL_PTR float* row_corr, LOCAL_PTR uint* row_pos, LOCAL_PTR uint* slots) {
     uint lid = local_id();
     uint kvh = group_id(1);
@@ -43,6 +53,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
         row_max[lid] = NEG_INF;
         row_sum[lid] = 0.0f;
     }
+    // Queries, transposed: qs[QS_AT(d, pair)] (global reads run along d).
     for (uint idx = lid; idx < PREFILL_ROWS * head_dim; idx += PREFILL_WG) {
         uint r = idx / head_dim;
         uint d = idx - r * head_dim;
@@ -53,56 +64,72 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
             ulong h = (ulong)kvh * group + (p - t * group);
             v = q[((ulong)(q0 + t) * num_heads + h) * head_dim + d];
         }
-        qs[r * PSTRIDE + d] = v;
+        qs[QS_AT(d, r)] = v;
     }
-    float o[O_PER_ITEM];
-    #pragma unroll
-    for (uint i = 0; i < O_PER_ITEM; i++) o[i] = 0.0f;
+    // Score work-item: pairs 2 * sr, + 1 and keys 2 * sk, + 1. Output work-item: pairs 4 * orow .. + 3 and
+    // dimensions 8 * od .. + 7 (work-items past the head's dimensions only help with loads).
+    uint sk = lid % 8;
+    uint sr = lid / 8;
+    uint od = lid % 16;
+    uint orow = lid / 16;
+    uint has_d = 8 * od < head_dim;
+    float o[4][8];
+    for (uint i = 0; i < 4; i++)
+        for (uint c = 0; c < 8; c++) o[i][c] = 0.0f;
 
     for (uint kb = 0; kb < limit; kb += PREFILL_KEYS) {
         uint nk = min((uint)PREFILL_KEYS, limit - kb);
         barrier_local();  // the previous tile is consumed (and, first time round, qs/row_* are written)
-        if (lid < nk) {
-            uint tok = kb + lid;
+        if (lid < PREFILL_KEYS) {
+            uint j = lid < nk ? lid : 0;  // rows past nk repeat key 0: loaded, never used
+            uint tok = kb + j;
             uint b = tok / block_size;
             slots[lid] = table[b] * block_size + (tok - b * block_size);
         }
         barrier_local();
-        for (uint idx = lid; idx < nk * head_dim; idx += PREFILL_WG) {
+        // Keys, transposed: kv[KS_AT(d, key)].
+        for (uint idx = lid; idx < PREFILL_KEYS * head_dim; idx += PREFILL_WG) {
             uint j = idx / head_dim;
             uint d = idx - j * head_dim;
-            kv[j * PSTRIDE + d] = load_kv(kf, kh, (ulong)slots[j] * kv_row + kv_off + d, kind);
+            kv[KS_AT(d, j)] = load_kv(kf, kh, (ulong)slots[j] * kv_row + kv_off + d, kind);
         }
         barrier_local();
-        for (uint idx = lid; idx < PREFILL_ROWS * PREFILL_KEYS; idx += PREFILL_WG) {
-            uint r = idx / PREFILL_KEYS;
-            uint j = idx % PREFILL_KEYS;
-            float sc = NEG_INF;
-            if (j < nk && row_pos[r] != NO_ROW && kb + j <= row_pos[r]) {
-                LOCAL_PTR const float* qr = qs + r * PSTRIDE;
-                LOCAL_PTR const float* kr = kv + j * PSTRIDE;
-                float acc = 0.0f;
-                for (uint d = 0; d < head_dim; d++) acc += qr[d] * kr[d];
-                sc = acc * scale;
+        {
+            float a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f;
+            for (uint d = 0; d < head_dim; d++) {
+                float2 qq = lload2(qs, QS_AT(d, 2 * sr));
+                float2 kk = lload2(kv, KS_AT(d, 2 * sk));
+                a00 += qq.x * kk.x;
+                a01 += qq.x * kk.y;
+                a10 += qq.y * kk.x;
+                a11 += qq.y * kk.y;
             }
-            s[idx] = sc;
+            float a[2][2] = {{a00, a01}, {a10, a11}};
+            for (uint i = 0; i < 2; i++) {
+                uint r = 2 * sr + i;
+                for (uint c = 0; c < 2; c++) {
+                    uint j = 2 * sk + c;
+                    uint ok = j < nk && row_pos[r] != NO_ROW && kb + j <= row_pos[r];
+                    ps[j * PREFILL_ROWS + r] = ok ? a[i][c] * scale : NEG_INF;
+                }
+            }
         }
         barrier_local();
-        // Online softmax per row; then the value tile replaces the key tile (no one reads keys any more).
+        // Online softmax per pair (key-major probabilities); then the value tile replaces the key tile.
         if (lid < PREFILL_ROWS) {
-            LOCAL_PTR float* sr = s + lid * PREFILL_KEYS;
             float m_old = row_max[lid];
             float m = m_old;
-            for (uint j = 0; j < nk; j++) m = fmax(m, sr[j]);
+            for (uint j = 0; j < PREFILL_KEYS; j++) m = fmax(m, ps[j * PREFILL_ROWS + lid]);
             float corr = 1.0f;
             float sum = 0.0f;
             if (m == NEG_INF) {
-                for (uint j = 0; j < PREFILL_KEYS; j++) sr[j] = 0.0f;  // padding row
+                for (uint j = 0; j < PREFILL_KEYS; j++) ps[j * PREFILL_ROWS + lid] = 0.0f;  // nothing visible yet
             } else {
                 corr = exp(m_old - m);
                 for (uint j = 0; j < PREFILL_KEYS; j++) {
-                    float p = sr[j] == NEG_INF ? 0.0f : exp(sr[j] - m);
-                    sr[j] = p;
+                    float sc = ps[j * PREFILL_ROWS + lid];
+                    float p = sc == NEG_INF ? 0.0f : exp(sc - m);
+                    ps[j * PREFILL_ROWS + lid] = p;
                     sum += p;
                 }
             }
@@ -110,36 +137,38 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
             row_sum[lid] = row_sum[lid] * corr + sum;
             row_corr[lid] = corr;
         }
-        for (uint idx = lid; idx < nk * head_dim; idx += PREFILL_WG) {
+        for (uint idx = lid; idx < PREFILL_KEYS * head_dim; idx += PREFILL_WG) {
             uint j = idx / head_dim;
             uint d = idx - j * head_dim;
-            kv[j * PSTRIDE + d] = load_kv(vf, vh, (ulong)slots[j] * kv_row + kv_off + d, kind);
+            kv[j * head_dim + d] = load_kv(vf, vh, (ulong)slots[j] * kv_row + kv_off + d, kind);
         }
         barrier_local();
-        #pragma unroll
-        for (uint i = 0; i < O_PER_ITEM; i++) {
-            uint idx = lid + i * PREFILL_WG;
-            if (idx < PREFILL_ROWS * head_dim) {
-                uint r = idx / head_dim;
-                uint d = idx - r * head_dim;
-                LOCAL_PTR const float* pr = s + r * PREFILL_KEYS;
-                float acc = o[i] * row_corr[r];
-                for (uint j = 0; j < nk; j++) acc += pr[j] * kv[j * PSTRIDE + d];
-                o[i] = acc;
+        if (has_d) {
+            for (uint i = 0; i < 4; i++) {
+                float cr = row_corr[4 * orow + i];
+                for (uint c = 0; c < 8; c++) o[i][c] *= cr;
+            }
+            for (uint j = 0; j < nk; j++) {
+                float4 p4 = lload4(ps, j * PREFILL_ROWS + 4 * orow);
+                float4 v0 = lload4(kv, j * head_dim + 8 * od);
+                float4 v1 = lload4(kv, j * head_dim + 8 * od + 4);
+                float pr[4] = {p4.x, p4.y, p4.z, p4.w};
+                float vv[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+                for (uint i = 0; i < 4; i++)
+                    for (uint c = 0; c < 8; c++) o[i][c] += pr[i] * vv[c];
             }
         }
     }
-    #pragma unroll
-    for (uint i = 0; i < O_PER_ITEM; i++) {
-        uint idx = lid + i * PREFILL_WG;
-        if (idx < PREFILL_ROWS * head_dim) {
-            uint r = idx / head_dim;
-            uint d = idx - r * head_dim;
+    if (has_d) {
+        for (uint i = 0; i < 4; i++) {
+            uint r = 4 * orow + i;
             uint p = first + r;
             if (p < npairs) {
                 uint t = p / group;
                 ulong h = (ulong)kvh * group + (p - t * group);
-                out[((ulong)(q0 + t) * num_heads + h) * head_dim + d] = o[i] / row_sum[r];
+                GLOBAL float* dst = out + ((ulong)(q0 + t) * num_heads + h) * head_dim + 8 * od;
+                float inv = 1.0f / row_sum[r];
+                for (uint c = 0; c < 8; c++) dst[c] = o[i][c] * inv;
             }
         }
     }
@@ -150,9 +179,9 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
                      GLOBAL const uint* tiles, GLOBAL const uint* query_start, GLOBAL const uint* context_lens,      \
                      GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,           \
                      uint head_dim, uint block_size, float scale) { GRID_DEP_SYNC();                                \
-        LOCAL float qs[PREFILL_ROWS * PSTRIDE];                                                                     \
-        LOCAL float kv[PREFILL_KEYS * PSTRIDE];                                                                     \
-        LOCAL float s[PREFILL_ROWS * PREFILL_KEYS];                                                                 \
+        LOCAL float qs[PREFILL_ROWS * PREFILL_MAX_HEAD_DIM];                                                        \
+        LOCAL float kv[PREFILL_KEYS * PREFILL_MAX_HEAD_DIM];                                                        \
+        LOCAL float ps[PREFILL_ROWS * PREFILL_KEYS];                                                                \
         LOCAL float row_max[PREFILL_ROWS];                                                                          \
         LOCAL float row_sum[PREFILL_ROWS];                                                                          \
         LOCAL float row_corr[PREFILL_ROWS];                                                                         \
@@ -160,7 +189,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
         LOCAL uint slots[PREFILL_KEYS];                                                                             \
         prefill_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,  \
                      (GLOBAL const ushort*)v_cache, KIND, out, tiles, query_start, context_lens, block_tables,      \
-                     max_blocks, num_heads, num_kv_heads, head_dim, block_size, scale, qs, kv, s, row_max, row_sum, \
+                     max_blocks, num_heads, num_kv_heads, head_dim, block_size, scale, qs, kv, ps, row_max, row_sum, \
                      row_corr, row_pos, slots);                                                                     \
     }
 // The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.

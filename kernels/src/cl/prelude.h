@@ -204,6 +204,15 @@ INLINE float4 load4_kv(GLOBAL const float* f, GLOBAL const ushort* h, ulong i, u
     return kind == 0 ? load4a_f32(f, i) : kind == 1 ? load4a_bf16(h, i) : load4a_f16(h, i);
 }
 
+// Two or four consecutive floats of local memory (i a multiple of 2 / 4, so the load is aligned).
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE float2 lload2(LOCAL_PTR const float* p, uint i) { return *(const float2*)(p + i); }
+INLINE float4 lload4(LOCAL_PTR const float* p, uint i) { return *(const float4*)(p + i); }
+#else
+INLINE float2 lload2(LOCAL_PTR const float* p, uint i) { return vload2(0, p + i); }
+INLINE float4 lload4(LOCAL_PTR const float* p, uint i) { return vload4(0, p + i); }
+#endif
+
 INLINE float dot8(f32x8 w, float4 a, float4 b) { return hsum4(mad4(a, w.lo, mad4(b, w.hi, zero4()))); }
 
 // Round to nearest even (finite values; NaN payloads are not preserved).

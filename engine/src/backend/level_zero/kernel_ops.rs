@@ -364,7 +364,7 @@ fn check_meta<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &Attn
 /// and the longest context among the decode rows. Expects metadata `check_meta` accepted (`query_start` has one
 /// more entry than `context_lens`).
 pub fn split_work(query_start: &[u32], context_lens: &[u32], group: usize, head_dim: usize) -> (Vec<u32>, Vec<u32>, usize) {
-    let tiled_prefill = head_dim <= PREFILL_MAX_HEAD_DIM;
+    let tiled_prefill = rserve_kernels::prefill_tiles_head(head_dim);
     let (mut entries, mut tiles, mut max_ctx) = (Vec::new(), Vec::new(), 0usize);
     for seq in 0..context_lens.len() {
         let (q0, qlen, c) = (query_start[seq], query_start[seq + 1].saturating_sub(query_start[seq]), context_lens[seq]);

@@ -87,7 +87,7 @@ fn check_meta(meta: &AttentionMeta<'_, ClBuffer>, s: &Shape, cache_len: usize) -
 fn build_plan(b: &OpenClBackend, meta: &AttentionMeta<'_, ClBuffer>, s: &Shape) -> Result<Plan> {
     let (qs, ctx) = (meta.host_query_start, meta.host_context_lens);
     let group = s.num_heads / s.num_kv_heads;
-    let tiled_prefill = s.head_dim <= PREFILL_MAX_HEAD_DIM;
+    let tiled_prefill = rserve_kernels::prefill_tiles_head(s.head_dim);
     let (mut entries, mut tiles, mut max_ctx) = (Vec::new(), Vec::new(), 0usize);
     for seq in 0..ctx.len() {
         let (q0, qlen, c) = (qs[seq], qs[seq + 1] - qs[seq], ctx[seq]);
@@ -126,7 +126,7 @@ fn build_plan(b: &OpenClBackend, meta: &AttentionMeta<'_, ClBuffer>, s: &Shape) 
 /// What the work split depends on: which rows the batch has (query starts) and how many partitions its longest
 /// decode row needs, never the context lengths themselves (the kernels read those on the device).
 fn plan_key(meta: &AttentionMeta<'_, ClBuffer>, s: &Shape) -> (Vec<u32>, usize, usize, usize, usize) {
-    let longest = meta.longest_decode_context(s.head_dim <= PREFILL_MAX_HEAD_DIM);
+    let longest = meta.longest_decode_context(rserve_kernels::prefill_tiles_head(s.head_dim));
     let parts = longest.div_ceil(ATTN_MAX_PARTITION);
     (meta.host_query_start.to_vec(), parts, s.num_heads, s.num_kv_heads, s.head_dim)
 }
