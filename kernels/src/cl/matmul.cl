@@ -126,6 +126,19 @@
         if (nr > 3) out[(ulong)(r0 + 3) * n + j] = s3 + b;                                                  \
     }
 
+// One step of the 16-bit GEMVs: weights A and B (8 values of two weight rows at column kk) times the 8 activations
+// at kk of each of the nr rows from r0, into acc0 / acc1. A macro, so the accumulators stay in registers.
+#define GEMV_STEP8(A, B, kk)                                                                                \
+    for (uint r = 0; r < GEMV_ROWS; r++) {                                                                  \
+        if (r < nr) {                                                                                       \
+            ulong xr = (ulong)(r0 + r) * k + (kk);                                                          \
+            float4 x0 = load4a_f32(x, xr);                                                                  \
+            float4 x1 = load4a_f32(x, xr + 4);                                                              \
+            acc0[r] += dot8((A), x0, x1);                                                                   \
+            acc1[r] += dot8((B), x0, x1);                                                                   \
+        }                                                                                                   \
+    }
+
 // The body of matmul_vec_*: `is_f16` is a constant at each call, so each kernel compiles to one load path. A
 // sub-group streams two weight rows at once (columns c and c + num_subs() of the group's GEMV_VEC_COLS), so twice
 // the loads are in flight and each activation value it reads serves both; where the group has a sub-group per
@@ -152,15 +165,7 @@ INLINE void matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL con
         for (uint kk = sub_lane() * 8; kk < k; kk += step) {
             f32x8 a = is_f16 ? load8_f16(w, w0 + kk) : load8_bf16(w, w0 + kk);
             f32x8 b = is_f16 ? load8_f16(w, w1 + kk) : load8_bf16(w, w1 + kk);
-            for (uint r = 0; r < GEMV_ROWS; r++) {
-                if (r < nr) {
-                    ulong xr = (ulong)(r0 + r) * k + kk;
-                    float4 x0 = load4a_f32(x, xr);
-                    float4 x1 = load4a_f32(x, xr + 4);
-                    acc0[r] += dot8(a, x0, x1);
-                    acc1[r] += dot8(b, x0, x1);
-                }
-            }
+            GEMV_STEP8(a, b, kk)
         }
         for (uint r = 0; r < GEMV_ROWS; r++) {
             float s0 = sub_reduce_add(acc0[r]);
@@ -222,29 +227,13 @@ INLINE void matmul_wide(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL co
 #pragma unroll
         for (uint u = 0; u < GEMV_WIDE_UNROLL; u++) {
             uint kk = base + u * chunk + lane;
-            for (uint r = 0; r < GEMV_ROWS; r++) {
-                if (r < nr) {
-                    ulong xr = (ulong)(r0 + r) * k + kk;
-                    float4 x0 = load4a_f32(x, xr);
-                    float4 x1 = load4a_f32(x, xr + 4);
-                    acc0[r] += dot8(a[u], x0, x1);
-                    acc1[r] += dot8(b[u], x0, x1);
-                }
-            }
+            GEMV_STEP8(a[u], b[u], kk)
         }
     }
     for (uint kk = kmain + lane; kk < k; kk += chunk) {
         f32x8 a = is_f16 ? load8_f16(w, w0 + kk) : load8_bf16(w, w0 + kk);
         f32x8 b = is_f16 ? load8_f16(w, w1 + kk) : load8_bf16(w, w1 + kk);
-        for (uint r = 0; r < GEMV_ROWS; r++) {
-            if (r < nr) {
-                ulong xr = (ulong)(r0 + r) * k + kk;
-                float4 x0 = load4a_f32(x, xr);
-                float4 x1 = load4a_f32(x, xr + 4);
-                acc0[r] += dot8(a, x0, x1);
-                acc1[r] += dot8(b, x0, x1);
-            }
-        }
+        GEMV_STEP8(a, b, kk)
     }
     for (uint r = 0; r < GEMV_ROWS; r++) {
         if (r < nr) {  // nr is uniform: the reductions are reached by the whole sub-group

@@ -9,13 +9,40 @@ use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
-/// Step kind by its shape: decode (one new token per sequence) or anything with a prefill chunk.
+/// The steps of one kind (decode, or with a prefill chunk) since the last printed window.
 #[derive(Default)]
 struct Window {
     steps: usize,
+    tokens: usize,
     wall_ms: f64,
     busy_ms: f64,
-    ops: usize,
+    per_op: std::collections::BTreeMap<&'static str, f64>,
+}
+
+impl Window {
+    /// Adds one step; returns the window's summary line (and starts a new window) once it holds `size` steps.
+    fn add(&mut self, tokens: usize, wall_ms: f64, busy_ms: f64, size: usize) -> Option<String> {
+        self.steps += 1;
+        self.tokens += tokens;
+        self.wall_ms += wall_ms;
+        self.busy_ms += busy_ms;
+        if self.steps < size {
+            return None;
+        }
+        let n = self.steps as f64;
+        let ops: Vec<String> = self.per_op.iter().map(|(k, v)| format!("{k}={:.3}ms", v / n)).collect();
+        let line = format!(
+            "steps={} tokens_per_step={:.0} wall_per_step_ms={:.3} gpu_busy_per_step_ms={:.3} busy_share={:.1}% per_op[{}]",
+            self.steps,
+            self.tokens as f64 / n,
+            self.wall_ms / n,
+            self.busy_ms / n,
+            100.0 * self.busy_ms / self.wall_ms.max(1e-9),
+            ops.join(" ")
+        );
+        *self = Window::default();
+        Some(line)
+    }
 }
 
 pub(super) struct Profile {
@@ -26,11 +53,8 @@ pub(super) struct Profile {
     tokens: usize,
     seqs: usize,
     decode: Window,
-    per_op: std::collections::BTreeMap<&'static str, f64>,
-    /// The same for steps with a prefill chunk, printed every `PREFILL_WINDOW` such steps.
+    /// Steps with a prefill chunk, printed every `PREFILL_WINDOW` such steps.
     prefill: Window,
-    prefill_tokens: usize,
-    prefill_per_op: std::collections::BTreeMap<&'static str, f64>,
 }
 
 /// Steps with a prefill chunk per printed window.
@@ -46,10 +70,7 @@ impl Profile {
             tokens: 0,
             seqs: 0,
             decode: Window::default(),
-            per_op: Default::default(),
             prefill: Window::default(),
-            prefill_tokens: 0,
-            prefill_per_op: Default::default(),
         })
     }
 
@@ -97,56 +118,31 @@ impl Profile {
         let wall = now.duration_since(from).as_secs_f64() * 1e3;
         let mut busy = 0.0;
         let decode = self.tokens > 0 && self.tokens == self.seqs;
+        let window = if decode { &mut self.decode } else { &mut self.prefill };
         for (a, b, name) in self.pending.drain(..) {
             let ms = a.elapsed_ms(&b).unwrap_or(0.0) as f64;
             busy += ms;
-            let map = if decode { &mut self.per_op } else { &mut self.prefill_per_op };
-            *map.entry(name).or_default() += ms;
+            *window.per_op.entry(name).or_default() += ms;
         }
-        if !decode {
-            self.prefill.steps += 1;
-            self.prefill.wall_ms += wall;
-            self.prefill.busy_ms += busy;
-            self.prefill_tokens += self.tokens;
-            if self.prefill.steps == PREFILL_WINDOW {
-                let w = &self.prefill;
-                let ops: Vec<String> =
-                    self.prefill_per_op.iter().map(|(k, v)| format!("{k}={:.3}ms", v / w.steps as f64)).collect();
-                eprintln!(
-                    "cuda-profile: prefill steps={} tokens_per_step={:.0} wall_per_step_ms={:.3} gpu_busy_per_step_ms={:.3} per_op[{}]",
-                    w.steps,
-                    self.prefill_tokens as f64 / w.steps as f64,
-                    w.wall_ms / w.steps as f64,
-                    w.busy_ms / w.steps as f64,
-                    ops.join(" ")
-                );
-                self.prefill = Window::default();
-                self.prefill_tokens = 0;
-                self.prefill_per_op.clear();
-            }
-            return;
+        let (kind, size) = if decode { (format!("decode batch={}", self.seqs), 64) } else { ("prefill".to_string(), PREFILL_WINDOW) };
+        if let Some(line) = window.add(self.tokens, wall, busy, size) {
+            eprintln!("cuda-profile: {kind} {line}");
         }
-        if decode {
-            self.decode.steps += 1;
-            self.decode.wall_ms += wall;
-            self.decode.busy_ms += busy;
-            self.decode.ops += 1;
-            if self.decode.steps == 64 {
-                let w = &self.decode;
-                let top: Vec<String> =
-                    self.per_op.iter().map(|(k, v)| format!("{k}={:.3}ms", v / w.steps as f64)).collect();
-                eprintln!(
-                    "cuda-profile: decode batch={} steps={} wall_per_step_ms={:.3} gpu_busy_per_step_ms={:.3} busy_share={:.1}% per_op[{}]",
-                    self.seqs,
-                    w.steps,
-                    w.wall_ms / w.steps as f64,
-                    w.busy_ms / w.steps as f64,
-                    100.0 * w.busy_ms / w.wall_ms.max(1e-9),
-                    top.join(" ")
-                );
-                self.decode = Window::default();
-                self.per_op.clear();
-            }
-        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Window;
+
+    #[test]
+    fn a_window_prints_per_step_averages_when_full_and_starts_again() {
+        let mut w = Window::default();
+        w.per_op.insert("matmul", 6.0);
+        assert!(w.add(2048, 10.0, 8.0, 2).is_none());
+        let line = w.add(2048, 30.0, 16.0, 2).expect("full window");
+        assert!(line.contains("steps=2 tokens_per_step=2048 wall_per_step_ms=20.000 gpu_busy_per_step_ms=12.000"), "{line}");
+        assert!(line.contains("busy_share=60.0%") && line.contains("matmul=3.000ms"), "{line}");
+        assert_eq!((w.steps, w.tokens, w.per_op.len()), (0, 0, 0));
     }
 }
