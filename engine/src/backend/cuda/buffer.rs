@@ -124,19 +124,15 @@ impl CuBuffer {
     /// Checks an activation output of at least `need` values: 0 for f32, 1 for bf16, 2 for f16 (the `kind` of the
     /// kernels' `store_act`).
     pub(super) fn act_out(&self, what: &str, need: usize) -> Result<u32> {
-        let (len, kind) = match self.contents {
-            Contents::F32 { len } => (len, 0),
-            Contents::Half { dtype: WeightDType::BF16, len } => (len, 1),
-            Contents::Half { dtype: WeightDType::F16, len } => (len, 2),
-            _ => return Err(be(format!("{what}: expected an activation buffer"))),
-        };
+        let (len, kind) = self.kv().ok_or_else(|| be(format!("{what}: expected an activation buffer")))?;
         if len < need {
             return Err(be(format!("{what}: buffer of {len} values, op needs {need}")));
         }
         Ok(kind)
     }
 
-    /// A KV-cache buffer's length in values and its kind (0 f32, 1 bf16, 2 f16, the kernels' `load_kv` kind).
+    /// Length in values and kind (0 f32, 1 bf16, 2 f16: the kernels' `load_kv` / `store_act` kind) of an f32 or
+    /// 16-bit buffer (activations or a KV cache); None for other contents.
     pub(super) fn kv(&self) -> Option<(usize, u32)> {
         match self.contents {
             Contents::F32 { len } => Some((len, 0)),

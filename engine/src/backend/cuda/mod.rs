@@ -21,9 +21,7 @@ mod attention;
 mod buffer;
 pub mod host;
 mod kernels;
-mod lt;
 mod ops;
-pub use lt::Tuning as MatmulTuning;
 mod profile;
 
 use std::cell::Cell;
@@ -68,10 +66,6 @@ pub struct CudaBackend {
     workspace: RefCell<Option<CuBuffer>>,
     capturing: Cell<bool>,
     gemv_max_rows: Cell<usize>,
-    /// Which GEMV runs the decode-sized matmuls: `matmul_wide_*` (true) or `matmul_vec_*`.
-    gemv_wide: Cell<bool>,
-    /// cuBLASLt with measured algorithm choice for decode-bucket row counts (`lt.rs`); only with `RSERVE_CUDA_LT=1`.
-    lt: Option<lt::Lt>,
     pool: Arc<Pool>,
     blas: bsys::cublasHandle_t,
     stream: Arc<CudaStream>,
@@ -124,24 +118,6 @@ impl CudaBackend {
             .result()
             .map_err(|e| be(format!("cuda: cuBLAS workspace: {e:?}")))?;
         let gemv_max_rows = std::env::var("RSERVE_CUDA_GEMV_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let gemv_wide = std::env::var("RSERVE_CUDA_GEMV_KERNEL").map_or(true, |v| v != "vec");
-        // Opt-in: on an H200 the tuned algorithms beat cublasGemmEx on the small projections alone but not in a
-        // whole decode step (BENCHMARKS.md), and tuning costs a synchronising pause per new shape.
-        let lt = if !std::env::var("RSERVE_CUDA_LT").is_ok_and(|v| v == "1") {
-            None
-        } else {
-            match std::panic::catch_unwind(lt::Lt::new) {
-                Ok(Ok(l)) => Some(l),
-                Ok(Err(e)) => {
-                    tracing::warn!("cuda: cuBLASLt unavailable ({e}); matmuls use cublasGemmEx");
-                    None
-                }
-                Err(_) => {
-                    tracing::warn!("cuda: libcublasLt could not be loaded; matmuls use cublasGemmEx");
-                    None
-                }
-            }
-        };
         Ok(Self {
             kernels,
             attention_plan: RefCell::new(None),
@@ -149,8 +125,6 @@ impl CudaBackend {
             workspace: RefCell::new(Some(workspace)),
             capturing: Cell::new(false),
             gemv_max_rows: Cell::new(gemv_max_rows),
-            gemv_wide: Cell::new(gemv_wide),
-            lt,
             pool,
             blas,
             stream,
@@ -258,12 +232,11 @@ impl CudaBackend {
     pub fn upload_kv_cache(&self, data: &[f32], dtype: WeightDType) -> Result<CuBuffer> {
         match dtype {
             WeightDType::F32 => self.upload_f32(data),
-            WeightDType::BF16 => {
-                let v: Vec<u16> = data.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect();
-                self.upload_bytes(as_bytes(&v), Contents::Half { dtype, len: data.len() })
-            }
-            WeightDType::F16 => {
-                let v: Vec<u16> = data.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect();
+            WeightDType::BF16 | WeightDType::F16 => {
+                let bits = |x: f32| {
+                    if dtype == WeightDType::F16 { half::f16::from_f32(x).to_bits() } else { half::bf16::from_f32(x).to_bits() }
+                };
+                let v: Vec<u16> = data.iter().map(|&x| bits(x)).collect();
                 self.upload_bytes(as_bytes(&v), Contents::Half { dtype, len: data.len() })
             }
         }
@@ -282,6 +255,16 @@ impl CudaBackend {
             }
             _ => self.download_f32(buf),
         }
+    }
+
+    /// A buffer of `bytes` zero bytes holding `contents`.
+    fn alloc_zeroed(&self, bytes: usize, contents: Contents) -> Result<CuBuffer> {
+        self.bind()?;
+        let b = CuBuffer::new(&self.pool, bytes, contents)?;
+        // SAFETY: the fill covers the buffer, on the backend's stream (ordered after earlier users of the memory).
+        unsafe { result::memset_d8_async(b.ptr(), 0, b.bytes(), self.stream.cu_stream()) }
+            .map_err(|e| be(format!("cuda: zero-filling a buffer: {e:?}")))?;
+        Ok(b)
     }
 
     /// A u32 buffer of `len` values that a kernel fills (no copy, so it may be taken while capturing).
@@ -307,26 +290,6 @@ impl CudaBackend {
 
     pub(crate) fn gemv_max_rows(&self) -> usize {
         self.gemv_max_rows.get()
-    }
-
-    /// Chooses the GEMV kernel: `matmul_wide_*` (the default; `RSERVE_CUDA_GEMV_KERNEL=vec` starts with the other)
-    /// or `matmul_vec_*`.
-    pub fn set_gemv_wide(&self, wide: bool) {
-        self.gemv_wide.set(wide);
-    }
-
-    pub(crate) fn gemv_wide(&self) -> bool {
-        self.gemv_wide.get()
-    }
-
-    /// The matmul shapes tuned so far (cuBLASLt candidates against cublasGemmEx), in the order they were met.
-    pub fn matmul_tunings(&self) -> Vec<MatmulTuning> {
-        self.lt.as_ref().map(|l| l.tunings()).unwrap_or_default()
-    }
-
-    /// The current `set_gemv_wide` value.
-    pub fn gemv_is_wide(&self) -> bool {
-        self.gemv_wide.get()
     }
 
     /// Starts recording ops into a CUDA graph instead of running them. Every op until `end_capture` must only
@@ -479,25 +442,14 @@ impl Backend for CudaBackend {
     }
 
     fn alloc_kv_cache(&self, len: usize, dtype: WeightDType) -> Result<CuBuffer> {
-        self.bind()?;
-        let (bytes, contents) = match dtype {
-            WeightDType::F32 => (len * 4, Contents::F32 { len }),
-            d => (len * 2, Contents::Half { dtype: d, len }),
-        };
-        let b = CuBuffer::new(&self.pool, bytes, contents)?;
-        // SAFETY: the fill covers the buffer, on the backend's stream.
-        unsafe { result::memset_d8_async(b.ptr(), 0, b.bytes(), self.stream.cu_stream()) }
-            .map_err(|e| be(format!("cuda: zero-filling the KV cache: {e:?}")))?;
-        Ok(b)
+        match dtype {
+            WeightDType::F32 => self.alloc_f32(len),
+            d => self.alloc_zeroed(len * 2, Contents::Half { dtype: d, len }),
+        }
     }
 
     fn alloc_f32(&self, len: usize) -> Result<CuBuffer> {
-        self.bind()?;
-        let b = CuBuffer::new(&self.pool, len * 4, Contents::F32 { len })?;
-        // SAFETY: the fill covers the buffer, on the backend's stream (ordered after earlier users of the memory).
-        unsafe { result::memset_d8_async(b.ptr(), 0, b.bytes(), self.stream.cu_stream()) }
-            .map_err(|e| be(format!("cuda: zero-filling a buffer: {e:?}")))?;
-        Ok(b)
+        self.alloc_zeroed(len * 4, Contents::F32 { len })
     }
 
     fn upload_f32(&self, data: &[f32]) -> Result<CuBuffer> {

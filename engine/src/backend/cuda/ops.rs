@@ -1,7 +1,7 @@
 //! CUDA launches of the row-wise and elementwise ops (the portable kernels of `kernels/src/cl/{embedding,norm,rope,
 //! elementwise,kv_cache}.cl`, same grids and argument orders as the OpenCL backend) and the matrix multiply on
 //! cuBLAS (`cublasGemmEx`, f32 accumulation; activations rounded to the weight's 16-bit type first), or for
-//! decode-sized row counts the portable vectorised GEMV (`matmul_vec_*`). Every buffer
+//! decode-sized row counts the portable wide GEMV (`matmul_wide_*`, opt-in: `RSERVE_CUDA_GEMV_ROWS`). Every buffer
 //! and index is checked on the host before a launch.
 
 use rserve_kernels::launch::*;
@@ -95,14 +95,10 @@ pub(super) fn matmul(
         bias.f32("matmul bias", n)?;
     }
     if !x16 && m <= b.gemv_max_rows() && k % 8 == 0 && dtype != WeightDType::F32 {
-        // Decode-sized: the portable vectorised GEMV streams each weight row once with 16-byte loads and reads the
-        // f32 activations directly (no rounding to 16 bits, no conversion launch).
-        let (name, cols_per_group) = match (b.gemv_wide(), dtype) {
-            (true, WeightDType::BF16) => ("matmul_wide_bf16", 2 * GEMV_VEC_WG / 32),
-            (true, _) => ("matmul_wide_f16", 2 * GEMV_VEC_WG / 32),
-            (false, WeightDType::BF16) => ("matmul_vec_bf16", GEMV_VEC_COLS),
-            (false, _) => ("matmul_vec_f16", GEMV_VEC_COLS),
-        };
+        // Decode-sized: the portable wide GEMV streams each weight row once with 16-byte loads and reads the f32
+        // activations directly (no rounding to 16 bits, no conversion launch); two weight rows per 32-lane warp.
+        let name = if dtype == WeightDType::BF16 { "matmul_wide_bf16" } else { "matmul_wide_f16" };
+        let cols_per_group = 2 * GEMV_VEC_WG / 32;
         return b
             .kernels
             .launch(name)?
@@ -141,7 +137,7 @@ pub(super) fn matmul(
     // SAFETY: w is [n, k] in `a_type`, the (converted) activations [m, k] in the same type, out [m, n] f32 (all
     // checked above); alpha/beta are host scalars (the handle's default pointer mode); the handle runs on the
     // backend's stream, so the scratch buffer outlives its use (it returns to the pool, ordered on that stream).
-    let gemm_ex = || unsafe {
+    unsafe {
         blas::gemm_ex(
             b.blas,
             bsys::cublasOperation_t::CUBLAS_OP_T,
@@ -163,36 +159,8 @@ pub(super) fn matmul(
             bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
-        .map_err(|e| be(format!("cuda: cublasGemmEx [{m}x{k}] x [{n}x{k}]^T: {e:?}")))
-    };
-    match (&b.lt, dtype) {
-        (Some(lt), WeightDType::BF16 | WeightDType::F16) if super::lt::tuned_rows(m) => {
-            let key = super::lt::Key { m, n, k, f16: dtype == WeightDType::F16 };
-            let ws = b.workspace.borrow();
-            let ws = ws.as_ref().ok_or_else(|| be("cuda: the cuBLAS workspace is gone"))?;
-            let call = super::lt::Call {
-                w: w.ptr(),
-                x: b_ptr,
-                out: out.ptr(),
-                workspace: ws.ptr(),
-                workspace_bytes: ws.bytes(),
-                stream: b.stream.cu_stream() as _,
-            };
-            let time = |f: &dyn Fn() -> Result<()>, reps: usize| -> Result<f64> {
-                f()?;
-                let t0 = b.record_event()?;
-                for _ in 0..reps {
-                    f()?;
-                }
-                let t1 = b.record_event()?;
-                b.synchronize()?;
-                let ms = t0.elapsed_ms(&t1).map_err(|e| be(format!("cuda: timing a matmul: {e:?}")))?;
-                Ok(ms as f64 * 1e3 / reps as f64)
-            };
-            lt.matmul(key, &call, b.capturing.get(), &gemm_ex, &time)?;
-        }
-        _ => gemm_ex()?,
     }
+    .map_err(|e| be(format!("cuda: cublasGemmEx [{m}x{k}] x [{n}x{k}]^T: {e:?}")))?;
     if let Some(bias) = bias {
         b.kernels
             .launch("add_bias")?
