@@ -90,7 +90,10 @@ enum OpSpec {
     Attention { qkv: Vec<f32>, pos: Vec<u32>, qs: Vec<u32>, ctx: Vec<u32>, tables: Vec<u32>, max_blocks: usize,
         slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, bs: usize, cache_k: Vec<f32>, cache_v: Vec<f32>,
         /// The cache's element type: the GPU keeps it so; the CPU reference holds the same values rounded to it, in f32.
-        kv: rserve_engine::backend::WeightDType },
+        kv: rserve_engine::backend::WeightDType,
+        /// Then the output projection (weight `[n, heads * hd]` of a 16-bit type, n): the attention writes into its
+        /// matmul input (`alloc_matmul_input`: 16-bit on CUDA), and the check compares the projection's output.
+        o_proj: Option<(Vec<f32>, candle_core::DType, usize)> },
 }
 
 /// Filling and reading a KV cache of a given element type, per backend (the CPU keeps f32 caches: it gets the
@@ -198,7 +201,7 @@ fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             b.run(Op::GatherRows { x: &xb, rows: &rb, out: &out, num_rows: rows.len(), width: *width })?;
             b.download_f32(&out)?
         }
-        OpSpec::Attention { qkv, pos, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, cache_k, cache_v, kv } => {
+        OpSpec::Attention { qkv, pos, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, cache_k, cache_v, kv, o_proj } => {
             let (kc, vc) = (b.kv_upload(cache_k, *kv)?, b.kv_upload(cache_v, *kv)?);
             let n = slots.len();
             let (xb, pb, ib, sb) = (b.upload_f32(qkv)?, b.upload_u32(pos)?, b.upload_f32(&inv_freq(*hd))?, b.upload_u32(slots)?);
@@ -208,10 +211,24 @@ fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             let (qsb, cb, tb) = (b.upload_u32(qs)?, b.upload_u32(ctx)?, b.upload_u32(tables)?);
             let meta = AttentionMeta { num_seqs: ctx.len(), query_start: &qsb, context_lens: &cb, block_tables: &tb,
                 max_blocks_per_seq: *max_blocks, host_query_start: qs, host_context_lens: ctx, host_block_tables: tables };
-            let out = b.alloc_f32(n * heads * hd)?;
+            let wo = match o_proj {
+                Some((w, dt, n_out)) => Some((b.upload_weight(&candle_core::Tensor::from_vec(w.clone(), (*n_out, heads * hd), &candle_core::Device::Cpu)?.to_dtype(*dt)?)?, *n_out)),
+                None => None,
+            };
+            let out = match &wo {
+                Some((w, _)) => b.alloc_matmul_input(n * heads * hd, w)?,
+                None => b.alloc_f32(n * heads * hd)?,
+            };
             b.run(Op::PagedAttention { q: &qb, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: *heads,
                 num_kv_heads: *kvh, head_dim: *hd, block_size: *bs, scale: 1.0 / (*hd as f32).sqrt() })?;
-            let mut o = b.download_f32(&out)?;
+            let mut o = match &wo {
+                Some((w, n_out)) => {
+                    let proj = b.alloc_f32(n * n_out)?;
+                    b.run(Op::MatMul { x: &out, w, bias: None, out: &proj, m: n, k: heads * hd, n: *n_out })?;
+                    b.download_f32(&proj)?
+                }
+                None => b.download_f32(&out)?,
+            };
             o.extend(b.kv_download(&kc)?);
             o.extend(b.kv_download(&vc)?);
             o
@@ -264,6 +281,7 @@ fn attention_spec(rng: &mut rand::rngs::StdRng, ctx: &[usize], qlen: &[usize], h
         cache_k: rand_vec(rng, num_blocks * bs * row, 1.0),
         cache_v: rand_vec(rng, num_blocks * bs * row, 1.0),
         kv,
+        o_proj: None,
     }
 }
 
@@ -312,6 +330,17 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
             specs.push((format!("rope_write_kv+attention split-KV ctx 1500{t}"), tol, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16, kv)));
             specs.push((format!("rope_write_kv+attention prefill+prefix{t}"), tol, attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16, kv)));
             specs.push((format!("rope_write_kv+attention prefill 8B shape{t}"), tol, attention_spec(r, &[130], &[130], 32, 8, 128, 16, kv)));
+        }
+        // Attention written straight into the output projection's 16-bit input (decode, split-KV, prefill, mixed).
+        for (dt, kv) in [(DType::BF16, W::BF16), (DType::F16, W::F16)] {
+            for (what, ctx, qlen) in [("decode", vec![1, 37, 300, 129], vec![1, 1, 1, 1]), ("split-KV", vec![1500, 700], vec![1, 1]),
+                ("prefill+decode", vec![130, 300], vec![130, 1])] {
+                let mut spec = attention_spec(r, &ctx, &qlen, 32, 8, 128, 16, kv);
+                if let OpSpec::Attention { o_proj, .. } = &mut spec {
+                    *o_proj = Some((rand_vec(r, 512 * 32 * 128, 0.05), dt, 512));
+                }
+                specs.push((format!("attention {what}->o_proj_{dt:?}"), 2e-2, spec));
+            }
         }
     }
     // argmax on the device against the host sampler's rule (first index of the maximum), with planted ties.

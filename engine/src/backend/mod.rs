@@ -76,7 +76,7 @@ pub trait Backend {
         self.alloc_f32(len)
     }
     /// An activation buffer of `len` values whose only reader is `Op::MatMul` with weight `w`, written whole by
-    /// `RmsNorm`, `AddRmsNorm` or `SiluMul`. A backend whose matrix multiply rounds activations to the weight's
+    /// `RmsNorm`, `AddRmsNorm`, `SiluMul` or `PagedAttention`. A backend whose matrix multiply rounds activations to the weight's
     /// 16-bit type anyway (cuBLAS) may store them in that type, so the producer writes them rounded and no conversion
     /// pass runs; the others return an f32 buffer. Such a buffer is never downloaded.
     fn alloc_matmul_input(&self, len: usize, w: &Self::Buffer) -> Result<Self::Buffer> {

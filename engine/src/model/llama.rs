@@ -287,7 +287,8 @@ impl<B: Backend> LlamaModel<B> {
                 head_dim: hd,
                 block_size: cache.block_size,
             })?;
-            let attn = b.alloc_f32_scratch(n * hq * hd)?;
+            // Read only by the output projection, like the norm outputs below.
+            let attn = b.alloc_matmul_input(n * hq * hd, &l.o.w)?;
             b.run(Op::PagedAttention {
                 q: &q,
                 k_cache: kc,

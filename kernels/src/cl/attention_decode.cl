@@ -8,8 +8,11 @@
 // of a batch size, and a captured CUDA graph stays valid as contexts grow). Grid:
 // (entries x ATTN_WG, num_kv_heads x head chunks, partitions). Split-KV: a context longer than `partition_size`
 // (<= ATTN_MAX_PARTITION) keys is cut into partitions; each work-group scores one partition and leaves its
-// unnormalised output, max and sum in part_out / part_ml for `paged_attention_reduce`. With one partition
-// (max_parts == 1) the kernel writes the normalised output directly.
+// unnormalised output, max and sum in part_out / part_ml for `paged_attention_reduce`, or with `fuse_reduce` (the
+// CUDA backend; max_parts <= ATTN_MAX_PARTITION) the last of a row's work-groups to finish combines them itself
+// (`counters`: one zeroed count per (entry, head chunk), which that work-group resets). With one partition
+// (max_parts == 1) the kernel writes the normalised output directly. `out` is f32 or, after `out_kind` (1 bf16,
+// 2 f16), the 16-bit input of the output projection's matrix multiply.
 //
 // Cache layout per layer: [num_blocks, block_size, kv_heads, head_dim]; slot = block * block_size + offset.
 // head_dim must be a multiple of 4 (4-wide loads and stores; the host checks it).
@@ -17,10 +20,10 @@
 
 INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL const ushort* kh, GLOBAL const float* vf,
                         GLOBAL const ushort* vh, uint kind, GLOBAL float* out, GLOBAL float* part_out,
-                        GLOBAL float* part_ml, GLOBAL const uint* entries, GLOBAL const uint* query_start,
+                        GLOBAL float* part_ml, GLOBAL uint* counters, GLOBAL const uint* entries, GLOBAL const uint* query_start,
                         GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, uint max_blocks,
                         uint num_heads, uint num_kv_heads, uint head_dim, uint block_size, uint partition_size,
-                        uint max_parts, float scale, LOCAL_PTR float* scores, LOCAL_PTR uint* slots,
+                        uint max_parts, float scale, uint out_kind, uint fuse_reduce, LOCAL_PTR float* scores, LOCAL_PTR uint* slots,
                         LOCAL_PTR float* head_max, LOCAL_PTR float* head_sum, LOCAL_PTR float4* red) {
     uint e = group_id(0);
     uint group = num_heads / num_kv_heads;
@@ -140,7 +143,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
             ulong h = h0 + hh;
             float4 v = red[i];
             if (max_parts == 1) {
-                store4a_f32(out, ((ulong)row * num_heads + h) * head_dim + d0 + 4 * cc, scale4(v, 1.0f / head_sum[hh]));
+                store4_act(out, ((ulong)row * num_heads + h) * head_dim + d0 + 4 * cc, scale4(v, 1.0f / head_sum[hh]),
+                           out_kind);
             } else {
                 store4a_f32(part_out, (((ulong)e * num_heads + h) * max_parts + part) * head_dim + d0 + 4 * cc, v);
             }
@@ -152,23 +156,64 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
         part_ml[at] = head_max[local_id()];
         part_ml[at + 1] = head_sum[local_id()];
     }
+    if (max_parts == 1 || fuse_reduce == 0) return;
+
+    // Fused reduction: publish this partition, count it, and let the row's last work-group combine them all.
+    global_fence();
+    barrier_local();
+    uint parts = (ctx + partition_size - 1) / partition_size;
+    if (local_id() == 0) {
+        GLOBAL uint* c = counters + (ulong)e * (num_kv_heads * chunks) + group_id(1);
+        uint done = counter_add(c, 1u) + 1u;
+        slots[0] = done == parts ? 1u : 0u;
+        if (done == parts) *c = 0u;  // every partition has counted: ready for the next launch
+    }
+    barrier_local();
+    if (slots[0] == 0u) return;  // uniform per work-group
+    global_fence();
+    // Weights of the partitions per head (one sub-group per head), then the weighted sum of their outputs.
+    for (uint hh = sub_id(); hh < nh; hh += num_subs()) {
+        ulong base = ((ulong)e * num_heads + h0 + hh) * max_parts * 2;
+        float m = NEG_INF;
+        for (uint p = sub_lane(); p < parts; p += sub_size()) m = fmax(m, load_coherent(part_ml, base + 2 * p));
+        m = sub_reduce_max(m);
+        float total = 0.0f;
+        for (uint p = sub_lane(); p < parts; p += sub_size()) {
+            float w = exp(load_coherent(part_ml, base + 2 * p) - m);
+            scores[hh * ATTN_MAX_PARTITION + p] = w;
+            total += w * load_coherent(part_ml, base + 2 * p + 1);
+        }
+        total = sub_reduce_add(total);
+        if (sub_lane() == 0) head_sum[hh] = total;
+    }
+    barrier_local();
+    for (uint i = local_id(); i < nh * head_dim; i += local_size()) {
+        uint hh = i / head_dim;
+        uint d = i - hh * head_dim;
+        ulong h = h0 + hh;
+        ulong base = ((ulong)e * num_heads + h) * max_parts * head_dim + d;
+        float acc = 0.0f;
+        for (uint p = 0; p < parts; p++) acc += scores[hh * ATTN_MAX_PARTITION + p] * load_coherent(part_out, base + (ulong)p * head_dim);
+        store_act(out, (GLOBAL ushort*)out, ((ulong)row * num_heads + h) * head_dim + d, acc / head_sum[hh], out_kind);
+    }
 }
 
 #define DECODE_KERNEL(NAME, T, KIND)                                                                                \
     KERNEL void NAME(GLOBAL const float* q, GLOBAL const T* k_cache, GLOBAL const T* v_cache, GLOBAL float* out,     \
-                     GLOBAL float* part_out, GLOBAL float* part_ml, GLOBAL const uint* entries,                     \
+                     GLOBAL float* part_out, GLOBAL float* part_ml, GLOBAL uint* counters, GLOBAL const uint* entries, \
                      GLOBAL const uint* query_start, GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, \
                      uint max_blocks, uint num_heads, uint num_kv_heads, uint head_dim, uint block_size,            \
-                     uint partition_size, uint max_parts, float scale) { GRID_DEP_SYNC();                           \
+                     uint partition_size, uint max_parts, float scale, uint out_kind, uint fuse_reduce) {           \
+        GRID_DEP_SYNC();                                                                                            \
         LOCAL float scores[ATTN_HEAD_CHUNK * ATTN_MAX_PARTITION];                                                   \
         LOCAL uint slots[ATTN_MAX_PARTITION];                                                                       \
         LOCAL float head_max[ATTN_HEAD_CHUNK];                                                                      \
         LOCAL float head_sum[ATTN_HEAD_CHUNK];                                                                      \
         LOCAL float4 red[ATTN_HEAD_CHUNK * ATTN_DIM_CHUNK / 4];                                                     \
         decode_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,   \
-                    (GLOBAL const ushort*)v_cache, KIND, out, part_out, part_ml, entries, query_start, context_lens, \
-                    block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size, partition_size,        \
-                    max_parts, scale, scores, slots, head_max, head_sum, red);                                      \
+                    (GLOBAL const ushort*)v_cache, KIND, out, part_out, part_ml, counters, entries, query_start,     \
+                    context_lens, block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size,          \
+                    partition_size, max_parts, scale, out_kind, fuse_reduce, scores, slots, head_max, head_sum, red); \
     }
 // The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.
 DECODE_KERNEL(paged_attention_decode, float, 0)
@@ -176,11 +221,11 @@ DECODE_KERNEL(paged_attention_decode_bf16, ushort, 1)
 DECODE_KERNEL(paged_attention_decode_f16, ushort, 2)
 
 // Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p.
-// Grid: (entries x ELEM_WG, num_heads).
+// Grid: (entries x ELEM_WG, num_heads). `out` as in the decode kernel (`out_kind`).
 KERNEL void paged_attention_reduce(GLOBAL float* out, GLOBAL const float* part_out, GLOBAL const float* part_ml,
                                    GLOBAL const uint* entries, GLOBAL const uint* query_start,
                                    GLOBAL const uint* context_lens, uint num_heads, uint head_dim,
-                                   uint partition_size, uint max_parts) {
+                                   uint partition_size, uint max_parts, uint out_kind) {
     GRID_DEP_SYNC();
     uint e = group_id(0);
     uint h = group_id(1);
@@ -197,6 +242,6 @@ KERNEL void paged_attention_reduce(GLOBAL float* out, GLOBAL const float* part_o
     for (uint d = local_id(); d < head_dim; d += local_size()) {
         float acc = 0.0f;
         for (uint p = 0; p < parts; p++) acc += exp(ml[2 * p] - m) * part_out[(base * max_parts + p) * head_dim + d];
-        out[((ulong)row * num_heads + h) * head_dim + d] = acc / total;
+        store_act(out, (GLOBAL ushort*)out, ((ulong)row * num_heads + h) * head_dim + d, acc / total, out_kind);
     }
 }

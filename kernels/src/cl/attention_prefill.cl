@@ -6,6 +6,7 @@
 // PREFILL_ROWS (64) consecutive pairs, so every GQA head of a token shares the key/value tiles. `tiles` holds
 // (sequence, first pair) per tile. Grid: (tiles x PREFILL_WG, num_kv_heads). The host sends heads that are not a
 // multiple of 8 or over PREFILL_MAX_HEAD_DIM to the per-row decode kernel (`rserve_kernels::prefill_tiles_head`).
+// `out` is f32 or, after `out_kind` (1 bf16, 2 f16), the 16-bit input of the output projection's matrix multiply.
 //
 // Register tiling, so local memory is not the bottleneck: the queries are staged transposed (qs[d][pair]) and each
 // key tile of PREFILL_KEYS (16) keys transposed (kv[d][key]); a work-item scores 2 pairs x 2 keys, reading one
@@ -25,7 +26,7 @@
 #define KS_AT(d, j) ((d) * PREFILL_KEYS + ((j) ^ (2 * ((d) & 7))))
 
 INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL const ushort* kh, GLOBAL const float* vf,
-                         GLOBAL const ushort* vh, uint kind, GLOBAL float* out, GLOBAL const uint* tiles,
+                         GLOBAL const ushort* vh, uint kind, GLOBAL float* out, uint out_kind, GLOBAL const uint* tiles,
                          GLOBAL const uint* query_start, GLOBAL const uint* context_lens,
                          GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,
                          uint head_dim, uint block_size, float scale, LOCAL_PTR float* qs, LOCAL_PTR float* kv,
@@ -166,9 +167,9 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
             if (p < npairs) {
                 uint t = p / group;
                 ulong h = (ulong)kvh * group + (p - t * group);
-                GLOBAL float* dst = out + ((ulong)(q0 + t) * num_heads + h) * head_dim + 8 * od;
+                ulong dst = ((ulong)(q0 + t) * num_heads + h) * head_dim + 8 * od;
                 float inv = 1.0f / row_sum[r];
-                for (uint c = 0; c < 8; c++) dst[c] = o[i][c] * inv;
+                for (uint c = 0; c < 8; c++) store_act(out, (GLOBAL ushort*)out, dst + c, o[i][c] * inv, out_kind);
             }
         }
     }
@@ -178,7 +179,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
     KERNEL void NAME(GLOBAL const float* q, GLOBAL const T* k_cache, GLOBAL const T* v_cache, GLOBAL float* out,     \
                      GLOBAL const uint* tiles, GLOBAL const uint* query_start, GLOBAL const uint* context_lens,      \
                      GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,           \
-                     uint head_dim, uint block_size, float scale) { GRID_DEP_SYNC();                                \
+                     uint head_dim, uint block_size, float scale, uint out_kind) { GRID_DEP_SYNC();                 \
         LOCAL float qs[PREFILL_ROWS * PREFILL_MAX_HEAD_DIM];                                                        \
         LOCAL float kv[PREFILL_KEYS * PREFILL_MAX_HEAD_DIM];                                                        \
         LOCAL float ps[PREFILL_ROWS * PREFILL_KEYS];                                                                \
@@ -188,8 +189,8 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
         LOCAL uint row_pos[PREFILL_ROWS];                                                                           \
         LOCAL uint slots[PREFILL_KEYS];                                                                             \
         prefill_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,  \
-                     (GLOBAL const ushort*)v_cache, KIND, out, tiles, query_start, context_lens, block_tables,      \
-                     max_blocks, num_heads, num_kv_heads, head_dim, block_size, scale, qs, kv, ps, row_max, row_sum, \
+                     (GLOBAL const ushort*)v_cache, KIND, out, out_kind, tiles, query_start, context_lens,          \
+                     block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size, scale, qs, kv, ps, row_max, row_sum, \
                      row_corr, row_pos, slots);                                                                     \
     }
 // The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.

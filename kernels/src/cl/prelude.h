@@ -245,6 +245,34 @@ INLINE void store_act(GLOBAL float* out, GLOBAL ushort* out16, ulong i, float v,
     }
 }
 
+// Four consecutive activations out[i .. i + 4) in the buffer's type (i a multiple of 4; 16-byte aligned for f32).
+INLINE void store4_act(GLOBAL float* out, ulong i, float4 v, uint kind) {
+    if (kind == 0) {
+        store4a_f32(out, i, v);
+    } else {
+        GLOBAL ushort* o16 = (GLOBAL ushort*)out;
+        store_act(out, o16, i, v.x, kind);
+        store_act(out, o16, i + 1, v.y, kind);
+        store_act(out, o16, i + 2, v.z, kind);
+        store_act(out, o16, i + 3, v.w, kind);
+    }
+}
+
+// ---------------------------------------------------------------- hand-off between work-groups of one launch
+// A work-group publishes its share of a result (global stores, then global_fence() by every work-item, a barrier,
+// and one counter_add()); the work-group whose counter_add() returns the last count combines the shares, reading
+// them with load_coherent() (past any non-coherent first-level cache). The CUDA backend uses it for the split-KV
+// reduction; the portable fallback is a second kernel.
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE void global_fence() { __threadfence(); }
+INLINE uint counter_add(GLOBAL uint* p, uint v) { return atomicAdd(p, v); }
+INLINE float load_coherent(GLOBAL const float* p, ulong i) { return __ldcg(p + i); }
+#else
+INLINE void global_fence() { mem_fence(CLK_GLOBAL_MEM_FENCE); }
+INLINE uint counter_add(GLOBAL uint* p, uint v) { return atomic_add((volatile GLOBAL uint*)p, v); }
+INLINE float load_coherent(GLOBAL const float* p, ulong i) { return ((volatile GLOBAL const float*)p)[i]; }
+#endif
+
 // Sum of `v` over the work-group; `scratch` holds one float per sub-group (size it to the work-group size).
 // Every work-item must call it; it returns the total to all of them.
 INLINE float wg_reduce_sum(float v, LOCAL_PTR float* scratch) {

@@ -48,8 +48,19 @@ struct Decode {
     entries: CuBuffer,
     count: usize,
     max_parts: usize,
-    /// `[count, heads, max_parts, head_dim]` partial outputs and `[count, heads, max_parts, 2]` (max, sum).
-    scratch: Option<(CuBuffer, CuBuffer)>,
+    /// `[count, heads, max_parts, head_dim]` partial outputs, `[count, heads, max_parts, 2]` (max, sum) and, when
+    /// the decode kernel reduces them itself (`fused_reduce`), one zeroed count per (entry, kv head x head chunk).
+    scratch: Option<(CuBuffer, CuBuffer, Option<CuBuffer>)>,
+}
+
+/// Whether the decode kernel combines its split-KV partitions itself (the last work-group of a row to finish does
+/// it; `prelude.h` "hand-off between work-groups"), saving the `paged_attention_reduce` launch per layer; on unless
+/// `RSERVE_CUDA_ATTN_FUSED_REDUCE=0`. Needs at most ATTN_MAX_PARTITION partitions (the kernel's weight table).
+pub fn fused_reduce(max_parts: usize) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RSERVE_CUDA_ATTN_FUSED_REDUCE").map_or(true, |v| v != "0"))
+        && max_parts > 1
+        && max_parts <= ATTN_MAX_PARTITION
 }
 
 /// Tiles for the prefill kernel: (sequence, first pair) per tile.
@@ -138,7 +149,13 @@ fn build_plan(b: &CudaBackend, meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) ->
             let outs = count * s.num_heads * max_parts;
             let part_out = CuBuffer::new(&b.pool, outs * s.head_dim * 4, Contents::F32 { len: outs * s.head_dim })?;
             let part_ml = CuBuffer::new(&b.pool, outs * 2 * 4, Contents::F32 { len: outs * 2 })?;
-            Some((part_out, part_ml))
+            let counters = if fused_reduce(max_parts) {
+                let chunks = (s.num_heads / s.num_kv_heads).div_ceil(ATTN_HEAD_CHUNK);
+                Some(b.alloc_u32(count * s.num_kv_heads * chunks)?)
+            } else {
+                None
+            };
+            Some((part_out, part_ml, counters))
         } else {
             None
         };
@@ -171,7 +188,8 @@ pub(super) fn paged_attention(
     let kind = kind as usize;
     let num_rows = check_meta(meta, s, cache_len)?;
     q.f32("paged_attention q", num_rows * s.num_heads * s.head_dim)?;
-    out.f32("paged_attention out", num_rows * s.num_heads * s.head_dim)?;
+    // f32, or the 16-bit input of the output projection (`alloc_matmul_input`).
+    let out_kind = out.act_out("paged_attention out", num_rows * s.num_heads * s.head_dim)? as usize;
 
     let mut cached = b.attention_plan.borrow_mut();
     let key = plan_key(meta, s);
@@ -185,9 +203,9 @@ pub(super) fn paged_attention(
     let group = s.num_heads / s.num_kv_heads;
     if let Some(d) = &plan.decode {
         let chunks = group.div_ceil(ATTN_HEAD_CHUNK);
-        let (part_out, part_ml) = match &d.scratch {
-            Some((o, m)) => (o, m),
-            None => (out, out), // not touched with one partition
+        let (part_out, part_ml, counters) = match &d.scratch {
+            Some((o, m, c)) => (o, m, c.as_ref()),
+            None => (out, out, None), // not touched with one partition
         };
         let wg = work_group("paged_attention_decode");
         b.kernels
@@ -198,6 +216,7 @@ pub(super) fn paged_attention(
             .buf(out)
             .buf(part_out)
             .buf(part_ml)
+            .buf(counters.unwrap_or(part_ml)) // read only by the fused reduction
             .buf(&d.entries)
             .buf(meta.query_start)
             .buf(meta.context_lens)
@@ -210,8 +229,10 @@ pub(super) fn paged_attention(
             .u32(plan.partition)
             .u32(d.max_parts)
             .f32(s.scale)
+            .u32(out_kind)
+            .u32(counters.is_some() as usize)
             .run(&b.stream, [d.count * wg, s.num_kv_heads * chunks, d.max_parts], [wg, 1, 1])?;
-        if d.max_parts > 1 {
+        if d.max_parts > 1 && counters.is_none() {
             let wg = work_group("paged_attention_reduce");
             b.kernels
                 .launch("paged_attention_reduce")?
@@ -225,6 +246,7 @@ pub(super) fn paged_attention(
                 .u32(s.head_dim)
                 .u32(plan.partition)
                 .u32(d.max_parts)
+                .u32(out_kind)
                 .run(&b.stream, [d.count * wg, s.num_heads, 1], [wg, 1, 1])?;
         }
     }
@@ -246,6 +268,7 @@ pub(super) fn paged_attention(
             .u32(s.head_dim)
             .u32(s.block_size)
             .f32(s.scale)
+            .u32(out_kind)
             .run(&b.stream, [p.count * wg, s.num_kv_heads, 1], [wg, 1, 1])?;
     }
     Ok(())

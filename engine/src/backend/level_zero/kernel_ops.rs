@@ -415,7 +415,7 @@ fn paged_attention<D: KernelDevice>(
     meta: &AttentionMeta<'_, D::Buf>,
     s: &AttnShape,
 ) -> Result<()> {
-    use Arg::{Buf, F32};
+    use Arg::{Buf, F32, U32};
     let cache_len = f32_len(d, k_cache, "paged_attention k cache", 0)?.min(f32_len(d, v_cache, "paged_attention v cache", 0)?);
     let num_rows = check_meta(d, meta, s, cache_len)?;
     f32_len(d, q, "paged_attention q", num_rows * s.num_heads * s.head_dim)?;
@@ -454,6 +454,7 @@ fn paged_attention<D: KernelDevice>(
                 Buf(out),
                 Buf(part_out),
                 Buf(part_ml),
+                Buf(part_ml), // split-KV counters: only the fused reduction (CUDA) uses them
                 Buf(&dec.entries),
                 Buf(meta.query_start),
                 Buf(meta.context_lens),
@@ -466,6 +467,8 @@ fn paged_attention<D: KernelDevice>(
                 u32_arg(ATTN_MAX_PARTITION, kernel, "partition_size")?,
                 u32_arg(dec.max_parts, kernel, "max_parts")?,
                 F32(s.scale),
+                U32(0), // f32 output
+                U32(0), // reduced by paged_attention_reduce
             ],
             global: [dec.count * wg, s.num_kv_heads * chunks, dec.max_parts],
             local: wg,
@@ -486,6 +489,7 @@ fn paged_attention<D: KernelDevice>(
                     u32_arg(s.head_dim, kernel, "head_dim")?,
                     u32_arg(ATTN_MAX_PARTITION, kernel, "partition_size")?,
                     u32_arg(dec.max_parts, kernel, "max_parts")?,
+                    U32(0), // f32 output
                 ],
                 global: [dec.count * wg, s.num_heads, 1],
                 local: wg,
@@ -512,6 +516,7 @@ fn paged_attention<D: KernelDevice>(
                 u32_arg(s.head_dim, kernel, "head_dim")?,
                 u32_arg(s.block_size, kernel, "block_size")?,
                 F32(s.scale),
+                U32(0), // f32 output
             ],
             global: [p.count * wg, s.num_kv_heads, 1],
             local: wg,

@@ -171,6 +171,7 @@ pub(super) fn paged_attention(
             .buf(out)
             .buf(part_out)
             .buf(part_ml)
+            .buf(part_ml) // split-KV counters: only the fused reduction (CUDA) uses them
             .buf(&d.entries)
             .buf(meta.query_start)
             .buf(meta.context_lens)
@@ -183,6 +184,8 @@ pub(super) fn paged_attention(
             .u32(ATTN_MAX_PARTITION)
             .u32(d.max_parts)
             .f32(s.scale)
+            .u32(0) // f32 output
+            .u32(0) // reduced by paged_attention_reduce
             .run(&b.queue, [d.count * wg, s.num_kv_heads * chunks, d.max_parts], [wg, 1, 1])?;
         if d.max_parts > 1 {
             let wg = work_group("paged_attention_reduce");
@@ -198,6 +201,7 @@ pub(super) fn paged_attention(
                 .u32(s.head_dim)
                 .u32(ATTN_MAX_PARTITION)
                 .u32(d.max_parts)
+                .u32(0)
                 .run(&b.queue, [d.count * wg, s.num_heads, 1], [wg, 1, 1])?;
         }
     }
@@ -219,6 +223,7 @@ pub(super) fn paged_attention(
             .u32(s.head_dim)
             .u32(s.block_size)
             .f32(s.scale)
+            .u32(0) // f32 output
             .run(&b.queue, [p.count * wg, s.num_kv_heads, 1], [wg, 1, 1])?;
     }
     Ok(())
