@@ -2,7 +2,9 @@
 //! cache): every op is captured 64 times back to back into one graph, the graph is replayed, and the time per op is
 //! printed. This is how a decode step runs in the server (graph replay, programmatic dependent launch), so the sum of
 //! a layer's ops times the layer count is the step's cost, and the near-empty `gather_rows` of one short row is the
-//! floor a launch costs. Needs an NVIDIA GPU.
+//! floor a launch costs. Then whole decode steps of the model's layers (one layer's weights reused by every layer:
+//! a layer streams ~0.4 GB, far past the L2, so each layer still reads its weights from memory; a KV cache per layer),
+//! captured with and without each class of op, to show what each class costs in sequence. Needs an NVIDIA GPU.
 //!
 //! Usage: cuda_op_latency MODEL_DIR [ROWS,...]   (default rows 1,16,64; decode rows, one per sequence)
 
@@ -142,6 +144,78 @@ fn main() -> R<()> {
         time(&gpu, "matmul down (bf16 in)", rows, &|i| {
             Ok(gpu.run(Op::MatMul { x: &act, w: &w_down[i % w_down.len()], bias: None, out: &down, m: rows, k: inter, n: h })?)
         })?;
+
+        // Whole steps: every layer in sequence, with op classes left out.
+        let ctx = 256usize;
+        let nb = ctx.div_ceil(bs);
+        let cache_len = rows * nb * bs * hkv * hd;
+        let caches = (0..p.num_layers)
+            .map(|_| Ok((gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?, gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?)))
+            .collect::<R<Vec<_>>>()?;
+        let tables: Vec<u32> = (0..(rows * nb) as u32).collect();
+        let slots: Vec<u32> = (0..rows).map(|s| (s * nb * bs + ctx - 1) as u32).collect();
+        let (pos, slots_b) = (gpu.upload_u32(&vec![(ctx - 1) as u32; rows])?, gpu.upload_u32(&slots)?);
+        let (qs, ctxs) = ((0..=rows as u32).collect::<Vec<_>>(), vec![ctx as u32; rows]);
+        let (qs_b, ctx_b, tab_b) = (gpu.upload_u32(&qs)?, gpu.upload_u32(&ctxs)?, gpu.upload_u32(&tables)?);
+        let meta = AttentionMeta { num_seqs: rows, query_start: &qs_b, context_lens: &ctx_b, block_tables: &tab_b,
+            max_blocks_per_seq: nb, host_query_start: &qs, host_context_lens: &ctxs, host_block_tables: &tables };
+        let (qkv, q) = (gpu.upload_f32(&rand_vec(rows * qkv_w))?, gpu.alloc_f32(rows * hq * hd)?);
+        let (wq, wo, wg, wd) = (&w_qkv[0], &w_o[0], &w_gu[0], &w_down[0]);
+        // (norms, rope + attention, matmuls)
+        let variants = [("whole layers", true, true, true), ("without the norms", false, true, true),
+            ("without rope + attention", true, false, true), ("without the matmuls", true, true, false),
+            ("matmuls only", false, false, true)];
+        for (label, norms, attention, matmuls) in variants {
+            let layer = |li: usize| -> R<()> {
+                if norms {
+                    gpu.run(Op::AddRmsNorm { x: &down, residual: &res, weight: &norm_w, out: &normed, rows, hidden: h, eps: 1e-5 })?;
+                }
+                if matmuls {
+                    gpu.run(Op::MatMul { x: &normed, w: wq, bias: None, out: &qkv_out, m: rows, k: h, n: qkv_w })?;
+                }
+                let (kc, vc) = &caches[li];
+                if attention {
+                    gpu.run(Op::RopeWriteKv { qkv: &qkv, positions: &pos, inv_freq: &inv, q_out: &q, k_cache: kc,
+                        v_cache: vc, slot_mapping: &slots_b, num_tokens: rows, num_heads: hq, num_kv_heads: hkv,
+                        head_dim: hd, block_size: bs })?;
+                    gpu.run(Op::PagedAttention { q: &q, k_cache: kc, v_cache: vc, out: &attn16, meta: &meta,
+                        num_heads: hq, num_kv_heads: hkv, head_dim: hd, block_size: bs, scale: 1.0 / (hd as f32).sqrt() })?;
+                }
+                if matmuls {
+                    gpu.run(Op::MatMul { x: &attn16, w: wo, bias: None, out: &o_out, m: rows, k: hq * hd, n: h })?;
+                }
+                if norms {
+                    gpu.run(Op::AddRmsNorm { x: &o_out, residual: &res, weight: &norm_w, out: &normed2, rows, hidden: h, eps: 1e-5 })?;
+                }
+                if matmuls {
+                    gpu.run(Op::MatMul { x: &normed2, w: wg, bias: None, out: &gu, m: rows, k: h, n: 2 * inter })?;
+                }
+                if norms || attention {
+                    gpu.run(Op::SiluMul { gate_up: &gu, out: &act, rows, width: inter })?;
+                }
+                if matmuls {
+                    gpu.run(Op::MatMul { x: &act, w: wd, bias: None, out: &down, m: rows, k: inter, n: h })?;
+                }
+                Ok(())
+            };
+            (0..p.num_layers).try_for_each(&layer)?;
+            gpu.synchronize()?;
+            gpu.begin_capture()?;
+            let captured = (0..p.num_layers).try_for_each(&layer);
+            let graph = gpu.end_capture()?;
+            captured?;
+            for _ in 0..3 {
+                gpu.replay(&graph)?;
+            }
+            gpu.synchronize()?;
+            let t0 = gpu.record_event()?;
+            for _ in 0..20 {
+                gpu.replay(&graph)?;
+            }
+            let t1 = gpu.record_event()?;
+            gpu.synchronize()?;
+            println!("step | {rows} | {} layers {label} | {:.3} ms", p.num_layers, t0.elapsed_ms(&t1)? as f64 / 20.0);
+        }
     }
     Ok(())
 }

@@ -47,7 +47,8 @@ op_parity!(embedding_f16, tol = 0.0, |b, rng| { embedding(b, &mut rng, DType::F1
 
 fn norm<B: Backend>(b: &B, rng: &mut StdRng, fused: bool) -> Vec<opencl_common::Output> {
     let mut outs = Vec::new();
-    for (rows, hidden) in [(7, 576), (3, 1000), (1, 4096)] {
+    // Register path (width a multiple of 4, at most 8192) and the strided loop (1002, 8200).
+    for (rows, hidden) in [(7, 576), (3, 1000), (1, 4096), (2, 1002), (1, 8200)] {
         let x = b.upload_f32(&random(rng, rows * hidden, 2.0)).unwrap();
         let w = b.upload_weight(&Tensor::from_vec(random(rng, hidden, 1.5), hidden, &Device::Cpu).unwrap()).unwrap();
         let out = poisoned(b, rows * hidden);

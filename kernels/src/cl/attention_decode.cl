@@ -18,6 +18,15 @@
 // head_dim must be a multiple of 4 (4-wide loads and stores; the host checks it).
 #include "prelude.h"
 
+// The queries of the chunk's heads, dimensions d0 .. d0 + ATTN_DIM_CHUNK, into local memory (4-wide).
+INLINE void stage_q(LOCAL_PTR float4* red, GLOBAL const float* q, ulong q_base, uint nh, uint head_dim, uint d0) {
+    uint quads = min((uint)ATTN_DIM_CHUNK, head_dim - d0) / 4;
+    for (uint i = local_id(); i < nh * quads; i += local_size()) {
+        uint hh = i / quads;
+        red[i] = load4a_f32(q, q_base + (ulong)hh * head_dim + d0 + 4 * (i - hh * quads));
+    }
+}
+
 INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL const ushort* kh, GLOBAL const float* vf,
                         GLOBAL const ushort* vh, uint kind, GLOBAL float* out, GLOBAL float* part_out,
                         GLOBAL float* part_ml, GLOBAL uint* counters, GLOBAL const uint* entries, GLOBAL const uint* query_start,
@@ -48,6 +57,7 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
         uint b = tok / block_size;
         slots[j] = table[b] * block_size + (tok - b * block_size);
     }
+    stage_q(red, q, q_base, nh, head_dim, 0);  // in flight together with the block-table loads
     barrier_local();
 
     // Scores: T work-items per key (T a power of two, at most 8, as many as the work-group has to spare), each
@@ -60,11 +70,10 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     uint key_step = local_size() / T;
     for (uint d0 = 0; d0 < head_dim; d0 += ATTN_DIM_CHUNK) {
         uint quads = min((uint)ATTN_DIM_CHUNK, head_dim - d0) / 4;
-        for (uint i = local_id(); i < nh * quads; i += local_size()) {
-            uint hh = i / quads;
-            red[i] = load4a_f32(q, q_base + (ulong)hh * head_dim + d0 + 4 * (i - hh * quads));
+        if (d0 > 0) {
+            stage_q(red, q, q_base, nh, head_dim, d0);
+            barrier_local();
         }
-        barrier_local();
         for (uint j = local_id() / T; j < len; j += key_step) {
             ulong kr = (ulong)slots[j] * kv_row + kv_off + d0;
             float acc[ATTN_HEAD_CHUNK];

@@ -53,14 +53,17 @@ struct Decode {
     scratch: Option<(CuBuffer, CuBuffer, Option<CuBuffer>)>,
 }
 
-/// Whether the decode kernel combines its split-KV partitions itself (the last work-group of a row to finish does
-/// it; `prelude.h` "hand-off between work-groups"), saving the `paged_attention_reduce` launch per layer; on unless
-/// `RSERVE_CUDA_ATTN_FUSED_REDUCE=0`. Needs at most ATTN_MAX_PARTITION partitions (the kernel's weight table).
-pub fn fused_reduce(max_parts: usize) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("RSERVE_CUDA_ATTN_FUSED_REDUCE").map_or(true, |v| v != "0"))
-        && max_parts > 1
-        && max_parts <= ATTN_MAX_PARTITION
+/// Whether the decode kernel of `rows` rows combines its `max_parts` split-KV partitions itself (the last
+/// work-group of a row to finish does it; `prelude.h` "hand-off between work-groups") instead of a
+/// `paged_attention_reduce` launch. Above 16 rows by default: on an H200 a batch-1 layer's attention took 14.1 µs
+/// fused against 11.9 with the second launch (the last work-group's serial tail is longer than a launch under
+/// programmatic dependent launch), while at 256 rows a decode step took 15.63 ms fused against 15.93.
+/// `RSERVE_CUDA_ATTN_FUSED_REDUCE=0` / `=1` turns it off / on for every row count. Needs at most ATTN_MAX_PARTITION
+/// partitions (the kernel's weight table).
+pub fn fused_reduce(max_parts: usize, rows: usize) -> bool {
+    static SET: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let set = *SET.get_or_init(|| std::env::var("RSERVE_CUDA_ATTN_FUSED_REDUCE").ok().map(|v| v != "0"));
+    set.unwrap_or(rows > 16) && max_parts > 1 && max_parts <= ATTN_MAX_PARTITION
 }
 
 /// Tiles for the prefill kernel: (sequence, first pair) per tile.
@@ -149,7 +152,7 @@ fn build_plan(b: &CudaBackend, meta: &AttentionMeta<'_, CuBuffer>, s: &Shape) ->
             let outs = count * s.num_heads * max_parts;
             let part_out = CuBuffer::new(&b.pool, outs * s.head_dim * 4, Contents::F32 { len: outs * s.head_dim })?;
             let part_ml = CuBuffer::new(&b.pool, outs * 2 * 4, Contents::F32 { len: outs * 2 })?;
-            let counters = if fused_reduce(max_parts) {
+            let counters = if fused_reduce(max_parts, count) {
                 let chunks = (s.num_heads / s.num_kv_heads).div_ceil(ATTN_HEAD_CHUNK);
                 Some(b.alloc_u32(count * s.num_kv_heads * chunks)?)
             } else {
