@@ -60,13 +60,12 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     stage_q(red, q, q_base, nh, head_dim, 0);  // in flight together with the block-table loads
     barrier_local();
 
-    // Scores: T work-items per key (T a power of two, at most 8, as many as the partial-sum table holds: T x len <=
-    // ATTN_MAX_PARTITION), each summing every T-th 4-wide piece of the key row against the query of every head of
-    // the chunk, staged in local memory. A key row is thus read once for all heads, and neighbouring work-items read
-    // neighbouring pieces of it (a 16-bit cache: T x 8 contiguous bytes per key and load). The T partial sums land in
-    // scores[hh][t * len + j] and are added up by the softmax below.
+    // Scores: T work-items per key (T a power of two, at most 8, as many as the work-group has to spare), each
+    // summing every T-th 4-wide piece of the key row against the query of every head of the chunk, staged in local
+    // memory. A key row is thus read once for all heads, and neighbouring work-items read neighbouring 16 bytes of
+    // it. The T partial sums land in scores[hh][t * len + j] and are added up by the softmax below.
     uint T = 1;
-    while (T < 8 && 2 * T * len <= ATTN_MAX_PARTITION) T *= 2;
+    while (T < 8 && 2 * T * len <= local_size()) T *= 2;
     uint t = local_id() - (local_id() / T) * T;
     uint key_step = local_size() / T;
     for (uint d0 = 0; d0 < head_dim; d0 += ATTN_DIM_CHUNK) {
@@ -79,7 +78,6 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
             ulong kr = (ulong)slots[j] * kv_row + kv_off + d0;
             float acc[ATTN_HEAD_CHUNK];
             for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = 0.0f;
-#pragma unroll 8
             for (uint c = t; c < quads; c += T) {
                 float4 k4 = load4_kv(kf, kh, kr + 4 * c, kind);
                 for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
@@ -132,7 +130,7 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
         for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = zero4();
         if (g < groups) {
             ulong vc = kv_off + d0 + 4 * c;
-#pragma unroll 8
+#pragma unroll 4
             for (uint j = g; j < len; j += groups) {
                 float4 v = load4_kv(vf, vh, vc + (ulong)slots[j] * kv_row, kind);
                 for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
