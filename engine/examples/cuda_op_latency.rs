@@ -161,20 +161,17 @@ fn main() -> R<()> {
             max_blocks_per_seq: nb, host_query_start: &qs, host_context_lens: &ctxs, host_block_tables: &tables };
         let (qkv, q) = (gpu.upload_f32(&rand_vec(rows * qkv_w))?, gpu.alloc_f32(rows * hq * hd)?);
         let (wq, wo, wg, wd) = (&w_qkv[0], &w_o[0], &w_gu[0], &w_down[0]);
-        // (norms, rope + attention, matmuls, the o weight's L2 prefetch when the backend does it)
-        let variants = [("whole layers", true, true, true, true), ("whole layers, no prefetch", true, true, true, false),
-            ("without the norms", false, true, true, true), ("without rope + attention", true, false, true, true),
-            ("without the matmuls", true, true, false, false), ("matmuls only", false, false, true, false)];
-        for (label, norms, attention, matmuls, prefetch) in variants {
+        // (norms, rope + attention, matmuls)
+        let variants = [("whole layers", true, true, true), ("without the norms", false, true, true),
+            ("without rope + attention", true, false, true), ("without the matmuls", true, true, false),
+            ("matmuls only", false, false, true)];
+        for (label, norms, attention, matmuls) in variants {
             let layer = |li: usize| -> R<()> {
                 if norms {
                     gpu.run(Op::AddRmsNorm { x: &down, residual: &res, weight: &norm_w, out: &normed, rows, hidden: h, eps: 1e-5 })?;
                 }
                 if matmuls {
                     gpu.run(Op::MatMul { x: &normed, w: wq, bias: None, out: &qkv_out, m: rows, k: h, n: qkv_w })?;
-                }
-                if prefetch {
-                    gpu.prefetch_weight(wo)?;
                 }
                 let (kc, vc) = &caches[li];
                 if attention {

@@ -9,8 +9,6 @@
 pub const ROW_WG: usize = 256;
 /// Work-group size of the 1-D / 2-D elementwise kernels (embedding, rope_write_kv, silu, gather).
 pub const ELEM_WG: usize = 256;
-/// Bytes of a weight one work-item of `prefetch_l2` asks the last-level cache for (a multiple of 16).
-pub const PREFETCH_CHUNK: usize = 16384;
 /// Work-group size of the paged attention kernel that takes one query row per work-group (decode).
 pub const ATTN_WG: usize = 128;
 /// Query heads of one GQA group handled by one decode work-group (larger groups use more work-groups).
@@ -57,7 +55,6 @@ pub const GEMM_TILE_K: usize = 16;
 pub const DEFINES: &[(&str, usize)] = &[
     ("ROW_WG", ROW_WG),
     ("ELEM_WG", ELEM_WG),
-    ("PREFETCH_CHUNK", PREFETCH_CHUNK),
     ("ATTN_WG", ATTN_WG),
     ("ATTN_HEAD_CHUNK", ATTN_HEAD_CHUNK),
     ("ATTN_MAX_PARTITION", ATTN_MAX_PARTITION),

@@ -35,7 +35,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
         &["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16", "paged_attention_reduce"],
     ),
     ("attention_prefill", &["paged_attention_prefill", "paged_attention_prefill_bf16", "paged_attention_prefill_f16"]),
-    ("elementwise", &["silu_mul", "silu_mul_bf16", "silu_mul_f16", "gather_rows", "prefetch_l2"]),
+    ("elementwise", &["silu_mul", "silu_mul_bf16", "silu_mul_f16", "gather_rows"]),
     ("embedding", &["embedding_f32", "embedding_bf16", "embedding_f16"]),
     ("kv_cache", &["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"]),
     (
@@ -73,7 +73,7 @@ pub const CPU_DEVICE_ONLY: &[&str] = &["matmul_wi_f32", "matmul_wi_bf16", "matmu
 /// decode picks tokens with `argmax_rows`, so a step reads back ids instead of logits; it writes the inputs of its
 /// 16-bit cuBLAS multiplies with the `_bf16` / `_f16` norm and SiLU entry points, and keeps a 16-bit KV cache
 /// through the `_bf16` / `_f16` cache entry points; its decode-sized matmuls may run on `matmul_wide_*`, written for
-/// 32-lane sub-groups; it warms the L2 with a weight through `prefetch_l2`, `Backend::prefetch_weight`).
+/// 32-lane sub-groups).
 pub const OUTSIDE_OPS: &[&str] = &[
     "argmax_rows",
     "matmul_wide_bf16",
@@ -90,7 +90,6 @@ pub const OUTSIDE_OPS: &[&str] = &[
     "add_rms_norm_f16",
     "silu_mul_bf16",
     "silu_mul_f16",
-    "prefetch_l2",
 ];
 
 /// Whether the tiled prefill kernel takes heads of `head_dim` values (a multiple of 8, at most

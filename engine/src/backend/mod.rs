@@ -100,13 +100,6 @@ pub trait Backend {
             ))),
         }
     }
-    /// A hint that the weight `w` is read by a matrix multiply a few latency-bound ops from now (the output
-    /// projection, behind rope and attention): a backend may start bringing it into its cache alongside them. It
-    /// changes no result. Default: nothing.
-    fn prefetch_weight(&self, w: &Self::Buffer) -> Result<()> {
-        let _ = w;
-        Ok(())
-    }
     /// Upload f32 values (activations, tables).
     fn upload_f32(&self, data: &[f32]) -> Result<Self::Buffer>;
     /// Upload u32 values (token ids, positions, slot mappings, block tables).

@@ -271,8 +271,6 @@ impl<B: Backend> LlamaModel<B> {
             let normed = b.alloc_matmul_input(n * h, &l.qkv.w)?;
             b.run(Op::AddRmsNorm { x, residual: &residual, weight: &l.input_norm, out: &normed, rows: n, hidden: h, eps })?;
             let qkv = self.project(b, &l.qkv, &normed, n, h)?;
-            // The output projection's weight can stream into the cache while rope and attention run.
-            b.prefetch_weight(&l.o.w)?;
             let q = b.alloc_f32_scratch(n * hq * hd)?;
             let (kc, vc) = &cache.layers[li];
             b.run(Op::RopeWriteKv {

@@ -1,5 +1,5 @@
-// elementwise.cl — SiLU-and-multiply of a fused gate/up projection (`out = silu(gate) * up`), the row gather
-// (`out[i] = x[rows[i]]`) and the L2 prefetch of a weight.
+// elementwise.cl — SiLU-and-multiply of a fused gate/up projection (`out = silu(gate) * up`) and the row gather
+// (`out[i] = x[rows[i]]`).
 #include "prelude.h"
 
 // Fused gate/up rows gate_up[rows, 2 * width] (gate columns first). Grid: (ceil(width / ELEM_WG) groups, rows). The
@@ -34,12 +34,4 @@ KERNEL void gather_rows(GLOBAL const float* x, GLOBAL const uint* rows, GLOBAL f
     uint c = global_id0();
     uint r = group_id(1);
     if (c < width) out[(ulong)r * width + c] = x[(ulong)rows[r] * width + c];
-}
-
-// Brings `bytes` bytes of `p` (a weight a later matrix multiply streams) into the last-level cache, PREFETCH_CHUNK
-// bytes per work-item; a hint only. Grid: ceil(bytes / PREFETCH_CHUNK) work-items in groups of ELEM_WG.
-KERNEL void prefetch_l2(GLOBAL const uint* p, uint bytes) {
-    GRID_DEP_SYNC();
-    uint at = global_id0() * PREFETCH_CHUNK;
-    if (at < bytes) prefetch_l2_bytes(p + at / 4, min((uint)PREFETCH_CHUNK, bytes - at));
 }

@@ -273,21 +273,6 @@ INLINE uint counter_add(GLOBAL uint* p, uint v) { return atomic_add((volatile GL
 INLINE float load_coherent(GLOBAL const float* p, ulong i) { return ((volatile GLOBAL const float*)p)[i]; }
 #endif
 
-// ---------------------------------------------------------------- cache warming
-// prefetch_l2_bytes(p, n): a hint to bring n bytes from p (16-byte aligned, n a multiple of 16) into the last-level
-// cache; nothing is loaded into registers and nothing is written.
-#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
-INLINE void prefetch_l2_bytes(GLOBAL const uint* p, uint bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "r"(bytes) : "memory");
-#else
-    for (uint i = 0; i < bytes; i += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global((const char*)p + i)));
-#endif
-}
-#else
-INLINE void prefetch_l2_bytes(GLOBAL const uint* p, uint bytes) { prefetch(p, bytes / 4); }
-#endif
-
 // Sum of `v` over the work-group; `scratch` holds one float per sub-group (size it to the work-group size).
 // Every work-item must call it; it returns the total to all of them.
 INLINE float wg_reduce_sum(float v, LOCAL_PTR float* scratch) {

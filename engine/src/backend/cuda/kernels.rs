@@ -129,12 +129,6 @@ impl Launch<'_> {
         self
     }
 
-    /// An ordinary launch (no programmatic dependent launch), e.g. the first kernel of a side stream.
-    pub(super) fn no_pdl(mut self) -> Self {
-        self.pdl = false;
-        self
-    }
-
     pub(super) fn f32(mut self, v: f32) -> Self {
         self.args.push(Arg::F32(v));
         self

@@ -30,8 +30,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::{result as blas, sys as bsys};
-use cudarc::driver::{result, sys, CudaContext, CudaStream};
-use rserve_kernels::launch::{ELEM_WG, PREFETCH_CHUNK};
+use cudarc::driver::{result, CudaContext, CudaStream};
 
 pub use attention::decode_parts;
 pub use buffer::{Contents, CuBuffer};
@@ -70,13 +69,6 @@ pub struct CudaBackend {
     pool: Arc<Pool>,
     blas: bsys::cublasHandle_t,
     stream: Arc<CudaStream>,
-    /// Where `prefetch_l2` runs, beside the ops on `stream` (`Backend::prefetch_weight`).
-    side: Arc<CudaStream>,
-    /// The weight being prefetched and the event of its prefetch: the matmul that reads it (and any capture's end)
-    /// waits for it, so a graph's side branch always rejoins.
-    prefetching: RefCell<Option<(sys::CUdeviceptr, cudarc::driver::CudaEvent)>>,
-    /// Largest weight worth prefetching: 3/4 of the L2 (0: prefetch off).
-    prefetch_max: usize,
     ctx: Arc<CudaContext>,
     name: String,
     total_mem: u64,
@@ -126,9 +118,6 @@ impl CudaBackend {
             .result()
             .map_err(|e| be(format!("cuda: cuBLAS workspace: {e:?}")))?;
         let gemv_max_rows = std::env::var("RSERVE_CUDA_GEMV_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let side = stream.fork().map_err(|e| be(format!("cuda: creating a stream: {e:?}")))?;
-        let l2 = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE).unwrap_or(0).max(0) as usize;
-        let prefetch_max = if std::env::var("RSERVE_CUDA_PREFETCH").is_ok_and(|v| v == "0") { 0 } else { l2 / 4 * 3 };
         Ok(Self {
             kernels,
             attention_plan: RefCell::new(None),
@@ -139,9 +128,6 @@ impl CudaBackend {
             pool,
             blas,
             stream,
-            side,
-            prefetching: RefCell::new(None),
-            prefetch_max,
             ctx,
             name,
             total_mem,
@@ -311,7 +297,6 @@ impl CudaBackend {
     /// step once eagerly first).
     pub fn begin_capture(&self) -> Result<()> {
         self.bind()?;
-        self.join_prefetch(None)?; // a capture cannot wait on work recorded before it
         self.stream
             .begin_capture(cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(|e| be(format!("cuda: beginning a graph capture: {e:?}")))?;
@@ -324,7 +309,6 @@ impl CudaBackend {
     /// work split it reads.
     pub fn end_capture(&self) -> Result<Graph> {
         self.bind()?;
-        let joined = self.join_prefetch(None); // the side branch must rejoin before the capture ends
         self.pool.set_capturing(false);
         self.capturing.set(false);
         let g = self
@@ -332,41 +316,7 @@ impl CudaBackend {
             .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
             .map_err(|e| be(format!("cuda: ending a graph capture: {e:?}")))?
             .ok_or_else(|| be("cuda: the captured graph is empty"))?;
-        joined?;
         Ok(Graph { exec: g, _plan: self.attention_plan.borrow_mut().take() })
-    }
-
-    /// Starts `prefetch_l2` of `w` on the side stream, after everything submitted so far (`Backend::prefetch_weight`).
-    fn start_prefetch(&self, w: &CuBuffer) -> Result<()> {
-        let bytes = w.bytes() & !15;
-        if bytes == 0 || bytes > self.prefetch_max || bytes > u32::MAX as usize {
-            return Ok(());
-        }
-        self.bind()?;
-        self.join_prefetch(None)?;
-        let err = |e| be(format!("cuda: prefetch: {e:?}"));
-        let flags = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
-        self.side.wait(&self.stream.record_event(flags).map_err(err)?).map_err(err)?;
-        let items = bytes.div_ceil(PREFETCH_CHUNK);
-        self.kernels
-            .launch("prefetch_l2")?
-            .buf(w)
-            .u32(bytes)
-            .no_pdl()
-            .run(&self.side, [kernels::round_up(items, ELEM_WG), 1, 1], [ELEM_WG, 1, 1])?;
-        *self.prefetching.borrow_mut() = Some((w.ptr(), self.side.record_event(flags).map_err(err)?));
-        Ok(())
-    }
-
-    /// Makes the main stream wait for the pending prefetch if it is of `w` (or whatever it is, with None).
-    fn join_prefetch(&self, w: Option<&CuBuffer>) -> Result<()> {
-        let mut p = self.prefetching.borrow_mut();
-        if p.as_ref().is_some_and(|(ptr, _)| w.is_none_or(|w| w.ptr() == *ptr)) {
-            if let Some((_, done)) = p.take() {
-                self.stream.wait(&done).map_err(|e| be(format!("cuda: prefetch: {e:?}")))?;
-            }
-        }
-        Ok(())
     }
 
     /// Runs a captured graph on the backend's stream (after every earlier op).
@@ -483,10 +433,6 @@ impl Backend for CudaBackend {
             }
             _ => CuBuffer::new(&self.pool, len * 4, Contents::F32 { len }),
         }
-    }
-
-    fn prefetch_weight(&self, w: &CuBuffer) -> Result<()> {
-        self.start_prefetch(w)
     }
 
     fn kv_cache_dtype(&self, compute: WeightDType) -> WeightDType {

@@ -81,7 +81,6 @@ pub(super) fn matmul(
     if (rows, cols) != (n, k) {
         return Err(be(format!("matmul weight is [{rows}, {cols}], op expects [{n}, {k}]")));
     }
-    b.join_prefetch(Some(w))?;
     // The activations: f32, or already in the weight's 16-bit type (`alloc_matmul_input`).
     let x16 = match x.contents {
         Contents::Half { dtype: xd, len } if xd == dtype && len >= m * k => true,
