@@ -344,8 +344,8 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         }
     }
     // argmax on the device against the host sampler's rule (first index of the maximum), with planted ties.
-    {
-        let (rows, width) = (37, 128_256);
+    // Widths a multiple of 4 take the 4-wide scan; 1001 the scalar one.
+    for (rows, width) in [(37, 128_256), (5, 1001)] {
         let mut x = rand_vec(r, rows * width, 10.0);
         for row in 0..rows {
             let (a, b) = (r.gen_range(0..width), r.gen_range(0..width));
