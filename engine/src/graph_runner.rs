@@ -68,7 +68,7 @@ pub struct CudaGraphRunner {
     graphs: HashMap<(usize, usize), Captured>,
     /// Keys whose capture failed: their steps run op by op (over the padded inputs).
     uncapturable: std::collections::HashSet<(usize, usize)>,
-    inputs: HashMap<usize, DeviceBatch<CudaBackend>>,
+    inputs: HashMap<usize, Inputs>,
     model: LlamaModel<CudaBackend>,
     cache: PagedKvCache<CudaBackend>,
     /// Blocks the scheduler may hand out; block `usable_blocks` is the padding rows' own.
@@ -78,6 +78,40 @@ pub struct CudaGraphRunner {
     opts: GraphOptions,
     profile: Option<Profile>,
     backend: CudaBackend,
+}
+
+/// A bucket's graph inputs: views into one packed allocation, refilled by one host copy a step.
+struct Inputs {
+    // Field order is drop order: the views before the allocation they point into.
+    dev: DeviceBatch<CudaBackend>,
+    packed: CuBuffer,
+}
+
+impl Inputs {
+    fn parts(f: &FlatBatch) -> [&[u32]; 7] {
+        [&f.ids, &f.positions, &f.slots, &f.query_start, &f.context_lens, &f.tables, &f.last_rows]
+    }
+
+    fn upload(b: &CudaBackend, f: &FlatBatch) -> Result<Self> {
+        let (packed, views) = b.upload_u32_packed(&Self::parts(f))?;
+        let [ids, positions, slots, query_start, context_lens, block_tables, last_rows]: [CuBuffer; 7] =
+            views.try_into().map_err(|_| EngineError::Backend("cuda: packed inputs".into()))?;
+        Ok(Self { dev: DeviceBatch { ids, positions, slots, query_start, context_lens, block_tables, last_rows }, packed })
+    }
+
+    fn write(&mut self, b: &CudaBackend, f: &FlatBatch) -> Result<()> {
+        let d = &mut self.dev;
+        let mut views = [
+            &mut d.ids,
+            &mut d.positions,
+            &mut d.slots,
+            &mut d.query_start,
+            &mut d.context_lens,
+            &mut d.block_tables,
+            &mut d.last_rows,
+        ];
+        b.write_u32_packed(&self.packed, &mut views, &Self::parts(f))
+    }
 }
 
 /// What a step reads back.
@@ -213,18 +247,13 @@ impl CudaGraphRunner {
         let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
         let parts = crate::backend::cuda::decode_parts(longest, bucket);
         let b = &self.backend;
-        if !self.inputs.contains_key(&bucket) {
-            self.inputs.insert(bucket, DeviceBatch::upload(b, &flat)?);
+        match self.inputs.get_mut(&bucket) {
+            Some(inputs) => inputs.write(b, &flat)?,
+            None => {
+                self.inputs.insert(bucket, Inputs::upload(b, &flat)?);
+            }
         }
-        let dev = self.inputs.get_mut(&bucket).ok_or_else(|| EngineError::Backend("cuda: bucket inputs".into()))?;
-        b.write_u32(&mut dev.ids, &flat.ids)?;
-        b.write_u32(&mut dev.positions, &flat.positions)?;
-        b.write_u32(&mut dev.slots, &flat.slots)?;
-        b.write_u32(&mut dev.query_start, &flat.query_start)?;
-        b.write_u32(&mut dev.context_lens, &flat.context_lens)?;
-        b.write_u32(&mut dev.block_tables, &flat.tables)?;
-        b.write_u32(&mut dev.last_rows, &flat.last_rows)?;
-        let dev = &self.inputs[&bucket];
+        let dev = &self.inputs[&bucket].dev;
         let key = (bucket, parts);
         if self.uncapturable.contains(&key) {
             let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)? else {

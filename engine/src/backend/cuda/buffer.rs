@@ -94,6 +94,8 @@ pub struct CuBuffer {
     pool: Arc<Pool>,
     /// Taken while a graph was being captured (goes back to the graphs' free list).
     graph: bool,
+    /// False for a view into another buffer (`view`): dropping it frees nothing.
+    owned: bool,
 }
 
 // SAFETY: a device pointer is plain data; the backend serialises all use on one stream.
@@ -102,7 +104,17 @@ unsafe impl Send for CuBuffer {}
 impl CuBuffer {
     pub(super) fn new(pool: &Arc<Pool>, bytes: usize, contents: Contents) -> Result<Self> {
         let graph = pool.capturing();
-        Ok(Self { ptr: pool.take(bytes, graph)?, bytes, contents, pool: pool.clone(), graph })
+        Ok(Self { ptr: pool.take(bytes, graph)?, bytes, contents, pool: pool.clone(), graph, owned: true })
+    }
+
+    /// `bytes` bytes of `parent` from byte `offset` as a buffer of its own (one of several inputs packed into one
+    /// allocation, so one host copy fills them all). It frees nothing: `parent` must outlive it.
+    pub(super) fn view(parent: &CuBuffer, offset: usize, bytes: usize, contents: Contents) -> Result<Self> {
+        if offset.checked_add(bytes).is_none_or(|end| end > parent.bytes) {
+            return Err(be(format!("cuda: a view of {bytes} bytes at {offset} is outside a buffer of {}", parent.bytes)));
+        }
+        let ptr = parent.ptr + offset as sys::CUdeviceptr;
+        Ok(Self { ptr, bytes, contents, pool: parent.pool.clone(), graph: parent.graph, owned: false })
     }
 
     pub fn ptr(&self) -> sys::CUdeviceptr {
@@ -182,6 +194,8 @@ impl CuBuffer {
 
 impl Drop for CuBuffer {
     fn drop(&mut self) {
-        self.pool.give(self.bytes, self.ptr, self.graph);
+        if self.owned {
+            self.pool.give(self.bytes, self.ptr, self.graph);
+        }
     }
 }

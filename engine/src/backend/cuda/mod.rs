@@ -208,6 +208,43 @@ impl CudaBackend {
         self.copy_in(buf, as_bytes(data))
     }
 
+    /// u32 buffers holding `parts`, laid out back to back (16-byte aligned) in one allocation, which is returned
+    /// first and must outlive the views; `write_u32_packed` then refills them all with one host copy (a graph's
+    /// per-step inputs).
+    pub fn upload_u32_packed(&self, parts: &[&[u32]]) -> Result<(CuBuffer, Vec<CuBuffer>)> {
+        let sizes: Vec<usize> = parts.iter().map(|p| (p.len() * 4).div_ceil(16) * 16).collect();
+        let owner = CuBuffer::new(&self.pool, sizes.iter().sum::<usize>().max(16), Contents::Raw)?;
+        let mut views = Vec::with_capacity(parts.len());
+        let mut at = 0;
+        for size in &sizes {
+            views.push(CuBuffer::view(&owner, at, *size, Contents::U32 { host: Vec::new() })?);
+            at += size;
+        }
+        let mut refs: Vec<&mut CuBuffer> = views.iter_mut().collect();
+        self.write_u32_packed(&owner, &mut refs, parts)?;
+        Ok((owner, views))
+    }
+
+    /// Overwrites the views of `owner` made by `upload_u32_packed` with `parts` (host copies included), in one
+    /// host -> device copy.
+    pub fn write_u32_packed(&self, owner: &CuBuffer, views: &mut [&mut CuBuffer], parts: &[&[u32]]) -> Result<()> {
+        if views.len() != parts.len() {
+            return Err(be("write_u32_packed: one part per view"));
+        }
+        let mut bytes = vec![0u8; owner.bytes()];
+        let mut end = 0;
+        for (view, part) in views.iter_mut().zip(parts) {
+            let off = view.ptr().checked_sub(owner.ptr()).map(|o| o as usize).filter(|o| o + view.bytes() <= owner.bytes());
+            let off = off.ok_or_else(|| be("write_u32_packed: a view outside its owner"))?;
+            view.set_host_u32(part)?;
+            let src = as_bytes(part);
+            bytes[off..off + src.len()].copy_from_slice(src);
+            end = end.max(off + src.len());
+        }
+        self.bind()?;
+        self.copy_in(owner, &bytes[..end])
+    }
+
     /// Reads the first `len` values of a u32 buffer back (waits for every earlier op).
     pub fn download_u32(&self, buf: &CuBuffer, len: usize) -> Result<Vec<u32>> {
         let mut out = vec![0u32; len];
