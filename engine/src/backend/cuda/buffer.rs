@@ -170,8 +170,8 @@ impl CuBuffer {
                 host.extend_from_slice(data);
                 Ok(())
             }
-            Contents::U32 { .. } => Err(be(format!("write_u32: {} indices do not fit a buffer of {} bytes", data.len(), self.bytes))),
-            _ => Err(be("write_u32: expected a u32 buffer")),
+            Contents::U32 { .. } => Err(be(format!("u32 write: {} indices do not fit a buffer of {} bytes", data.len(), self.bytes))),
+            _ => Err(be("u32 write: expected a u32 buffer")),
         }
     }
 

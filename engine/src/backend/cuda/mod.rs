@@ -201,13 +201,6 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Overwrites a u32 buffer made by `upload_u32` in place (a graph's fixed inputs), host copy included.
-    pub fn write_u32(&self, buf: &mut CuBuffer, data: &[u32]) -> Result<()> {
-        self.bind()?;
-        buf.set_host_u32(data)?;
-        self.copy_in(buf, as_bytes(data))
-    }
-
     /// u32 buffers holding `parts`, laid out back to back (16-byte aligned) in one allocation, which is returned
     /// first and must outlive the views; `write_u32_packed` then refills them all with one host copy (a graph's
     /// per-step inputs).
@@ -310,7 +303,7 @@ impl CudaBackend {
         CuBuffer::new(&self.pool, len * 4, Contents::U32 { host: vec![0; len] })
     }
 
-    /// A u32 buffer of `len` zeros whose contents `write_u32` replaces.
+    /// A u32 buffer of `len` zeros (an output a kernel fills, or counters a kernel keeps).
     pub fn alloc_u32(&self, len: usize) -> Result<CuBuffer> {
         self.upload_u32(&vec![0u32; len])
     }
