@@ -328,6 +328,9 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
             let t = if kv == W::F32 { String::new() } else { format!(" {} cache", kv.as_str()) };
             specs.push((format!("rope_write_kv+attention decode (8B shape){t}"), tol, attention_spec(r, &[1, 37, 300, 129], &[1, 1, 1, 1], 32, 8, 128, 16, kv)));
             specs.push((format!("rope_write_kv+attention split-KV ctx 1500{t}"), tol, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16, kv)));
+            // Above 16 decode rows the CUDA decode kernel reduces its own partitions (`fused_reduce`).
+            let ctx20: Vec<usize> = (0..20).map(|i| 40 + 37 * i).collect();
+            specs.push((format!("rope_write_kv+attention split-KV 20 rows{t}"), tol, attention_spec(r, &ctx20, &[1; 20], 32, 8, 128, 16, kv)));
             specs.push((format!("rope_write_kv+attention prefill+prefix{t}"), tol, attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16, kv)));
             specs.push((format!("rope_write_kv+attention prefill 8B shape{t}"), tol, attention_spec(r, &[130], &[130], 32, 8, 128, 16, kv)));
         }
