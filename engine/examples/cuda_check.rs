@@ -319,6 +319,19 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         specs.push((format!("silu_mul->matmul_{dt:?} 3x1536x576"), 2e-2, OpSpec::SiluMatMul { gate_up: rand_vec(r, 3 * 2 * 1536, 4.0),
             w: rand_vec(r, 576 * 1536, 0.05), dtype: dt, rows: 3, width: 1536, n: 576 }));
     }
+    // Decode-sized matmuls of 16-bit activations (the producers write the weight's type) take the prefetching GEMV
+    // (`matmul_pdl_*`, up to GEMV_PDL_ROWS rows): the 8B shapes at 1, 2 and 4 rows, and a row count past a
+    // work-group's multiple.
+    for dt in [DType::BF16, DType::F16] {
+        for (rows, n) in [(1usize, 6144usize), (4, 1000)] {
+            specs.push((format!("add_rms_norm->matmul_{dt:?} {rows}x4096x{n}"), 2e-2, OpSpec::NormMatMul { x: rand_vec(r, rows * 4096, 2.0),
+                res: rand_vec(r, rows * 4096, 2.0), nw: rand_vec(r, 4096, 1.0), w: rand_vec(r, n * 4096, 0.05), dtype: dt, rows, hidden: 4096, n }));
+        }
+        for rows in [1usize, 2] {
+            specs.push((format!("silu_mul->matmul_{dt:?} {rows}x14336x4096"), 2e-2, OpSpec::SiluMatMul { gate_up: rand_vec(r, rows * 2 * 14336, 4.0),
+                w: rand_vec(r, 4096 * 14336, 0.05), dtype: dt, rows, width: 14336, n: 4096 }));
+        }
+    }
     specs.push(("gather_rows".into(), 0.0, OpSpec::Gather { x: rand_vec(r, 50 * 300, 1.0), rows: vec![49, 0, 17, 17], width: 300 }));
     // Every attention shape with an f32 cache and with the 16-bit caches a 16-bit model keeps (keys and values
     // rounded as they are stored: a few 1e-3 against the f32 reference for the new tokens).
@@ -532,7 +545,8 @@ fn bench(dir: &str) -> R<()> {
     let bs = 16;
     let (ctx, max_batch) = (256usize, 256usize);
     // Room for the warm-up and timed steps of both modes (each starts again at `ctx`).
-    let per_seq = (ctx + 3 + 64 + 1).div_ceil(bs);
+    let timed: usize = std::env::var("RSERVE_BENCH_STEPS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let per_seq = (ctx + 3 + timed.max(64) + 1).div_ceil(bs);
     let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false };
     let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, per_seq * max_batch, bs, opts)?;
     drop(weights);
@@ -542,8 +556,11 @@ fn bench(dir: &str) -> R<()> {
         .ok()
         .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 16, 64, 256]);
+    // RSERVE_BENCH_GRAPH_ONLY skips the eager steps, RSERVE_BENCH_STEPS sets the timed steps (30), and
+    // RSERVE_BENCH_SKIP_PREFILL the prefill table: for A/B runs of kernel variants.
+    let modes: &[bool] = if std::env::var_os("RSERVE_BENCH_GRAPH_ONLY").is_some() { &[false] } else { &[false, true] };
     for batch in batches {
-        for eager in [false, true] {
+        for &eager in modes {
             runner.set_enforce_eager(eager);
             let tables: Vec<Vec<u32>> = (0..batch).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
             let mut pos = ctx;
@@ -556,7 +573,7 @@ fn bench(dir: &str) -> R<()> {
             };
             for _ in 0..3 { step(pos)?; pos += 1; }
             // With RSERVE_CUDA_PROFILE_OPS=1 the backend prints a per-op breakdown every 64 eager decode steps.
-            let steps = if eager && std::env::var("RSERVE_CUDA_PROFILE_OPS").is_ok() { 64 } else { 30 };
+            let steps = if eager && std::env::var("RSERVE_CUDA_PROFILE_OPS").is_ok() { 64 } else { timed };
             let t0 = std::time::Instant::now();
             for _ in 0..steps { step(pos)?; pos += 1; }
             let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
@@ -565,6 +582,9 @@ fn bench(dir: &str) -> R<()> {
     }
     // Prefill steps as the server runs them (eager): the default step budget of 2048 new tokens, as 16 prompts of
     // 128 tokens and as 4 of 512. With RSERVE_CUDA_PROFILE_OPS=1 the backend prints their per-op breakdown.
+    if std::env::var_os("RSERVE_BENCH_SKIP_PREFILL").is_some() {
+        return Ok(());
+    }
     runner.set_enforce_eager(true);
     println!("prefill | seqs x tokens | ms per step | prompt tok/s");
     for (nseq, len) in [(16usize, 128usize), (4, 512)] {

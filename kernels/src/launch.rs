@@ -19,6 +19,9 @@ pub const ATTN_MAX_PARTITION: usize = 256;
 /// Dimensions of a head the decode kernel's value pass sums at a time (its local reduction buffer holds
 /// ATTN_HEAD_CHUNK x this many floats); larger heads take several passes.
 pub const ATTN_DIM_CHUNK: usize = 256;
+/// Loads of 4 key or value elements a work-item of the latency variant of the decode attention
+/// (`paged_attention_decode_lat*`) keeps in flight; its first value loads are issued with the key loads.
+pub const ATTN_LOADS: usize = 4;
 /// Work-group size of the prefill attention kernel.
 pub const PREFILL_WG: usize = 256;
 /// (query token, head) pairs per prefill work-group.
@@ -40,6 +43,11 @@ pub const GEMV_VEC_WG: usize = 256;
 pub const GEMV_VEC_COLS: usize = 16;
 /// 16-byte weight loads per row a lane of the wide skinny matmul (`matmul_wide_*`) issues before it multiplies.
 pub const GEMV_WIDE_UNROLL: usize = 4;
+/// Most rows of the prefetching skinny matmul (`matmul_pdl_*`: 16-bit activations and weights, CUDA sm_90+).
+pub const GEMV_PDL_ROWS: usize = 4;
+/// 16-byte weight loads a lane of `matmul_pdl_*` keeps in flight (the first ones issued before it waits for the
+/// kernel before it).
+pub const GEMV_PDL_LOADS: usize = 4;
 /// Input rows per work-item of the work-item matmul (CPU devices); its accumulators are named, not an array.
 pub const GEMV_WI_ROWS: usize = 4;
 /// Work-group size of the tiled matmul (16 x 16 work-items, 4 x 4 outputs each).
@@ -59,6 +67,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("ATTN_HEAD_CHUNK", ATTN_HEAD_CHUNK),
     ("ATTN_MAX_PARTITION", ATTN_MAX_PARTITION),
     ("ATTN_DIM_CHUNK", ATTN_DIM_CHUNK),
+    ("ATTN_LOADS", ATTN_LOADS),
     ("PREFILL_WG", PREFILL_WG),
     ("PREFILL_ROWS", PREFILL_ROWS),
     ("PREFILL_KEYS", PREFILL_KEYS),
@@ -70,6 +79,8 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMV_VEC_WG", GEMV_VEC_WG),
     ("GEMV_VEC_COLS", GEMV_VEC_COLS),
     ("GEMV_WIDE_UNROLL", GEMV_WIDE_UNROLL),
+    ("GEMV_PDL_ROWS", GEMV_PDL_ROWS),
+    ("GEMV_PDL_LOADS", GEMV_PDL_LOADS),
     ("GEMM_WG", GEMM_WG),
     ("GEMM_TILE_M", GEMM_TILE_M),
     ("GEMM_TILE_N", GEMM_TILE_N),

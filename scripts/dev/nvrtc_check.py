@@ -6,6 +6,7 @@ Usage: nvrtc_check.py LIBNVRTC [ARCH ...]   (e.g. the libnvrtc.so.12 of the PyPI
 ARCH defaults to compute_90 and compute_80). Exits non-zero and prints the log of any module that fails.
 """
 import ctypes
+import os
 import pathlib
 import re
 import sys
@@ -29,7 +30,7 @@ for arch in archs:
         src = f'#line 1 "prelude.h"\n{prelude}\n#line 1 "{path.name}"\n{body}\n'.encode()
         prog = ctypes.c_void_p()
         assert lib.nvrtcCreateProgram(ctypes.byref(prog), src, path.name.encode(), 0, None, None) == 0
-        opts = [o.encode() for o in defines + [f"--gpu-architecture={arch}", "--std=c++17"]]
+        opts = [o.encode() for o in defines + [f"--gpu-architecture={arch}", "--std=c++17"] + os.environ.get("NVRTC_EXTRA", "").split()]
         arr = (ctypes.c_char_p * len(opts))(*opts)
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         size = ctypes.c_size_t()
@@ -39,6 +40,6 @@ for arch in archs:
         ok = rc == 0
         fails += not ok
         print(f"nvrtc {arch} {path.name}: {'ok' if ok else 'FAILED'}")
-        if not ok or b"warning" in log.value:
+        if not ok or b"warning" in log.value or os.environ.get("NVRTC_LOG"):
             print(log.value.decode(errors="replace"))
 sys.exit(1 if fails else 0)

@@ -312,15 +312,20 @@ impl<B: Backend> LlamaModel<B> {
         let (Some(norm), Some(head)) = (&self.norm, &self.lm_head) else {
             return Ok(DeviceOutput::Hidden { residual, delta });
         };
-        // Only the last row of each sequence needs logits.
-        let rows_buf = &dev.last_rows;
-        let last_delta = b.alloc_f32_scratch(num_seqs * h)?;
-        let last_res = b.alloc_f32_scratch(num_seqs * h)?;
+        // Only the last row of each sequence needs logits. With one row per sequence (a decode step; every sequence
+        // has at least one) the last rows are all the rows, in order: no gather.
         let x = delta.as_ref().unwrap_or(&zeros);
-        b.run(Op::GatherRows { x, rows: rows_buf, out: &last_delta, num_rows: num_seqs, width: h })?;
-        b.run(Op::GatherRows { x: &residual, rows: rows_buf, out: &last_res, num_rows: num_seqs, width: h })?;
         let last = b.alloc_matmul_input(num_seqs * h, head)?;
-        b.run(Op::AddRmsNorm { x: &last_delta, residual: &last_res, weight: norm, out: &last, rows: num_seqs, hidden: h, eps })?;
+        if num_seqs == n {
+            b.run(Op::AddRmsNorm { x, residual: &residual, weight: norm, out: &last, rows: n, hidden: h, eps })?;
+        } else {
+            let rows_buf = &dev.last_rows;
+            let last_delta = b.alloc_f32_scratch(num_seqs * h)?;
+            let last_res = b.alloc_f32_scratch(num_seqs * h)?;
+            b.run(Op::GatherRows { x, rows: rows_buf, out: &last_delta, num_rows: num_seqs, width: h })?;
+            b.run(Op::GatherRows { x: &residual, rows: rows_buf, out: &last_res, num_rows: num_seqs, width: h })?;
+            b.run(Op::AddRmsNorm { x: &last_delta, residual: &last_res, weight: norm, out: &last, rows: num_seqs, hidden: h, eps })?;
+        }
         let vocab = self.shard.vocab(p).len();
         let logits = b.alloc_f32_scratch(num_seqs * vocab)?;
         b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: num_seqs, k: h, n: vocab })?;

@@ -32,7 +32,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
                         GLOBAL float* part_ml, GLOBAL uint* counters, GLOBAL const uint* entries, GLOBAL const uint* query_start,
                         GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, uint max_blocks,
                         uint num_heads, uint num_kv_heads, uint head_dim, uint block_size, uint partition_size,
-                        uint max_parts, float scale, uint out_kind, uint fuse_reduce, LOCAL_PTR float* scores, LOCAL_PTR uint* slots,
+                        uint max_parts, float scale, uint out_kind, uint fuse_reduce, uint lat,
+                        LOCAL_PTR float* scores, LOCAL_PTR uint* slots,
                         LOCAL_PTR float* head_max, LOCAL_PTR float* head_sum, LOCAL_PTR float4* red) {
     uint e = group_id(0);
     uint group = num_heads / num_kv_heads;
@@ -60,6 +61,24 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     stage_q(red, q, q_base, nh, head_dim, 0);  // in flight together with the block-table loads
     barrier_local();
 
+    // With `lat` (the latency variant, a constant of each entry point): the value pass's first ATTN_LOADS rows of
+    // each work-item (first dimension chunk) are issued now, so they are in flight together with the key loads and
+    // the value pass starts without a memory round trip; both passes then keep ATTN_LOADS loads in flight per
+    // work-item. It costs registers (80 against 64 for the bf16 cache on sm_90), so the CUDA backend takes it for
+    // few rows only, where the kernel waits on memory latency, not on bandwidth.
+    uint vquads = min((uint)ATTN_DIM_CHUNK, head_dim) / 4;
+    uint vgroups = local_size() / vquads;
+    uint vg = local_id() / vquads;
+    ulong vcol = kv_off + 4 * (local_id() - vg * vquads);
+    float4 vpre[ATTN_LOADS];
+    if (lat) {
+#pragma unroll
+        for (uint u = 0; u < ATTN_LOADS; u++) {
+            uint j = vg + u * vgroups;
+            vpre[u] = (vg < vgroups && j < len) ? load4_kv_raw(vf, vh, vcol + (ulong)slots[j] * kv_row, kind) : zero4();
+        }
+    }
+
     // Scores: T work-items per key (T a power of two, at most 8, as many as the work-group has to spare), each
     // summing every T-th 4-wide piece of the key row against the query of every head of the chunk, staged in local
     // memory. A key row is thus read once for all heads, and neighbouring work-items read neighbouring 16 bytes of
@@ -78,10 +97,32 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
             ulong kr = (ulong)slots[j] * kv_row + kv_off + d0;
             float acc[ATTN_HEAD_CHUNK];
             for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = 0.0f;
-            for (uint c = t; c < quads; c += T) {
-                float4 k4 = load4_kv(kf, kh, kr + 4 * c, kind);
-                for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                    if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
+            if (lat) {
+                // ATTN_LOADS pieces of the key row in flight at once, then their dot products.
+                for (uint c0 = t; c0 < quads; c0 += T * ATTN_LOADS) {
+                    float4 kraw[ATTN_LOADS];
+#pragma unroll
+                    for (uint u = 0; u < ATTN_LOADS; u++) {
+                        uint c = c0 + u * T;
+                        kraw[u] = c < quads ? load4_kv_raw(kf, kh, kr + 4 * c, kind) : zero4();
+                    }
+#pragma unroll
+                    for (uint u = 0; u < ATTN_LOADS; u++) {
+                        uint c = c0 + u * T;
+                        if (c < quads) {
+                            float4 k4 = kv_widen(kraw[u], kind);
+                            for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                                if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
+                            }
+                        }
+                    }
+                }
+            } else {
+                for (uint c = t; c < quads; c += T) {
+                    float4 k4 = load4_kv(kf, kh, kr + 4 * c, kind);
+                    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                        if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
+                    }
                 }
             }
             for (uint hh = 0; hh < nh; hh++) {
@@ -130,11 +171,46 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
         for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) acc[hh] = zero4();
         if (g < groups) {
             ulong vc = kv_off + d0 + 4 * c;
+            if (lat) {
+                uint jb = g;
+                if (d0 == 0) {  // the rows loaded before the key pass
+#pragma unroll
+                    for (uint u = 0; u < ATTN_LOADS; u++) {
+                        uint j = g + u * groups;
+                        if (j < len) {
+                            float4 v = kv_widen(vpre[u], kind);
+                            for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                                if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
+                            }
+                        }
+                    }
+                    jb = g + ATTN_LOADS * groups;
+                }
+                for (; jb < len; jb += ATTN_LOADS * groups) {
+                    float4 vraw[ATTN_LOADS];
+#pragma unroll
+                    for (uint u = 0; u < ATTN_LOADS; u++) {
+                        uint j = jb + u * groups;
+                        vraw[u] = j < len ? load4_kv_raw(vf, vh, vc + (ulong)slots[j] * kv_row, kind) : zero4();
+                    }
+#pragma unroll
+                    for (uint u = 0; u < ATTN_LOADS; u++) {
+                        uint j = jb + u * groups;
+                        if (j < len) {
+                            float4 v = kv_widen(vraw[u], kind);
+                            for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                                if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
+                            }
+                        }
+                    }
+                }
+            } else {
 #pragma unroll 4
-            for (uint j = g; j < len; j += groups) {
-                float4 v = load4_kv(vf, vh, vc + (ulong)slots[j] * kv_row, kind);
-                for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                    if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
+                for (uint j = g; j < len; j += groups) {
+                    float4 v = load4_kv(vf, vh, vc + (ulong)slots[j] * kv_row, kind);
+                    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+                        if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
+                    }
                 }
             }
         }
@@ -207,7 +283,7 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     }
 }
 
-#define DECODE_KERNEL(NAME, T, KIND)                                                                                \
+#define DECODE_KERNEL(NAME, T, KIND, LAT)                                                                          \
     KERNEL void NAME(GLOBAL const float* q, GLOBAL const T* k_cache, GLOBAL const T* v_cache, GLOBAL float* out,     \
                      GLOBAL float* part_out, GLOBAL float* part_ml, GLOBAL uint* counters, GLOBAL const uint* entries, \
                      GLOBAL const uint* query_start, GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, \
@@ -222,12 +298,17 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
         decode_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,   \
                     (GLOBAL const ushort*)v_cache, KIND, out, part_out, part_ml, counters, entries, query_start,     \
                     context_lens, block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size,          \
-                    partition_size, max_parts, scale, out_kind, fuse_reduce, scores, slots, head_max, head_sum, red); \
+                    partition_size, max_parts, scale, out_kind, fuse_reduce, LAT, scores, slots, head_max,          \
+                    head_sum, red);                                                                                 \
     }
 // The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.
-DECODE_KERNEL(paged_attention_decode, float, 0)
-DECODE_KERNEL(paged_attention_decode_bf16, ushort, 1)
-DECODE_KERNEL(paged_attention_decode_f16, ushort, 2)
+DECODE_KERNEL(paged_attention_decode, float, 0, 0)
+DECODE_KERNEL(paged_attention_decode_bf16, ushort, 1, 0)
+DECODE_KERNEL(paged_attention_decode_f16, ushort, 2, 0)
+// The latency variant of each (`lat`): the CUDA backend's decode kernel for few rows.
+DECODE_KERNEL(paged_attention_decode_lat, float, 0, 1)
+DECODE_KERNEL(paged_attention_decode_lat_bf16, ushort, 1, 1)
+DECODE_KERNEL(paged_attention_decode_lat_f16, ushort, 2, 1)
 
 // Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p.
 // Grid: (entries x ELEM_WG, num_heads). `out` as in the decode kernel (`out_kind`).

@@ -10,6 +10,8 @@
 //   2 x 512 contiguous bytes; up to GEMV_ROWS row accumulators per lane and row, sub-group reductions at the end. Work-groups of
 //   GEMV_VEC_WG work-items cover GEMV_VEC_COLS weight rows. Grid: (ceil(n / GEMV_VEC_COLS) x GEMV_VEC_WG,
 //   ceil(m / GEMV_ROWS)).
+// - matmul_pdl_bf16 / _f16: few rows (decode) of 16-bit activations and weights on CUDA sm_90+, the weight loads
+//   issued before the wait for the previous kernel (see the kernel).
 // - matmul_wi_*: any row count on CPU devices, whose OpenCL compilers vectorise across work-items and turn
 //   lane-strided loads into gathers. A work-item computes one output column for GEMV_WI_ROWS rows with explicit
 //   4-wide vectors along k. Grid: (ceil(n / ELEM_WG) x ELEM_WG, ceil(m / GEMV_WI_ROWS)).
@@ -257,6 +259,63 @@ KERNEL void matmul_wide_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBA
                             GLOBAL float* out, uint m, uint k, uint n, uint has_bias) {
     GRID_DEP_SYNC();
     matmul_wide(x, w, bias, out, m, k, n, has_bias, 1u);
+}
+
+// The body of matmul_pdl_*: up to GEMV_PDL_ROWS rows of 16-bit activations (the weight's type) times 16-bit
+// weights, k a multiple of 8. A sub-group owns one weight row; each lane reads 8 weights (16 bytes) per load and
+// keeps GEMV_PDL_LOADS loads in flight, reissuing each slot as soon as it is used. The first loads go out before
+// GRID_DEP_SYNC(): weights are never written by an earlier kernel, so under programmatic dependent launch a
+// work-group that is scheduled while the kernel before it drains streams its weights at once, and only the
+// activation reads wait. Grid: (ceil(n / subs) x GEMV_VEC_WG, 1), subs = GEMV_VEC_WG / sub-group size.
+INLINE void matmul_pdl(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
+                       uint m, uint k, uint n, uint has_bias, uint is_f16) {
+    uint j = group_id(0) * num_subs() + sub_id();
+    ulong wrow = (ulong)min(j, n - 1) * k;  // sub-groups past n stream the last row and store nothing
+    uint lane = sub_lane() * 8;
+    uint chunk = sub_size() * 8;
+    uint span = chunk * GEMV_PDL_LOADS;
+    raw16x8 wv[GEMV_PDL_LOADS];
+#pragma unroll
+    for (uint u = 0; u < GEMV_PDL_LOADS; u++) {
+        uint kk = lane + u * chunk;
+        wv[u] = kk < k ? load8_raw(w, wrow + kk, is_f16) : raw8_zero();
+    }
+    GRID_DEP_SYNC();
+    float acc[GEMV_PDL_ROWS];
+    for (uint r = 0; r < GEMV_PDL_ROWS; r++) acc[r] = 0.0f;
+    for (uint base = 0; base < k; base += span) {
+#pragma unroll
+        for (uint u = 0; u < GEMV_PDL_LOADS; u++) {
+            uint kk = base + lane + u * chunk;
+            f32x8 wf = widen8(wv[u], is_f16);
+            uint next = kk + span;
+            if (next < k) wv[u] = load8_raw(w, wrow + next, is_f16);
+            if (kk < k) {
+                for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
+                    if (r < m) {
+                        f32x8 xv = is_f16 ? load8_f16(x, (ulong)r * k + kk) : load8_bf16(x, (ulong)r * k + kk);
+                        acc[r] += dot8(wf, xv.lo, xv.hi);
+                    }
+                }
+            }
+        }
+    }
+    for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
+        if (r < m) {  // m is uniform: the reduction is reached by the whole sub-group
+            float s = sub_reduce_add(acc[r]);
+            if (sub_lane() == 0 && j < n) out[(ulong)r * n + j] = has_bias ? s + bias[j] : s;
+        }
+    }
+}
+
+KERNEL void matmul_pdl_bf16(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias,
+                            GLOBAL float* out, uint m, uint k, uint n, uint has_bias) {
+    matmul_pdl(x, w, bias, out, m, k, n, has_bias, 0u);
+}
+
+KERNEL void matmul_pdl_f16(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias,
+                           GLOBAL float* out, uint m, uint k, uint n, uint has_bias) {
+    matmul_pdl(x, w, bias, out, m, k, n, has_bias, 1u);
 }
 
 MATMUL_ROWS(matmul_rows_f32, float, load_f32)

@@ -71,7 +71,8 @@ INLINE float load_f16(GLOBAL const ushort* p, ulong i) { return vload_half(i, (G
 #endif
 
 // ---------------------------------------------------------------- launch ordering
-// GRID_DEP_SYNC() is the first statement of every kernel. On CUDA devices of compute capability 9.0 and newer the
+// GRID_DEP_SYNC() is the first statement of every kernel (matmul_pdl_* first issues its weight loads, which no
+// earlier kernel writes). On CUDA devices of compute capability 9.0 and newer the
 // host launches kernels with programmatic dependent launch, so a kernel's work-groups may start while the kernel
 // before it on the stream is still finishing: the wait blocks until that kernel has completed and its writes are
 // visible (so nothing is read or written early), and the trigger lets the next kernel be scheduled while this one
@@ -203,6 +204,55 @@ INLINE float load_kv(GLOBAL const float* f, GLOBAL const ushort* h, ulong i, uin
 INLINE float4 load4_kv(GLOBAL const float* f, GLOBAL const ushort* h, ulong i, uint kind) {
     return kind == 0 ? load4a_f32(f, i) : kind == 1 ? load4a_bf16(h, i) : load4a_f16(h, i);
 }
+
+// A 4-value KV load kept in its stored form until kv_widen(): on CUDA, 16-bit values stay two 32-bit words (in .x
+// and .y), so a load in flight holds two registers, not four; f32 values (and every value on OpenCL) are loaded
+// widened. Same arguments as load4_kv; kv_widen takes the same constant kind.
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE float4 load4_kv_raw(GLOBAL const float* f, GLOBAL const ushort* h, ulong i, uint kind) {
+    if (kind == 0) return load4a_f32(f, i);
+    uint2 u = *(const uint2*)(h + i);
+    return make_float4(__uint_as_float(u.x), __uint_as_float(u.y), 0.0f, 0.0f);
+}
+INLINE float4 kv_widen(float4 r, uint kind) {
+    if (kind == 0) return r;
+    uint a = __float_as_uint(r.x);
+    uint b = __float_as_uint(r.y);
+    return kind == 1 ? bf16_pairs(a, b) : f16_pairs(a, b);
+}
+#else
+INLINE float4 load4_kv_raw(GLOBAL const float* f, GLOBAL const ushort* h, ulong i, uint kind) {
+    return load4_kv(f, h, i, kind);
+}
+INLINE float4 kv_widen(float4 r, uint kind) { return r; }
+#endif
+
+// Eight 16-bit weights p[i .. i + 8) kept as loaded until widen8() (i a multiple of 8, p 16-byte aligned): on CUDA
+// one 16-byte register quad, so a load in flight holds four registers, not eight; on OpenCL loaded widened. Every
+// call passes a constant is_f16 (0 bf16, 1 f16).
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+typedef uint4 raw16x8;
+INLINE raw16x8 load8_raw(GLOBAL const ushort* p, ulong i, uint is_f16) { return *(const uint4*)(p + i); }
+INLINE raw16x8 raw8_zero() { return make_uint4(0u, 0u, 0u, 0u); }
+INLINE f32x8 widen8(raw16x8 u, uint is_f16) {
+    f32x8 r;
+    r.lo = is_f16 ? f16_pairs(u.x, u.y) : bf16_pairs(u.x, u.y);
+    r.hi = is_f16 ? f16_pairs(u.z, u.w) : bf16_pairs(u.z, u.w);
+    return r;
+}
+#else
+typedef f32x8 raw16x8;
+INLINE raw16x8 load8_raw(GLOBAL const ushort* p, ulong i, uint is_f16) {
+    return is_f16 ? load8_f16(p, i) : load8_bf16(p, i);
+}
+INLINE raw16x8 raw8_zero() {
+    f32x8 r;
+    r.lo = zero4();
+    r.hi = zero4();
+    return r;
+}
+INLINE f32x8 widen8(raw16x8 u, uint is_f16) { return u; }
+#endif
 
 // Two or four consecutive floats of local memory (i a multiple of 2 / 4, so the load is aligned).
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)

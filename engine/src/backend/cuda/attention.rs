@@ -66,6 +66,17 @@ pub fn fused_reduce(max_parts: usize, rows: usize) -> bool {
     set.unwrap_or(rows > 16) && max_parts > 1 && max_parts <= ATTN_MAX_PARTITION
 }
 
+/// Whether a decode launch of `rows` rows takes the latency variant of the kernel (`paged_attention_decode_lat*`:
+/// key and value loads in flight together, more registers): up to 16 rows by default, where it measured faster on
+/// an H200 (graph decode steps 4.92 vs 5.07 ms at 1 row, 5.47 vs 5.63 at 16) while at 64 and 256 rows its register
+/// count cost more than it saved (7.44 vs 7.39 ms, 16.41 vs 15.91). `RSERVE_CUDA_ATTN_LATENCY_ROWS=N` moves the limit.
+pub fn latency_variant(rows: usize) -> bool {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    rows <= *LIMIT.get_or_init(|| {
+        std::env::var("RSERVE_CUDA_ATTN_LATENCY_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
+    })
+}
+
 /// Tiles for the prefill kernel: (sequence, first pair) per tile.
 struct Prefill {
     tiles: CuBuffer,
@@ -212,7 +223,11 @@ pub(super) fn paged_attention(
         };
         let wg = work_group("paged_attention_decode");
         b.kernels
-            .launch(["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16"][kind])?
+            .launch(if latency_variant(d.count) {
+                ["paged_attention_decode_lat", "paged_attention_decode_lat_bf16", "paged_attention_decode_lat_f16"][kind]
+            } else {
+                ["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16"][kind]
+            })?
             .buf(q)
             .buf(k_cache)
             .buf(v_cache)

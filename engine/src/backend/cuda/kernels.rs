@@ -89,6 +89,11 @@ impl Kernels {
         Ok(Self { funcs, compiled, pdl })
     }
 
+    /// Whether kernels are launched with programmatic dependent launch.
+    pub(super) fn pdl(&self) -> bool {
+        self.pdl
+    }
+
     pub(super) fn launch(&self, name: &'static str) -> Result<Launch<'_>> {
         let f = self.funcs.get(name).ok_or_else(|| be(format!("cuda: kernel {name} is not loaded")))?;
         Ok(Launch { f, name, args: Vec::with_capacity(16), err: None, pdl: self.pdl })

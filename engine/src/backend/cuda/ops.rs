@@ -112,6 +112,24 @@ pub(super) fn matmul(
             .u32(bias.is_some() as usize)
             .run(&b.stream, [n.div_ceil(cols_per_group) * GEMV_VEC_WG, m.div_ceil(GEMV_ROWS), 1], [GEMV_VEC_WG, 1, 1]);
     }
+    if x16 && m <= GEMV_PDL_ROWS && k % 8 == 0 && pdl_gemv(b, k, n) {
+        // Decode-sized with 16-bit activations under programmatic dependent launch: the prefetching GEMV starts
+        // streaming its weights while the kernel before it drains (cuBLAS' kernels wait for it to finish).
+        let name = if dtype == WeightDType::BF16 { "matmul_pdl_bf16" } else { "matmul_pdl_f16" };
+        let rows_per_group = GEMV_VEC_WG / 32;
+        return b
+            .kernels
+            .launch(name)?
+            .buf(x)
+            .buf(w)
+            .buf(bias.unwrap_or(out)) // never read without a bias
+            .buf(out)
+            .u32(m)
+            .u32(k)
+            .u32(n)
+            .u32(bias.is_some() as usize)
+            .run(&b.stream, [n.div_ceil(rows_per_group) * GEMV_VEC_WG, 1, 1], [GEMV_VEC_WG, 1, 1]);
+    }
     let (a_type, b_ptr, _scratch) = match dtype {
         WeightDType::F32 => (bsys::cudaDataType::CUDA_R_32F, x.ptr(), None),
         WeightDType::BF16 if x16 => (bsys::cudaDataType::CUDA_R_16BF, x.ptr(), None),
@@ -170,6 +188,20 @@ pub(super) fn matmul(
             .run(&b.stream, [round_up(n, ELEM_WG), m, 1], [ELEM_WG, 1, 1])?;
     }
     Ok(())
+}
+
+/// Whether a decode-sized matmul of 16-bit activations takes `matmul_pdl_*` instead of cuBLAS: only where kernels
+/// are launched with programmatic dependent launch (its point). `RSERVE_CUDA_PDL_GEMV=0` keeps cuBLAS, `=small` sends
+/// only matrices of at most 64 Mi weights.
+fn pdl_gemv(b: &CudaBackend, k: usize, n: usize) -> bool {
+    static SET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let set = SET.get_or_init(|| std::env::var("RSERVE_CUDA_PDL_GEMV").unwrap_or_else(|_| "1".into()));
+    b.kernels.pdl()
+        && match set.as_str() {
+            "0" => false,
+            "small" => k * n <= 64 << 20,
+            _ => true,
+        }
 }
 
 /// Heads of a fused q/k/v row.
