@@ -4,6 +4,8 @@
 
 Usage: nvrtc_check.py LIBNVRTC [ARCH ...]   (e.g. the libnvrtc.so.12 of the PyPI wheel nvidia-cuda-nvrtc-cu12;
 ARCH defaults to compute_90 and compute_80). Exits non-zero and prints the log of any module that fails.
+NVRTC_EXTRA adds compiler options (e.g. --ptxas-options=-v with a real ARCH such as sm_90: registers per kernel);
+NVRTC_LOG=1 prints every module's log, not only failing ones.
 """
 import ctypes
 import os
