@@ -289,6 +289,9 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
     use candle_core::DType;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut fails = 0;
+    // The prefetching GEMV is checked at every row count its kernels take (GEMV_PDL_ROWS), not only the default.
+    let pdl_rows = gpu.pdl_gemv_rows();
+    gpu.set_pdl_gemv_rows(rserve_kernels::launch::GEMV_PDL_ROWS);
     let r = &mut rng;
     let mut specs: Vec<(String, f32, OpSpec)> = Vec::new();
     for (dt, tol) in [(DType::F32, 1e-6), (DType::BF16, 1e-6), (DType::F16, 1e-6)] {
@@ -411,6 +414,26 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         }
     }
     gpu.set_gemv_max_rows(default_rows);
+    // The other prefetching GEMV (`RSERVE_CUDA_PDL_GEMV`): the checks whose matmuls take 16-bit activations again.
+    let default_pdl = std::env::var("RSERVE_CUDA_PDL_GEMV").unwrap_or_else(|_| "2r".into());
+    for variant in ["2r", "4"] {
+        if variant == default_pdl || !gpu.set_pdl_gemv(variant) {
+            continue;
+        }
+        for (name, tol, spec) in &specs {
+            let x16 = matches!(spec, OpSpec::NormMatMul { .. } | OpSpec::SiluMatMul { .. } | OpSpec::Attention { o_proj: Some(_), .. });
+            if !x16 {
+                continue;
+            }
+            let name = format!("{name} (pdl {variant})");
+            if let Err(e) = both(cpu, gpu, &name, *tol, &mut fails, |b| b.check(spec)) {
+                fails += 1;
+                println!("kernel-check {name:<34} FAIL error: {e}");
+            }
+        }
+    }
+    gpu.set_pdl_gemv(&default_pdl);
+    gpu.set_pdl_gemv_rows(pdl_rows);
     Ok(fails)
 }
 
@@ -559,7 +582,20 @@ fn bench(dir: &str) -> R<()> {
     // RSERVE_BENCH_GRAPH_ONLY skips the eager steps, RSERVE_BENCH_STEPS sets the timed steps (30), and
     // RSERVE_BENCH_SKIP_PREFILL the prefill table: for A/B runs of kernel variants.
     let modes: &[bool] = if std::env::var_os("RSERVE_BENCH_GRAPH_ONLY").is_some() { &[false] } else { &[false, true] };
-    for batch in batches {
+    // RSERVE_BENCH_PDL_VARIANTS=4,8,...: the decode steps again for each prefetching GEMV (`RSERVE_CUDA_PDL_GEMV`
+    // names), graphs captured anew for each, in this one process (one set of weights).
+    let variants: Vec<String> = std::env::var("RSERVE_BENCH_PDL_VARIANTS")
+        .map(|v| v.split(',').map(|x| x.trim().to_string()).collect())
+        .unwrap_or_else(|_| vec![String::new()]);
+    for variant in &variants {
+    if !variant.is_empty() {
+        if !runner.backend().set_pdl_gemv(variant) {
+            return Err(format!("unknown RSERVE_CUDA_PDL_GEMV variant {variant}").into());
+        }
+        runner.clear_graphs();
+        println!("pdl-variant {variant}");
+    }
+    for &batch in &batches {
         for &eager in modes {
             runner.set_enforce_eager(eager);
             let tables: Vec<Vec<u32>> = (0..batch).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
@@ -579,6 +615,7 @@ fn bench(dir: &str) -> R<()> {
             let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
             println!("decode | {batch} | {} | {ms:.2} | {:.0}", if eager { "eager" } else { "graph" }, batch as f64 * 1e3 / ms);
         }
+    }
     }
     // Prefill steps as the server runs them (eager): the default step budget of 2048 new tokens, as 16 prompts of
     // 128 tokens and as 4 of 512. With RSERVE_CUDA_PROFILE_OPS=1 the backend prints their per-op breakdown.

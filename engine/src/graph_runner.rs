@@ -168,6 +168,12 @@ impl CudaGraphRunner {
         self.opts.enforce_eager = eager;
     }
 
+    /// Drops every captured graph, so the next steps capture again (benchmarks that change a backend setting
+    /// between runs: a graph keeps the kernels it was captured with).
+    pub fn clear_graphs(&mut self) {
+        self.graphs.clear();
+    }
+
     /// Graphs captured so far.
     pub fn num_graphs(&self) -> usize {
         self.graphs.len()

@@ -45,8 +45,8 @@ pub const GEMV_VEC_COLS: usize = 16;
 pub const GEMV_WIDE_UNROLL: usize = 4;
 /// Most rows of the prefetching skinny matmul (`matmul_pdl_*`: 16-bit activations and weights, CUDA sm_90+).
 pub const GEMV_PDL_ROWS: usize = 4;
-/// 16-byte weight loads a lane of `matmul_pdl_*` keeps in flight (the first ones issued before it waits for the
-/// kernel before it).
+/// 16-byte weight loads per row a lane of `matmul_pdl*` keeps in flight (the first ones issued before it waits for
+/// the kernel before it); an entry point may use fewer.
 pub const GEMV_PDL_LOADS: usize = 4;
 /// Input rows per work-item of the work-item matmul (CPU devices); its accumulators are named, not an array.
 pub const GEMV_WI_ROWS: usize = 4;

@@ -234,10 +234,24 @@ INLINE float4 kv_widen(float4 r, uint kind) { return r; }
 typedef uint4 raw16x8;
 INLINE raw16x8 load8_raw(GLOBAL const ushort* p, ulong i, uint is_f16) { return *(const uint4*)(p + i); }
 INLINE raw16x8 raw8_zero() { return make_uint4(0u, 0u, 0u, 0u); }
+// bf16 halves of a 32-bit word as f32, as `volatile` instructions: ptxas then widens each 16-byte weight load where
+// it is used instead of all loads in flight at once (8 loads of one row took 91 registers that way, 63 like this;
+// matmul_pdl2r_bf16 takes 76).
+INLINE float bf16_lo(uint a) {
+    float f;
+    asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=f"(f) : "r"(a));
+    return f;
+}
+INLINE float bf16_hi(uint a) {
+    float f;
+    asm volatile("and.b32 %0, %1, 0xffff0000;" : "=f"(f) : "r"(a));
+    return f;
+}
+INLINE float4 bf16_pairs_pinned(uint a, uint b) { return make_float4(bf16_lo(a), bf16_hi(a), bf16_lo(b), bf16_hi(b)); }
 INLINE f32x8 widen8(raw16x8 u, uint is_f16) {
     f32x8 r;
-    r.lo = is_f16 ? f16_pairs(u.x, u.y) : bf16_pairs(u.x, u.y);
-    r.hi = is_f16 ? f16_pairs(u.z, u.w) : bf16_pairs(u.z, u.w);
+    r.lo = is_f16 ? f16_pairs(u.x, u.y) : bf16_pairs_pinned(u.x, u.y);
+    r.hi = is_f16 ? f16_pairs(u.z, u.w) : bf16_pairs_pinned(u.z, u.w);
     return r;
 }
 #else

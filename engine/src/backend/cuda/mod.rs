@@ -68,6 +68,9 @@ pub struct CudaBackend {
     workspace: RefCell<Option<CuBuffer>>,
     capturing: Cell<bool>,
     gemv_max_rows: Cell<usize>,
+    /// Which prefetching GEMV decode steps take (`ops::PdlGemv`), and up to how many rows.
+    pdl_gemv: Cell<ops::PdlGemv>,
+    pdl_gemv_rows: Cell<usize>,
     pool: Arc<Pool>,
     blas: bsys::cublasHandle_t,
     stream: Arc<CudaStream>,
@@ -127,6 +130,8 @@ impl CudaBackend {
             workspace: RefCell::new(Some(workspace)),
             capturing: Cell::new(false),
             gemv_max_rows: Cell::new(gemv_max_rows),
+            pdl_gemv: Cell::new(ops::PdlGemv::from_env()),
+            pdl_gemv_rows: Cell::new(ops::pdl_gemv_rows_from_env()),
             pool,
             blas,
             stream,
@@ -313,6 +318,31 @@ impl CudaBackend {
     /// Largest row count that takes the vectorised GEMV instead of cuBLAS (16-bit weights, k a multiple of 8).
     pub fn set_gemv_max_rows(&self, rows: usize) {
         self.gemv_max_rows.set(rows);
+    }
+
+    /// Chooses the prefetching GEMV by its `RSERVE_CUDA_PDL_GEMV` name (`ops::PdlGemv`); false for an unknown name.
+    pub fn set_pdl_gemv(&self, name: &str) -> bool {
+        match ops::PdlGemv::parse(name) {
+            Some(v) => {
+                self.pdl_gemv.set(v);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn pdl_gemv(&self) -> ops::PdlGemv {
+        self.pdl_gemv.get()
+    }
+
+    /// Most rows a decode matmul may have to take the prefetching GEMV (capped at GEMV_PDL_ROWS).
+    pub fn set_pdl_gemv_rows(&self, rows: usize) {
+        self.pdl_gemv_rows.set(rows.min(rserve_kernels::launch::GEMV_PDL_ROWS));
+    }
+
+    /// The current `set_pdl_gemv_rows` value.
+    pub fn pdl_gemv_rows(&self) -> usize {
+        self.pdl_gemv_rows.get()
     }
 
     /// The current `set_gemv_max_rows` value.

@@ -114,11 +114,12 @@ pub(super) fn matmul(
             .u32(bias.is_some() as usize)
             .run(&b.stream, [n.div_ceil(cols_per_group) * GEMV_VEC_WG, m.div_ceil(GEMV_ROWS), 1], [GEMV_VEC_WG, 1, 1]);
     }
-    if x16 && m <= GEMV_PDL_ROWS && k % 8 == 0 && pdl_gemv(b, k, n) {
+    let pdl = if x16 && m <= b.pdl_gemv_rows() && k % 8 == 0 && b.kernels.pdl() { b.pdl_gemv().pick() } else { None };
+    if let Some((names, rows_per_warp)) = pdl {
         // Decode-sized with 16-bit activations under programmatic dependent launch: the prefetching GEMV starts
         // streaming its weights while the kernel before it drains (cuBLAS' kernels wait for it to finish).
-        let name = if dtype == WeightDType::BF16 { "matmul_pdl_bf16" } else { "matmul_pdl_f16" };
-        let rows_per_group = GEMV_VEC_WG / 32;
+        let name = names[(dtype == WeightDType::F16) as usize];
+        let rows_per_group = GEMV_VEC_WG / 32 * rows_per_warp;
         return b
             .kernels
             .launch(name)?
@@ -192,18 +193,47 @@ pub(super) fn matmul(
     Ok(())
 }
 
-/// Whether a decode-sized matmul of 16-bit activations takes `matmul_pdl_*` instead of cuBLAS: only where kernels
-/// are launched with programmatic dependent launch (its point). `RSERVE_CUDA_PDL_GEMV=0` keeps cuBLAS, `=small` sends
-/// only matrices of at most 64 Mi weights.
-fn pdl_gemv(b: &CudaBackend, k: usize, n: usize) -> bool {
-    static SET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let set = SET.get_or_init(|| std::env::var("RSERVE_CUDA_PDL_GEMV").unwrap_or_else(|_| "1".into()));
-    b.kernels.pdl()
-        && match set.as_str() {
-            "0" => false,
-            "small" => k * n <= 64 << 20,
-            _ => true,
+/// Which prefetching GEMV decode steps of 16-bit activations take (only where kernels are launched with
+/// programmatic dependent launch, its point): `RSERVE_CUDA_PDL_GEMV` = `2r` (default: `matmul_pdl2r_*`, two rows
+/// per warp), `4` (`matmul_pdl_*`, one row per warp) or `0` (cuBLAS). On an H200, batch-1 decode steps took 4.74 /
+/// 4.86 / 5.00 ms with them (BENCHMARKS.md).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PdlGemv {
+    Off,
+    OneRow,
+    TwoRows,
+}
+
+impl PdlGemv {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "0" => Self::Off,
+            "4" => Self::OneRow,
+            "1" | "2r" => Self::TwoRows,
+            _ => return None,
+        })
+    }
+
+    /// From `RSERVE_CUDA_PDL_GEMV` (unset or unknown: the default).
+    pub fn from_env() -> Self {
+        std::env::var("RSERVE_CUDA_PDL_GEMV").ok().and_then(|v| Self::parse(&v)).unwrap_or(Self::TwoRows)
+    }
+
+    /// The entry points (bf16, f16) and weight rows per warp; None: cuBLAS.
+    fn pick(self) -> Option<([&'static str; 2], usize)> {
+        match self {
+            Self::Off => None,
+            Self::OneRow => Some((["matmul_pdl_bf16", "matmul_pdl_f16"], 1)),
+            Self::TwoRows => Some((["matmul_pdl2r_bf16", "matmul_pdl2r_f16"], 2)),
         }
+    }
+}
+
+/// Most rows a decode matmul may have to take the prefetching GEMV: 1, unless `RSERVE_CUDA_PDL_GEMV_ROWS` says
+/// otherwise (at most GEMV_PDL_ROWS). On an H200 a 4-row decode step took 8.3 ms with it against 5.5 ms for 16
+/// rows on cuBLAS: each warp reads the activations of every row, which at a few rows costs more than cuBLAS.
+pub fn pdl_gemv_rows_from_env() -> usize {
+    std::env::var("RSERVE_CUDA_PDL_GEMV_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1).min(GEMV_PDL_ROWS)
 }
 
 /// Heads of a fused q/k/v row.
