@@ -9,7 +9,7 @@
 //! the CPU and OpenCL backends; 2-D weights stay in their dtype; 1-D weights are f32. Matrix multiplies run on
 //! cuBLAS, which measured faster than the portable vectorised GEMV (`matmul_vec_*`, the Intel decode path) at
 //! every row count on an H200 (BENCHMARKS.md); `RSERVE_CUDA_GEMV_ROWS=N` sends up to N rows to the GEMV instead.
-//! Decode steps of up to 4 rows of 16-bit activations take the prefetching GEMV (`matmul_pdl_*`, `ops.rs`) under
+//! Batch-1 decode matmuls of 16-bit activations take the prefetching GEMV (`matmul_pdl2r_*`, `ops.rs`) under
 //! programmatic dependent launch: its weight stream starts while the kernel before it drains.
 //!
 //! CUDA graphs (`begin_capture` / `end_capture` / `replay`, used by `crate::graph_runner`): while capturing, ops are

@@ -1,8 +1,8 @@
 //! CUDA launches of the row-wise and elementwise ops (the portable kernels of `kernels/src/cl/{embedding,norm,rope,
 //! elementwise,kv_cache}.cl`, same grids and argument orders as the OpenCL backend) and the matrix multiply on
 //! cuBLAS (`cublasGemmEx`, f32 accumulation; activations rounded to the weight's 16-bit type first), or for
-//! decode-sized row counts a GEMV: the prefetching `matmul_pdl_*` (up to GEMV_PDL_ROWS rows of 16-bit activations,
-//! with programmatic dependent launch; `RSERVE_CUDA_PDL_GEMV=0` turns it off) or the portable wide GEMV
+//! decode-sized row counts a GEMV: the prefetching `matmul_pdl2r_*` / `matmul_pdl_*` (one row of 16-bit
+//! activations by default, with programmatic dependent launch; `PdlGemv`) or the portable wide GEMV
 //! (`matmul_wide_*`, f32 activations, opt-in: `RSERVE_CUDA_GEMV_ROWS`). Every buffer and index is checked on the
 //! host before a launch.
 
