@@ -588,34 +588,34 @@ fn bench(dir: &str) -> R<()> {
         .map(|v| v.split(',').map(|x| x.trim().to_string()).collect())
         .unwrap_or_else(|_| vec![String::new()]);
     for variant in &variants {
-    if !variant.is_empty() {
-        if !runner.backend().set_pdl_gemv(variant) {
-            return Err(format!("unknown RSERVE_CUDA_PDL_GEMV variant {variant}").into());
+        if !variant.is_empty() {
+            if !runner.backend().set_pdl_gemv(variant) {
+                return Err(format!("unknown RSERVE_CUDA_PDL_GEMV variant {variant}").into());
+            }
+            runner.clear_graphs();
+            println!("pdl-variant {variant}");
         }
-        runner.clear_graphs();
-        println!("pdl-variant {variant}");
-    }
-    for &batch in &batches {
-        for &eager in modes {
-            runner.set_enforce_eager(eager);
-            let tables: Vec<Vec<u32>> = (0..batch).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
-            let mut pos = ctx;
-            let mut step = |pos: usize| -> R<()> {
-                let seqs = tables.iter().enumerate().map(|(i, t)| SeqInput {
-                    token_ids: vec![(i * 7 + pos) as u32 % 1000], start_position: pos, block_table: t.clone(),
-                    slot_mapping: vec![t[pos / bs] * bs as u32 + (pos % bs) as u32] }).collect();
-                runner.execute_greedy(&BatchInput { seqs })?.ok_or("no greedy")?;
-                Ok(())
-            };
-            for _ in 0..3 { step(pos)?; pos += 1; }
-            // With RSERVE_CUDA_PROFILE_OPS=1 the backend prints a per-op breakdown every 64 eager decode steps.
-            let steps = if eager && std::env::var("RSERVE_CUDA_PROFILE_OPS").is_ok() { 64 } else { timed };
-            let t0 = std::time::Instant::now();
-            for _ in 0..steps { step(pos)?; pos += 1; }
-            let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
-            println!("decode | {batch} | {} | {ms:.2} | {:.0}", if eager { "eager" } else { "graph" }, batch as f64 * 1e3 / ms);
+        for &batch in &batches {
+            for &eager in modes {
+                runner.set_enforce_eager(eager);
+                let tables: Vec<Vec<u32>> = (0..batch).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
+                let mut pos = ctx;
+                let mut step = |pos: usize| -> R<()> {
+                    let seqs = tables.iter().enumerate().map(|(i, t)| SeqInput {
+                        token_ids: vec![(i * 7 + pos) as u32 % 1000], start_position: pos, block_table: t.clone(),
+                        slot_mapping: vec![t[pos / bs] * bs as u32 + (pos % bs) as u32] }).collect();
+                    runner.execute_greedy(&BatchInput { seqs })?.ok_or("no greedy")?;
+                    Ok(())
+                };
+                for _ in 0..3 { step(pos)?; pos += 1; }
+                // With RSERVE_CUDA_PROFILE_OPS=1 the backend prints a per-op breakdown every 64 eager decode steps.
+                let steps = if eager && std::env::var("RSERVE_CUDA_PROFILE_OPS").is_ok() { 64 } else { timed };
+                let t0 = std::time::Instant::now();
+                for _ in 0..steps { step(pos)?; pos += 1; }
+                let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
+                println!("decode | {batch} | {} | {ms:.2} | {:.0}", if eager { "eager" } else { "graph" }, batch as f64 * 1e3 / ms);
+            }
         }
-    }
     }
     // Prefill steps as the server runs them (eager): the default step budget of 2048 new tokens, as 16 prompts of
     // 128 tokens and as 4 of 512. With RSERVE_CUDA_PROFILE_OPS=1 the backend prints their per-op breakdown.

@@ -5,7 +5,8 @@
 Usage: nvrtc_check.py LIBNVRTC [ARCH ...]   (e.g. the libnvrtc.so.12 of the PyPI wheel nvidia-cuda-nvrtc-cu12;
 ARCH defaults to compute_90 and compute_80). Exits non-zero and prints the log of any module that fails.
 NVRTC_EXTRA adds compiler options (e.g. --ptxas-options=-v with a real ARCH such as sm_90: registers per kernel);
-NVRTC_LOG=1 prints every module's log, not only failing ones.
+NVRTC_LOG=1 prints every module's log, not only failing ones; NVRTC_PTX_DIR=DIR writes each module's PTX there (to
+compare the code of two versions of a kernel).
 """
 import ctypes
 import os
@@ -44,4 +45,11 @@ for arch in archs:
         print(f"nvrtc {arch} {path.name}: {'ok' if ok else 'FAILED'}")
         if not ok or b"warning" in log.value or os.environ.get("NVRTC_LOG"):
             print(log.value.decode(errors="replace"))
+        if ok and os.environ.get("NVRTC_PTX_DIR"):
+            lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+            ptx = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetPTX(prog, ptx)
+            out = pathlib.Path(os.environ["NVRTC_PTX_DIR"]) / f"{path.stem}.{arch}.ptx"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(ptx.value)
 sys.exit(1 if fails else 0)

@@ -27,6 +27,22 @@ INLINE void stage_q(LOCAL_PTR float4* red, GLOBAL const float* q, ulong q_base, 
     }
 }
 
+// acc[hh] += k . q[hh] for every head hh < nh of the chunk: one 4-wide piece `c` of a key row against the staged
+// queries (`red`, `quads` pieces per head).
+INLINE void add_key_dots(float* acc, float4 k4, LOCAL_PTR const float4* red, uint c, uint quads, uint nh) {
+    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+        if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
+    }
+}
+
+// acc[hh] += p[hh][j] * v for every head hh < nh of the chunk: one value row weighted by each head's softmax
+// numerator (`scores`, ATTN_MAX_PARTITION per head).
+INLINE void add_weighted_value(float4* acc, float4 v, LOCAL_PTR const float* scores, uint j, uint nh) {
+    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
+        if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
+    }
+}
+
 INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL const ushort* kh, GLOBAL const float* vf,
                         GLOBAL const ushort* vh, uint kind, GLOBAL float* out, GLOBAL float* part_out,
                         GLOBAL float* part_ml, GLOBAL uint* counters, GLOBAL const uint* entries, GLOBAL const uint* query_start,
@@ -109,20 +125,12 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
 #pragma unroll
                     for (uint u = 0; u < ATTN_LOADS; u++) {
                         uint c = c0 + u * T;
-                        if (c < quads) {
-                            float4 k4 = kv_widen(kraw[u], kind);
-                            for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                                if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
-                            }
-                        }
+                        if (c < quads) add_key_dots(acc, kv_widen(kraw[u], kind), red, c, quads, nh);
                     }
                 }
             } else {
                 for (uint c = t; c < quads; c += T) {
-                    float4 k4 = load4_kv(kf, kh, kr + 4 * c, kind);
-                    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                        if (hh < nh) acc[hh] += dot4(k4, red[hh * quads + c]);
-                    }
+                    add_key_dots(acc, load4_kv(kf, kh, kr + 4 * c, kind), red, c, quads, nh);
                 }
             }
             for (uint hh = 0; hh < nh; hh++) {
@@ -177,12 +185,7 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
 #pragma unroll
                     for (uint u = 0; u < ATTN_LOADS; u++) {
                         uint j = g + u * groups;
-                        if (j < len) {
-                            float4 v = kv_widen(vpre[u], kind);
-                            for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                                if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
-                            }
-                        }
+                        if (j < len) add_weighted_value(acc, kv_widen(vpre[u], kind), scores, j, nh);
                     }
                     jb = g + ATTN_LOADS * groups;
                 }
@@ -196,21 +199,13 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
 #pragma unroll
                     for (uint u = 0; u < ATTN_LOADS; u++) {
                         uint j = jb + u * groups;
-                        if (j < len) {
-                            float4 v = kv_widen(vraw[u], kind);
-                            for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                                if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
-                            }
-                        }
+                        if (j < len) add_weighted_value(acc, kv_widen(vraw[u], kind), scores, j, nh);
                     }
                 }
             } else {
 #pragma unroll 4
                 for (uint j = g; j < len; j += groups) {
-                    float4 v = load4_kv(vf, vh, vc + (ulong)slots[j] * kv_row, kind);
-                    for (uint hh = 0; hh < ATTN_HEAD_CHUNK; hh++) {
-                        if (hh < nh) acc[hh] = axpy4(scores[hh * ATTN_MAX_PARTITION + j], v, acc[hh]);
-                    }
+                    add_weighted_value(acc, load4_kv(vf, vh, vc + (ulong)slots[j] * kv_row, kind), scores, j, nh);
                 }
             }
         }

@@ -264,29 +264,26 @@ KERNEL void matmul_wide_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBA
 // The body of matmul_pdl_*: up to GEMV_PDL_ROWS rows of 16-bit activations (the weight's type) times 16-bit
 // weights, k a multiple of 8. A sub-group owns one weight row (`two` = 0) or two neighbouring ones (`two` = 1: each
 // activation load serves both, and a matrix of few rows fills the GPU in one wave); each lane reads 8 weights (16
-// bytes) of each row per load and keeps `nload` (<= GEMV_PDL_LOADS) loads per row in flight, reissuing a slot as
-// soon as it is used. The first loads go out before GRID_DEP_SYNC(): weights are never written by an earlier
+// bytes) of each row per load and keeps GEMV_PDL_LOADS loads per row in flight, reissuing a slot as soon as it is
+// used. The first loads go out before GRID_DEP_SYNC(): weights are never written by an earlier
 // kernel, so under programmatic dependent launch a work-group that is scheduled while the kernel before it drains
-// streams its weights at once, and only the activation reads wait. `nload` and `two` are constants of each entry
-// point. Grid: (ceil(n / (subs << two)) x GEMV_VEC_WG, 1), subs = GEMV_VEC_WG / sub-group size.
+// streams its weights at once, and only the activation reads wait. `two` is a constant of each entry point. Grid: (ceil(n / (subs << two)) x GEMV_VEC_WG, 1), subs = GEMV_VEC_WG / sub-group size.
 INLINE void matmul_pdl(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
-                       uint m, uint k, uint n, uint has_bias, uint is_f16, uint nload, uint two) {
+                       uint m, uint k, uint n, uint has_bias, uint is_f16, uint two) {
     uint j0 = (group_id(0) * num_subs() + sub_id()) << two;
     uint j1 = j0 + 1;
     ulong w0 = (ulong)min(j0, n - 1) * k;  // rows past n stream the last row and store nothing
     ulong w1 = (ulong)min(j1, n - 1) * k;
     uint lane = sub_lane() * 8;
     uint chunk = sub_size() * 8;
-    uint span = chunk * nload;
+    uint span = chunk * GEMV_PDL_LOADS;
     raw16x8 a[GEMV_PDL_LOADS];
     raw16x8 b[GEMV_PDL_LOADS];
 #pragma unroll
     for (uint u = 0; u < GEMV_PDL_LOADS; u++) {
-        if (u < nload) {
-            uint kk = lane + u * chunk;
-            a[u] = kk < k ? load8_raw(w, w0 + kk, is_f16) : raw8_zero();
-            if (two) b[u] = kk < k ? load8_raw(w, w1 + kk, is_f16) : raw8_zero();
-        }
+        uint kk = lane + u * chunk;
+        a[u] = kk < k ? load8_raw(w, w0 + kk, is_f16) : raw8_zero();
+        if (two) b[u] = kk < k ? load8_raw(w, w1 + kk, is_f16) : raw8_zero();
     }
     GRID_DEP_SYNC();
     float acc0[GEMV_PDL_ROWS];
@@ -298,23 +295,21 @@ INLINE void matmul_pdl(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL co
     for (uint base = 0; base < k; base += span) {
 #pragma unroll
         for (uint u = 0; u < GEMV_PDL_LOADS; u++) {
-            if (u < nload) {
-                uint kk = base + lane + u * chunk;
-                f32x8 wa = widen8(a[u], is_f16);
-                f32x8 wb = wa;
-                if (two) wb = widen8(b[u], is_f16);
-                uint next = kk + span;
-                if (next < k) {
-                    a[u] = load8_raw(w, w0 + next, is_f16);
-                    if (two) b[u] = load8_raw(w, w1 + next, is_f16);
-                }
-                if (kk < k) {
-                    for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
-                        if (r < m) {
-                            f32x8 xv = is_f16 ? load8_f16(x, (ulong)r * k + kk) : load8_bf16(x, (ulong)r * k + kk);
-                            acc0[r] += dot8(wa, xv.lo, xv.hi);
-                            if (two) acc1[r] += dot8(wb, xv.lo, xv.hi);
-                        }
+            uint kk = base + lane + u * chunk;
+            f32x8 wa = widen8(a[u], is_f16);
+            f32x8 wb = wa;
+            if (two) wb = widen8(b[u], is_f16);
+            uint next = kk + span;
+            if (next < k) {
+                a[u] = load8_raw(w, w0 + next, is_f16);
+                if (two) b[u] = load8_raw(w, w1 + next, is_f16);
+            }
+            if (kk < k) {
+                for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
+                    if (r < m) {
+                        f32x8 xv = is_f16 ? load8_f16(x, (ulong)r * k + kk) : load8_bf16(x, (ulong)r * k + kk);
+                        acc0[r] += dot8(wa, xv.lo, xv.hi);
+                        if (two) acc1[r] += dot8(wb, xv.lo, xv.hi);
                     }
                 }
             }
@@ -330,18 +325,17 @@ INLINE void matmul_pdl(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL co
     }
 }
 
-// Entry points: 4 loads of each of two rows per lane (`matmul_pdl2r_*`, the CUDA default), and 4 loads of one row
-// (`matmul_pdl_*`). (8 loads of one row measured slower than both on an H200: 5.06 ms a batch-1 step against 4.86
-// and 4.74.)
-#define MATMUL_PDL(NAME, IS_F16, NLOAD, TWO)                                                                    \
+// Entry points: two rows per sub-group (`matmul_pdl2r_*`, the CUDA default) and one (`matmul_pdl_*`). (8 loads of
+// one row measured slower than both on an H200: 5.06 ms a batch-1 step against 4.86 and 4.74.)
+#define MATMUL_PDL(NAME, IS_F16, TWO)                                                                           \
     KERNEL void NAME(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out, \
                      uint m, uint k, uint n, uint has_bias) {                                                   \
-        matmul_pdl(x, w, bias, out, m, k, n, has_bias, IS_F16, NLOAD, TWO);                                     \
+        matmul_pdl(x, w, bias, out, m, k, n, has_bias, IS_F16, TWO);                                            \
     }
-MATMUL_PDL(matmul_pdl_bf16, 0u, 4u, 0u)
-MATMUL_PDL(matmul_pdl_f16, 1u, 4u, 0u)
-MATMUL_PDL(matmul_pdl2r_bf16, 0u, 4u, 1u)
-MATMUL_PDL(matmul_pdl2r_f16, 1u, 4u, 1u)
+MATMUL_PDL(matmul_pdl_bf16, 0u, 0u)
+MATMUL_PDL(matmul_pdl_f16, 1u, 0u)
+MATMUL_PDL(matmul_pdl2r_bf16, 0u, 1u)
+MATMUL_PDL(matmul_pdl2r_f16, 1u, 1u)
 
 MATMUL_ROWS(matmul_rows_f32, float, load_f32)
 MATMUL_ROWS(matmul_rows_bf16, ushort, load_bf16)

@@ -100,38 +100,14 @@ pub(super) fn matmul(
         // Decode-sized: the portable wide GEMV streams each weight row once with 16-byte loads and reads the f32
         // activations directly (no rounding to 16 bits, no conversion launch); two weight rows per 32-lane warp.
         let name = if dtype == WeightDType::BF16 { "matmul_wide_bf16" } else { "matmul_wide_f16" };
-        let cols_per_group = 2 * GEMV_VEC_WG / 32;
-        return b
-            .kernels
-            .launch(name)?
-            .buf(x)
-            .buf(w)
-            .buf(bias.unwrap_or(x)) // never read without a bias
-            .buf(out)
-            .u32(m)
-            .u32(k)
-            .u32(n)
-            .u32(bias.is_some() as usize)
-            .run(&b.stream, [n.div_ceil(cols_per_group) * GEMV_VEC_WG, m.div_ceil(GEMV_ROWS), 1], [GEMV_VEC_WG, 1, 1]);
+        return launch_gemv(b, name, x, w, bias, out, [m, k, n], 2 * GEMV_VEC_WG / 32, m.div_ceil(GEMV_ROWS));
     }
     let pdl = if x16 && m <= b.pdl_gemv_rows() && k % 8 == 0 && b.kernels.pdl() { b.pdl_gemv().pick() } else { None };
     if let Some((names, rows_per_warp)) = pdl {
         // Decode-sized with 16-bit activations under programmatic dependent launch: the prefetching GEMV starts
         // streaming its weights while the kernel before it drains (cuBLAS' kernels wait for it to finish).
         let name = names[(dtype == WeightDType::F16) as usize];
-        let rows_per_group = GEMV_VEC_WG / 32 * rows_per_warp;
-        return b
-            .kernels
-            .launch(name)?
-            .buf(x)
-            .buf(w)
-            .buf(bias.unwrap_or(out)) // never read without a bias
-            .buf(out)
-            .u32(m)
-            .u32(k)
-            .u32(n)
-            .u32(bias.is_some() as usize)
-            .run(&b.stream, [n.div_ceil(rows_per_group) * GEMV_VEC_WG, 1, 1], [GEMV_VEC_WG, 1, 1]);
+        return launch_gemv(b, name, x, w, bias, out, [m, k, n], GEMV_VEC_WG / 32 * rows_per_warp, 1);
     }
     let (a_type, b_ptr, _scratch) = match dtype {
         WeightDType::F32 => (bsys::cudaDataType::CUDA_R_32F, x.ptr(), None),
@@ -191,6 +167,33 @@ pub(super) fn matmul(
             .run(&b.stream, [round_up(n, ELEM_WG), m, 1], [ELEM_WG, 1, 1])?;
     }
     Ok(())
+}
+
+/// A GEMV launch (`matmul_wide_*`, `matmul_pdl*`: x, w, bias, out, m, k, n, has_bias) in work-groups of
+/// GEMV_VEC_WG work-items, each covering `rows_per_group` weight rows, times `row_blocks` blocks of input rows.
+#[allow(clippy::too_many_arguments)]
+fn launch_gemv(
+    b: &CudaBackend,
+    name: &'static str,
+    x: &CuBuffer,
+    w: &CuBuffer,
+    bias: Option<&CuBuffer>,
+    out: &CuBuffer,
+    [m, k, n]: [usize; 3],
+    rows_per_group: usize,
+    row_blocks: usize,
+) -> Result<()> {
+    b.kernels
+        .launch(name)?
+        .buf(x)
+        .buf(w)
+        .buf(bias.unwrap_or(out)) // never read without a bias
+        .buf(out)
+        .u32(m)
+        .u32(k)
+        .u32(n)
+        .u32(bias.is_some() as usize)
+        .run(&b.stream, [n.div_ceil(rows_per_group) * GEMV_VEC_WG, row_blocks, 1], [GEMV_VEC_WG, 1, 1])
 }
 
 /// Which prefetching GEMV decode steps of 16-bit activations take (only where kernels are launched with
