@@ -48,6 +48,9 @@ pub const GEMV_PDL_ROWS: usize = 4;
 /// 16-byte weight loads per row a lane of `matmul_pdl*` keeps in flight (the first ones issued before it waits for
 /// the kernel before it); an entry point may use fewer.
 pub const GEMV_PDL_LOADS: usize = 4;
+/// Work-group size of the asynchronous-copy skinny matmul (`matmul_pdla*_*`): its local ring is GEMV_ASYNC_WG x 2
+/// rows x up to 8 steps x 16 bytes (32 KiB).
+pub const GEMV_ASYNC_WG: usize = 128;
 /// Input rows per work-item of the work-item matmul (CPU devices); its accumulators are named, not an array.
 pub const GEMV_WI_ROWS: usize = 4;
 /// Work-group size of the tiled matmul (16 x 16 work-items, 4 x 4 outputs each).
@@ -81,6 +84,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMV_WIDE_UNROLL", GEMV_WIDE_UNROLL),
     ("GEMV_PDL_ROWS", GEMV_PDL_ROWS),
     ("GEMV_PDL_LOADS", GEMV_PDL_LOADS),
+    ("GEMV_ASYNC_WG", GEMV_ASYNC_WG),
     ("GEMM_WG", GEMM_WG),
     ("GEMM_TILE_M", GEMM_TILE_M),
     ("GEMM_TILE_N", GEMM_TILE_N),

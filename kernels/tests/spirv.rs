@@ -73,7 +73,7 @@ fn tempfile_dir() -> PathBuf {
 
 /// Bodies that may come before `GRID_DEP_SYNC()` in a kernel: they issue reads of weights (which no kernel writes)
 /// before they wait, and must wait themselves.
-const EARLY_READERS: &[&str] = &["matmul_pdl"];
+const EARLY_READERS: &[&str] = &["matmul_pdl", "matmul_pdla"];
 
 /// Every kernel starts with `GRID_DEP_SYNC()` (or calls one of `EARLY_READERS`, which waits after its weight reads): the CUDA backend launches all of them with programmatic dependent
 /// launch, so a kernel without the wait could read its inputs before the previous kernel has written them.
@@ -98,7 +98,11 @@ fn every_kernel_waits_for_the_previous_one_first() {
             // The body's first statement follows the opening brace of the signature.
             let rest: String = code[i..].join("\n");
             let body = &rest[rest.find('{').expect("kernel body") + 1..];
-            let first = body.trim_start().trim_start_matches('\\').trim_start();
+            let mut first = body.trim_start().trim_start_matches('\\').trim_start();
+            // Local-memory declarations (which read nothing) may come first.
+            while first.starts_with("LOCAL ") {
+                first = first[first.find(';').expect("declaration") + 1..].trim_start().trim_start_matches('\\').trim_start();
+            }
             // The exception: bodies that first read weights (never written by an earlier kernel) and then wait.
             if let Some(helper) = EARLY_READERS.iter().find(|h| first.starts_with(&format!("{h}("))) {
                 let def = text.find(&format!("INLINE void {helper}(")).expect("the helper's definition");

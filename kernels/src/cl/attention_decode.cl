@@ -60,19 +60,23 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     uint part = group_id(2);
     uint row = entries[2 * e];
     uint seq = entries[2 * e + 1];
-    uint ctx = context_lens[seq] + row + 1 - query_start[seq + 1];
     uint start = part * partition_size;
+    GLOBAL const uint* table = block_tables + (ulong)seq * max_blocks;
+    // The block of this work-item's first key, read together with the context length (it depends only on the
+    // sequence): one memory round trip fewer before the keys.
+    uint b_first = (start + local_id()) / block_size;
+    uint blk_first = b_first < max_blocks ? table[b_first] : 0u;
+    uint ctx = context_lens[seq] + row + 1 - query_start[seq + 1];
     if (start >= ctx) return;  // this row has fewer partitions than the longest one (uniform per work-group)
     uint len = min(partition_size, ctx - start);
     ulong kv_row = (ulong)num_kv_heads * head_dim;
     ulong kv_off = (ulong)kvh * head_dim;
     ulong q_base = ((ulong)row * num_heads + h0) * head_dim;
-    GLOBAL const uint* table = block_tables + (ulong)seq * max_blocks;
 
     for (uint j = local_id(); j < len; j += local_size()) {
         uint tok = start + j;
         uint b = tok / block_size;
-        slots[j] = table[b] * block_size + (tok - b * block_size);
+        slots[j] = (j == local_id() ? blk_first : table[b]) * block_size + (tok - b * block_size);
     }
     stage_q(red, q, q_base, nh, head_dim, 0);  // in flight together with the block-table loads
     barrier_local();
@@ -99,8 +103,10 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     // summing every T-th 4-wide piece of the key row against the query of every head of the chunk, staged in local
     // memory. A key row is thus read once for all heads, and neighbouring work-items read neighbouring 16 bytes of
     // it. The T partial sums land in scores[hh][t * len + j] and are added up by the softmax below.
+    // The wide-key variant (lat == 2) lets T grow until every work-item has a key (the others leave half of them
+    // idle in this pass), so each work-item loads fewer pieces of its key row.
     uint T = 1;
-    while (T < 8 && 2 * T * len <= local_size()) T *= 2;
+    while (T < 8 && 2 * T * len <= (lat == 2 ? 2u : 1u) * local_size()) T *= 2;
     uint t = local_id() - (local_id() / T) * T;
     uint key_step = local_size() / T;
     for (uint d0 = 0; d0 < head_dim; d0 += ATTN_DIM_CHUNK) {
@@ -300,10 +306,14 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
 DECODE_KERNEL(paged_attention_decode, float, 0, 0)
 DECODE_KERNEL(paged_attention_decode_bf16, ushort, 1, 0)
 DECODE_KERNEL(paged_attention_decode_f16, ushort, 2, 0)
-// The latency variant of each (`lat`): the CUDA backend's decode kernel for few rows.
+// The latency variant of each (`lat`): the CUDA backend's decode kernel for few rows; `lat2`: the same with every
+// work-item on keys in the score pass.
 DECODE_KERNEL(paged_attention_decode_lat, float, 0, 1)
 DECODE_KERNEL(paged_attention_decode_lat_bf16, ushort, 1, 1)
 DECODE_KERNEL(paged_attention_decode_lat_f16, ushort, 2, 1)
+DECODE_KERNEL(paged_attention_decode_lat2, float, 0, 2)
+DECODE_KERNEL(paged_attention_decode_lat2_bf16, ushort, 1, 2)
+DECODE_KERNEL(paged_attention_decode_lat2_f16, ushort, 2, 2)
 
 // Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p.
 // Grid: (entries x ELEM_WG, num_heads). `out` as in the decode kernel (`out_kind`).

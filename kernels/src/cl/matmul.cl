@@ -11,7 +11,8 @@
 //   GEMV_VEC_WG work-items cover GEMV_VEC_COLS weight rows. Grid: (ceil(n / GEMV_VEC_COLS) x GEMV_VEC_WG,
 //   ceil(m / GEMV_ROWS)).
 // - matmul_pdl_bf16 / _f16: few rows (decode) of 16-bit activations and weights on CUDA sm_90+, the weight loads
-//   issued before the wait for the previous kernel (see the kernel).
+//   issued before the wait for the previous kernel (see the kernel); matmul_pdla*_*: the same through asynchronous
+//   copies into local memory.
 // - matmul_wi_*: any row count on CPU devices, whose OpenCL compilers vectorise across work-items and turn
 //   lane-strided loads into gathers. A work-item computes one output column for GEMV_WI_ROWS rows with explicit
 //   4-wide vectors along k. Grid: (ceil(n / ELEM_WG) x ELEM_WG, ceil(m / GEMV_WI_ROWS)).
@@ -336,6 +337,89 @@ MATMUL_PDL(matmul_pdl_bf16, 0u, 0u)
 MATMUL_PDL(matmul_pdl_f16, 1u, 0u)
 MATMUL_PDL(matmul_pdl2r_bf16, 0u, 1u)
 MATMUL_PDL(matmul_pdl2r_f16, 1u, 1u)
+
+// The body of matmul_pdla*_*: as matmul_pdl2r_* (two weight rows per sub-group, 8 weights of each per lane and
+// step, up to GEMV_PDL_ROWS rows of 16-bit activations), but the weights travel through local memory by
+// asynchronous copies: each work-item keeps `stages` steps of both rows in flight (`ring`: its own 2 x stages
+// slots of 16 bytes, strided by the work-group size), the first `stages` issued before GRID_DEP_SYNC(). On CUDA a copy in flight holds no register,
+// so a work-item can keep more bytes in flight than matmul_pdl2r_*'s 8 loads. Each step waits for its oldest group,
+// widens both rows' pieces (which completes the slot's reads) and reissues the slot `stages` steps ahead; one group
+// is committed per step, empty past the row's end, so the count stays uniform. `stages` is a constant of each entry
+// point (4 or 8). Work-groups of GEMV_ASYNC_WG; grid: (ceil(n / (2 * subs)) x GEMV_ASYNC_WG, 1).
+INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
+                        uint m, uint k, uint n, uint has_bias, uint is_f16, uint stages, LOCAL_PTR uint4* ring) {
+    uint j0 = (group_id(0) * num_subs() + sub_id()) * 2;
+    uint j1 = j0 + 1;
+    GLOBAL const uint4* w0 = (GLOBAL const uint4*)(w + (ulong)min(j0, n - 1) * k);  // rows past n: see matmul_pdl
+    GLOBAL const uint4* w1 = (GLOBAL const uint4*)(w + (ulong)min(j1, n - 1) * k);
+    uint pieces = k / 8;  // 16-byte pieces of a row
+    uint lane = sub_lane();
+    LOCAL_PTR uint4* mine = ring + local_id();  // slot i of this work-item: mine[i * wg], so a sub-group's reads of
+    uint wg = local_size();                      // one slot are consecutive 16-byte words (no bank conflicts)
+    for (uint s = 0; s < stages; s++) {
+        uint p = s * sub_size() + lane;
+        if (p < pieces) {
+            async_copy16(mine + 2 * s * wg, w0 + p);
+            async_copy16(mine + (2 * s + 1) * wg, w1 + p);
+        }
+        async_commit();
+    }
+    GRID_DEP_SYNC();
+    float acc0[GEMV_PDL_ROWS];
+    float acc1[GEMV_PDL_ROWS];
+    for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
+        acc0[r] = 0.0f;
+        acc1[r] = 0.0f;
+    }
+    uint steps = (pieces + sub_size() - 1) / sub_size();
+    for (uint i = 0; i < steps; i++) {
+        uint s = i & (stages - 1);
+        if (stages == 8) {
+            ASYNC_WAIT(7);
+        } else {
+            ASYNC_WAIT(3);
+        }
+        uint p = i * sub_size() + lane;
+        f32x8 wa = widen8_bits(mine[2 * s * wg], is_f16);
+        f32x8 wb = widen8_bits(mine[(2 * s + 1) * wg], is_f16);
+        uint q = p + stages * sub_size();
+        if (q < pieces) {
+            async_copy16(mine + 2 * s * wg, w0 + q);
+            async_copy16(mine + (2 * s + 1) * wg, w1 + q);
+        }
+        async_commit();
+        if (p < pieces) {
+            for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
+                if (r < m) {
+                    ulong at = (ulong)r * k + 8 * p;
+                    f32x8 xv = is_f16 ? load8_f16(x, at) : load8_bf16(x, at);
+                    acc0[r] += dot8(wa, xv.lo, xv.hi);
+                    acc1[r] += dot8(wb, xv.lo, xv.hi);
+                }
+            }
+        }
+    }
+    for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
+        if (r < m) {  // m is uniform: the reductions are reached by the whole sub-group
+            float s0 = sub_reduce_add(acc0[r]);
+            float s1 = sub_reduce_add(acc1[r]);
+            if (sub_lane() == 0 && j0 < n) out[(ulong)r * n + j0] = has_bias ? s0 + bias[j0] : s0;
+            if (sub_lane() == 0 && j1 < n) out[(ulong)r * n + j1] = has_bias ? s1 + bias[j1] : s1;
+        }
+    }
+}
+
+// Entry points: 8 steps in flight (`matmul_pdla_*`) and 4 (`matmul_pdla4_*`).
+#define MATMUL_PDLA(NAME, IS_F16, STAGES)                                                                       \
+    KERNEL void NAME(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out, \
+                     uint m, uint k, uint n, uint has_bias) {                                                   \
+        LOCAL uint4 ring[GEMV_ASYNC_WG * 2 * STAGES];                                                           \
+        matmul_pdla(x, w, bias, out, m, k, n, has_bias, IS_F16, STAGES, ring);                                  \
+    }
+MATMUL_PDLA(matmul_pdla_bf16, 0u, 8u)
+MATMUL_PDLA(matmul_pdla_f16, 1u, 8u)
+MATMUL_PDLA(matmul_pdla4_bf16, 0u, 4u)
+MATMUL_PDLA(matmul_pdla4_f16, 1u, 4u)
 
 MATMUL_ROWS(matmul_rows_f32, float, load_f32)
 MATMUL_ROWS(matmul_rows_bf16, ushort, load_bf16)

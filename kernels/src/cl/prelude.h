@@ -268,6 +268,44 @@ INLINE raw16x8 raw8_zero() {
 INLINE f32x8 widen8(raw16x8 u, uint is_f16) { return u; }
 #endif
 
+// Eight 16-bit floats held as the 16 bytes they were stored in (a `uint4`, e.g. read back from local memory) as f32.
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE f32x8 widen8_bits(uint4 u, uint is_f16) { return widen8(u, is_f16); }
+#else
+INLINE f32x8 widen8_bits(uint4 u, uint is_f16) {
+    f32x8 r;
+    if (is_f16) {
+        uint4 c = u;
+        r.lo = vload_half4(0, (const half*)&c);
+        r.hi = vload_half4(1, (const half*)&c);
+    } else {
+        r.lo = as_float4((uint4)(u.x << 16, u.x & 0xffff0000u, u.y << 16, u.y & 0xffff0000u));
+        r.hi = as_float4((uint4)(u.z << 16, u.z & 0xffff0000u, u.w << 16, u.w & 0xffff0000u));
+    }
+    return r;
+}
+#endif
+
+// ---------------------------------------------------------------- asynchronous copies into local memory
+// async_copy16(dst, src) copies 16 bytes (16-byte aligned) from global to local memory; async_commit() closes the
+// work-item's current group of copies, and ASYNC_WAIT(N) (N a literal) waits until at most N of its groups are still
+// in flight, after which the work-item may read what those copies wrote. Only the work-item that issued a copy reads
+// it, so no barrier is involved. On CUDA sm_80+ a copy is a `cp.async` (cached in L2 only) that holds no register
+// while in flight: bytes in flight cost local memory, not registers. Elsewhere the copy is a plain load and store
+// and the other two do nothing.
+#if (defined(__CUDACC_RTC__) || defined(__CUDACC__)) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+INLINE void async_copy16(LOCAL_PTR uint4* dst, GLOBAL const uint4* src) {
+    uint s = (uint)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+}
+#define async_commit() asm volatile("cp.async.commit_group;" ::: "memory")
+#define ASYNC_WAIT(N) asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory")
+#else
+INLINE void async_copy16(LOCAL_PTR uint4* dst, GLOBAL const uint4* src) { *dst = *src; }
+#define async_commit()
+#define ASYNC_WAIT(N)
+#endif
+
 // Two or four consecutive floats of local memory (i a multiple of 2 / 4, so the load is aligned).
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 INLINE float2 lload2(LOCAL_PTR const float* p, uint i) { return *(const float2*)(p + i); }

@@ -100,14 +100,14 @@ pub(super) fn matmul(
         // Decode-sized: the portable wide GEMV streams each weight row once with 16-byte loads and reads the f32
         // activations directly (no rounding to 16 bits, no conversion launch); two weight rows per 32-lane warp.
         let name = if dtype == WeightDType::BF16 { "matmul_wide_bf16" } else { "matmul_wide_f16" };
-        return launch_gemv(b, name, x, w, bias, out, [m, k, n], 2 * GEMV_VEC_WG / 32, m.div_ceil(GEMV_ROWS));
+        return launch_gemv(b, name, x, w, bias, out, [m, k, n], GEMV_VEC_WG, 2, m.div_ceil(GEMV_ROWS));
     }
     let pdl = if x16 && m <= b.pdl_gemv_rows() && k % 8 == 0 && b.kernels.pdl() { b.pdl_gemv().pick() } else { None };
-    if let Some((names, rows_per_warp)) = pdl {
+    if let Some((names, wg, rows_per_warp)) = pdl {
         // Decode-sized with 16-bit activations under programmatic dependent launch: the prefetching GEMV starts
         // streaming its weights while the kernel before it drains (cuBLAS' kernels wait for it to finish).
         let name = names[(dtype == WeightDType::F16) as usize];
-        return launch_gemv(b, name, x, w, bias, out, [m, k, n], GEMV_VEC_WG / 32 * rows_per_warp, 1);
+        return launch_gemv(b, name, x, w, bias, out, [m, k, n], wg, rows_per_warp, 1);
     }
     let (a_type, b_ptr, _scratch) = match dtype {
         WeightDType::F32 => (bsys::cudaDataType::CUDA_R_32F, x.ptr(), None),
@@ -169,8 +169,8 @@ pub(super) fn matmul(
     Ok(())
 }
 
-/// A GEMV launch (`matmul_wide_*`, `matmul_pdl*`: x, w, bias, out, m, k, n, has_bias) in work-groups of
-/// GEMV_VEC_WG work-items, each covering `rows_per_group` weight rows, times `row_blocks` blocks of input rows.
+/// A GEMV launch (`matmul_wide_*`, `matmul_pdl*`: x, w, bias, out, m, k, n, has_bias) in work-groups of `wg`
+/// work-items, each 32-lane warp covering `rows_per_warp` weight rows, times `row_blocks` blocks of input rows.
 #[allow(clippy::too_many_arguments)]
 fn launch_gemv(
     b: &CudaBackend,
@@ -180,9 +180,11 @@ fn launch_gemv(
     bias: Option<&CuBuffer>,
     out: &CuBuffer,
     [m, k, n]: [usize; 3],
-    rows_per_group: usize,
+    wg: usize,
+    rows_per_warp: usize,
     row_blocks: usize,
 ) -> Result<()> {
+    let rows_per_group = wg / 32 * rows_per_warp;
     b.kernels
         .launch(name)?
         .buf(x)
@@ -193,18 +195,21 @@ fn launch_gemv(
         .u32(k)
         .u32(n)
         .u32(bias.is_some() as usize)
-        .run(&b.stream, [n.div_ceil(rows_per_group) * GEMV_VEC_WG, row_blocks, 1], [GEMV_VEC_WG, 1, 1])
+        .run(&b.stream, [n.div_ceil(rows_per_group) * wg, row_blocks, 1], [wg, 1, 1])
 }
 
 /// Which prefetching GEMV decode steps of 16-bit activations take (only where kernels are launched with
 /// programmatic dependent launch, its point): `RSERVE_CUDA_PDL_GEMV` = `2r` (default: `matmul_pdl2r_*`, two rows
-/// per warp), `4` (`matmul_pdl_*`, one row per warp) or `0` (cuBLAS). On an H200, batch-1 decode steps took 4.74 /
-/// 4.86 / 5.00 ms with them (BENCHMARKS.md).
+/// per warp), `4` (`matmul_pdl_*`, one row per warp), `a8` / `a4` (`matmul_pdla_*` / `matmul_pdla4_*`: two rows
+/// per warp through asynchronous copies, 8 / 4 steps in flight) or `0` (cuBLAS). On an H200, batch-1 decode steps
+/// took 4.74 / 4.86 / 5.00 ms with `2r`, `4` and `0` (BENCHMARKS.md).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum PdlGemv {
     Off,
     OneRow,
     TwoRows,
+    Async8,
+    Async4,
 }
 
 impl PdlGemv {
@@ -213,6 +218,8 @@ impl PdlGemv {
             "0" => Self::Off,
             "4" => Self::OneRow,
             "1" | "2r" => Self::TwoRows,
+            "a8" => Self::Async8,
+            "a4" => Self::Async4,
             _ => return None,
         })
     }
@@ -222,12 +229,14 @@ impl PdlGemv {
         std::env::var("RSERVE_CUDA_PDL_GEMV").ok().and_then(|v| Self::parse(&v)).unwrap_or(Self::TwoRows)
     }
 
-    /// The entry points (bf16, f16) and weight rows per warp; None: cuBLAS.
-    fn pick(self) -> Option<([&'static str; 2], usize)> {
+    /// The entry points (bf16, f16), work-group size and weight rows per warp; None: cuBLAS.
+    fn pick(self) -> Option<([&'static str; 2], usize, usize)> {
         match self {
             Self::Off => None,
-            Self::OneRow => Some((["matmul_pdl_bf16", "matmul_pdl_f16"], 1)),
-            Self::TwoRows => Some((["matmul_pdl2r_bf16", "matmul_pdl2r_f16"], 2)),
+            Self::OneRow => Some((["matmul_pdl_bf16", "matmul_pdl_f16"], GEMV_VEC_WG, 1)),
+            Self::TwoRows => Some((["matmul_pdl2r_bf16", "matmul_pdl2r_f16"], GEMV_VEC_WG, 2)),
+            Self::Async8 => Some((["matmul_pdla_bf16", "matmul_pdla_f16"], GEMV_ASYNC_WG, 2)),
+            Self::Async4 => Some((["matmul_pdla4_bf16", "matmul_pdla4_f16"], GEMV_ASYNC_WG, 2)),
         }
     }
 }
