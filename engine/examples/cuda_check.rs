@@ -415,8 +415,8 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
     }
     gpu.set_gemv_max_rows(default_rows);
     // The other prefetching GEMV (`RSERVE_CUDA_PDL_GEMV`): the checks whose matmuls take 16-bit activations again.
-    let default_pdl = std::env::var("RSERVE_CUDA_PDL_GEMV").unwrap_or_else(|_| "2r".into());
-    for variant in ["2r", "4", "a8", "a4"] {
+    let default_pdl = std::env::var("RSERVE_CUDA_PDL_GEMV").unwrap_or_else(|_| "a".into());
+    for variant in ["a", "2r", "4"] {
         if variant == default_pdl || !gpu.set_pdl_gemv(variant) {
             continue;
         }
@@ -434,20 +434,6 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
     }
     gpu.set_pdl_gemv(&default_pdl);
     gpu.set_pdl_gemv_rows(pdl_rows);
-    // The attention's wide-key variant (`RSERVE_CUDA_ATTN_WIDE_ROWS`) at every row count of the attention checks.
-    let wide_rows = gpu.attn_wide_rows();
-    gpu.set_attn_wide_rows(usize::MAX);
-    for (name, tol, spec) in &specs {
-        if !matches!(spec, OpSpec::Attention { .. }) {
-            continue;
-        }
-        let name = format!("{name} (wide keys)");
-        if let Err(e) = both(cpu, gpu, &name, *tol, &mut fails, |b| b.check(spec)) {
-            fails += 1;
-            println!("kernel-check {name:<34} FAIL error: {e}");
-        }
-    }
-    gpu.set_attn_wide_rows(wide_rows);
     Ok(fails)
 }
 
@@ -603,12 +589,9 @@ fn bench(dir: &str) -> R<()> {
         .unwrap_or_else(|_| vec![String::new()]);
     for variant in &variants {
         if !variant.is_empty() {
-            // NAME[:wROWS]: the GEMV's `RSERVE_CUDA_PDL_GEMV` name, and optionally the attention's wide-key rows.
-            let (gemv, wide) = variant.split_once(":w").unwrap_or((variant.as_str(), ""));
-            if !runner.backend().set_pdl_gemv(gemv) {
-                return Err(format!("unknown RSERVE_CUDA_PDL_GEMV variant {gemv}").into());
+            if !runner.backend().set_pdl_gemv(variant) {
+                return Err(format!("unknown RSERVE_CUDA_PDL_GEMV variant {variant}").into());
             }
-            runner.backend().set_attn_wide_rows(wide.parse().unwrap_or(0));
             runner.clear_graphs();
             println!("pdl-variant {variant}");
         }

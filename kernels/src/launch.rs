@@ -48,9 +48,14 @@ pub const GEMV_PDL_ROWS: usize = 4;
 /// 16-byte weight loads per row a lane of `matmul_pdl*` keeps in flight (the first ones issued before it waits for
 /// the kernel before it); an entry point may use fewer.
 pub const GEMV_PDL_LOADS: usize = 4;
-/// Work-group size of the asynchronous-copy skinny matmul (`matmul_pdla*_*`): its local ring is GEMV_ASYNC_WG x 2
-/// rows x up to 8 steps x 16 bytes (32 KiB).
+/// Work-group size of the asynchronous-copy skinny matmul (`matmul_pdla_*`): its local ring is GEMV_ASYNC_WG x 2
+/// rows x GEMV_ASYNC_STAGES steps x 16 bytes (16 KiB).
 pub const GEMV_ASYNC_WG: usize = 128;
+/// Steps of 16-byte copies (of each of its two rows) a work-item of `matmul_pdla_*` keeps in flight; a power of two.
+pub const GEMV_ASYNC_STAGES: usize = 4;
+/// Work-group size of `argmax_rows` (one work-group per row: a 128k-entry row of logits is a few loads per
+/// work-item).
+pub const ARGMAX_WG: usize = 1024;
 /// Input rows per work-item of the work-item matmul (CPU devices); its accumulators are named, not an array.
 pub const GEMV_WI_ROWS: usize = 4;
 /// Work-group size of the tiled matmul (16 x 16 work-items, 4 x 4 outputs each).
@@ -85,6 +90,8 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMV_PDL_ROWS", GEMV_PDL_ROWS),
     ("GEMV_PDL_LOADS", GEMV_PDL_LOADS),
     ("GEMV_ASYNC_WG", GEMV_ASYNC_WG),
+    ("GEMV_ASYNC_STAGES", GEMV_ASYNC_STAGES),
+    ("ARGMAX_WG", ARGMAX_WG),
     ("GEMM_WG", GEMM_WG),
     ("GEMM_TILE_M", GEMM_TILE_M),
     ("GEMM_TILE_N", GEMM_TILE_N),

@@ -103,10 +103,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     // summing every T-th 4-wide piece of the key row against the query of every head of the chunk, staged in local
     // memory. A key row is thus read once for all heads, and neighbouring work-items read neighbouring 16 bytes of
     // it. The T partial sums land in scores[hh][t * len + j] and are added up by the softmax below.
-    // The wide-key variant (lat == 2) lets T grow until every work-item has a key (the others leave half of them
-    // idle in this pass), so each work-item loads fewer pieces of its key row.
     uint T = 1;
-    while (T < 8 && 2 * T * len <= (lat == 2 ? 2u : 1u) * local_size()) T *= 2;
+    while (T < 8 && 2 * T * len <= local_size()) T *= 2;
     uint t = local_id() - (local_id() / T) * T;
     uint key_step = local_size() / T;
     for (uint d0 = 0; d0 < head_dim; d0 += ATTN_DIM_CHUNK) {
@@ -306,16 +304,13 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
 DECODE_KERNEL(paged_attention_decode, float, 0, 0)
 DECODE_KERNEL(paged_attention_decode_bf16, ushort, 1, 0)
 DECODE_KERNEL(paged_attention_decode_f16, ushort, 2, 0)
-// The latency variant of each (`lat`): the CUDA backend's decode kernel for few rows; `lat2`: the same with every
-// work-item on keys in the score pass.
+// The latency variant of each (`lat`): the CUDA backend's decode kernel for few rows.
 DECODE_KERNEL(paged_attention_decode_lat, float, 0, 1)
 DECODE_KERNEL(paged_attention_decode_lat_bf16, ushort, 1, 1)
 DECODE_KERNEL(paged_attention_decode_lat_f16, ushort, 2, 1)
-DECODE_KERNEL(paged_attention_decode_lat2, float, 0, 2)
-DECODE_KERNEL(paged_attention_decode_lat2_bf16, ushort, 1, 2)
-DECODE_KERNEL(paged_attention_decode_lat2_f16, ushort, 2, 2)
 
-// Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p.
+// Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p, in one pass
+// over the partitions with a running maximum (each step's loads do not wait for the step before, so they overlap).
 // Grid: (entries x ELEM_WG, num_heads). `out` as in the decode kernel (`out_kind`).
 KERNEL void paged_attention_reduce(GLOBAL float* out, GLOBAL const float* part_out, GLOBAL const float* part_ml,
                                    GLOBAL const uint* entries, GLOBAL const uint* query_start,
@@ -330,13 +325,22 @@ KERNEL void paged_attention_reduce(GLOBAL float* out, GLOBAL const float* part_o
     uint parts = (ctx + partition_size - 1) / partition_size;
     ulong base = (ulong)e * num_heads + h;
     GLOBAL const float* ml = part_ml + base * max_parts * 2;
-    float m = NEG_INF;
-    for (uint p = 0; p < parts; p++) m = fmax(m, ml[2 * p]);
-    float total = 0.0f;
-    for (uint p = 0; p < parts; p++) total += exp(ml[2 * p] - m) * ml[2 * p + 1];
     for (uint d = local_id(); d < head_dim; d += local_size()) {
+        float m = NEG_INF;
+        float total = 0.0f;
         float acc = 0.0f;
-        for (uint p = 0; p < parts; p++) acc += exp(ml[2 * p] - m) * part_out[(base * max_parts + p) * head_dim + d];
+#pragma unroll 8
+        for (uint p = 0; p < parts; p++) {
+            float mp = ml[2 * p];  // a partition's maximum is finite: it has at least one key
+            float sp = ml[2 * p + 1];
+            float op = part_out[(base * max_parts + p) * head_dim + d];
+            float mn = fmax(m, mp);
+            float a = exp(m - mn);
+            float b = exp(mp - mn);
+            total = total * a + sp * b;
+            acc = acc * a + op * b;
+            m = mn;
+        }
         store_act(out, (GLOBAL ushort*)out, ((ulong)row * num_heads + h) * head_dim + d, acc / total, out_kind);
     }
 }

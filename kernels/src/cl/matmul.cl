@@ -11,7 +11,7 @@
 //   GEMV_VEC_WG work-items cover GEMV_VEC_COLS weight rows. Grid: (ceil(n / GEMV_VEC_COLS) x GEMV_VEC_WG,
 //   ceil(m / GEMV_ROWS)).
 // - matmul_pdl_bf16 / _f16: few rows (decode) of 16-bit activations and weights on CUDA sm_90+, the weight loads
-//   issued before the wait for the previous kernel (see the kernel); matmul_pdla*_*: the same through asynchronous
+//   issued before the wait for the previous kernel (see the kernel); matmul_pdla_*: the same through asynchronous
 //   copies into local memory.
 // - matmul_wi_*: any row count on CPU devices, whose OpenCL compilers vectorise across work-items and turn
 //   lane-strided loads into gathers. A work-item computes one output column for GEMV_WI_ROWS rows with explicit
@@ -338,16 +338,18 @@ MATMUL_PDL(matmul_pdl_f16, 1u, 0u)
 MATMUL_PDL(matmul_pdl2r_bf16, 0u, 1u)
 MATMUL_PDL(matmul_pdl2r_f16, 1u, 1u)
 
-// The body of matmul_pdla*_*: as matmul_pdl2r_* (two weight rows per sub-group, 8 weights of each per lane and
+// The body of matmul_pdla_*: as matmul_pdl2r_* (two weight rows per sub-group, 8 weights of each per lane and
 // step, up to GEMV_PDL_ROWS rows of 16-bit activations), but the weights travel through local memory by
 // asynchronous copies: each work-item keeps `stages` steps of both rows in flight (`ring`: its own 2 x stages
-// slots of 16 bytes, strided by the work-group size), the first `stages` issued before GRID_DEP_SYNC(). On CUDA a copy in flight holds no register,
-// so a work-item can keep more bytes in flight than matmul_pdl2r_*'s 8 loads. Each step waits for its oldest group,
-// widens both rows' pieces (which completes the slot's reads) and reissues the slot `stages` steps ahead; one group
-// is committed per step, empty past the row's end, so the count stays uniform. `stages` is a constant of each entry
-// point (4 or 8). Work-groups of GEMV_ASYNC_WG; grid: (ceil(n / (2 * subs)) x GEMV_ASYNC_WG, 1).
+// slots of 16 bytes, strided by the work-group size), the first `stages` issued before GRID_DEP_SYNC(). On CUDA a copy in flight holds no register
+// (48 registers against matmul_pdl2r_*'s 76 for the same 8 pieces in flight), so more work-groups fit on a
+// multiprocessor. Each step waits for its oldest group, widens both rows' pieces (which completes the slot's reads)
+// and reissues the slot `stages` steps ahead; one group is committed per step, empty past the row's end, so the
+// count stays uniform. stages = GEMV_ASYNC_STAGES (8 measured slower on an H200: 4.95 against 4.71 ms a batch-1
+// step). Work-groups of GEMV_ASYNC_WG; grid: (ceil(n / (2 * subs)) x GEMV_ASYNC_WG, 1).
 INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
-                        uint m, uint k, uint n, uint has_bias, uint is_f16, uint stages, LOCAL_PTR uint4* ring) {
+                        uint m, uint k, uint n, uint has_bias, uint is_f16, LOCAL_PTR uint4* ring) {
+    uint stages = GEMV_ASYNC_STAGES;
     uint j0 = (group_id(0) * num_subs() + sub_id()) * 2;
     uint j1 = j0 + 1;
     GLOBAL const uint4* w0 = (GLOBAL const uint4*)(w + (ulong)min(j0, n - 1) * k);  // rows past n: see matmul_pdl
@@ -374,11 +376,7 @@ INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL c
     uint steps = (pieces + sub_size() - 1) / sub_size();
     for (uint i = 0; i < steps; i++) {
         uint s = i & (stages - 1);
-        if (stages == 8) {
-            ASYNC_WAIT(7);
-        } else {
-            ASYNC_WAIT(3);
-        }
+        ASYNC_WAIT(GEMV_ASYNC_STAGES - 1);
         uint p = i * sub_size() + lane;
         f32x8 wa = widen8_bits(mine[2 * s * wg], is_f16);
         f32x8 wb = widen8_bits(mine[(2 * s + 1) * wg], is_f16);
@@ -409,17 +407,14 @@ INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL c
     }
 }
 
-// Entry points: 8 steps in flight (`matmul_pdla_*`) and 4 (`matmul_pdla4_*`).
-#define MATMUL_PDLA(NAME, IS_F16, STAGES)                                                                       \
+#define MATMUL_PDLA(NAME, IS_F16)                                                                               \
     KERNEL void NAME(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out, \
                      uint m, uint k, uint n, uint has_bias) {                                                   \
-        LOCAL uint4 ring[GEMV_ASYNC_WG * 2 * STAGES];                                                           \
-        matmul_pdla(x, w, bias, out, m, k, n, has_bias, IS_F16, STAGES, ring);                                  \
+        LOCAL uint4 ring[GEMV_ASYNC_WG * 2 * GEMV_ASYNC_STAGES];                                                \
+        matmul_pdla(x, w, bias, out, m, k, n, has_bias, IS_F16, ring);                                          \
     }
-MATMUL_PDLA(matmul_pdla_bf16, 0u, 8u)
-MATMUL_PDLA(matmul_pdla_f16, 1u, 8u)
-MATMUL_PDLA(matmul_pdla4_bf16, 0u, 4u)
-MATMUL_PDLA(matmul_pdla4_f16, 1u, 4u)
+MATMUL_PDLA(matmul_pdla_bf16, 0u)
+MATMUL_PDLA(matmul_pdla_f16, 1u)
 
 MATMUL_ROWS(matmul_rows_f32, float, load_f32)
 MATMUL_ROWS(matmul_rows_bf16, ushort, load_bf16)

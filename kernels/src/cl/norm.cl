@@ -4,7 +4,8 @@
 #include "prelude.h"
 
 // Rows of up to ROW_WG x 4 x NORM_VEC values (8192 with 256 work-items) whose width is a multiple of 4 take the
-// register path: every work-item loads its 4-wide pieces of the row at once (all loads in flight before any store),
+// register path: every work-item loads its 4-wide pieces of the row at once (all loads in flight before any store,
+// and the weight's pieces prefetched with them),
 // keeps them in registers for the scaling pass and reads each input once. A row is a single work-group, so at one
 // token per step the norm's time is its latency, not its bandwidth. Other rows take the strided loop.
 #define NORM_VEC 8
@@ -25,6 +26,7 @@ INLINE void norm_row_vec(GLOBAL const float* x, GLOBAL float* residual, uint add
         if (i < n4) {
             v[k] = load4a_f32(residual, base + 4 * i);
             if (add) v[k] = add4(v[k], load4a_f32(x, base + 4 * i));
+            prefetch_f32(w, 4 * i);  // the weights' loads after the reduction then hit the first-level cache
         }
     }
 #pragma unroll

@@ -286,6 +286,13 @@ INLINE f32x8 widen8_bits(uint4 u, uint is_f16) {
 }
 #endif
 
+// A hint to bring the 16 bytes at p + i (floats) into the first-level cache; it holds no register and never faults.
+#if defined(__CUDACC_RTC__) || defined(__CUDACC__)
+INLINE void prefetch_f32(GLOBAL const float* p, ulong i) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p + i)); }
+#else
+INLINE void prefetch_f32(GLOBAL const float* p, ulong i) { prefetch(p + i, 4); }
+#endif
+
 // ---------------------------------------------------------------- asynchronous copies into local memory
 // async_copy16(dst, src) copies 16 bytes (16-byte aligned) from global to local memory; async_commit() closes the
 // work-item's current group of copies, and ASYNC_WAIT(N) (N a literal) waits until at most N of its groups are still

@@ -1,8 +1,8 @@
 // sampling.cl — picking tokens on the device, so a greedy step reads back one id per sequence instead of its logits.
 //
 // argmax_rows: out[r] = the index of the largest of x[r, 0 .. width), the lowest index among equal maxima (the CPU
-// sampler's rule); NaN never wins, and a row of -inf/NaN gives 0. One work-group of ROW_WG work-items per row: a
-// strided scan, then a tree reduction in local memory. Grid: (rows x ROW_WG). Rows whose width is a multiple of 4
+// sampler's rule); NaN never wins, and a row of -inf/NaN gives 0. One work-group of ARGMAX_WG work-items per row: a
+// strided scan, then a tree reduction in local memory. Grid: (rows x ARGMAX_WG). Rows whose width is a multiple of 4
 // are scanned 4 values per load with ARGMAX_UNROLL loads in flight per work-item (a 128k-entry row is one
 // work-group's stream: the time is the loads it keeps in flight); a work-item still visits its indices in
 // ascending order, so strict `>` keeps the lowest index of its maximum.
@@ -21,8 +21,8 @@ INLINE float4 make_neg_inf4() {
 
 KERNEL void argmax_rows(GLOBAL const float* x, GLOBAL uint* out, uint width) {
     GRID_DEP_SYNC();
-    LOCAL float vals[ROW_WG];
-    LOCAL uint idxs[ROW_WG];
+    LOCAL float vals[ARGMAX_WG];
+    LOCAL uint idxs[ARGMAX_WG];
     uint lid = local_id();
     uint row = group_id(0);
     GLOBAL const float* xr = x + (ulong)row * width;

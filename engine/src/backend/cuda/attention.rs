@@ -77,13 +77,6 @@ pub fn latency_variant(rows: usize) -> bool {
     })
 }
 
-/// Up to how many decode rows the attention takes the wide-key latency variant (`paged_attention_decode_lat2*`:
-/// every work-item on keys in the score pass, so each loads fewer pieces of its key row): `RSERVE_CUDA_ATTN_WIDE_ROWS`,
-/// default 0 (never).
-pub fn wide_rows_from_env() -> usize {
-    std::env::var("RSERVE_CUDA_ATTN_WIDE_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
-}
-
 /// Tiles for the prefill kernel: (sequence, first pair) per tile.
 struct Prefill {
     tiles: CuBuffer,
@@ -230,9 +223,7 @@ pub(super) fn paged_attention(
         };
         let wg = work_group("paged_attention_decode");
         b.kernels
-            .launch(if d.count <= b.attn_wide_rows() {
-                ["paged_attention_decode_lat2", "paged_attention_decode_lat2_bf16", "paged_attention_decode_lat2_f16"][kind]
-            } else if latency_variant(d.count) {
+            .launch(if latency_variant(d.count) {
                 ["paged_attention_decode_lat", "paged_attention_decode_lat_bf16", "paged_attention_decode_lat_f16"][kind]
             } else {
                 ["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16"][kind]

@@ -71,8 +71,6 @@ pub struct CudaBackend {
     /// Which prefetching GEMV decode steps take (`ops::PdlGemv`), and up to how many rows.
     pdl_gemv: Cell<ops::PdlGemv>,
     pdl_gemv_rows: Cell<usize>,
-    /// Up to how many decode rows the attention takes its wide-key latency variant (`attention::wide_rows_from_env`).
-    attn_wide_rows: Cell<usize>,
     pool: Arc<Pool>,
     blas: bsys::cublasHandle_t,
     stream: Arc<CudaStream>,
@@ -134,7 +132,6 @@ impl CudaBackend {
             gemv_max_rows: Cell::new(gemv_max_rows),
             pdl_gemv: Cell::new(ops::PdlGemv::from_env()),
             pdl_gemv_rows: Cell::new(ops::pdl_gemv_rows_from_env()),
-            attn_wide_rows: Cell::new(attention::wide_rows_from_env()),
             pool,
             blas,
             stream,
@@ -263,7 +260,7 @@ impl CudaBackend {
         if out.bytes() < rows * 4 {
             return Err(be("argmax: output buffer too small"));
         }
-        let wg = rserve_kernels::launch::ROW_WG;
+        let wg = rserve_kernels::launch::ARGMAX_WG;
         self.kernels.launch("argmax_rows")?.buf(x).buf(out).u32(width).run(&self.stream, [rows * wg, 1, 1], [wg, 1, 1])
     }
 
@@ -341,16 +338,6 @@ impl CudaBackend {
     /// Most rows a decode matmul may have to take the prefetching GEMV (capped at GEMV_PDL_ROWS).
     pub fn set_pdl_gemv_rows(&self, rows: usize) {
         self.pdl_gemv_rows.set(rows.min(rserve_kernels::launch::GEMV_PDL_ROWS));
-    }
-
-    /// Up to how many decode rows the attention takes its wide-key latency variant (`paged_attention_decode_lat2*`).
-    pub fn set_attn_wide_rows(&self, rows: usize) {
-        self.attn_wide_rows.set(rows);
-    }
-
-    /// The current `set_attn_wide_rows` value.
-    pub fn attn_wide_rows(&self) -> usize {
-        self.attn_wide_rows.get()
     }
 
     /// The current `set_pdl_gemv_rows` value.

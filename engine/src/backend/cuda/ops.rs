@@ -199,17 +199,17 @@ fn launch_gemv(
 }
 
 /// Which prefetching GEMV decode steps of 16-bit activations take (only where kernels are launched with
-/// programmatic dependent launch, its point): `RSERVE_CUDA_PDL_GEMV` = `2r` (default: `matmul_pdl2r_*`, two rows
-/// per warp), `4` (`matmul_pdl_*`, one row per warp), `a8` / `a4` (`matmul_pdla_*` / `matmul_pdla4_*`: two rows
-/// per warp through asynchronous copies, 8 / 4 steps in flight) or `0` (cuBLAS). On an H200, batch-1 decode steps
-/// took 4.74 / 4.86 / 5.00 ms with `2r`, `4` and `0` (BENCHMARKS.md).
+/// programmatic dependent launch, its point): `RSERVE_CUDA_PDL_GEMV` = `a` (default: `matmul_pdla_*`, two rows per
+/// warp through asynchronous copies into local memory), `2r` (`matmul_pdl2r_*`, two rows per warp in registers),
+/// `4` (`matmul_pdl_*`, one row per warp) or `0` (cuBLAS). On an H200, batch-1 decode steps took 4.70-4.72 ms with
+/// `a` against 4.75-4.77 with `2r` (one process, 300 steps from context 256), and earlier 4.86 with `4` and 5.00 on
+/// cuBLAS (BENCHMARKS.md).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum PdlGemv {
     Off,
     OneRow,
     TwoRows,
-    Async8,
-    Async4,
+    Async,
 }
 
 impl PdlGemv {
@@ -218,15 +218,14 @@ impl PdlGemv {
             "0" => Self::Off,
             "4" => Self::OneRow,
             "1" | "2r" => Self::TwoRows,
-            "a8" => Self::Async8,
-            "a4" => Self::Async4,
+            "a" => Self::Async,
             _ => return None,
         })
     }
 
     /// From `RSERVE_CUDA_PDL_GEMV` (unset or unknown: the default).
     pub fn from_env() -> Self {
-        std::env::var("RSERVE_CUDA_PDL_GEMV").ok().and_then(|v| Self::parse(&v)).unwrap_or(Self::TwoRows)
+        std::env::var("RSERVE_CUDA_PDL_GEMV").ok().and_then(|v| Self::parse(&v)).unwrap_or(Self::Async)
     }
 
     /// The entry points (bf16, f16), work-group size and weight rows per warp; None: cuBLAS.
@@ -235,8 +234,7 @@ impl PdlGemv {
             Self::Off => None,
             Self::OneRow => Some((["matmul_pdl_bf16", "matmul_pdl_f16"], GEMV_VEC_WG, 1)),
             Self::TwoRows => Some((["matmul_pdl2r_bf16", "matmul_pdl2r_f16"], GEMV_VEC_WG, 2)),
-            Self::Async8 => Some((["matmul_pdla_bf16", "matmul_pdla_f16"], GEMV_ASYNC_WG, 2)),
-            Self::Async4 => Some((["matmul_pdla4_bf16", "matmul_pdla4_f16"], GEMV_ASYNC_WG, 2)),
+            Self::Async => Some((["matmul_pdla_bf16", "matmul_pdla_f16"], GEMV_ASYNC_WG, 2)),
         }
     }
 }
