@@ -332,3 +332,26 @@ pub(super) fn gather_rows(b: &CudaBackend, x: &CuBuffer, rows: &CuBuffer, out: &
         .u32(width)
         .run(&b.stream, [round_up(width, ELEM_WG), num_rows, 1], [ELEM_WG, 1, 1])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PdlGemv;
+    use rserve_kernels::launch::{GEMV_ASYNC_STAGES, GEMV_ASYNC_WG, GEMV_VEC_WG};
+
+    #[test]
+    fn every_gemv_variant_launches_real_entry_points_in_whole_warps() {
+        let matmul = rserve_kernels::KERNELS.iter().find(|(m, _)| *m == "matmul").expect("matmul module").1;
+        for name in ["a", "2r", "1", "4"] {
+            let (names, wg, rows_per_warp) = PdlGemv::parse(name).and_then(PdlGemv::pick).expect(name);
+            for n in names {
+                assert!(matmul.contains(&n), "{name}: {n} is not an entry point of matmul.cl");
+            }
+            assert!(wg % 32 == 0 && (wg == GEMV_VEC_WG || wg == GEMV_ASYNC_WG), "{name}: work-group {wg}");
+            assert!((1..=2).contains(&rows_per_warp), "{name}: {rows_per_warp} rows per warp");
+        }
+        assert_eq!(PdlGemv::parse("0").map(PdlGemv::pick), Some(None), "0 is cuBLAS");
+        assert_eq!(PdlGemv::parse("a8"), None, "unknown names are refused");
+        // The asynchronous GEMV's ring index is `step & (stages - 1)`.
+        assert!(GEMV_ASYNC_STAGES.is_power_of_two());
+    }
+}
