@@ -433,23 +433,6 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         }
     }
     gpu.set_pdl_gemv(&default_pdl);
-    // The asynchronous GEMV's deep form (`RSERVE_CUDA_GEMV_DEEP_ROWS`) on every matrix of those checks.
-    let deep_rows = gpu.gemv_deep_rows();
-    if gpu.set_pdl_gemv("a") {
-        gpu.set_gemv_deep_rows(usize::MAX);
-        for (name, tol, spec) in &specs {
-            if !matches!(spec, OpSpec::NormMatMul { .. } | OpSpec::SiluMatMul { .. } | OpSpec::Attention { o_proj: Some(_), .. }) {
-                continue;
-            }
-            let name = format!("{name} (pdl a deep)");
-            if let Err(e) = both(cpu, gpu, &name, *tol, &mut fails, |b| b.check(spec)) {
-                fails += 1;
-                println!("kernel-check {name:<34} FAIL error: {e}");
-            }
-        }
-        gpu.set_gemv_deep_rows(deep_rows);
-        gpu.set_pdl_gemv(&default_pdl);
-    }
     gpu.set_pdl_gemv_rows(pdl_rows);
     Ok(fails)
 }
@@ -606,12 +589,9 @@ fn bench(dir: &str) -> R<()> {
         .unwrap_or_else(|_| vec![String::new()]);
     for variant in &variants {
         if !variant.is_empty() {
-            // NAME[:dROWS]: the GEMV's `RSERVE_CUDA_PDL_GEMV` name, and optionally its deep-form rows.
-            let (gemv, deep) = variant.split_once(":d").unwrap_or((variant.as_str(), ""));
-            if !runner.backend().set_pdl_gemv(gemv) {
-                return Err(format!("unknown RSERVE_CUDA_PDL_GEMV variant {gemv}").into());
+            if !runner.backend().set_pdl_gemv(variant) {
+                return Err(format!("unknown RSERVE_CUDA_PDL_GEMV variant {variant}").into());
             }
-            runner.backend().set_gemv_deep_rows(deep.parse().unwrap_or(0));
             runner.clear_graphs();
             println!("pdl-variant {variant}");
         }

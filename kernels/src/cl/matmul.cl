@@ -348,8 +348,8 @@ MATMUL_PDL(matmul_pdl2r_f16, 1u, 1u)
 // count stays uniform. stages = GEMV_ASYNC_STAGES (8 measured slower on an H200: 4.95 against 4.71 ms a batch-1
 // step). Work-groups of GEMV_ASYNC_WG; grid: (ceil(n / (2 * subs)) x GEMV_ASYNC_WG, 1).
 INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
-                        uint m, uint k, uint n, uint has_bias, uint is_f16, uint deep, LOCAL_PTR uint4* ring) {
-    uint stages = deep ? 2 * GEMV_ASYNC_STAGES : GEMV_ASYNC_STAGES;
+                        uint m, uint k, uint n, uint has_bias, uint is_f16, LOCAL_PTR uint4* ring) {
+    uint stages = GEMV_ASYNC_STAGES;
     uint j0 = (group_id(0) * num_subs() + sub_id()) * 2;
     uint j1 = j0 + 1;
     GLOBAL const uint4* w0 = (GLOBAL const uint4*)(w + (ulong)min(j0, n - 1) * k);  // rows past n: see matmul_pdl
@@ -376,11 +376,7 @@ INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL c
     uint steps = (pieces + sub_size() - 1) / sub_size();
     for (uint i = 0; i < steps; i++) {
         uint s = i & (stages - 1);
-        if (deep) {
-            ASYNC_WAIT(2 * GEMV_ASYNC_STAGES - 1);
-        } else {
-            ASYNC_WAIT(GEMV_ASYNC_STAGES - 1);
-        }
+        ASYNC_WAIT(GEMV_ASYNC_STAGES - 1);
         uint p = i * sub_size() + lane;
         f32x8 wa = widen8_bits(mine[2 * s * wg], is_f16);
         f32x8 wb = widen8_bits(mine[(2 * s + 1) * wg], is_f16);
@@ -411,18 +407,14 @@ INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL c
     }
 }
 
-// Entry points: GEMV_ASYNC_STAGES steps in flight (`matmul_pdla_*`), and twice as many (`matmul_pdla_deep_*`, for
-// matrices whose work-groups all fit on the GPU at once, so occupancy does not pay for the deeper ring).
-#define MATMUL_PDLA(NAME, IS_F16, DEEP)                                                                         \
+#define MATMUL_PDLA(NAME, IS_F16)                                                                               \
     KERNEL void NAME(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out, \
                      uint m, uint k, uint n, uint has_bias) {                                                   \
-        LOCAL uint4 ring[GEMV_ASYNC_WG * 2 * GEMV_ASYNC_STAGES * (1 + DEEP)];                                   \
-        matmul_pdla(x, w, bias, out, m, k, n, has_bias, IS_F16, DEEP, ring);                                    \
+        LOCAL uint4 ring[GEMV_ASYNC_WG * 2 * GEMV_ASYNC_STAGES];                                                \
+        matmul_pdla(x, w, bias, out, m, k, n, has_bias, IS_F16, ring);                                          \
     }
-MATMUL_PDLA(matmul_pdla_bf16, 0u, 0u)
-MATMUL_PDLA(matmul_pdla_f16, 1u, 0u)
-MATMUL_PDLA(matmul_pdla_deep_bf16, 0u, 1u)
-MATMUL_PDLA(matmul_pdla_deep_f16, 1u, 1u)
+MATMUL_PDLA(matmul_pdla_bf16, 0u)
+MATMUL_PDLA(matmul_pdla_f16, 1u)
 
 MATMUL_ROWS(matmul_rows_f32, float, load_f32)
 MATMUL_ROWS(matmul_rows_bf16, ushort, load_bf16)

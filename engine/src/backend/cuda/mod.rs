@@ -71,8 +71,6 @@ pub struct CudaBackend {
     /// Which prefetching GEMV decode steps take (`ops::PdlGemv`), and up to how many rows.
     pdl_gemv: Cell<ops::PdlGemv>,
     pdl_gemv_rows: Cell<usize>,
-    /// Matrices of up to this many weight rows take the asynchronous GEMV's deep form.
-    gemv_deep_rows: Cell<usize>,
     pool: Arc<Pool>,
     blas: bsys::cublasHandle_t,
     stream: Arc<CudaStream>,
@@ -134,7 +132,6 @@ impl CudaBackend {
             gemv_max_rows: Cell::new(gemv_max_rows),
             pdl_gemv: Cell::new(ops::PdlGemv::from_env()),
             pdl_gemv_rows: Cell::new(ops::pdl_gemv_rows_from_env()),
-            gemv_deep_rows: Cell::new(ops::gemv_deep_rows_from_env()),
             pool,
             blas,
             stream,
@@ -341,16 +338,6 @@ impl CudaBackend {
     /// Most rows a decode matmul may have to take the prefetching GEMV (capped at GEMV_PDL_ROWS).
     pub fn set_pdl_gemv_rows(&self, rows: usize) {
         self.pdl_gemv_rows.set(rows.min(rserve_kernels::launch::GEMV_PDL_ROWS));
-    }
-
-    /// Matrices of up to `rows` weight rows take the asynchronous GEMV's deep form (`matmul_pdla_deep_*`).
-    pub fn set_gemv_deep_rows(&self, rows: usize) {
-        self.gemv_deep_rows.set(rows);
-    }
-
-    /// The current `set_gemv_deep_rows` value.
-    pub fn gemv_deep_rows(&self) -> usize {
-        self.gemv_deep_rows.get()
     }
 
     /// The current `set_pdl_gemv_rows` value.

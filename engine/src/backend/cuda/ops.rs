@@ -106,10 +106,7 @@ pub(super) fn matmul(
     if let Some((names, wg, rows_per_warp)) = pdl {
         // Decode-sized with 16-bit activations under programmatic dependent launch: the prefetching GEMV starts
         // streaming its weights while the kernel before it drains (cuBLAS' kernels wait for it to finish).
-        let mut name = names[(dtype == WeightDType::F16) as usize];
-        if b.pdl_gemv() == PdlGemv::Async && n <= b.gemv_deep_rows() {
-            name = if dtype == WeightDType::F16 { "matmul_pdla_deep_f16" } else { "matmul_pdla_deep_bf16" };
-        }
+        let name = names[(dtype == WeightDType::F16) as usize];
         return launch_gemv(b, name, x, w, bias, out, [m, k, n], wg, rows_per_warp, 1);
     }
     let (a_type, b_ptr, _scratch) = match dtype {
@@ -240,12 +237,6 @@ impl PdlGemv {
             Self::Async => Some((["matmul_pdla_bf16", "matmul_pdla_f16"], GEMV_ASYNC_WG, 2)),
         }
     }
-}
-
-/// Matrices of at most this many weight rows take the asynchronous GEMV's deep form (`matmul_pdla_deep_*`, twice
-/// the steps in flight): `RSERVE_CUDA_GEMV_DEEP_ROWS`, default 0 (never).
-pub fn gemv_deep_rows_from_env() -> usize {
-    std::env::var("RSERVE_CUDA_GEMV_DEEP_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Most rows a decode matmul may have to take the prefetching GEMV: 1, unless `RSERVE_CUDA_PDL_GEMV_ROWS` says
