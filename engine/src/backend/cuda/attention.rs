@@ -8,8 +8,10 @@ use rserve_kernels::launch::*;
 /// Keys per split-KV partition on NVIDIA GPUs for a decode launch of `rows` query rows (at most the kernel's
 /// capacity `ATTN_MAX_PARTITION`): short partitions give a decode row many work-groups, so even batch 1 fills the GPU
 /// (`paged_attention_reduce` combines them), while long ones keep the reduction small once many rows fill it anyway.
-/// 32 keys up to 16 rows, then 64 (on an H200 with a bf16 cache, 32 beat 16 at batch 1 and 64 beat 32 and 128 at 64
-/// and 256 rows; BENCHMARKS.md). `RSERVE_CUDA_ATTN_PARTITION` (16 ..= ATTN_MAX_PARTITION, a power of two) sets one size for all.
+/// 16 keys at one row, 32 up to 16 rows, then 64 (on an H200 with a bf16 cache: with the one-pass reduce, 16 beat
+/// 32 at batch 1, 4.55 against 4.63 ms a step, but lost at 16 rows, 5.69 against 5.44; 64 beat 32 and 128 at 64
+/// and 256 rows; BENCHMARKS.md). `RSERVE_CUDA_ATTN_PARTITION` (16 ..= ATTN_MAX_PARTITION, a power of two) sets one
+/// size for all.
 pub fn partition(rows: usize) -> usize {
     static P: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let fixed = *P.get_or_init(|| {
@@ -18,7 +20,11 @@ pub fn partition(rows: usize) -> usize {
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|p| p.is_power_of_two() && (16..=ATTN_MAX_PARTITION).contains(p))
     });
-    fixed.unwrap_or(if rows <= 16 { 32 } else { 64 })
+    fixed.unwrap_or(match rows {
+        0..=1 => 16,
+        2..=16 => 32,
+        _ => 64,
+    })
 }
 
 /// Partitions a decode launch of `rows` rows has for a longest context of `max_ctx` keys: rounded up to a power of
