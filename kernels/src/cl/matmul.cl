@@ -262,6 +262,33 @@ KERNEL void matmul_wide_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBA
     matmul_wide(x, w, bias, out, m, k, n, has_bias, 1u);
 }
 
+// Shared by matmul_pdl and matmul_pdla. acc0[r] (and with `two` acc1[r]) += the 8 widened weights of each row
+// times activations x[r, kk .. kk + 8), for every input row r < m.
+INLINE void pdl_dot_rows(float* acc0, float* acc1, f32x8 wa, f32x8 wb, GLOBAL const ushort* x, uint m, uint k,
+                         uint kk, uint is_f16, uint two) {
+    for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
+        if (r < m) {
+            f32x8 xv = is_f16 ? load8_f16(x, (ulong)r * k + kk) : load8_bf16(x, (ulong)r * k + kk);
+            acc0[r] += dot8(wa, xv.lo, xv.hi);
+            if (two) acc1[r] += dot8(wb, xv.lo, xv.hi);
+        }
+    }
+}
+
+// The end of matmul_pdl / matmul_pdla: each row's sums over the sub-group, stored for weight rows j0 (and with
+// `two` j1) that exist, plus the bias.
+INLINE void pdl_store_rows(const float* acc0, const float* acc1, GLOBAL const float* bias, GLOBAL float* out, uint m,
+                           uint n, uint has_bias, uint j0, uint j1, uint two) {
+    for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
+        if (r < m) {  // m is uniform: the reductions are reached by the whole sub-group
+            float s0 = sub_reduce_add(acc0[r]);
+            float s1 = two ? sub_reduce_add(acc1[r]) : 0.0f;
+            if (sub_lane() == 0 && j0 < n) out[(ulong)r * n + j0] = has_bias ? s0 + bias[j0] : s0;
+            if (two && sub_lane() == 0 && j1 < n) out[(ulong)r * n + j1] = has_bias ? s1 + bias[j1] : s1;
+        }
+    }
+}
+
 // The body of matmul_pdl_*: up to GEMV_PDL_ROWS rows of 16-bit activations (the weight's type) times 16-bit
 // weights, k a multiple of 8. A sub-group owns one weight row (`two` = 0) or two neighbouring ones (`two` = 1: each
 // activation load serves both, and a matrix of few rows fills the GPU in one wave); each lane reads 8 weights (16
@@ -305,28 +332,14 @@ INLINE void matmul_pdl(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL co
                 a[u] = load8_raw(w, w0 + next, is_f16);
                 if (two) b[u] = load8_raw(w, w1 + next, is_f16);
             }
-            if (kk < k) {
-                for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
-                    if (r < m) {
-                        f32x8 xv = is_f16 ? load8_f16(x, (ulong)r * k + kk) : load8_bf16(x, (ulong)r * k + kk);
-                        acc0[r] += dot8(wa, xv.lo, xv.hi);
-                        if (two) acc1[r] += dot8(wb, xv.lo, xv.hi);
-                    }
-                }
-            }
+            if (kk < k) pdl_dot_rows(acc0, acc1, wa, wb, x, m, k, kk, is_f16, two);
         }
     }
-    for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
-        if (r < m) {  // m is uniform: the reductions are reached by the whole sub-group
-            float s0 = sub_reduce_add(acc0[r]);
-            float s1 = two ? sub_reduce_add(acc1[r]) : 0.0f;
-            if (sub_lane() == 0 && j0 < n) out[(ulong)r * n + j0] = has_bias ? s0 + bias[j0] : s0;
-            if (two && sub_lane() == 0 && j1 < n) out[(ulong)r * n + j1] = has_bias ? s1 + bias[j1] : s1;
-        }
-    }
+    pdl_store_rows(acc0, acc1, bias, out, m, n, has_bias, j0, j1, two);
 }
 
-// Entry points: two rows per sub-group (`matmul_pdl2r_*`, the CUDA default) and one (`matmul_pdl_*`). (8 loads of
+// Entry points: two rows per sub-group (`matmul_pdl2r_*`) and one (`matmul_pdl_*`); the CUDA default is
+// matmul_pdla_*. (8 loads of
 // one row measured slower than both on an H200: 5.06 ms a batch-1 step against 4.86 and 4.74.)
 #define MATMUL_PDL(NAME, IS_F16, TWO)                                                                           \
     KERNEL void NAME(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out, \
@@ -340,16 +353,16 @@ MATMUL_PDL(matmul_pdl2r_f16, 1u, 1u)
 
 // The body of matmul_pdla_*: as matmul_pdl2r_* (two weight rows per sub-group, 8 weights of each per lane and
 // step, up to GEMV_PDL_ROWS rows of 16-bit activations), but the weights travel through local memory by
-// asynchronous copies: each work-item keeps `stages` steps of both rows in flight (`ring`: its own 2 x stages
-// slots of 16 bytes, strided by the work-group size), the first `stages` issued before GRID_DEP_SYNC(). On CUDA a copy in flight holds no register
-// (48 registers against matmul_pdl2r_*'s 76 for the same 8 pieces in flight), so more work-groups fit on a
-// multiprocessor. Each step waits for its oldest group, widens both rows' pieces (which completes the slot's reads)
-// and reissues the slot `stages` steps ahead; one group is committed per step, empty past the row's end, so the
-// count stays uniform. stages = GEMV_ASYNC_STAGES (8 measured slower on an H200: 4.95 against 4.71 ms a batch-1
-// step). Work-groups of GEMV_ASYNC_WG; grid: (ceil(n / (2 * subs)) x GEMV_ASYNC_WG, 1).
+// asynchronous copies: each work-item keeps GEMV_ASYNC_STAGES steps of both rows in flight (`ring`: its own
+// 2 x GEMV_ASYNC_STAGES slots of 16 bytes, strided by the work-group size), the first of them issued before
+// GRID_DEP_SYNC(). On CUDA a copy in flight holds no register (48 registers against matmul_pdl2r_*'s 76 for the same
+// 8 pieces in flight), so more work-groups fit on a multiprocessor. Each step waits for its oldest group, widens
+// both rows' pieces (which completes the slot's reads) and reissues the slot GEMV_ASYNC_STAGES steps ahead; one
+// group is committed per step, empty past the row's end, so the count stays uniform. (8 stages measured slower on
+// an H200: 4.95 against 4.71 ms a batch-1 step.) Work-groups of GEMV_ASYNC_WG; grid:
+// (ceil(n / (2 * subs)) x GEMV_ASYNC_WG, 1).
 INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
                         uint m, uint k, uint n, uint has_bias, uint is_f16, LOCAL_PTR uint4* ring) {
-    uint stages = GEMV_ASYNC_STAGES;
     uint j0 = (group_id(0) * num_subs() + sub_id()) * 2;
     uint j1 = j0 + 1;
     GLOBAL const uint4* w0 = (GLOBAL const uint4*)(w + (ulong)min(j0, n - 1) * k);  // rows past n: see matmul_pdl
@@ -358,7 +371,7 @@ INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL c
     uint lane = sub_lane();
     LOCAL_PTR uint4* mine = ring + local_id();  // slot i of this work-item: mine[i * wg], so a sub-group's reads of
     uint wg = local_size();                      // one slot are consecutive 16-byte words (no bank conflicts)
-    for (uint s = 0; s < stages; s++) {
+    for (uint s = 0; s < GEMV_ASYNC_STAGES; s++) {
         uint p = s * sub_size() + lane;
         if (p < pieces) {
             async_copy16(mine + 2 * s * wg, w0 + p);
@@ -375,36 +388,20 @@ INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL c
     }
     uint steps = (pieces + sub_size() - 1) / sub_size();
     for (uint i = 0; i < steps; i++) {
-        uint s = i & (stages - 1);
+        uint s = i & (GEMV_ASYNC_STAGES - 1);
         ASYNC_WAIT(GEMV_ASYNC_STAGES - 1);
         uint p = i * sub_size() + lane;
         f32x8 wa = widen8_bits(mine[2 * s * wg], is_f16);
         f32x8 wb = widen8_bits(mine[(2 * s + 1) * wg], is_f16);
-        uint q = p + stages * sub_size();
+        uint q = p + GEMV_ASYNC_STAGES * sub_size();
         if (q < pieces) {
             async_copy16(mine + 2 * s * wg, w0 + q);
             async_copy16(mine + (2 * s + 1) * wg, w1 + q);
         }
         async_commit();
-        if (p < pieces) {
-            for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
-                if (r < m) {
-                    ulong at = (ulong)r * k + 8 * p;
-                    f32x8 xv = is_f16 ? load8_f16(x, at) : load8_bf16(x, at);
-                    acc0[r] += dot8(wa, xv.lo, xv.hi);
-                    acc1[r] += dot8(wb, xv.lo, xv.hi);
-                }
-            }
-        }
+        if (p < pieces) pdl_dot_rows(acc0, acc1, wa, wb, x, m, k, 8 * p, is_f16, 1u);
     }
-    for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
-        if (r < m) {  // m is uniform: the reductions are reached by the whole sub-group
-            float s0 = sub_reduce_add(acc0[r]);
-            float s1 = sub_reduce_add(acc1[r]);
-            if (sub_lane() == 0 && j0 < n) out[(ulong)r * n + j0] = has_bias ? s0 + bias[j0] : s0;
-            if (sub_lane() == 0 && j1 < n) out[(ulong)r * n + j1] = has_bias ? s1 + bias[j1] : s1;
-        }
-    }
+    pdl_store_rows(acc0, acc1, bias, out, m, n, has_bias, j0, j1, 1u);
 }
 
 #define MATMUL_PDLA(NAME, IS_F16)                                                                               \
