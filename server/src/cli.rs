@@ -102,6 +102,10 @@ pub struct ModelArgs {
     /// run eagerly).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// Timing output on `--device cuda`: `graph` prints the wall and GPU-busy time per graph decode step every 64
+    /// steps; `ops` a per-op breakdown of eager steps (with `--enforce-eager` for decode steps).
+    #[arg(long, value_parser = ["off", "graph", "ops"], default_value = "off")]
+    pub profile: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -414,6 +418,7 @@ impl EngineArgs {
         cfg.opencl_device = self.device.opencl_device;
         cfg.load_format = self.device.load_format.clone();
         cfg.enforce_eager = m.enforce_eager;
+        cfg.profile = rserve_engine::graph_runner::ProfileMode::parse(&m.profile).unwrap_or_default();
         cfg.max_waiting = max_num_waiting;
         cfg.tensor_parallel_size = p.tensor_parallel_size;
         cfg.pipeline_parallel_size = p.pipeline_parallel_size;

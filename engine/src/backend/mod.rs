@@ -8,8 +8,9 @@
 
 pub mod cpu;
 pub mod cuda;
-pub mod opencl;
+pub mod kernels;
 pub mod level_zero;
+pub mod opencl;
 mod ops;
 
 pub use ops::{AttentionMeta, Op};

@@ -67,6 +67,8 @@ pub struct EngineConfig {
     pub load_format: String,
     /// `--enforce-eager`: no CUDA graphs (decode steps run op by op).
     pub enforce_eager: bool,
+    /// `--profile`: timing output of the CUDA runner.
+    pub profile: crate::graph_runner::ProfileMode,
 }
 
 impl EngineConfig {
@@ -96,6 +98,7 @@ impl EngineConfig {
             opencl_device: None,
             load_format: "auto".into(),
             enforce_eager: false,
+            profile: Default::default(),
         }
     }
 }

@@ -115,7 +115,12 @@ impl Device {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Box<dyn StepRunner>> {
-        let opts = crate::graph_runner::GraphOptions { max_model_len: 4096, max_num_seqs: 256, enforce_eager: false };
+        let opts = crate::graph_runner::GraphOptions {
+            max_model_len: 4096,
+            max_num_seqs: 256,
+            enforce_eager: false,
+            profile: Default::default(),
+        };
         self.build_runner_with(params, weights, num_blocks, block_size, opts)
     }
 

@@ -175,6 +175,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
                 max_model_len: plan.max_model_len,
                 max_num_seqs: cfg.max_num_seqs,
                 enforce_eager: cfg.enforce_eager,
+                profile: cfg.profile,
             };
             device.build_runner_with(&params, &weights, plan.num_blocks, cfg.block_size, opts)?
         }

@@ -10,7 +10,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rserve_engine::backend::opencl::{MatmulKernels, OpenClBackend, OpenClOptions};
+use rserve_engine::backend::kernels::KernelTuning;
+use rserve_engine::backend::opencl::{OpenClBackend, OpenClOptions};
 use rserve_engine::backend::Backend;
 
 /// A new OpenCL backend from `RSERVE_OPENCL_PLATFORM` / `RSERVE_OPENCL_DEVICE` (defaults otherwise), or None (with
@@ -40,7 +41,7 @@ pub fn shared_opencl() -> Option<MutexGuard<'static, OpenClBackend>> {
     let b = SHARED.get_or_init(|| opencl().map(Mutex::new)).as_ref()?;
     // A test that failed while holding the lock leaves a usable backend behind.
     let guard = b.lock().unwrap_or_else(|e| e.into_inner());
-    guard.set_matmul_kernels(MatmulKernels::Auto);
+    guard.set_tuning(KernelTuning::opencl(guard.info().is_cpu)).expect("the default tuning is valid");
     Some(guard)
 }
 
@@ -117,7 +118,11 @@ macro_rules! op_parity {
             let seed = opencl_common::fresh_seed();
             let want = case(&rserve_engine::backend::cpu::CpuBackend::new(), opencl_common::rng(seed));
             let cl = opencl_common::shared_opencl().unwrap();
-            $(cl.set_matmul_kernels($kernels);)?
+            $({
+                let mut t = cl.kernel_tuning();
+                t.matmul = $kernels;
+                cl.set_tuning(t).unwrap();
+            })?
             let got = case(&*cl, opencl_common::rng(seed));
             drop(cl);
             opencl_common::compare(stringify!($name), seed, &got, &want, $tol);

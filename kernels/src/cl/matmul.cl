@@ -10,9 +10,8 @@
 //   2 x 512 contiguous bytes; up to GEMV_ROWS row accumulators per lane and row, sub-group reductions at the end. Work-groups of
 //   GEMV_VEC_WG work-items cover GEMV_VEC_COLS weight rows. Grid: (ceil(n / GEMV_VEC_COLS) x GEMV_VEC_WG,
 //   ceil(m / GEMV_ROWS)).
-// - matmul_pdl_bf16 / _f16: few rows (decode) of 16-bit activations and weights on CUDA sm_90+, the weight loads
-//   issued before the wait for the previous kernel (see the kernel); matmul_pdla_*: the same through asynchronous
-//   copies into local memory.
+// - matmul_pdla_bf16 / _f16: few rows (decode) of 16-bit activations and weights on CUDA sm_90+, the weights
+//   copied asynchronously into local memory, the first copies issued before the wait for the previous kernel.
 // - matmul_wi_*: any row count on CPU devices, whose OpenCL compilers vectorise across work-items and turn
 //   lane-strided loads into gathers. A work-item computes one output column for GEMV_WI_ROWS rows with explicit
 //   4-wide vectors along k. Grid: (ceil(n / ELEM_WG) x ELEM_WG, ceil(m / GEMV_WI_ROWS)).
@@ -193,76 +192,7 @@ KERNEL void matmul_vec_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL
     matmul_vec(x, w, bias, out, m, k, n, has_bias, 1u);
 }
 
-// The body of matmul_wide_*: as matmul_vec, but a sub-group owns two weight rows (2 * sub_id(), + 1 of the group's
-// 2 * num_subs()) and each lane first issues GEMV_WIDE_UNROLL 16-byte loads per row (the sub-group's next
-// GEMV_WIDE_UNROLL x sub_size() x 8 weights of both rows) and only then multiplies, so every lane keeps
-// 2 x GEMV_WIDE_UNROLL loads in flight: what a GPU with high memory latency needs to stream weights at full
-// bandwidth with one row of activations. Grid: (ceil(n / (2 * subs)) x GEMV_VEC_WG, ceil(m / GEMV_ROWS)), where subs
-// = GEMV_VEC_WG / sub-group size (the host launches it on 32-lane devices).
-INLINE void matmul_wide(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
-                        uint m, uint k, uint n, uint has_bias, uint is_f16) {
-    uint r0 = group_id(1) * GEMV_ROWS;
-    uint nr = min((uint)GEMV_ROWS, m - r0);
-    uint j0 = (group_id(0) * num_subs() + sub_id()) * 2;
-    if (j0 >= n) return;  // uniform per sub-group; nothing below synchronises the work-group
-    uint j1 = min(j0 + 1, n - 1);
-    float acc0[GEMV_ROWS];
-    float acc1[GEMV_ROWS];
-    for (uint r = 0; r < GEMV_ROWS; r++) {
-        acc0[r] = 0.0f;
-        acc1[r] = 0.0f;
-    }
-    ulong w0 = (ulong)j0 * k;
-    ulong w1 = (ulong)j1 * k;
-    uint chunk = sub_size() * 8;
-    uint span = chunk * GEMV_WIDE_UNROLL;
-    uint lane = sub_lane() * 8;
-    uint kmain = k - k % span;
-    for (uint base = 0; base < kmain; base += span) {
-        f32x8 a[GEMV_WIDE_UNROLL];
-        f32x8 b[GEMV_WIDE_UNROLL];
-#pragma unroll
-        for (uint u = 0; u < GEMV_WIDE_UNROLL; u++) {
-            uint kk = base + u * chunk + lane;
-            a[u] = is_f16 ? load8_f16(w, w0 + kk) : load8_bf16(w, w0 + kk);
-            b[u] = is_f16 ? load8_f16(w, w1 + kk) : load8_bf16(w, w1 + kk);
-        }
-#pragma unroll
-        for (uint u = 0; u < GEMV_WIDE_UNROLL; u++) {
-            uint kk = base + u * chunk + lane;
-            GEMV_STEP8(a[u], b[u], kk)
-        }
-    }
-    for (uint kk = kmain + lane; kk < k; kk += chunk) {
-        f32x8 a = is_f16 ? load8_f16(w, w0 + kk) : load8_bf16(w, w0 + kk);
-        f32x8 b = is_f16 ? load8_f16(w, w1 + kk) : load8_bf16(w, w1 + kk);
-        GEMV_STEP8(a, b, kk)
-    }
-    for (uint r = 0; r < GEMV_ROWS; r++) {
-        if (r < nr) {  // nr is uniform: the reductions are reached by the whole sub-group
-            float s0 = sub_reduce_add(acc0[r]);
-            float s1 = sub_reduce_add(acc1[r]);
-            if (sub_lane() == 0) {
-                out[(ulong)(r0 + r) * n + j0] = has_bias ? s0 + bias[j0] : s0;
-                if (j1 != j0) out[(ulong)(r0 + r) * n + j1] = has_bias ? s1 + bias[j1] : s1;
-            }
-        }
-    }
-}
-
-KERNEL void matmul_wide_bf16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias,
-                             GLOBAL float* out, uint m, uint k, uint n, uint has_bias) {
-    GRID_DEP_SYNC();
-    matmul_wide(x, w, bias, out, m, k, n, has_bias, 0u);
-}
-
-KERNEL void matmul_wide_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias,
-                            GLOBAL float* out, uint m, uint k, uint n, uint has_bias) {
-    GRID_DEP_SYNC();
-    matmul_wide(x, w, bias, out, m, k, n, has_bias, 1u);
-}
-
-// Shared by matmul_pdl and matmul_pdla. acc0[r] (and with `two` acc1[r]) += the 8 widened weights of each row
+// Helpers of matmul_pdla. acc0[r] (and with `two` acc1[r]) += the 8 widened weights of each row
 // times activations x[r, kk .. kk + 8), for every input row r < m.
 INLINE void pdl_dot_rows(float* acc0, float* acc1, f32x8 wa, f32x8 wb, GLOBAL const ushort* x, uint m, uint k,
                          uint kk, uint is_f16, uint two) {
@@ -275,7 +205,7 @@ INLINE void pdl_dot_rows(float* acc0, float* acc1, f32x8 wa, f32x8 wb, GLOBAL co
     }
 }
 
-// The end of matmul_pdl / matmul_pdla: each row's sums over the sub-group, stored for weight rows j0 (and with
+// The end of matmul_pdla: each row's sums over the sub-group, stored for weight rows j0 (and with
 // `two` j1) that exist, plus the bias.
 INLINE void pdl_store_rows(const float* acc0, const float* acc1, GLOBAL const float* bias, GLOBAL float* out, uint m,
                            uint n, uint has_bias, uint j0, uint j1, uint two) {
@@ -289,83 +219,22 @@ INLINE void pdl_store_rows(const float* acc0, const float* acc1, GLOBAL const fl
     }
 }
 
-// The body of matmul_pdl_*: up to GEMV_PDL_ROWS rows of 16-bit activations (the weight's type) times 16-bit
-// weights, k a multiple of 8. A sub-group owns one weight row (`two` = 0) or two neighbouring ones (`two` = 1: each
-// activation load serves both, and a matrix of few rows fills the GPU in one wave); each lane reads 8 weights (16
-// bytes) of each row per load and keeps GEMV_PDL_LOADS loads per row in flight, reissuing a slot as soon as it is
-// used. The first loads go out before GRID_DEP_SYNC(): weights are never written by an earlier
-// kernel, so under programmatic dependent launch a work-group that is scheduled while the kernel before it drains
-// streams its weights at once, and only the activation reads wait. `two` is a constant of each entry point. Grid: (ceil(n / (subs << two)) x GEMV_VEC_WG, 1), subs = GEMV_VEC_WG / sub-group size.
-INLINE void matmul_pdl(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
-                       uint m, uint k, uint n, uint has_bias, uint is_f16, uint two) {
-    uint j0 = (group_id(0) * num_subs() + sub_id()) << two;
-    uint j1 = j0 + 1;
-    ulong w0 = (ulong)min(j0, n - 1) * k;  // rows past n stream the last row and store nothing
-    ulong w1 = (ulong)min(j1, n - 1) * k;
-    uint lane = sub_lane() * 8;
-    uint chunk = sub_size() * 8;
-    uint span = chunk * GEMV_PDL_LOADS;
-    raw16x8 a[GEMV_PDL_LOADS];
-    raw16x8 b[GEMV_PDL_LOADS];
-#pragma unroll
-    for (uint u = 0; u < GEMV_PDL_LOADS; u++) {
-        uint kk = lane + u * chunk;
-        a[u] = kk < k ? load8_raw(w, w0 + kk, is_f16) : raw8_zero();
-        if (two) b[u] = kk < k ? load8_raw(w, w1 + kk, is_f16) : raw8_zero();
-    }
-    GRID_DEP_SYNC();
-    float acc0[GEMV_PDL_ROWS];
-    float acc1[GEMV_PDL_ROWS];
-    for (uint r = 0; r < GEMV_PDL_ROWS; r++) {
-        acc0[r] = 0.0f;
-        acc1[r] = 0.0f;
-    }
-    for (uint base = 0; base < k; base += span) {
-#pragma unroll
-        for (uint u = 0; u < GEMV_PDL_LOADS; u++) {
-            uint kk = base + lane + u * chunk;
-            f32x8 wa = widen8(a[u], is_f16);
-            f32x8 wb = wa;
-            if (two) wb = widen8(b[u], is_f16);
-            uint next = kk + span;
-            if (next < k) {
-                a[u] = load8_raw(w, w0 + next, is_f16);
-                if (two) b[u] = load8_raw(w, w1 + next, is_f16);
-            }
-            if (kk < k) pdl_dot_rows(acc0, acc1, wa, wb, x, m, k, kk, is_f16, two);
-        }
-    }
-    pdl_store_rows(acc0, acc1, bias, out, m, n, has_bias, j0, j1, two);
-}
-
-// Entry points: two rows per sub-group (`matmul_pdl2r_*`) and one (`matmul_pdl_*`); the CUDA default is
-// matmul_pdla_*. (8 loads of
-// one row measured slower than both on an H200: 5.06 ms a batch-1 step against 4.86 and 4.74.)
-#define MATMUL_PDL(NAME, IS_F16, TWO)                                                                           \
-    KERNEL void NAME(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out, \
-                     uint m, uint k, uint n, uint has_bias) {                                                   \
-        matmul_pdl(x, w, bias, out, m, k, n, has_bias, IS_F16, TWO);                                            \
-    }
-MATMUL_PDL(matmul_pdl_bf16, 0u, 0u)
-MATMUL_PDL(matmul_pdl_f16, 1u, 0u)
-MATMUL_PDL(matmul_pdl2r_bf16, 0u, 1u)
-MATMUL_PDL(matmul_pdl2r_f16, 1u, 1u)
-
-// The body of matmul_pdla_*: as matmul_pdl2r_* (two weight rows per sub-group, 8 weights of each per lane and
-// step, up to GEMV_PDL_ROWS rows of 16-bit activations), but the weights travel through local memory by
+// The body of matmul_pdla_*: up to GEMV_PDL_ROWS rows of 16-bit activations (the weight's type) times 16-bit
+// weights, k a multiple of 8. A sub-group owns two neighbouring weight rows (each activation load serves both) and
+// each lane reads 8 weights (16 bytes) of each row per step. The weights travel through local memory by
 // asynchronous copies: each work-item keeps GEMV_ASYNC_STAGES steps of both rows in flight (`ring`: its own
 // 2 x GEMV_ASYNC_STAGES slots of 16 bytes, strided by the work-group size), the first of them issued before
-// GRID_DEP_SYNC(). On CUDA a copy in flight holds no register (48 registers against matmul_pdl2r_*'s 76 for the same
-// 8 pieces in flight), so more work-groups fit on a multiprocessor. Each step waits for its oldest group, widens
+// GRID_DEP_SYNC(): weights are never written by an earlier kernel, so under programmatic dependent launch a
+// work-group scheduled while the kernel before it drains streams its weights at once, and only the activation reads
+// wait. On CUDA a copy in flight holds no register, so more work-groups fit on a multiprocessor. Each step waits for its oldest group, widens
 // both rows' pieces (which completes the slot's reads) and reissues the slot GEMV_ASYNC_STAGES steps ahead; one
-// group is committed per step, empty past the row's end, so the count stays uniform. (8 stages measured slower on
-// an H200: 4.95 against 4.71 ms a batch-1 step.) Work-groups of GEMV_ASYNC_WG; grid:
+// group is committed per step, empty past the row's end, so the count stays uniform. Work-groups of GEMV_ASYNC_WG; grid:
 // (ceil(n / (2 * subs)) x GEMV_ASYNC_WG, 1).
 INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
                         uint m, uint k, uint n, uint has_bias, uint is_f16, LOCAL_PTR uint4* ring) {
     uint j0 = (group_id(0) * num_subs() + sub_id()) * 2;
     uint j1 = j0 + 1;
-    GLOBAL const uint4* w0 = (GLOBAL const uint4*)(w + (ulong)min(j0, n - 1) * k);  // rows past n: see matmul_pdl
+    GLOBAL const uint4* w0 = (GLOBAL const uint4*)(w + (ulong)min(j0, n - 1) * k);  // rows past n stream the last row, store nothing
     GLOBAL const uint4* w1 = (GLOBAL const uint4*)(w + (ulong)min(j1, n - 1) * k);
     uint pieces = k / 8;  // 16-byte pieces of a row
     uint lane = sub_lane();

@@ -71,7 +71,7 @@ INLINE float load_f16(GLOBAL const ushort* p, ulong i) { return vload_half(i, (G
 #endif
 
 // ---------------------------------------------------------------- launch ordering
-// GRID_DEP_SYNC() is the first statement of every kernel (matmul_pdl_* first issues its weight loads, which no
+// GRID_DEP_SYNC() is the first statement of every kernel (matmul_pdla_* first issues its weight copies, which no
 // earlier kernel writes). On CUDA devices of compute capability 9.0 and newer the
 // host launches kernels with programmatic dependent launch, so a kernel's work-groups may start while the kernel
 // before it on the stream is still finishing: the wait blocks until that kernel has completed and its writes are
@@ -227,16 +227,12 @@ INLINE float4 load4_kv_raw(GLOBAL const float* f, GLOBAL const ushort* h, ulong 
 INLINE float4 kv_widen(float4 r, uint kind) { return r; }
 #endif
 
-// Eight 16-bit weights p[i .. i + 8) kept as loaded until widen8() (i a multiple of 8, p 16-byte aligned): on CUDA
-// one 16-byte register quad, so a load in flight holds four registers, not eight; on OpenCL loaded widened. Every
-// call passes a constant is_f16 (0 bf16, 1 f16).
+// Eight 16-bit weights kept as loaded (one 16-byte register quad on CUDA) until widen8(); every call passes a
+// constant is_f16 (0 bf16, 1 f16).
 #if defined(__CUDACC_RTC__) || defined(__CUDACC__)
 typedef uint4 raw16x8;
-INLINE raw16x8 load8_raw(GLOBAL const ushort* p, ulong i, uint is_f16) { return *(const uint4*)(p + i); }
-INLINE raw16x8 raw8_zero() { return make_uint4(0u, 0u, 0u, 0u); }
-// bf16 halves of a 32-bit word as f32, as `volatile` instructions: ptxas then widens each 16-byte weight load where
-// it is used instead of all loads in flight at once (8 loads of one row took 91 registers that way, 63 like this;
-// matmul_pdl2r_bf16 takes 76).
+// bf16 halves of a 32-bit word as f32, as `volatile` instructions: ptxas then widens each 16-byte weight piece where
+// it is used instead of all pieces at once, which holds fewer registers.
 INLINE float bf16_lo(uint a) {
     float f;
     asm volatile("prmt.b32 %0, %1, 0, 0x1044;" : "=f"(f) : "r"(a));
@@ -256,15 +252,6 @@ INLINE f32x8 widen8(raw16x8 u, uint is_f16) {
 }
 #else
 typedef f32x8 raw16x8;
-INLINE raw16x8 load8_raw(GLOBAL const ushort* p, ulong i, uint is_f16) {
-    return is_f16 ? load8_f16(p, i) : load8_bf16(p, i);
-}
-INLINE raw16x8 raw8_zero() {
-    f32x8 r;
-    r.lo = zero4();
-    r.hi = zero4();
-    return r;
-}
 INLINE f32x8 widen8(raw16x8 u, uint is_f16) { return u; }
 #endif
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{result, sys};
 
 use crate::backend::cpu::be;
-use crate::backend::WeightDType;
+pub use crate::backend::kernels::Contents;
 use crate::error::Result;
 
 /// Freed allocations by exact byte size, ready for reuse.
@@ -72,20 +72,6 @@ impl Pool {
     }
 }
 
-/// What a buffer holds (for the host-side checks before each launch).
-#[derive(Debug, Clone)]
-pub enum Contents {
-    F32 { len: usize },
-    /// Indices, with the host copy every index check reads.
-    U32 { host: Vec<u32> },
-    Matrix { dtype: WeightDType, rows: usize, cols: usize },
-    /// `len` values in a 16-bit type: activations that feed a cuBLAS multiply with weights of that type
-    /// (`alloc_matmul_input`), or a 16-bit KV cache.
-    Half { dtype: WeightDType, len: usize },
-    /// Scratch (converted activations, split-KV partials).
-    Raw,
-}
-
 /// One device allocation of the CUDA backend.
 pub struct CuBuffer {
     ptr: sys::CUdeviceptr,
@@ -125,41 +111,9 @@ impl CuBuffer {
         self.bytes
     }
 
-    pub fn f32_len(&self) -> Option<usize> {
-        match self.contents {
-            Contents::F32 { len } => Some(len),
-            _ => None,
-        }
-    }
-
-    /// Checks an f32 buffer holds at least `need` values.
-    /// Checks an activation output of at least `need` values: 0 for f32, 1 for bf16, 2 for f16 (the `kind` of the
-    /// kernels' `store_act`).
-    pub(super) fn act_out(&self, what: &str, need: usize) -> Result<u32> {
-        let (len, kind) = self.kv().ok_or_else(|| be(format!("{what}: expected an activation buffer")))?;
-        if len < need {
-            return Err(be(format!("{what}: buffer of {len} values, op needs {need}")));
-        }
-        Ok(kind)
-    }
-
-    /// Length in values and kind (0 f32, 1 bf16, 2 f16: the kernels' `load_kv` / `store_act` kind) of an f32 or
-    /// 16-bit buffer (activations or a KV cache); None for other contents.
-    pub(super) fn kv(&self) -> Option<(usize, u32)> {
-        match self.contents {
-            Contents::F32 { len } => Some((len, 0)),
-            Contents::Half { dtype: WeightDType::BF16, len } => Some((len, 1)),
-            Contents::Half { dtype: WeightDType::F16, len } => Some((len, 2)),
-            _ => None,
-        }
-    }
-
-    pub(super) fn f32(&self, what: &str, need: usize) -> Result<()> {
-        match self.f32_len() {
-            Some(len) if len >= need => Ok(()),
-            Some(len) => Err(be(format!("{what}: buffer of {len} values, op needs {need}"))),
-            None => Err(be(format!("{what}: expected an f32 buffer"))),
-        }
+    /// What the buffer holds.
+    pub fn contents(&self) -> &Contents {
+        &self.contents
     }
 
     /// Replaces the host copy of a u32 buffer (after its device memory was written).
@@ -175,21 +129,6 @@ impl CuBuffer {
         }
     }
 
-    /// The host copy of a u32 buffer of at least `need` values.
-    pub(super) fn u32(&self, what: &str, need: usize) -> Result<&[u32]> {
-        match &self.contents {
-            Contents::U32 { host } if host.len() >= need => Ok(host),
-            Contents::U32 { host } => Err(be(format!("{what}: buffer of {} indices, op needs {need}", host.len()))),
-            _ => Err(be(format!("{what}: expected a u32 buffer"))),
-        }
-    }
-
-    pub(super) fn matrix(&self, what: &str) -> Result<(WeightDType, usize, usize)> {
-        match self.contents {
-            Contents::Matrix { dtype, rows, cols } => Ok((dtype, rows, cols)),
-            _ => Err(be(format!("{what}: expected a weight matrix"))),
-        }
-    }
 }
 
 impl Drop for CuBuffer {

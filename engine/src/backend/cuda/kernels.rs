@@ -1,6 +1,6 @@
 //! The kernels on one CUDA device: every portable module of `rserve-kernels` (and the CUDA-only glue module)
 //! compiled by NVRTC to PTX, cached on disk by source hash and GPU architecture, loaded as CUDA modules; and
-//! `Launch`, which packs arguments in declaration order and launches on the backend's stream.
+//! `launch`, which packs a launch's arguments in declaration order and launches it on the backend's stream.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -10,6 +10,7 @@ use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
 use super::buffer::CuBuffer;
+use crate::backend::kernels::{Arg, Launch};
 use super::host;
 use crate::backend::cpu::be;
 use crate::error::{EngineError, Result};
@@ -19,14 +20,6 @@ pub(super) struct Kernels {
     funcs: HashMap<&'static str, CudaFunction>,
     /// Modules compiled by NVRTC in this process (the others came from the PTX cache).
     pub(super) compiled: usize,
-    /// Launch with programmatic dependent launch (`pdl_enabled`): every kernel starts with `GRID_DEP_SYNC()`.
-    pdl: bool,
-}
-
-/// Whether kernels on a device of compute capability `cc` are launched with programmatic dependent launch: on 9.0
-/// and newer (where the prelude's `GRID_DEP_SYNC()` waits for the previous kernel), unless `RSERVE_CUDA_PDL=0`.
-pub(super) fn pdl_enabled(cc: (i32, i32)) -> bool {
-    cc.0 >= 9 && std::env::var("RSERVE_CUDA_PDL").map_or(true, |v| v != "0")
 }
 
 fn ptx_for(module: &str, source: &str, cc: (i32, i32)) -> Result<(String, bool)> {
@@ -84,88 +77,41 @@ impl Kernels {
                 funcs.insert(entry, f);
             }
         }
-        let pdl = pdl_enabled(cc);
-        tracing::debug!("cuda: programmatic dependent launch {}", if pdl { "on" } else { "off" });
-        Ok(Self { funcs, compiled, pdl })
+        Ok(Self { funcs, compiled })
     }
 
-    /// Whether kernels are launched with programmatic dependent launch.
-    pub(super) fn pdl(&self) -> bool {
-        self.pdl
-    }
-
-    pub(super) fn launch(&self, name: &'static str) -> Result<Launch<'_>> {
-        let f = self.funcs.get(name).ok_or_else(|| be(format!("cuda: kernel {name} is not loaded")))?;
-        Ok(Launch { f, name, args: Vec::with_capacity(16), err: None, pdl: self.pdl })
-    }
-}
-
-/// One kernel argument, stored by value until launch.
-enum Arg {
-    Ptr(u64),
-    U32(u32),
-    F32(f32),
-}
-
-/// One launch being prepared: arguments in declaration order, then `run`.
-pub(super) struct Launch<'a> {
-    f: &'a CudaFunction,
-    name: &'static str,
-    args: Vec<Arg>,
-    err: Option<EngineError>,
-    pdl: bool,
-}
-
-impl Launch<'_> {
-    pub(super) fn buf(mut self, b: &CuBuffer) -> Self {
-        self.args.push(Arg::Ptr(b.ptr()));
-        self
-    }
-
-    pub(super) fn u32(mut self, v: usize) -> Self {
-        match u32::try_from(v) {
-            Ok(x) => self.args.push(Arg::U32(x)),
-            Err(_) => {
-                let i = self.args.len();
-                self.err.get_or_insert_with(|| be(format!("cuda: {}: argument {i} = {v} does not fit in 32 bits", self.name)));
-                self.args.push(Arg::U32(0));
-            }
-        }
-        self
-    }
-
-    pub(super) fn f32(mut self, v: f32) -> Self {
-        self.args.push(Arg::F32(v));
-        self
-    }
-
-    /// Launches on `global` work-items in groups of `local` (OpenCL-style sizes); empty grids launch nothing.
-    pub(super) fn run(mut self, stream: &CudaStream, global: [usize; 3], local: [usize; 3]) -> Result<()> {
-        if let Some(e) = self.err.take() {
-            return Err(e);
-        }
-        if global.contains(&0) {
+    /// Launches `l` on `stream` (OpenCL-style sizes mapped onto a CUDA grid); empty grids launch nothing. With
+    /// `pdl` (programmatic dependent launch) the kernel may be scheduled before the previous one on the stream has
+    /// finished; its `GRID_DEP_SYNC()` waits for it before touching memory.
+    pub(super) fn launch(&self, stream: &CudaStream, l: &Launch<'_, CuBuffer>, pdl: bool) -> Result<()> {
+        let f = self.funcs.get(l.kernel).ok_or_else(|| be(format!("cuda: kernel {} is not loaded", l.kernel)))?;
+        if l.global.contains(&0) {
             return Ok(());
         }
-        let (grid, block) = host::grid_dims(global, local)?;
-        let mut params: Vec<*mut c_void> = self
+        let (grid, block) = host::grid_dims(l.global, [l.local, 1, 1])?;
+        let mut values: Vec<ArgValue> = l
             .args
-            .iter_mut()
+            .iter()
             .map(|a| match a {
-                Arg::Ptr(p) => p as *mut u64 as *mut c_void,
-                Arg::U32(x) => x as *mut u32 as *mut c_void,
-                Arg::F32(x) => x as *mut f32 as *mut c_void,
+                Arg::Buf(b) => ArgValue::Ptr(b.ptr()),
+                Arg::U32(x) => ArgValue::U32(*x),
+                Arg::F32(x) => ArgValue::F32(*x),
             })
             .collect();
-        // SAFETY: the arguments match the kernel's parameters in order and type (the sources and the launch sites
-        // are kept in step and every index they follow was checked on the host); they outlive the call, which
-        // copies them.
-        if !self.pdl {
-            return unsafe { result::launch_kernel(self.f.cu_function(), grid, block, 0, stream.cu_stream(), &mut params) }
-                .map_err(|e| be(format!("cuda: launching {}: {e:?}", self.name)));
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|a| match a {
+                ArgValue::Ptr(p) => p as *mut u64 as *mut c_void,
+                ArgValue::U32(x) => x as *mut u32 as *mut c_void,
+                ArgValue::F32(x) => x as *mut f32 as *mut c_void,
+            })
+            .collect();
+        // SAFETY: the arguments match the kernel's parameters in order and type (the op layer builds them in the
+        // order of the kernel source and checked every index they follow); they outlive the call, which copies them.
+        if !pdl {
+            return unsafe { result::launch_kernel(f.cu_function(), grid, block, 0, stream.cu_stream(), &mut params) }
+                .map_err(|e| be(format!("cuda: launching {}: {e:?}", l.kernel)));
         }
-        // Programmatic dependent launch: the kernel may be scheduled before the previous one on the stream has
-        // finished; its `GRID_DEP_SYNC()` waits for it before touching memory.
         // SAFETY: all-zero is a valid bit pattern for this plain C union; the one field set is the one the
         // attribute id names.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
@@ -184,13 +130,15 @@ impl Launch<'_> {
             numAttrs: 1,
         };
         // SAFETY: as above; `config` and `attr` outlive the call, which copies them.
-        unsafe { sys::cuLaunchKernelEx(&config, self.f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
+        unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }
             .result()
-            .map_err(|e| be(format!("cuda: launching {}: {e:?}", self.name)))
+            .map_err(|e| be(format!("cuda: launching {}: {e:?}", l.kernel)))
     }
 }
 
-/// `n` rounded up to a multiple of `m`.
-pub(super) fn round_up(n: usize, m: usize) -> usize {
-    n.div_ceil(m) * m
+/// One kernel argument by value, alive until the launch has copied it.
+enum ArgValue {
+    Ptr(u64),
+    U32(u32),
+    F32(f32),
 }

@@ -1,76 +1,52 @@
 //! The CUDA backend: every `Op` on NVIDIA GPUs, with the same portable kernel sources as the SPIR-V build
 //! (`kernels/src/cl/*.cl` + `prelude.h`, compiled at run time by NVRTC through the prelude's CUDA side, PTX cached
-//! on disk by source hash and GPU architecture) and matrix multiplies on cuBLAS (`cublasGemmEx`, f32 accumulation).
+//! on disk by source hash and GPU architecture) and matrix multiplies on cuBLAS (`blas.rs`, the op layer's
+//! `vendor_matmul` hook).
 //!
 //! The driver, NVRTC and cuBLAS are loaded when the backend is created (cudarc's dynamic loading), so a build needs
 //! no CUDA toolkit and hosts without CUDA run the CPU backend unchanged; a missing library or GPU is an error value.
 //! One context and one in-order stream of its own (non-blocking, so it can be captured into CUDA graphs): ops and
-//! copies run in submission order and the host waits only in downloads. Activations and the KV cache are f32, like
-//! the CPU and OpenCL backends; 2-D weights stay in their dtype; 1-D weights are f32. Matrix multiplies run on
-//! cuBLAS, which measured faster than the portable vectorised GEMV (`matmul_vec_*`, the Intel decode path) at
-//! every row count on an H200 (BENCHMARKS.md); `RSERVE_CUDA_GEMV_ROWS=N` sends up to N rows to the GEMV instead.
-//! Batch-1 decode matmuls of 16-bit activations take the prefetching GEMV (`matmul_pdl2r_*`, `ops.rs`) under
-//! programmatic dependent launch: its weight stream starts while the kernel before it drains.
+//! copies run in submission order and the host waits only in downloads. Activations between ops are f32, except the
+//! inputs of 16-bit matrix multiplies, which their producers write in the weight's type (`alloc_matmul_input`); the
+//! KV cache is in the model's dtype; 2-D weights stay in their dtype; 1-D weights are f32. Which kernels an op
+//! launches is decided by the device-neutral `backend::kernels` layer from `KernelTuning::cuda`.
 //!
 //! CUDA graphs (`begin_capture` / `end_capture` / `replay`, used by `crate::graph_runner`): while capturing, ops are
 //! recorded, not run, and their memory comes from the graphs' own free list (`buffer.rs`); the attention work split
 //! a graph read is handed to the graph, so it lives as long as the graph.
-//!
-//! Boundary: kernel argument layouts live in `kernels/src/cl/*.cl`; `ops.rs` and `attention.rs` launch them exactly
-//! as the OpenCL backend does (OpenCL ND-ranges mapped onto CUDA grids by `host::grid_dims`).
 
-mod attention;
+mod blas;
 mod buffer;
 pub mod host;
 mod kernels;
-mod ops;
 mod profile;
 
-use std::cell::Cell;
-
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
 
-use cudarc::cublas::{result as blas, sys as bsys};
+use cudarc::cublas::{result as cublas, sys as bsys};
 use cudarc::driver::{result, CudaContext, CudaStream};
 
-pub use attention::decode_parts;
 pub use buffer::{Contents, CuBuffer};
 use buffer::Pool;
 use kernels::Kernels;
 
+use super::kernels::{AttnPlan, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache};
 use super::{Backend, Op, WeightDType};
 use crate::backend::cpu::be;
 use crate::error::Result;
-
-/// Block size each portable kernel is launched with (the same sizes the OpenCL backend uses; the kernels' local
-/// arrays are sized by these constants).
-pub(crate) fn work_group(kernel: &str) -> usize {
-    use rserve_kernels::launch::*;
-    match kernel {
-        "rms_norm" | "add_rms_norm" => ROW_WG,
-        "paged_attention_decode" => ATTN_WG,
-        "paged_attention_prefill" => PREFILL_WG,
-        k if k.starts_with("matmul_rows") => GEMV_WG,
-        k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
-        k if k.starts_with("matmul_tiled") => GEMM_WG,
-        _ => ELEM_WG,
-    }
-}
 
 /// An NVIDIA GPU with rserve's kernels loaded on it.
 pub struct CudaBackend {
     // Field order is drop order: kernels, cached plans and pooled memory go before the context.
     kernels: Kernels,
-    attention_plan: RefCell<Option<attention::Plan>>,
+    plans: PlanCache<CuBuffer>,
+    tuning: Cell<KernelTuning>,
+    /// The per-op profile of eager steps (`set_op_profile`).
     profile: Mutex<Option<profile::Profile>>,
     /// cuBLAS' workspace, set explicitly so cuBLAS allocates nothing while a graph is captured.
     workspace: RefCell<Option<CuBuffer>>,
     capturing: Cell<bool>,
-    gemv_max_rows: Cell<usize>,
-    /// Which prefetching GEMV decode steps take (`ops::PdlGemv`), and up to how many rows.
-    pdl_gemv: Cell<ops::PdlGemv>,
-    pdl_gemv_rows: Cell<usize>,
     pool: Arc<Pool>,
     blas: bsys::cublasHandle_t,
     stream: Arc<CudaStream>,
@@ -99,11 +75,11 @@ impl CudaBackend {
         let cc = ctx.compute_capability().map_err(|e| be(format!("cuda: compute capability: {e:?}")))?;
         let total_mem = ctx.total_mem().map_err(|e| be(format!("cuda: memory size: {e:?}")))? as u64;
         let stream = ctx.new_stream().map_err(|e| be(format!("cuda: creating a stream: {e:?}")))?;
-        let blas = std::panic::catch_unwind(blas::create_handle)
+        let blas = std::panic::catch_unwind(cublas::create_handle)
             .map_err(|_| be("cuda: cuBLAS (libcublas.so) could not be loaded"))?
             .map_err(|e| be(format!("cuda: creating a cuBLAS handle: {e:?}")))?;
         // SAFETY: a fresh handle bound to the context's stream.
-        unsafe { blas::set_stream(blas, stream.cu_stream() as _) }.map_err(|e| be(format!("cuda: cuBLAS stream: {e:?}")))?;
+        unsafe { cublas::set_stream(blas, stream.cu_stream() as _) }.map_err(|e| be(format!("cuda: cuBLAS stream: {e:?}")))?;
         let t0 = std::time::Instant::now();
         let kernels = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Kernels::build(&ctx, cc)))
             .map_err(|_| be("cuda: NVRTC (libnvrtc.so) could not be loaded"))??;
@@ -122,16 +98,13 @@ impl CudaBackend {
         unsafe { bsys::cublasSetWorkspace_v2(blas, workspace.ptr() as *mut _, WORKSPACE) }
             .result()
             .map_err(|e| be(format!("cuda: cuBLAS workspace: {e:?}")))?;
-        let gemv_max_rows = std::env::var("RSERVE_CUDA_GEMV_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
         Ok(Self {
             kernels,
-            attention_plan: RefCell::new(None),
-            profile: Mutex::new(profile::Profile::from_env()),
+            plans: PlanCache::default(),
+            tuning: Cell::new(KernelTuning::cuda(cc)),
+            profile: Mutex::new(None),
             workspace: RefCell::new(Some(workspace)),
             capturing: Cell::new(false),
-            gemv_max_rows: Cell::new(gemv_max_rows),
-            pdl_gemv: Cell::new(ops::PdlGemv::from_env()),
-            pdl_gemv_rows: Cell::new(ops::pdl_gemv_rows_from_env()),
             pool,
             blas,
             stream,
@@ -256,12 +229,13 @@ impl CudaBackend {
     /// sampler picks); `out` is a u32 buffer of at least `rows` values.
     pub fn argmax_rows(&self, x: &CuBuffer, rows: usize, width: usize, out: &CuBuffer) -> Result<()> {
         self.bind()?;
-        x.f32("argmax x", rows * width)?;
+        x.contents().f32("argmax x", rows * width)?;
         if out.bytes() < rows * 4 {
             return Err(be("argmax: output buffer too small"));
         }
-        let wg = rserve_kernels::launch::ARGMAX_WG;
-        self.kernels.launch("argmax_rows")?.buf(x).buf(out).u32(width).run(&self.stream, [rows * wg, 1, 1], [wg, 1, 1])
+        let kernel = rserve_kernels::names::ARGMAX_ROWS;
+        let args = vec![super::kernels::Arg::Buf(x), super::kernels::Arg::Buf(out), super::kernels::u32_arg(width, kernel, "width")?];
+        self.launch(&Launch::groups(kernel, args, rows, [1, 1]))
     }
 
     /// A KV-cache buffer of `dtype` holding `data` (rounded to nearest even for the 16-bit types): how the kernel
@@ -281,7 +255,7 @@ impl CudaBackend {
 
     /// Reads a KV-cache buffer back as f32 (waits for every earlier op).
     pub fn download_kv_cache(&self, buf: &CuBuffer) -> Result<Vec<f32>> {
-        match buf.contents {
+        match *buf.contents() {
             Contents::Half { dtype, len } => {
                 let mut raw = vec![0u16; len];
                 self.copy_out(buf, &mut raw)?;
@@ -315,43 +289,24 @@ impl CudaBackend {
         self.upload_u32(&vec![0u32; len])
     }
 
-    /// Largest row count that takes the vectorised GEMV instead of cuBLAS (16-bit weights, k a multiple of 8).
-    pub fn set_gemv_max_rows(&self, rows: usize) {
-        self.gemv_max_rows.set(rows);
+    /// Replaces the kernel variant choices (tools compare variants this way); refused if invalid.
+    pub fn set_tuning(&self, t: KernelTuning) -> Result<()> {
+        t.validate()?;
+        self.tuning.set(t);
+        Ok(())
     }
 
-    /// Chooses the prefetching GEMV by its `RSERVE_CUDA_PDL_GEMV` name (`ops::PdlGemv`); false for an unknown name.
-    pub fn set_pdl_gemv(&self, name: &str) -> bool {
-        match ops::PdlGemv::parse(name) {
-            Some(v) => {
-                self.pdl_gemv.set(v);
-                true
-            }
-            None => false,
+    /// The current kernel variant choices.
+    pub fn kernel_tuning(&self) -> KernelTuning {
+        self.tuning.get()
+    }
+
+    /// Turns the per-op profile of eager steps on or off (`--profile ops`): a CUDA event pair around every op, a
+    /// `cuda-profile:` summary line on stderr every 64 decode steps (8 with a prefill chunk).
+    pub fn set_op_profile(&self, on: bool) {
+        if let Ok(mut p) = self.profile.lock() {
+            *p = on.then(profile::Profile::new);
         }
-    }
-
-    pub(crate) fn pdl_gemv(&self) -> ops::PdlGemv {
-        self.pdl_gemv.get()
-    }
-
-    /// Most rows a decode matmul may have to take the prefetching GEMV (capped at GEMV_PDL_ROWS).
-    pub fn set_pdl_gemv_rows(&self, rows: usize) {
-        self.pdl_gemv_rows.set(rows.min(rserve_kernels::launch::GEMV_PDL_ROWS));
-    }
-
-    /// The current `set_pdl_gemv_rows` value.
-    pub fn pdl_gemv_rows(&self) -> usize {
-        self.pdl_gemv_rows.get()
-    }
-
-    /// The current `set_gemv_max_rows` value.
-    pub fn gemv_rows(&self) -> usize {
-        self.gemv_max_rows.get()
-    }
-
-    pub(crate) fn gemv_max_rows(&self) -> usize {
-        self.gemv_max_rows.get()
     }
 
     /// Starts recording ops into a CUDA graph instead of running them. Every op until `end_capture` must only
@@ -378,7 +333,7 @@ impl CudaBackend {
             .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
             .map_err(|e| be(format!("cuda: ending a graph capture: {e:?}")))?
             .ok_or_else(|| be("cuda: the captured graph is empty"))?;
-        Ok(Graph { exec: g, _plan: self.attention_plan.borrow_mut().take() })
+        Ok(Graph { exec: g, _plan: self.plans.take() })
     }
 
     /// Runs a captured graph on the backend's stream (after every earlier op).
@@ -409,7 +364,7 @@ impl CudaBackend {
 /// A captured, instantiated CUDA graph of one step shape, with the attention work split it reads.
 pub struct Graph {
     exec: cudarc::driver::CudaGraph,
-    _plan: Option<attention::Plan>,
+    _plan: Option<AttnPlan<CuBuffer>>,
 }
 
 // SAFETY: a graph is created, replayed and destroyed by whichever single thread owns it (the engine thread owns the
@@ -420,9 +375,9 @@ impl Drop for CudaBackend {
     fn drop(&mut self) {
         if self.bind().is_ok() {
             let _ = self.stream.synchronize();
-            *self.attention_plan.borrow_mut() = None;
+            drop(self.plans.take());
             // SAFETY: the handle was created by this backend and is not used after this point.
-            unsafe { blas::destroy_handle(self.blas).ok() };
+            unsafe { cublas::destroy_handle(self.blas).ok() };
             drop(self.workspace.borrow_mut().take());
             self.pool.release_all();
         }
@@ -485,13 +440,11 @@ impl Backend for CudaBackend {
 
     fn alloc_matmul_input(&self, len: usize, w: &CuBuffer) -> Result<CuBuffer> {
         self.bind()?;
-        match w.contents {
-            // cuBLAS takes the activations in the weight's 16-bit type: the producer writes them so. Row counts the
-            // GEMV takes (it reads f32 activations) stay f32.
-            Contents::Matrix { dtype: dtype @ (WeightDType::BF16 | WeightDType::F16), cols, .. }
-                if cols == 0 || len / cols > self.gemv_max_rows() || cols % 8 != 0 =>
-            {
-                CuBuffer::new(&self.pool, len * 2, Contents::Half { dtype, len })
+        match w.contents() {
+            // cuBLAS and the asynchronous-copy GEMV take the activations in the weight's 16-bit type: the producer
+            // writes them so.
+            Contents::Matrix { dtype: dtype @ (WeightDType::BF16 | WeightDType::F16), .. } => {
+                CuBuffer::new(&self.pool, len * 2, Contents::Half { dtype: *dtype, len })
             }
             _ => CuBuffer::new(&self.pool, len * 4, Contents::F32 { len }),
         }
@@ -523,7 +476,7 @@ impl Backend for CudaBackend {
     }
 
     fn download_f32(&self, buf: &CuBuffer) -> Result<Vec<f32>> {
-        let len = buf.f32_len().ok_or_else(|| be("download_f32: expected an f32 buffer"))?;
+        let len = buf.contents().f32_len().ok_or_else(|| be("download_f32: expected an f32 buffer"))?;
         let mut out = vec![0f32; len];
         self.copy_out(buf, &mut out)?;
         Ok(out)
@@ -541,40 +494,42 @@ impl Backend for CudaBackend {
             p.note_shape(tokens, seqs);
             p.begin(&self.ctx, &self.stream, op_name(&op));
         }
-        let r = match op {
-            Op::Embedding { table, ids, out, num_tokens, hidden } => ops::embedding(self, table, ids, out, num_tokens, hidden),
-            Op::RmsNorm { x, weight, out, rows, hidden, eps } => ops::rms_norm(self, x, None, weight, out, rows, hidden, eps),
-            Op::AddRmsNorm { x, residual, weight, out, rows, hidden, eps } => {
-                ops::rms_norm(self, x, Some(residual), weight, out, rows, hidden, eps)
-            }
-            Op::MatMul { x, w, bias, out, m, k, n } => ops::matmul(self, x, w, bias, out, m, k, n),
-            Op::RopeWriteKv {
-                qkv,
-                positions,
-                inv_freq,
-                q_out,
-                k_cache,
-                v_cache,
-                slot_mapping,
-                num_tokens,
-                num_heads,
-                num_kv_heads,
-                head_dim,
-                block_size: _,
-            } => {
-                let shape = ops::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim };
-                ops::rope_write_kv(self, qkv, positions, inv_freq, q_out, k_cache, v_cache, slot_mapping, num_tokens, &shape)
-            }
-            Op::SiluMul { gate_up, out, rows, width } => ops::silu_mul(self, gate_up, out, rows, width),
-            Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale } => {
-                let shape = attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale };
-                attention::paged_attention(self, q, k_cache, v_cache, out, meta, &shape)
-            }
-            Op::GatherRows { x, rows, out, num_rows, width } => ops::gather_rows(self, x, rows, out, num_rows, width),
-        };
+        let r = super::kernels::run(self, op);
         if let Some(p) = prof.as_mut().and_then(|g| g.as_mut()) {
             p.end(&self.ctx, &self.stream);
         }
         r
+    }
+}
+
+impl KernelDevice for CudaBackend {
+    type Buf = CuBuffer;
+
+    fn contents<'b>(&self, b: &'b CuBuffer) -> &'b Contents {
+        b.contents()
+    }
+
+    fn scratch_f32(&self, len: usize) -> Result<CuBuffer> {
+        self.alloc_f32_scratch(len)
+    }
+
+    fn upload_indices(&self, data: &[u32]) -> Result<CuBuffer> {
+        Backend::upload_u32(self, data)
+    }
+
+    fn launch(&self, l: &Launch<'_, CuBuffer>) -> Result<()> {
+        self.kernels.launch(&self.stream, l, self.tuning.get().pdl)
+    }
+
+    fn plans(&self) -> &PlanCache<CuBuffer> {
+        &self.plans
+    }
+
+    fn tuning(&self) -> KernelTuning {
+        self.tuning.get()
+    }
+
+    fn vendor_matmul(&self, call: &MatMulCall<'_, CuBuffer>) -> Result<()> {
+        blas::gemm(self, call)
     }
 }

@@ -1,4 +1,4 @@
-//! Opt-in per-op timing of the CUDA backend's eager steps (`RSERVE_CUDA_PROFILE_OPS=1`, with `--enforce-eager` to
+//! Opt-in per-op timing of the CUDA backend's eager steps (`--profile ops`, with `--enforce-eager` to
 //! see decode steps; graph replays are timed by `graph_runner`): a CUDA event pair around every op, summed per step
 //! (a step ends when the logits are read back) and compared with the step's wall time, so the share of a decode step
 //! the GPU is busy can be measured without Nsight. Windows of 64 decode steps (and of 8 steps with a prefill chunk)
@@ -61,8 +61,8 @@ pub(super) struct Profile {
 const PREFILL_WINDOW: usize = 8;
 
 impl Profile {
-    pub(super) fn from_env() -> Option<Self> {
-        std::env::var("RSERVE_CUDA_PROFILE_OPS").ok().filter(|v| v == "1").map(|_| Self {
+    pub(super) fn new() -> Self {
+        Self {
             pending: Vec::new(),
             open: None,
             step_start: None,
@@ -71,7 +71,7 @@ impl Profile {
             seqs: 0,
             decode: Window::default(),
             prefill: Window::default(),
-        })
+        }
     }
 
     pub(super) fn note_shape(&mut self, tokens: Option<usize>, seqs: Option<usize>) {

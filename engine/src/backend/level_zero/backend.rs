@@ -1,10 +1,9 @@
 //! `LevelZeroBackend`: the `Backend` on a Level Zero device. Device memory comes from a stream-ordered pool, every
 //! command goes through one ordered `Stream`, kernels are created once from the SPIR-V modules of `rserve-kernels`,
-//! and each `Op` becomes the launches `kernel_ops` plans for it (the same kernels and argument layouts the OpenCL
-//! backend launches). The host waits only where it needs data (downloads), when queued uploads hold too much host
+//! and each `Op` becomes the launches the device-neutral `backend::kernels` layer plans for it. The host waits only where it needs data (downloads), when queued uploads hold too much host
 //! memory, and when memory must go back to the driver.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -13,10 +12,10 @@ use candle_core::{DType, Tensor};
 use super::discovery::{DeviceInfo, Selected};
 use super::error::LzError;
 use super::handles::{Context, Kernel, Module};
-use super::kernel_ops::{self, Arg, AttnPlan, KernelDevice, Launch, View};
 use super::loader::api;
 use super::memory::{Contents, LzBuffer, MemPool};
 use super::stream::{Stream, RING_EVENTS};
+use crate::backend::kernels::{self, Arg, KernelDevice, KernelTuning, Launch, PlanCache};
 use crate::backend::{Backend, Op, WeightDType};
 use crate::error::{EngineError, Result};
 
@@ -29,7 +28,8 @@ const BUILD_FLAGS: &str = "";
 /// The Level Zero backend on one device (a tile under FLAT, a card under COMPOSITE).
 pub struct LevelZeroBackend {
     // Drop order matters: kernels before their modules, the stream before the pool and the context.
-    attention_plan: RefCell<Option<AttnPlan<LzBuffer>>>,
+    plans: PlanCache<LzBuffer>,
+    tuning: Cell<KernelTuning>,
     kernels: HashMap<&'static str, Kernel>,
     _modules: Vec<Arc<Module>>,
     stream: RefCell<Stream>,
@@ -43,7 +43,7 @@ impl LevelZeroBackend {
     /// Creates the context, the stream and every kernel of `rserve-kernels` on the selected device.
     pub fn new(sel: Selected) -> std::result::Result<Self, LzError> {
         let api = api()?;
-        let largest = rserve_kernels::KERNELS.iter().flat_map(|(_, k)| k.iter()).map(|k| kernel_ops::work_group(k)).max();
+        let largest = rserve_kernels::KERNELS.iter().flat_map(|(_, k)| k.iter()).map(|k| rserve_kernels::work_group(k)).max();
         if let Some(need) = largest {
             if sel.info.max_group_size != 0 && (sel.info.max_group_size as usize) < need {
                 return Err(LzError::Invalid(format!(
@@ -93,7 +93,8 @@ impl LevelZeroBackend {
             sel.of,
             sel.hierarchy
         );
-        Ok(Self { attention_plan: RefCell::new(None), kernels, _modules: modules, stream: RefCell::new(stream), pool, _ctx: ctx, info: sel.info, label })
+        let tuning = Cell::new(KernelTuning::level_zero());
+        Ok(Self { plans: PlanCache::default(), tuning, kernels, _modules: modules, stream: RefCell::new(stream), pool, _ctx: ctx, info: sel.info, label })
     }
 
     /// Total device memory in bytes, for the KV cache budget.
@@ -103,6 +104,11 @@ impl LevelZeroBackend {
 
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// The attention plans built so far: one per batch shape and partition count, not one per step.
+    pub fn attention_plan_builds(&self) -> u64 {
+        self.plans.builds()
     }
 
     fn stream(&self) -> std::result::Result<std::cell::RefMut<'_, Stream>, LzError> {
@@ -185,19 +191,15 @@ fn le_bytes<T: Copy, const N: usize>(v: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u
 impl KernelDevice for LevelZeroBackend {
     type Buf = LzBuffer;
 
-    fn view<'b>(&self, b: &'b LzBuffer) -> View<'b> {
-        match &b.contents {
-            Contents::F32 { len } => View::F32 { len: *len },
-            Contents::U32 { host } => View::U32 { host },
-            Contents::Matrix { dtype, rows, cols } => View::Matrix { dtype: *dtype, rows: *rows, cols: *cols },
-        }
+    fn contents<'b>(&self, b: &'b LzBuffer) -> &'b Contents {
+        &b.contents
     }
 
     fn scratch_f32(&self, len: usize) -> Result<LzBuffer> {
         Ok(self.buffer(len * 4, Contents::F32 { len })?)
     }
 
-    fn upload_u32(&self, data: &[u32]) -> Result<LzBuffer> {
+    fn upload_indices(&self, data: &[u32]) -> Result<LzBuffer> {
         Ok(self.upload_bytes(le_bytes(data, u32::to_le_bytes), Contents::U32 { host: data.to_vec() })?)
     }
 
@@ -205,8 +207,12 @@ impl KernelDevice for LevelZeroBackend {
         Ok(self.launch_kernel(l)?)
     }
 
-    fn attention_plan(&self) -> &RefCell<Option<AttnPlan<LzBuffer>>> {
-        &self.attention_plan
+    fn plans(&self) -> &PlanCache<LzBuffer> {
+        &self.plans
+    }
+
+    fn tuning(&self) -> KernelTuning {
+        self.tuning.get()
     }
 }
 
@@ -249,7 +255,7 @@ impl Backend for LevelZeroBackend {
     }
 
     fn upload_u32(&self, data: &[u32]) -> Result<LzBuffer> {
-        KernelDevice::upload_u32(self, data)
+        KernelDevice::upload_indices(self, data)
     }
 
     fn download_f32(&self, buf: &LzBuffer) -> Result<Vec<f32>> {
@@ -272,6 +278,6 @@ impl Backend for LevelZeroBackend {
     }
 
     fn run(&self, op: Op<'_, LzBuffer>) -> Result<()> {
-        kernel_ops::run(self, op)
+        kernels::run(self, op)
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::error::LzError;
 use super::handles::{alloc_device, free_device, Context};
-use crate::backend::WeightDType;
+pub use crate::backend::kernels::Contents;
 
 type Result<T> = std::result::Result<T, LzError>;
 
@@ -128,14 +128,6 @@ impl Drop for MemPool {
         // Every buffer holds an Arc to the pool and the stream synchronised when the backend dropped: all idle.
         self.trim(0);
     }
-}
-
-/// What a buffer holds (the host's description; u32 buffers keep a host copy so ops can check the indices in them).
-#[derive(Debug)]
-pub enum Contents {
-    F32 { len: usize },
-    U32 { host: Vec<u32> },
-    Matrix { dtype: WeightDType, rows: usize, cols: usize },
 }
 
 /// A device allocation. Dropping it returns the memory to its pool.

@@ -4,8 +4,8 @@
 //! `error` names every `ze_result_t`; `handles` owns each Level Zero object and `counters` counts them; `hierarchy`
 //! holds the pure device-selection rules (`ZE_FLAT_DEVICE_HIERARCHY`, `ZE_AFFINITY_MASK`) and `discovery` applies
 //! them to the drivers found; `stream` orders commands with events on an immediate command list; `memory` is the
-//! stream-ordered device allocator; `kernel_ops` maps each `Op` to kernel launches (device-neutral); `backend`
-//! ties them into the `Backend`.
+//! stream-ordered device allocator; `backend` ties them into the `Backend` and the `KernelDevice` of the
+//! device-neutral op layer (`backend::kernels`).
 //!
 //! Boundary: no other module of the engine calls Level Zero; `engine::device` only calls `open` and `auto`.
 
@@ -15,7 +15,6 @@ mod discovery;
 mod error;
 mod handles;
 pub mod hierarchy;
-pub mod kernel_ops;
 mod loader;
 mod memory;
 mod stream;

@@ -1,8 +1,5 @@
-//! Device buffers of the OpenCL backend: one `cl_mem` each, tagged with what it holds so every op can check its
-//! arguments on the host before a kernel touches device memory.
-//!
-//! u32 buffers (token ids, positions, slot mappings, block tables) keep a host copy: they are small, written once,
-//! and the ops validate indices against it (an out-of-range slot must be an error, not a write past the cache).
+//! Device buffers of the OpenCL backend: one `cl_mem` each, tagged with what it holds (`kernels::Contents`) so the
+//! op layer can check every argument on the host before a kernel touches device memory.
 
 use std::ffi::c_void;
 
@@ -11,20 +8,8 @@ use opencl3::memory::{Buffer, ClMem, CL_MEM_COPY_HOST_PTR, CL_MEM_READ_WRITE};
 use opencl3::types::cl_mem;
 
 use super::cl_err;
-use crate::backend::cpu::be;
-use crate::backend::WeightDType;
+pub(crate) use crate::backend::kernels::Contents;
 use crate::error::Result;
-
-/// What a buffer holds.
-#[derive(Debug)]
-pub(super) enum Contents {
-    /// `len` f32 values (activations, KV cache, 1-D weights, tables).
-    F32 { len: usize },
-    /// u32 values, with their host copy.
-    U32 { host: Vec<u32> },
-    /// A row-major 2-D weight `[rows, cols]` in its dtype.
-    Matrix { dtype: WeightDType, rows: usize, cols: usize },
-}
 
 /// An allocation on an OpenCL device. Released when dropped (the in-order queue keeps it alive for commands
 /// already enqueued).
@@ -67,38 +52,9 @@ impl ClBuffer {
         &mut self.mem
     }
 
-    /// Checks that this is an f32 buffer of at least `need` values.
-    pub(super) fn f32(&self, what: &str, need: usize) -> Result<()> {
-        match self.contents {
-            Contents::F32 { len } if len >= need => Ok(()),
-            Contents::F32 { len } => Err(be(format!("{what}: buffer holds {len} values, op needs {need}"))),
-            _ => Err(be(format!("{what}: expected an f32 buffer"))),
-        }
-    }
-
-    /// The host copy of a u32 buffer, checked to hold at least `need` values.
-    pub(super) fn u32(&self, what: &str, need: usize) -> Result<&[u32]> {
-        match &self.contents {
-            Contents::U32 { host } if host.len() >= need => Ok(host),
-            Contents::U32 { host } => Err(be(format!("{what}: buffer holds {} values, op needs {need}", host.len()))),
-            _ => Err(be(format!("{what}: expected a u32 buffer"))),
-        }
-    }
-
-    /// The dtype and shape of a 2-D weight.
-    pub(super) fn matrix(&self, what: &str) -> Result<(WeightDType, usize, usize)> {
-        match self.contents {
-            Contents::Matrix { dtype, rows, cols } => Ok((dtype, rows, cols)),
-            _ => Err(be(format!("{what}: expected a weight matrix"))),
-        }
-    }
-
-    /// Number of f32 values in an f32 buffer.
-    pub(super) fn f32_len(&self) -> Option<usize> {
-        match self.contents {
-            Contents::F32 { len } => Some(len),
-            _ => None,
-        }
+    /// What the buffer holds.
+    pub fn contents(&self) -> &Contents {
+        &self.contents
     }
 }
 

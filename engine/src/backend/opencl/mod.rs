@@ -7,16 +7,14 @@
 //! backend keeps them. `libOpenCL.so.1` is loaded at run time, so a host without OpenCL builds and runs the CPU
 //! backend unchanged.
 //!
-//! Boundary: kernel argument layouts live in `kernels/src/cl/*.cl`; `ops.rs` and `attention.rs` mirror them. Every
-//! index a kernel follows (token ids, slots, block ids, rows) is checked on the host first.
+//! Boundary: which kernels an op launches, and the host-side checks, live in the device-neutral `backend::kernels`;
+//! this module implements its `KernelDevice` (buffers, argument setting, enqueue).
 
-mod attention;
 mod buffer;
 mod device;
 mod kernels;
-mod ops;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
@@ -28,28 +26,17 @@ pub use device::{list_devices, OpenClDeviceInfo, OpenClOptions};
 use device::cl_err;
 use kernels::Kernels;
 
+use super::kernels::{KernelDevice, KernelTuning, Launch, PlanCache};
 use super::{Backend, Op, WeightDType};
 use crate::backend::cpu::be;
 use crate::error::Result;
-
-/// Which matrix-multiply kernels run. GPUs want sub-group rows and local-memory tiles; CPU OpenCL compilers
-/// vectorise across work-items and do best with a work-item per output column (`matmul_wi_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MatmulKernels {
-    /// By device type.
-    Auto,
-    /// `matmul_rows_*` for up to 16 rows, `matmul_tiled_*` above.
-    SubGroupAndTiled,
-    /// `matmul_wi_*` for every row count.
-    WorkItem,
-}
 
 /// An OpenCL device with rserve's kernels built on it.
 pub struct OpenClBackend {
     // Field order is drop order: kernels and cached buffers before the queue and the context.
     kernels: Kernels,
-    attention_plan: RefCell<Option<attention::Plan>>,
-    matmul_kernels: Cell<MatmulKernels>,
+    plans: PlanCache<ClBuffer>,
+    tuning: Cell<KernelTuning>,
     queue: CommandQueue,
     context: Context,
     info: OpenClDeviceInfo,
@@ -65,8 +52,8 @@ impl OpenClBackend {
         let t0 = std::time::Instant::now();
         let kernels = Kernels::build(&context, &dev, &info.name)?;
         tracing::info!("OpenCL kernels built for {} in {:.1} s", info.name, t0.elapsed().as_secs_f64());
-        let matmul_kernels = Cell::new(MatmulKernels::Auto);
-        Ok(Self { kernels, attention_plan: RefCell::new(None), matmul_kernels, queue, context, info })
+        let tuning = Cell::new(KernelTuning::opencl(info.is_cpu));
+        Ok(Self { kernels, plans: PlanCache::default(), tuning, queue, context, info })
     }
 
     pub fn info(&self) -> &OpenClDeviceInfo {
@@ -78,16 +65,21 @@ impl OpenClBackend {
         (!self.info.is_cpu).then_some(self.info.global_mem_bytes)
     }
 
-    /// Chooses the matrix-multiply kernels (tests run both families on any device).
-    pub fn set_matmul_kernels(&self, k: MatmulKernels) {
-        self.matmul_kernels.set(k);
+    /// Replaces the kernel variant choices (tests run both matmul families on any device); refused if invalid.
+    pub fn set_tuning(&self, t: KernelTuning) -> Result<()> {
+        t.validate()?;
+        self.tuning.set(t);
+        Ok(())
     }
 
-    fn work_item_matmul(&self) -> bool {
-        match self.matmul_kernels.get() {
-            MatmulKernels::Auto => self.info.is_cpu,
-            k => k == MatmulKernels::WorkItem,
-        }
+    /// The current kernel variant choices.
+    pub fn kernel_tuning(&self) -> KernelTuning {
+        self.tuning.get()
+    }
+
+    /// The attention plans built so far (see `PlanCache`).
+    pub fn attention_plan_builds(&self) -> u64 {
+        self.plans.builds()
     }
 
     /// Waits until every enqueued op has finished (for benchmarks).
@@ -156,7 +148,7 @@ impl Backend for OpenClBackend {
     }
 
     fn download_f32(&self, buf: &ClBuffer) -> Result<Vec<f32>> {
-        let len = buf.f32_len().ok_or_else(|| be("download_f32: expected an f32 buffer"))?;
+        let len = buf.contents().f32_len().ok_or_else(|| be("download_f32: expected an f32 buffer"))?;
         let mut out = vec![0f32; len];
         if len == 0 {
             return Ok(out);
@@ -182,36 +174,34 @@ impl Backend for OpenClBackend {
     }
 
     fn run(&self, op: Op<'_, ClBuffer>) -> Result<()> {
-        match op {
-            Op::Embedding { table, ids, out, num_tokens, hidden } => ops::embedding(self, table, ids, out, num_tokens, hidden),
-            Op::RmsNorm { x, weight, out, rows, hidden, eps } => ops::rms_norm(self, x, None, weight, out, rows, hidden, eps),
-            Op::AddRmsNorm { x, residual, weight, out, rows, hidden, eps } => {
-                ops::rms_norm(self, x, Some(residual), weight, out, rows, hidden, eps)
-            }
-            Op::MatMul { x, w, bias, out, m, k, n } => ops::matmul(self, x, w, bias, out, m, k, n),
-            Op::RopeWriteKv {
-                qkv,
-                positions,
-                inv_freq,
-                q_out,
-                k_cache,
-                v_cache,
-                slot_mapping,
-                num_tokens,
-                num_heads,
-                num_kv_heads,
-                head_dim,
-                block_size: _,
-            } => {
-                let shape = ops::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim };
-                ops::rope_write_kv(self, qkv, positions, inv_freq, q_out, k_cache, v_cache, slot_mapping, num_tokens, &shape)
-            }
-            Op::SiluMul { gate_up, out, rows, width } => ops::silu_mul(self, gate_up, out, rows, width),
-            Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale } => {
-                let shape = attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale };
-                attention::paged_attention(self, q, k_cache, v_cache, out, meta, &shape)
-            }
-            Op::GatherRows { x, rows, out, num_rows, width } => ops::gather_rows(self, x, rows, out, num_rows, width),
-        }
+        super::kernels::run(self, op)
+    }
+}
+
+impl KernelDevice for OpenClBackend {
+    type Buf = ClBuffer;
+
+    fn contents<'b>(&self, b: &'b ClBuffer) -> &'b Contents {
+        b.contents()
+    }
+
+    fn scratch_f32(&self, len: usize) -> Result<ClBuffer> {
+        self.create(len * 4, None, Contents::F32 { len })
+    }
+
+    fn upload_indices(&self, data: &[u32]) -> Result<ClBuffer> {
+        Backend::upload_u32(self, data)
+    }
+
+    fn launch(&self, l: &Launch<'_, ClBuffer>) -> Result<()> {
+        self.kernels.enqueue(&self.queue, l)
+    }
+
+    fn plans(&self) -> &PlanCache<ClBuffer> {
+        &self.plans
+    }
+
+    fn tuning(&self) -> KernelTuning {
+        self.tuning.get()
     }
 }

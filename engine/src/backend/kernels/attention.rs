@@ -1,0 +1,237 @@
+//! `Op::PagedAttention` (`kernels/src/cl/attention_{decode,prefill}.cl`): the batch metadata checked against the
+//! cache, the work split (decode entries: one query row per work-group, split-KV for contexts longer than one
+//! partition; prefill tiles of (token, head) pairs) and the launches.
+//!
+//! Invariant: a plan depends on the batch's rows (query starts), the heads and the decode partition count, never on
+//! the context lengths (the kernels read those on the device), so decode steps of one batch reuse it.
+
+use rserve_kernels::launch::{ATTN_HEAD_CHUNK, PREFILL_ROWS};
+use rserve_kernels::names;
+
+use super::contents::kv_pair;
+use super::{u32_arg, Arg, KernelDevice, Launch};
+use crate::backend::cpu::be;
+use crate::backend::AttentionMeta;
+use crate::error::Result;
+
+/// Attention shape parameters of one `PagedAttention` op.
+pub struct AttnShape {
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub block_size: usize,
+    pub scale: f32,
+}
+
+/// What a plan depends on: query starts, decode partitions, heads, kv heads, head dim.
+type PlanKey = (Vec<u32>, usize, usize, usize, usize);
+
+/// The attention work of one batch shape, with its device buffers.
+pub struct AttnPlan<B> {
+    key: PlanKey,
+    /// Keys per partition of the decode launch.
+    partition: usize,
+    decode: Option<Decode<B>>,
+    prefill: Option<Prefill<B>>,
+}
+
+struct Decode<B> {
+    entries: B,
+    count: usize,
+    parts: usize,
+    /// `[count, heads, parts, head_dim]` partial outputs, `[count, heads, parts, 2]` (max, sum) and, when the decode
+    /// kernel reduces them itself, one zeroed count per (entry, kv head x head chunk).
+    scratch: Option<(B, B, Option<B>)>,
+}
+
+struct Prefill<B> {
+    tiles: B,
+    count: usize,
+}
+
+/// Checks the batch metadata against the cache; returns the number of query rows.
+fn check_meta<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &AttnShape, cache_len: usize) -> Result<usize> {
+    let num_seqs = meta.host_context_lens.len();
+    let (qs, ctx, tables, max_blocks) =
+        (meta.host_query_start, meta.host_context_lens, meta.host_block_tables, meta.max_blocks_per_seq);
+    if meta.num_seqs != num_seqs || qs.len() != num_seqs + 1 || tables.len() < num_seqs * max_blocks {
+        return Err(be("paged_attention: metadata lengths disagree"));
+    }
+    if s.num_kv_heads == 0 || !s.num_heads.is_multiple_of(s.num_kv_heads) {
+        return Err(be("paged_attention: heads must be a multiple of kv heads"));
+    }
+    if s.block_size == 0 || s.head_dim == 0 {
+        return Err(be("paged_attention: block size and head dim must be positive"));
+    }
+    if !s.head_dim.is_multiple_of(4) {
+        return Err(be(format!(
+            "paged_attention: head dim {} is not a multiple of 4 (the kernels load 4 values at a time)",
+            s.head_dim
+        )));
+    }
+    // The kernels read the device copies: they must hold what the host copies say.
+    let same = |b: &D::Buf, host: &[u32], what: &str| -> Result<()> {
+        if d.contents(b).u32(what, host.len())? != host {
+            return Err(be(format!("paged_attention: device {what} differ from the host copy")));
+        }
+        Ok(())
+    };
+    same(meta.query_start, qs, "query starts")?;
+    same(meta.context_lens, ctx, "context lengths")?;
+    same(meta.block_tables, &tables[..num_seqs * max_blocks], "block tables")?;
+    let block_elems = s.block_size * s.num_kv_heads * s.head_dim;
+    for seq in 0..num_seqs {
+        let qlen = qs[seq + 1].checked_sub(qs[seq]).ok_or_else(|| be("paged_attention: query_start not increasing"))?;
+        let c = ctx[seq] as usize;
+        if qlen as usize > c || c.div_ceil(s.block_size) > max_blocks {
+            return Err(be("paged_attention: context does not fit its block table"));
+        }
+        for b in &tables[seq * max_blocks..seq * max_blocks + c.div_ceil(s.block_size)] {
+            if (*b as usize + 1) * block_elems > cache_len {
+                return Err(be(format!("paged_attention: block {b} outside the cache")));
+            }
+        }
+    }
+    Ok(qs[num_seqs] as usize)
+}
+
+/// The host side of the work split: decode entries `(row, seq)` (the kernels derive each row's visible keys from
+/// `query_start` and `context_lens` on the device), prefill tiles `(seq, first pair)`, and the longest context
+/// among the decode rows. Expects metadata `check_meta` accepted (`query_start` has one more entry than
+/// `context_lens`).
+pub fn split_work(query_start: &[u32], context_lens: &[u32], group: usize, head_dim: usize) -> (Vec<u32>, Vec<u32>, usize) {
+    let tiled_prefill = rserve_kernels::prefill_tiles_head(head_dim);
+    let (mut entries, mut tiles, mut max_ctx) = (Vec::new(), Vec::new(), 0usize);
+    for seq in 0..context_lens.len() {
+        let (q0, qlen, c) = (query_start[seq], query_start[seq + 1].saturating_sub(query_start[seq]), context_lens[seq]);
+        if qlen > 1 && tiled_prefill {
+            for first in (0..qlen as usize * group).step_by(PREFILL_ROWS) {
+                tiles.extend([seq as u32, first as u32]);
+            }
+        } else {
+            for t in 0..qlen {
+                entries.extend([q0 + t, seq as u32]);
+            }
+            if qlen > 0 {
+                max_ctx = max_ctx.max(c as usize);
+            }
+        }
+    }
+    (entries, tiles, max_ctx)
+}
+
+fn plan_key<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &AttnShape) -> PlanKey {
+    let tiled = rserve_kernels::prefill_tiles_head(s.head_dim);
+    let parts = d.tuning().decode_parts(meta.longest_decode_context(tiled), meta.decode_rows(tiled));
+    (meta.host_query_start.to_vec(), parts, s.num_heads, s.num_kv_heads, s.head_dim)
+}
+
+fn build_plan<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &AttnShape, key: PlanKey) -> Result<AttnPlan<D::Buf>> {
+    let t = d.tuning();
+    let group = s.num_heads / s.num_kv_heads;
+    let (entries, tiles, _) = split_work(meta.host_query_start, meta.host_context_lens, group, s.head_dim);
+    let count = entries.len() / 2;
+    let decode = if entries.is_empty() {
+        None
+    } else {
+        let parts = key.1;
+        let scratch = if parts > 1 {
+            let outs = count * s.num_heads * parts;
+            let counters = if t.fused_reduce(parts, count) {
+                Some(d.upload_indices(&vec![0; count * s.num_kv_heads * group.div_ceil(ATTN_HEAD_CHUNK)])?)
+            } else {
+                None
+            };
+            Some((d.scratch_f32(outs * s.head_dim)?, d.scratch_f32(outs * 2)?, counters))
+        } else {
+            None
+        };
+        Some(Decode { entries: d.upload_indices(&entries)?, count, parts, scratch })
+    };
+    let prefill = if tiles.is_empty() { None } else { Some(Prefill { count: tiles.len() / 2, tiles: d.upload_indices(&tiles)? }) };
+    Ok(AttnPlan { key, partition: t.partition_size(count), decode, prefill })
+}
+
+pub(super) fn paged_attention<D: KernelDevice>(
+    d: &D,
+    [q, k_cache, v_cache, out]: [&D::Buf; 4],
+    meta: &AttentionMeta<'_, D::Buf>,
+    s: &AttnShape,
+) -> Result<()> {
+    let (cache_len, kv_ty) = kv_pair(d.contents(k_cache), d.contents(v_cache), "paged_attention")?;
+    let num_rows = check_meta(d, meta, s, cache_len)?;
+    d.contents(q).f32("paged_attention q", num_rows * s.num_heads * s.head_dim)?;
+    // f32, or the 16-bit input of the output projection.
+    let out_kind = d.contents(out).act("paged_attention out", num_rows * s.num_heads * s.head_dim)? as u32;
+
+    let cache = d.plans();
+    let mut cached = cache.plan.try_borrow_mut().map_err(|_| be("paged_attention: plan in use"))?;
+    let key = plan_key(d, meta, s);
+    if cached.as_ref().is_none_or(|p| p.key != key) {
+        *cached = None; // release the old scratch before allocating the new
+        *cached = Some(build_plan(d, meta, s, key)?);
+        cache.builds.set(cache.builds.get() + 1);
+    }
+    let plan = cached.as_ref().ok_or_else(|| be("paged_attention: no plan"))?;
+    let t = d.tuning();
+    let u = |v: usize, what: &str| u32_arg::<D::Buf>(v, "paged_attention", what);
+    let group = s.num_heads / s.num_kv_heads;
+    if let Some(dec) = &plan.decode {
+        let (part_out, part_ml, counters) = match &dec.scratch {
+            Some((o, m, c)) => (o, m, c.as_ref()),
+            None => (out, out, None), // not touched with one partition
+        };
+        let table = if dec.count <= t.latency_rows { &names::ATTN_DECODE_LAT } else { &names::ATTN_DECODE };
+        let kernel = kv_ty.pick(table);
+        let mut args: Vec<_> = [q, k_cache, v_cache, out, part_out, part_ml, counters.unwrap_or(part_ml)]
+            .into_iter()
+            .chain([&dec.entries, meta.query_start, meta.context_lens, meta.block_tables])
+            .map(Arg::Buf)
+            .collect();
+        args.extend([
+            u(meta.max_blocks_per_seq, "max_blocks")?,
+            u(s.num_heads, "num_heads")?,
+            u(s.num_kv_heads, "num_kv_heads")?,
+            u(s.head_dim, "head_dim")?,
+            u(s.block_size, "block_size")?,
+            u(plan.partition, "partition_size")?,
+            u(dec.parts, "max_parts")?,
+            Arg::F32(s.scale),
+            Arg::U32(out_kind),
+            Arg::U32(counters.is_some() as u32),
+        ]);
+        d.launch(&Launch::groups(kernel, args, dec.count, [s.num_kv_heads * group.div_ceil(ATTN_HEAD_CHUNK), dec.parts]))?;
+        if dec.parts > 1 && counters.is_none() {
+            let kernel = names::ATTN_REDUCE;
+            let mut args: Vec<_> =
+                [out, part_out, part_ml, &dec.entries, meta.query_start, meta.context_lens].into_iter().map(Arg::Buf).collect();
+            args.extend([
+                u(s.num_heads, "num_heads")?,
+                u(s.head_dim, "head_dim")?,
+                u(plan.partition, "partition_size")?,
+                u(dec.parts, "max_parts")?,
+                Arg::U32(out_kind),
+            ]);
+            d.launch(&Launch::groups(kernel, args, dec.count, [s.num_heads, 1]))?;
+        }
+    }
+    if let Some(p) = &plan.prefill {
+        let kernel = kv_ty.pick(&names::ATTN_PREFILL);
+        let mut args: Vec<_> =
+            [q, k_cache, v_cache, out, &p.tiles, meta.query_start, meta.context_lens, meta.block_tables]
+                .into_iter()
+                .map(Arg::Buf)
+                .collect();
+        args.extend([
+            u(meta.max_blocks_per_seq, "max_blocks")?,
+            u(s.num_heads, "num_heads")?,
+            u(s.num_kv_heads, "num_kv_heads")?,
+            u(s.head_dim, "head_dim")?,
+            u(s.block_size, "block_size")?,
+            Arg::F32(s.scale),
+            Arg::U32(out_kind),
+        ]);
+        d.launch(&Launch::groups(kernel, args, p.count, [s.num_kv_heads, 1]))?;
+    }
+    Ok(())
+}

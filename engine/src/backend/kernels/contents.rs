@@ -1,0 +1,100 @@
+//! What a device buffer holds, as the host knows it: the one description every kernel-launching backend tags its
+//! buffers with, and the checks the op layer runs on it before a kernel touches device memory.
+//!
+//! u32 buffers (token ids, positions, slot mappings, block tables) keep a host copy: they are small, written once,
+//! and the ops validate every index against it (an out-of-range slot must be an error, not a write past the cache).
+
+use rserve_kernels::ElemType;
+
+use crate::backend::cpu::be;
+use crate::backend::WeightDType;
+use crate::error::Result;
+
+/// The contents of one device buffer.
+#[derive(Debug, Clone)]
+pub enum Contents {
+    /// `len` f32 values (activations, an f32 KV cache, 1-D weights, tables).
+    F32 { len: usize },
+    /// u32 values, with the host copy every index check reads.
+    U32 { host: Vec<u32> },
+    /// A row-major 2-D weight `[rows, cols]` in its dtype.
+    Matrix { dtype: WeightDType, rows: usize, cols: usize },
+    /// `len` values of a 16-bit type: the activations a 16-bit matrix multiply reads (`Backend::alloc_matmul_input`)
+    /// or a 16-bit KV cache.
+    Half { dtype: WeightDType, len: usize },
+    /// Bytes no op reads as a typed argument (a backend's own scratch).
+    Raw,
+}
+
+impl Contents {
+    /// Values in an f32 buffer.
+    pub fn f32_len(&self) -> Option<usize> {
+        match self {
+            Contents::F32 { len } => Some(*len),
+            _ => None,
+        }
+    }
+
+    /// Checks an f32 buffer of at least `need` values; returns its length.
+    pub fn f32(&self, what: &str, need: usize) -> Result<usize> {
+        match self {
+            Contents::F32 { len } if *len >= need => Ok(*len),
+            Contents::F32 { len } => Err(be(format!("{what}: buffer holds {len} values, op needs {need}"))),
+            _ => Err(be(format!("{what}: expected an f32 buffer"))),
+        }
+    }
+
+    /// The first `need` values of a u32 buffer's host copy.
+    pub fn u32(&self, what: &str, need: usize) -> Result<&[u32]> {
+        match self {
+            Contents::U32 { host } if host.len() >= need => Ok(&host[..need]),
+            Contents::U32 { host } => Err(be(format!("{what}: buffer holds {} values, op needs {need}", host.len()))),
+            _ => Err(be(format!("{what}: expected a u32 buffer"))),
+        }
+    }
+
+    /// The dtype and shape of a 2-D weight.
+    pub fn matrix(&self, what: &str) -> Result<(WeightDType, usize, usize)> {
+        match self {
+            Contents::Matrix { dtype, rows, cols } => Ok((*dtype, *rows, *cols)),
+            _ => Err(be(format!("{what}: expected a weight matrix"))),
+        }
+    }
+
+    /// Length and element type of an f32 or 16-bit value buffer (activations or a KV cache).
+    pub fn values(&self) -> Option<(usize, ElemType)> {
+        match self {
+            Contents::F32 { len } => Some((*len, ElemType::F32)),
+            Contents::Half { dtype: WeightDType::BF16, len } => Some((*len, ElemType::Bf16)),
+            Contents::Half { dtype: WeightDType::F16, len } => Some((*len, ElemType::F16)),
+            _ => None,
+        }
+    }
+
+    /// Checks an f32 or 16-bit activation buffer of at least `need` values; returns its type (the kernels'
+    /// `out_kind`).
+    pub fn act(&self, what: &str, need: usize) -> Result<ElemType> {
+        let (len, ty) = self.values().ok_or_else(|| be(format!("{what}: expected an activation buffer")))?;
+        if len < need {
+            return Err(be(format!("{what}: buffer holds {len} values, op needs {need}")));
+        }
+        Ok(ty)
+    }
+}
+
+/// The element type kernels use for weights of `dtype`.
+pub fn elem_type(dtype: WeightDType) -> ElemType {
+    match dtype {
+        WeightDType::F32 => ElemType::F32,
+        WeightDType::BF16 => ElemType::Bf16,
+        WeightDType::F16 => ElemType::F16,
+    }
+}
+
+/// The length and type of a layer's K and V caches, which must agree.
+pub fn kv_pair(k: &Contents, v: &Contents, what: &str) -> Result<(usize, ElemType)> {
+    match (k.values(), v.values()) {
+        (Some((kl, kt)), Some((vl, vt))) if kt == vt => Ok((kl.min(vl), kt)),
+        _ => Err(be(format!("{what}: the K and V caches must be KV-cache buffers of one type"))),
+    }
+}

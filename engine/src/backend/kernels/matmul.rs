@@ -1,0 +1,97 @@
+//! `Op::MatMul` (`kernels/src/cl/matmul.cl`): which family multiplies (`KernelTuning::matmul`), and within the
+//! portable families which kernel by row count: `matmul_vec_*` (16-bit weights, k a multiple of 8) or
+//! `matmul_rows_*` for decode-sized rows, `matmul_tiled_*` above, `matmul_wi_*` on CPU devices. One row of 16-bit
+//! activations under programmatic dependent launch takes the asynchronous-copy GEMV `matmul_pdla_*` first.
+
+use rserve_kernels::launch::{GEMM_TILE_M, GEMM_TILE_N, GEMV_COLS, GEMV_ROWS, GEMV_VEC_COLS, GEMV_WI_ROWS};
+use rserve_kernels::{names, ElemType};
+
+use super::contents::{elem_type, Contents};
+use super::tuning::MatmulPath;
+use super::{u32_arg, Arg, KernelDevice, Launch};
+use crate::backend::cpu::be;
+use crate::backend::WeightDType;
+use crate::error::Result;
+
+/// Above this many rows the tiled matmul replaces the row-streaming one.
+pub const GEMV_MAX_ROWS: usize = 2 * GEMV_ROWS;
+
+/// One `Op::MatMul`: `out[m, n] = x[m, k] . w[n, k]^T (+ bias[n])`.
+pub struct MatMulCall<'a, B> {
+    pub x: &'a B,
+    pub w: &'a B,
+    pub bias: Option<&'a B>,
+    pub out: &'a B,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+impl<B> MatMulCall<'_, B> {
+    /// The standard argument list of the matmul kernels: x, w, bias, out, m, k, n, has_bias.
+    pub fn args(&self, kernel: &str) -> Result<Vec<Arg<'_, B>>> {
+        Ok(vec![
+            Arg::Buf(self.x),
+            Arg::Buf(self.w),
+            Arg::Buf(self.bias.unwrap_or(self.out)), // never read without a bias
+            Arg::Buf(self.out),
+            u32_arg(self.m, kernel, "m")?,
+            u32_arg(self.k, kernel, "k")?,
+            u32_arg(self.n, kernel, "n")?,
+            Arg::U32(self.bias.is_some() as u32),
+        ])
+    }
+}
+
+/// Checks the operands; returns the weight's dtype and whether the activations are 16-bit (in the weight's type).
+pub fn check<D: KernelDevice>(d: &D, c: &MatMulCall<'_, D::Buf>) -> Result<(WeightDType, bool)> {
+    let (dtype, rows, cols) = d.contents(c.w).matrix("matmul weight")?;
+    if (rows, cols) != (c.n, c.k) {
+        return Err(be(format!("matmul weight is [{rows}, {cols}], op expects [{}, {}]", c.n, c.k)));
+    }
+    let x16 = match d.contents(c.x) {
+        Contents::Half { dtype: xd, len } if *xd == dtype && *len >= c.m * c.k => true,
+        Contents::Half { .. } => {
+            return Err(be(format!("matmul x: 16-bit activations must match the weight ({dtype:?}) and hold {}", c.m * c.k)))
+        }
+        other => {
+            other.f32("matmul x", c.m * c.k)?;
+            false
+        }
+    };
+    d.contents(c.out).f32("matmul out", c.m * c.n)?;
+    if let Some(bias) = c.bias {
+        d.contents(bias).f32("matmul bias", c.n)?;
+    }
+    Ok((dtype, x16))
+}
+
+pub(super) fn matmul<D: KernelDevice>(d: &D, c: &MatMulCall<'_, D::Buf>) -> Result<()> {
+    let (dtype, x16) = check(d, c)?;
+    let t = d.tuning();
+    let ty = elem_type(dtype);
+    let (m, k, n) = (c.m, c.k, c.n);
+    if x16 && t.pdl && m <= t.async_gemv_rows && k % 8 == 0 {
+        // Weights stream into local memory while the kernel before drains; two weight rows per 32-lane warp.
+        let kernel = ty.pick(&names::MATMUL_PDLA);
+        let rows_per_group = rserve_kernels::work_group(kernel) / 32 * 2;
+        return d.launch(&Launch::groups(kernel, c.args(kernel)?, n.div_ceil(rows_per_group), [1, 1]));
+    }
+    if t.matmul == MatmulPath::Vendor {
+        return d.vendor_matmul(c);
+    }
+    if x16 {
+        return Err(be("matmul x: 16-bit activations need the vendor matrix multiply"));
+    }
+    let (kernel, groups, row_blocks) = if t.matmul == MatmulPath::WorkItem {
+        let kernel = ty.pick(&names::MATMUL_WI);
+        (kernel, n.div_ceil(rserve_kernels::work_group(kernel)), m.div_ceil(GEMV_WI_ROWS))
+    } else if m <= GEMV_ROWS && k % 8 == 0 && ty != ElemType::F32 {
+        (ty.pick(&names::MATMUL_VEC), n.div_ceil(GEMV_VEC_COLS), 1)
+    } else if m <= GEMV_MAX_ROWS {
+        (ty.pick(&names::MATMUL_ROWS), n.div_ceil(GEMV_COLS), m.div_ceil(GEMV_ROWS))
+    } else {
+        (ty.pick(&names::MATMUL_TILED), n.div_ceil(GEMM_TILE_N), m.div_ceil(GEMM_TILE_M))
+    };
+    d.launch(&Launch::groups(kernel, c.args(kernel)?, groups, [row_blocks, 1]))
+}

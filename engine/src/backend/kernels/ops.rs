@@ -1,0 +1,107 @@
+//! The row-wise and elementwise ops (`kernels/src/cl/{embedding,norm,kv_cache,elementwise}.cl`): checks, entry point
+//! by element type, arguments and grid.
+
+use rserve_kernels::names;
+
+use super::contents::{elem_type, kv_pair};
+use super::{u32_arg, Arg, KernelDevice, Launch};
+use crate::backend::cpu::be;
+use crate::error::Result;
+
+pub(super) fn embedding<D: KernelDevice>(d: &D, table: &D::Buf, ids: &D::Buf, out: &D::Buf, n: usize, hidden: usize) -> Result<()> {
+    let (dtype, vocab, cols) = d.contents(table).matrix("embedding table")?;
+    if cols != hidden {
+        return Err(be(format!("embedding table is [{vocab}, {cols}], op expects width {hidden}")));
+    }
+    if let Some(bad) = d.contents(ids).u32("embedding ids", n)?.iter().find(|&&i| i as usize >= vocab) {
+        return Err(be(format!("token id {bad} is outside the vocabulary of {vocab}")));
+    }
+    d.contents(out).f32("embedding out", n * hidden)?;
+    let kernel = elem_type(dtype).pick(&names::EMBEDDING);
+    let args = vec![Arg::Buf(table), Arg::Buf(ids), Arg::Buf(out), u32_arg(hidden, kernel, "hidden")?];
+    d.launch(&Launch::items(kernel, args, hidden, [n, 1]))
+}
+
+/// RMSNorm; with `residual`, the fused `residual += x; out = norm(residual)`. `out` is f32 or the 16-bit input of
+/// the next matrix multiply.
+pub(super) fn rms_norm<D: KernelDevice>(
+    d: &D,
+    x: &D::Buf,
+    residual: Option<&D::Buf>,
+    w: &D::Buf,
+    out: &D::Buf,
+    [rows, hidden]: [usize; 2],
+    eps: f32,
+) -> Result<()> {
+    d.contents(x).f32("rms_norm x", rows * hidden)?;
+    d.contents(w).f32("rms_norm weight", hidden)?;
+    let out_ty = d.contents(out).act("rms_norm out", rows * hidden)?;
+    let (kernel, mut args) = match residual {
+        Some(r) => {
+            d.contents(r).f32("rms_norm residual", rows * hidden)?;
+            (out_ty.pick(&names::ADD_RMS_NORM), vec![Arg::Buf(x), Arg::Buf(r)])
+        }
+        None => (out_ty.pick(&names::RMS_NORM), vec![Arg::Buf(x)]),
+    };
+    args.extend([Arg::Buf(w), Arg::Buf(out), u32_arg(hidden, kernel, "hidden")?, Arg::F32(eps)]);
+    d.launch(&Launch::groups(kernel, args, rows, [1, 1]))
+}
+
+/// The buffers of `Op::RopeWriteKv`.
+pub(super) struct RopeIo<'a, B> {
+    pub qkv: &'a B,
+    pub positions: &'a B,
+    pub inv_freq: &'a B,
+    pub q_out: &'a B,
+    pub k_cache: &'a B,
+    pub v_cache: &'a B,
+    pub slot_mapping: &'a B,
+}
+
+/// Rotary embedding of q and k from the fused projection, k and v stored at each token's slot.
+pub(super) fn rope_write_kv<D: KernelDevice>(d: &D, io: &RopeIo<'_, D::Buf>, n: usize, [heads, kv_heads, hd]: [usize; 3]) -> Result<()> {
+    let all_heads = heads + 2 * kv_heads;
+    d.contents(io.qkv).f32("rope_write_kv qkv", n * all_heads * hd)?;
+    d.contents(io.q_out).f32("rope_write_kv q_out", n * heads * hd)?;
+    d.contents(io.positions).u32("rope_write_kv positions", n)?;
+    d.contents(io.inv_freq).f32("rope_write_kv inv_freq", hd / 2)?;
+    let (cache_len, ty) = kv_pair(d.contents(io.k_cache), d.contents(io.v_cache), "rope_write_kv")?;
+    for &slot in d.contents(io.slot_mapping).u32("rope_write_kv slot mapping", n)? {
+        if (slot as usize + 1) * kv_heads * hd > cache_len {
+            return Err(be(format!("rope_write_kv: slot {slot} outside the cache")));
+        }
+    }
+    let kernel = ty.pick(&names::ROPE_WRITE_KV);
+    let mut args: Vec<_> = [io.qkv, io.positions, io.inv_freq, io.q_out, io.k_cache, io.v_cache, io.slot_mapping]
+        .into_iter()
+        .map(Arg::Buf)
+        .collect();
+    args.extend([
+        u32_arg(n, kernel, "tokens")?,
+        u32_arg(heads, kernel, "heads")?,
+        u32_arg(kv_heads, kernel, "kv_heads")?,
+        u32_arg(hd, kernel, "head_dim")?,
+    ]);
+    d.launch(&Launch::items(kernel, args, n * all_heads * (hd / 2), [1, 1]))
+}
+
+/// `silu(gate) * up` over the fused gate/up rows; `out` is f32 or the 16-bit input of the down projection.
+pub(super) fn silu_mul<D: KernelDevice>(d: &D, gate_up: &D::Buf, out: &D::Buf, rows: usize, width: usize) -> Result<()> {
+    d.contents(gate_up).f32("silu gate_up", rows * 2 * width)?;
+    let kernel = d.contents(out).act("silu out", rows * width)?.pick(&names::SILU_MUL);
+    let args = vec![Arg::Buf(gate_up), Arg::Buf(out), u32_arg(width, kernel, "width")?];
+    d.launch(&Launch::items(kernel, args, width, [rows, 1]))
+}
+
+pub(super) fn gather_rows<D: KernelDevice>(d: &D, x: &D::Buf, rows: &D::Buf, out: &D::Buf, num_rows: usize, width: usize) -> Result<()> {
+    let x_len = d.contents(x).f32("gather x", 0)?;
+    for &r in d.contents(rows).u32("gather rows", num_rows)? {
+        if (r as usize + 1) * width > x_len {
+            return Err(be(format!("gather x: row {r} is outside a buffer of {x_len} values")));
+        }
+    }
+    d.contents(out).f32("gather out", num_rows * width)?;
+    let kernel = names::GATHER_ROWS;
+    let args = vec![Arg::Buf(x), Arg::Buf(rows), Arg::Buf(out), u32_arg(width, kernel, "width")?];
+    d.launch(&Launch::items(kernel, args, width, [num_rows, 1]))
+}

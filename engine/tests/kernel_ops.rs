@@ -1,0 +1,308 @@
+//! The device-neutral op layer (`backend::kernels`) against the kernels themselves, on a recording device for every
+//! tuning (portable GPU, CPU OpenCL, CUDA): every launch passes exactly as many arguments as its entry point declares
+//! in the SPIR-V module, uses a work-group size that divides its grid, every kernel is launched by some op, the
+//! attention work split covers every query row (decode) or (token, head) pair (prefill) exactly once and is built
+//! once per batch shape, not once per step; indices outside their buffers are refused on the host.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use rserve_engine::backend::kernels::{self, split_work, Contents, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache};
+use rserve_engine::backend::{AttentionMeta, Op, WeightDType};
+use rserve_kernels::launch::{ATTN_MAX_PARTITION, PREFILL_ROWS};
+
+type FakeBuf = Contents;
+
+/// (kernel, number of arguments, grid, work-group size) of one recorded launch.
+type Recorded = (String, usize, [usize; 3], usize);
+
+struct Fake {
+    launches: RefCell<Vec<Recorded>>,
+    plans: PlanCache<FakeBuf>,
+    tuning: Cell<KernelTuning>,
+}
+
+impl Fake {
+    fn new(tuning: KernelTuning) -> Self {
+        Self { launches: RefCell::default(), plans: PlanCache::default(), tuning: Cell::new(tuning) }
+    }
+}
+
+impl KernelDevice for Fake {
+    type Buf = FakeBuf;
+    fn contents<'b>(&self, b: &'b FakeBuf) -> &'b Contents {
+        b
+    }
+    fn scratch_f32(&self, len: usize) -> rserve_engine::Result<FakeBuf> {
+        Ok(Contents::F32 { len })
+    }
+    fn upload_indices(&self, data: &[u32]) -> rserve_engine::Result<FakeBuf> {
+        Ok(Contents::U32 { host: data.to_vec() })
+    }
+    fn launch(&self, l: &Launch<'_, FakeBuf>) -> rserve_engine::Result<()> {
+        self.launches.borrow_mut().push((l.kernel.to_string(), l.args.len(), l.global, l.local));
+        Ok(())
+    }
+    fn plans(&self) -> &PlanCache<FakeBuf> {
+        &self.plans
+    }
+    fn tuning(&self) -> KernelTuning {
+        self.tuning.get()
+    }
+    fn vendor_matmul(&self, call: &MatMulCall<'_, FakeBuf>) -> rserve_engine::Result<()> {
+        kernels::matmul_check(self, call).map(drop)
+    }
+}
+
+/// Parameters of every entry point of every module, read from the SPIR-V words (OpEntryPoint names a function;
+/// OpFunctionParameter instructions follow its OpFunction).
+fn spirv_params() -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    for m in rserve_kernels::MODULES {
+        let w: Vec<u32> = m.spirv.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let (mut names, mut params, mut current) = (HashMap::new(), HashMap::<u32, usize>::new(), None);
+        let mut i = 5;
+        while i < w.len() {
+            let (count, op) = ((w[i] >> 16) as usize, w[i] & 0xffff);
+            match op {
+                15 => {
+                    let bytes: Vec<u8> = w[i + 3..i + count].iter().flat_map(|x| x.to_le_bytes()).collect();
+                    let end = bytes.iter().position(|&b| b == 0).unwrap();
+                    names.insert(w[i + 2], String::from_utf8(bytes[..end].to_vec()).unwrap());
+                }
+                54 => {
+                    current = Some(w[i + 2]);
+                    params.insert(w[i + 2], 0);
+                }
+                55 => *params.get_mut(&current.unwrap()).unwrap() += 1,
+                _ => {}
+            }
+            i += count;
+        }
+        for (id, name) in names {
+            out.insert(name, params[&id]);
+        }
+    }
+    out
+}
+
+fn f(len: usize) -> FakeBuf {
+    Contents::F32 { len }
+}
+
+fn u(v: Vec<u32>) -> FakeBuf {
+    Contents::U32 { host: v }
+}
+
+fn mat(dtype: WeightDType, rows: usize, cols: usize) -> FakeBuf {
+    Contents::Matrix { dtype, rows, cols }
+}
+
+fn half(dtype: WeightDType, len: usize) -> FakeBuf {
+    Contents::Half { dtype, len }
+}
+
+/// Attention metadata of `qs` / `ctx` with distinct blocks per sequence.
+struct Batch {
+    qs: Vec<u32>,
+    ctx: Vec<u32>,
+    tables: Vec<u32>,
+    max_blocks: usize,
+    bufs: [FakeBuf; 3],
+}
+
+fn batch(qs: Vec<u32>, ctx: Vec<u32>, bs: usize) -> Batch {
+    let max_blocks = (*ctx.iter().max().unwrap() as usize).div_ceil(bs);
+    let tables: Vec<u32> = (0..ctx.len() * max_blocks).map(|i| (i % 60) as u32).collect();
+    let bufs = [u(qs.clone()), u(ctx.clone()), u(tables.clone())];
+    Batch { qs, ctx, tables, max_blocks, bufs }
+}
+
+impl Batch {
+    fn meta(&self) -> AttentionMeta<'_, FakeBuf> {
+        AttentionMeta {
+            num_seqs: self.ctx.len(),
+            query_start: &self.bufs[0],
+            context_lens: &self.bufs[1],
+            block_tables: &self.bufs[2],
+            max_blocks_per_seq: self.max_blocks,
+            host_query_start: &self.qs,
+            host_context_lens: &self.ctx,
+            host_block_tables: &self.tables,
+        }
+    }
+}
+
+/// Every op on `d` with buffers of `act` (f32, or 16-bit activations and KV cache of that type).
+fn exercise(d: &Fake, act: Option<WeightDType>) {
+    let (h, hd, heads, kvh, bs, vocab, inter) = (64usize, 16usize, 4usize, 2usize, 16usize, 100usize, 96usize);
+    let act_buf = |len: usize| act.map_or(f(len), |t| half(t, len));
+    let (x, res, out) = (f(40 * h), f(40 * h), act_buf(40 * h));
+    let norm = f(h);
+    let ids = u((0..40).collect());
+    for dtype in [WeightDType::F32, WeightDType::BF16, WeightDType::F16] {
+        kernels::run(d, Op::Embedding { table: &mat(dtype, vocab, h), ids: &ids, out: &f(40 * h), num_tokens: 40, hidden: h }).unwrap();
+        if act.is_some_and(|t| t != dtype) {
+            continue;
+        }
+        let w = mat(dtype, inter, h);
+        let o = f(40 * inter);
+        for m in [1, 4, 16, 17, 40] {
+            let xm = if act.is_some() { act_buf(m * h) } else { f(m * h) };
+            kernels::run(d, Op::MatMul { x: &xm, w: &w, bias: Some(&f(inter)), out: &o, m, k: h, n: inter }).unwrap();
+        }
+    }
+    kernels::run(d, Op::RmsNorm { x: &x, weight: &norm, out: &out, rows: 40, hidden: h, eps: 1e-5 }).unwrap();
+    kernels::run(d, Op::AddRmsNorm { x: &x, residual: &res, weight: &norm, out: &out, rows: 40, hidden: h, eps: 1e-5 }).unwrap();
+    let q = f(40 * heads * hd);
+    let (kc, vc) = (act_buf(64 * bs * kvh * hd), act_buf(64 * bs * kvh * hd));
+    let (pos, slots) = (u((0..40).collect()), u((0..40).collect()));
+    kernels::run(d, Op::RopeWriteKv {
+        qkv: &f(40 * (heads + 2 * kvh) * hd),
+        positions: &pos,
+        inv_freq: &f(hd / 2),
+        q_out: &q,
+        k_cache: &kc,
+        v_cache: &vc,
+        slot_mapping: &slots,
+        num_tokens: 40,
+        num_heads: heads,
+        num_kv_heads: kvh,
+        head_dim: hd,
+        block_size: bs,
+    })
+    .unwrap();
+    kernels::run(d, Op::SiluMul { gate_up: &f(40 * 2 * inter), out: &act_buf(40 * inter), rows: 40, width: inter }).unwrap();
+    kernels::run(d, Op::GatherRows { x: &x, rows: &u(vec![3, 39]), out: &f(2 * h), num_rows: 2, width: h }).unwrap();
+    // Attention: a 38-token prefill chunk, a decode at position 40, and one at 600 (several partitions); then 20
+    // decode rows (above CUDA's latency and fused-reduce limits).
+    let mixed = batch(vec![0, 38, 39, 40], vec![38, 41, 601], bs);
+    let many = batch((0..=20).collect(), (0..20).map(|i| 300 + 7 * i).collect(), bs);
+    for b in [&mixed, &many] {
+        let meta = b.meta();
+        let op = Op::PagedAttention { q: &q, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: heads, num_kv_heads: kvh, head_dim: hd, block_size: bs, scale: 0.25 };
+        kernels::run(d, op).unwrap();
+    }
+}
+
+#[test]
+fn every_launch_matches_its_kernel_signature() {
+    let params = spirv_params();
+    let mut seen: Vec<String> = Vec::new();
+    let runs = [
+        (KernelTuning::level_zero(), None),
+        (KernelTuning::opencl(true), None),
+        (KernelTuning::cuda((9, 0)), None),
+        (KernelTuning::cuda((9, 0)), Some(WeightDType::BF16)),
+        (KernelTuning::cuda((9, 0)), Some(WeightDType::F16)),
+    ];
+    for (tuning, act) in runs {
+        let d = Fake::new(tuning);
+        exercise(&d, act);
+        for (kernel, nargs, global, local) in d.launches.borrow().iter() {
+            if ["f32_to_bf16", "f32_to_f16", "add_bias"].contains(&kernel.as_str()) {
+                continue; // CUDA's own glue, outside the SPIR-V modules
+            }
+            let want = params.get(kernel).unwrap_or_else(|| panic!("{kernel} is not an entry point of the SPIR-V"));
+            assert_eq!(nargs, want, "{kernel}: arguments");
+            assert!(*local > 0 && global[0] % local == 0, "{kernel}: grid {global:?} / group {local}");
+            assert_eq!(*local, rserve_kernels::work_group(kernel), "{kernel}: work-group size");
+            seen.push(kernel.clone());
+        }
+    }
+    // Every kernel of rserve-kernels is launched by some op on some device.
+    for (_, names) in rserve_kernels::KERNELS {
+        for n in names.iter().filter(|n| !rserve_kernels::OUTSIDE_OPS.contains(n)) {
+            assert!(seen.iter().any(|s| s == n), "no op launched {n}");
+        }
+    }
+}
+
+#[test]
+fn a_decode_plan_is_built_once_per_batch_shape_not_once_per_step() {
+    for tuning in [KernelTuning::level_zero(), KernelTuning::opencl(true), KernelTuning::cuda((9, 0))] {
+        let d = Fake::new(tuning);
+        let (q, kc, vc, out) = (f(4 * 4 * 16), f(64 * 16 * 2 * 16), f(64 * 16 * 2 * 16), f(4 * 4 * 16));
+        // Four sequences decoding one token a step, contexts growing from 3 to 12 (one partition throughout).
+        for step in 0..10u32 {
+            let b = batch(vec![0, 1, 2, 3, 4], vec![3 + step, 5 + step, 7 + step, 9 + step], 16);
+            let meta = b.meta();
+            for _layer in 0..3 {
+                kernels::run(&d, Op::PagedAttention { q: &q, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: 4, num_kv_heads: 2, head_dim: 16, block_size: 16, scale: 0.25 })
+                    .unwrap();
+            }
+        }
+        assert_eq!(d.plans().builds(), 1, "{tuning:?}");
+        // A new batch shape builds a new plan.
+        let b = batch(vec![0, 1, 2, 3], vec![20, 21, 22], 16);
+        let meta = b.meta();
+        kernels::run(&d, Op::PagedAttention { q: &q, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: 4, num_kv_heads: 2, head_dim: 16, block_size: 16, scale: 0.25 })
+            .unwrap();
+        assert_eq!(d.plans().builds(), 2, "{tuning:?}");
+    }
+}
+
+#[test]
+fn the_work_split_covers_every_row_once() {
+    let group = 3;
+    // Sequences: prefill 37 tokens, decode, prefill 2 tokens after 10 cached, decode at a long context.
+    let qs = [0u32, 37, 38, 40, 41];
+    let ctx = [37u32, 5, 12, 2000];
+    let (entries, tiles, max_ctx) = split_work(&qs, &ctx, group, 64);
+    let decode_rows: Vec<u32> = entries.chunks(2).map(|e| e[0]).collect();
+    assert_eq!(decode_rows, vec![37, 40]);
+    for e in entries.chunks(2) {
+        let s = e[1] as usize;
+        let t = e[0] - qs[s];
+        // The kernels' rule for a row's visible keys, from the metadata on the device.
+        let visible = ctx[s] + e[0] + 1 - qs[s + 1];
+        assert_eq!(visible, ctx[s] - (qs[s + 1] - qs[s]) + t + 1, "visible keys of row {}", e[0]);
+        assert!(qs[s] <= e[0] && e[0] < qs[s + 1], "row {} belongs to sequence {s}", e[0]);
+    }
+    assert_eq!(max_ctx, 2000);
+    assert!(max_ctx.div_ceil(ATTN_MAX_PARTITION) > 1);
+    // Prefill tiles: each sequence's (token, head) pairs in consecutive tiles of PREFILL_ROWS.
+    for (s, qlen) in [(0usize, 37u32), (2, 2)] {
+        let firsts: Vec<u32> = tiles.chunks(2).filter(|t| t[0] as usize == s).map(|t| t[1]).collect();
+        let pairs = qlen as usize * group;
+        assert_eq!(firsts, (0..pairs).step_by(PREFILL_ROWS).map(|p| p as u32).collect::<Vec<_>>());
+    }
+    // Heads too large for the tiled kernel: every row goes to the per-row kernel.
+    let (entries, tiles, _) = split_work(&qs, &ctx, group, 512);
+    assert!(tiles.is_empty());
+    assert_eq!(entries.len() / 2, 41);
+}
+
+#[test]
+fn indices_outside_their_buffers_are_refused() {
+    let d = Fake::new(KernelTuning::level_zero());
+    let table = mat(WeightDType::F32, 10, 8);
+    let e = kernels::run(&d, Op::Embedding { table: &table, ids: &u(vec![3, 10]), out: &f(16), num_tokens: 2, hidden: 8 })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("token id 10") && e.contains("vocabulary of 10"), "{e}");
+    let (pos, slots) = (u(vec![0]), u(vec![4]));
+    let op = Op::RopeWriteKv {
+        qkv: &f(24),
+        positions: &pos,
+        inv_freq: &f(4),
+        q_out: &f(8),
+        k_cache: &f(32),
+        v_cache: &f(32),
+        slot_mapping: &slots,
+        num_tokens: 1,
+        num_heads: 1,
+        num_kv_heads: 1,
+        head_dim: 8,
+        block_size: 4,
+    };
+    let e = kernels::run(&d, op)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("slot 4 outside the cache"), "{e}");
+    let e = kernels::run(&d, Op::GatherRows { x: &f(16), rows: &u(vec![2]), out: &f(8), num_rows: 1, width: 8 })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("row 2"), "{e}");
+    assert!(d.launches.borrow().is_empty());
+}
