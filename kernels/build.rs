@@ -100,7 +100,8 @@ fn main() {
             let bytes = std::fs::read(&spv).unwrap_or_else(|e| panic!("cannot read {}: {e}", spv.display()));
             if update {
                 std::fs::create_dir_all(&committed_dir).expect("create kernels/spirv");
-                std::fs::write(&committed, &bytes).unwrap_or_else(|e| panic!("cannot write {}: {e}", committed.display()));
+                std::fs::write(&committed, &bytes)
+                    .unwrap_or_else(|e| panic!("cannot write {}: {e}", committed.display()));
             } else if std::fs::read(&committed).ok().as_deref() != Some(bytes.as_slice()) {
                 println!(
                     "cargo:warning=rserve-kernels: kernels/spirv/{name}.spv is stale; refresh it with \

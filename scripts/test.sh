@@ -12,6 +12,9 @@ for e in scripts/env.d/*.sh; do
   # shellcheck disable=SC1090
   source "$e"
 done
+# Formatting (rustfmt.toml) and lints, with the same features as the tests.
+cargo fmt --all --check
+cargo clippy --locked --workspace --all-targets ${RSERVE_CARGO_FEATURES:+--features "$RSERVE_CARGO_FEATURES"} -- -D warnings
 cargo test --locked --workspace ${RSERVE_CARGO_FEATURES:+--features "$RSERVE_CARGO_FEATURES"}
 export RSERVE_BIN="$REPO/target/debug/rserve"
 .venv/bin/python -m pytest -q tests/python

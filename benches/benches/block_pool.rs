@@ -10,7 +10,9 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use rserve_scheduler::{BlockHash, BlockPool, KvCacheManager, NewRequest, Request, RequestId, Scheduler, SchedulerConfig};
+use rserve_scheduler::{
+    BlockHash, BlockPool, KvCacheManager, NewRequest, Request, RequestId, Scheduler, SchedulerConfig,
+};
 
 const NUM_BLOCKS: usize = 4096;
 const BLOCK_SIZE: usize = 16;

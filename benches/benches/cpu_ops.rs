@@ -48,7 +48,8 @@ fn bench_elementwise(c: &mut Criterion) {
         let row = KV_HEADS * HEAD_DIM;
         let qkv = be.upload_f32(&random(&mut rng, tokens * (HEADS * HEAD_DIM + 2 * row))).expect("upload");
         let q = be.alloc_f32(tokens * HEADS * HEAD_DIM).expect("alloc");
-        let (k_cache, v_cache) = (be.alloc_f32(64 * BLOCK_SIZE * row).expect("alloc"), be.alloc_f32(64 * BLOCK_SIZE * row).expect("alloc"));
+        let (k_cache, v_cache) =
+            (be.alloc_f32(64 * BLOCK_SIZE * row).expect("alloc"), be.alloc_f32(64 * BLOCK_SIZE * row).expect("alloc"));
         let positions: Vec<u32> = (0..tokens as u32).map(|t| 1000 + t).collect();
         let pos = be.upload_u32(&positions).expect("upload");
         let slots = be.upload_u32(&(0..tokens as u32).map(|t| t * 3).collect::<Vec<_>>()).expect("upload");
@@ -57,20 +58,23 @@ fn bench_elementwise(c: &mut Criterion) {
         let inv = be.upload_f32(&inv).expect("upload");
         g.bench_function(BenchmarkId::new("rope_write_kv", tokens), |bch| {
             bch.iter(|| {
-                run(&be, Op::RopeWriteKv {
-                    qkv: &qkv,
-                    positions: &pos,
-                    inv_freq: &inv,
-                    q_out: &q,
-                    k_cache: &k_cache,
-                    v_cache: &v_cache,
-                    slot_mapping: &slots,
-                    num_tokens: tokens,
-                    num_heads: HEADS,
-                    num_kv_heads: KV_HEADS,
-                    head_dim: HEAD_DIM,
-                    block_size: BLOCK_SIZE,
-                })
+                run(
+                    &be,
+                    Op::RopeWriteKv {
+                        qkv: &qkv,
+                        positions: &pos,
+                        inv_freq: &inv,
+                        q_out: &q,
+                        k_cache: &k_cache,
+                        v_cache: &v_cache,
+                        slot_mapping: &slots,
+                        num_tokens: tokens,
+                        num_heads: HEADS,
+                        num_kv_heads: KV_HEADS,
+                        head_dim: HEAD_DIM,
+                        block_size: BLOCK_SIZE,
+                    },
+                )
             })
         });
     }
@@ -113,18 +117,21 @@ fn bench_attention(c: &mut Criterion) {
             g.throughput(Throughput::Elements((seqs * context) as u64));
             g.bench_function(BenchmarkId::new(format!("ctx{context}"), format!("{seqs}seq")), |bch| {
                 bch.iter(|| {
-                    run(&be, Op::PagedAttention {
-                        q: &q,
-                        k_cache: &k_cache,
-                        v_cache: &v_cache,
-                        out: &out,
-                        meta: &meta,
-                        num_heads: HEADS,
-                        num_kv_heads: KV_HEADS,
-                        head_dim: HEAD_DIM,
-                        block_size: BLOCK_SIZE,
-                        scale: 1.0 / (HEAD_DIM as f32).sqrt(),
-                    })
+                    run(
+                        &be,
+                        Op::PagedAttention {
+                            q: &q,
+                            k_cache: &k_cache,
+                            v_cache: &v_cache,
+                            out: &out,
+                            meta: &meta,
+                            num_heads: HEADS,
+                            num_kv_heads: KV_HEADS,
+                            head_dim: HEAD_DIM,
+                            block_size: BLOCK_SIZE,
+                            scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+                        },
+                    )
                 })
             });
         }

@@ -34,10 +34,10 @@ fn bench_decode(c: &mut Criterion) {
     let mut runner =
         ModelRunner::new(CpuBackend::new(), &params, &weights, MAX_BATCH * blocks_per_seq, BS).expect("runner");
     // Prefill every sequence's prompt (distinct prompts) once.
-    let prompts: Vec<Vec<u32>> =
-        (0..MAX_BATCH).map(|i| (0..PROMPT_LEN as u32).map(|t| 200 + (i as u32 * 131 + t * 17) % 40_000).collect()).collect();
-    let prefill =
-        BatchInput { seqs: prompts.iter().enumerate().map(|(i, p)| seq(i, p, 0, blocks_per_seq)).collect() };
+    let prompts: Vec<Vec<u32>> = (0..MAX_BATCH)
+        .map(|i| (0..PROMPT_LEN as u32).map(|t| 200 + (i as u32 * 131 + t * 17) % 40_000).collect())
+        .collect();
+    let prefill = BatchInput { seqs: prompts.iter().enumerate().map(|(i, p)| seq(i, p, 0, blocks_per_seq)).collect() };
     runner.execute(&prefill).expect("prefill");
 
     let mut g = c.benchmark_group("decode_step");

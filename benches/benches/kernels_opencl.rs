@@ -55,7 +55,18 @@ fn bench_elementwise(c: &mut Criterion) {
         });
         g.bench_function(BenchmarkId::new("add_rms_norm", tokens), |bch| {
             bch.iter(|| {
-                run(&be, Op::AddRmsNorm { x: &x, residual: &res, weight: &w, out: &out, rows: tokens, hidden: HIDDEN, eps: 1e-5 })
+                run(
+                    &be,
+                    Op::AddRmsNorm {
+                        x: &x,
+                        residual: &res,
+                        weight: &w,
+                        out: &out,
+                        rows: tokens,
+                        hidden: HIDDEN,
+                        eps: 1e-5,
+                    },
+                )
             })
         });
         let row = KV_HEADS * HEAD_DIM;
@@ -64,26 +75,30 @@ fn bench_elementwise(c: &mut Criterion) {
         let cache = be.alloc_f32(64 * BLOCK_SIZE * row).expect("alloc");
         let positions: Vec<u32> = (0..tokens as u32).map(|t| 1000 + t).collect();
         let pos = be.upload_u32(&positions).expect("upload");
-        let inv: Vec<f32> = (0..HEAD_DIM / 2).map(|i| 1.0 / ROPE_THETA.powf(2.0 * i as f32 / HEAD_DIM as f32)).collect();
+        let inv: Vec<f32> =
+            (0..HEAD_DIM / 2).map(|i| 1.0 / ROPE_THETA.powf(2.0 * i as f32 / HEAD_DIM as f32)).collect();
         let inv = be.upload_f32(&inv).expect("upload");
         let slots: Vec<u32> = (0..tokens as u32).map(|t| t * 2 % (64 * BLOCK_SIZE as u32)).collect();
         let slots = be.upload_u32(&slots).expect("upload");
         g.bench_function(BenchmarkId::new("rope_write_kv", tokens), |bch| {
             bch.iter(|| {
-                run(&be, Op::RopeWriteKv {
-                    qkv: &qkv,
-                    positions: &pos,
-                    inv_freq: &inv,
-                    q_out: &q,
-                    k_cache: &cache,
-                    v_cache: &cache,
-                    slot_mapping: &slots,
-                    num_tokens: tokens,
-                    num_heads: HEADS,
-                    num_kv_heads: KV_HEADS,
-                    head_dim: HEAD_DIM,
-                    block_size: BLOCK_SIZE,
-                })
+                run(
+                    &be,
+                    Op::RopeWriteKv {
+                        qkv: &qkv,
+                        positions: &pos,
+                        inv_freq: &inv,
+                        q_out: &q,
+                        k_cache: &cache,
+                        v_cache: &cache,
+                        slot_mapping: &slots,
+                        num_tokens: tokens,
+                        num_heads: HEADS,
+                        num_kv_heads: KV_HEADS,
+                        head_dim: HEAD_DIM,
+                        block_size: BLOCK_SIZE,
+                    },
+                )
             })
         });
         let gate_up = be.upload_f32(&random(&mut rng, tokens * 2 * INTERMEDIATE)).expect("upload");
@@ -96,7 +111,9 @@ fn bench_elementwise(c: &mut Criterion) {
         let ids: Vec<u32> = (0..tokens).map(|_| rng.gen_range(0..4096)).collect();
         let ids = be.upload_u32(&ids).expect("upload");
         g.bench_function(BenchmarkId::new("embedding", tokens), |bch| {
-            bch.iter(|| run(&be, Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: tokens, hidden: HIDDEN }))
+            bch.iter(|| {
+                run(&be, Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: tokens, hidden: HIDDEN })
+            })
         });
         let rows: Vec<u32> = (0..tokens as u32).rev().collect();
         let rows = be.upload_u32(&rows).expect("upload");
@@ -108,7 +125,14 @@ fn bench_elementwise(c: &mut Criterion) {
 }
 
 /// `seqs` sequences of `context` cached tokens, each computing its last `query` tokens.
-fn bench_attention_case(be: &OpenClBackend, g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>, name: &str, seqs: usize, context: usize, query: usize) {
+fn bench_attention_case(
+    be: &OpenClBackend,
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    seqs: usize,
+    context: usize,
+    query: usize,
+) {
     let mut rng = StdRng::seed_from_u64(2);
     let blocks_per_seq = context.div_ceil(BLOCK_SIZE);
     let num_blocks = seqs * blocks_per_seq;
@@ -140,18 +164,21 @@ fn bench_attention_case(be: &OpenClBackend, g: &mut criterion::BenchmarkGroup<'_
     g.throughput(Throughput::Elements((seqs * context * query) as u64));
     g.bench_function(BenchmarkId::new(name, format!("ctx{context}/{seqs}seq/q{query}")), |bch| {
         bch.iter(|| {
-            run(be, Op::PagedAttention {
-                q: &q,
-                k_cache: &k_cache,
-                v_cache: &v_cache,
-                out: &out,
-                meta: &meta,
-                num_heads: HEADS,
-                num_kv_heads: KV_HEADS,
-                head_dim: HEAD_DIM,
-                block_size: BLOCK_SIZE,
-                scale: 1.0 / (HEAD_DIM as f32).sqrt(),
-            })
+            run(
+                be,
+                Op::PagedAttention {
+                    q: &q,
+                    k_cache: &k_cache,
+                    v_cache: &v_cache,
+                    out: &out,
+                    meta: &meta,
+                    num_heads: HEADS,
+                    num_kv_heads: KV_HEADS,
+                    head_dim: HEAD_DIM,
+                    block_size: BLOCK_SIZE,
+                    scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+                },
+            )
         })
     });
 }
@@ -182,7 +209,8 @@ fn bench_matmul(c: &mut Criterion) {
     ];
     for (name, n, k) in shapes {
         let w = Tensor::from_vec(random(&mut rng, n * k), (n, k), &Device::Cpu).expect("tensor");
-        let dtypes: &[DType] = if name.starts_with("gate") { &[DType::F32, DType::BF16, DType::F16] } else { &[DType::F32] };
+        let dtypes: &[DType] =
+            if name.starts_with("gate") { &[DType::F32, DType::BF16, DType::F16] } else { &[DType::F32] };
         for &dtype in dtypes {
             let wb = be.upload_weight(&w.to_dtype(dtype).expect("dtype")).expect("upload");
             let rows: &[usize] = if name.starts_with("gate") { &[1, 16, 128] } else { &[1, 16] };

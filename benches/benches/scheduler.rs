@@ -38,12 +38,7 @@ fn steady_state_scheduler() -> Scheduler {
     loop {
         let out = sched.schedule();
         let decode_only = out.seqs.len() == NUM_REQUESTS as usize && out.seqs.iter().all(|s| s.token_ids.len() == 1);
-        let sampled: Vec<_> = out
-            .seqs
-            .iter()
-            .filter(|s| s.sample)
-            .map(|s| (s.request_id, 7))
-            .collect();
+        let sampled: Vec<_> = out.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, 7)).collect();
         sched.update_from_output(&out, &sampled);
         if decode_only {
             break;
@@ -69,12 +64,7 @@ fn bench_schedule_update(c: &mut Criterion) {
                     let start = Instant::now();
                     let out = sched.schedule();
                     sampled.clear();
-                    sampled.extend(
-                        out.seqs
-                            .iter()
-                            .filter(|s| s.sample)
-                            .map(|s| (s.request_id, (steps % 1000) as u32)),
-                    );
+                    sampled.extend(out.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, (steps % 1000) as u32)));
                     let results = sched.update_from_output(&out, &sampled);
                     black_box(&results);
                     drop(results);
@@ -90,11 +80,7 @@ fn bench_schedule_update(c: &mut Criterion) {
             })
         });
         let st = sched.stats();
-        assert_eq!(
-            (st.num_running, st.num_preemptions),
-            (NUM_REQUESTS as usize, 0),
-            "steady state held"
-        );
+        assert_eq!((st.num_running, st.num_preemptions), (NUM_REQUESTS as usize, 0), "steady state held");
     }
 }
 

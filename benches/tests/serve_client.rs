@@ -31,7 +31,11 @@ async fn serve(scripts: Vec<Script>) -> String {
                 if let Some(end) = text.find("\r\n\r\n") {
                     let len = text[..end]
                         .lines()
-                        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
                         .unwrap_or(0);
                     if buf.len() >= end + 4 + len || n == 0 {
                         break;
@@ -65,7 +69,8 @@ fn spec() -> RequestSpec {
 
 #[tokio::test]
 async fn a_timed_stream_gives_ttft_itl_text_and_usage() {
-    let chunk = |t: &str| format!("data: {{\"choices\":[{{\"index\":0,\"text\":\"{t}\",\"finish_reason\":null}}]}}\n\n");
+    let chunk =
+        |t: &str| format!("data: {{\"choices\":[{{\"index\":0,\"text\":\"{t}\",\"finish_reason\":null}}]}}\n\n");
     let base = serve(vec![Script {
         head: sse_head(),
         parts: vec![
@@ -135,12 +140,14 @@ async fn errors_become_failed_outcomes() {
 
 #[tokio::test]
 async fn models_and_detokenize_in_both_shapes() {
-    let json = |body: &str| Script {
+    let json = |body: &str| {
+        Script {
         head: format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         ),
         parts: vec![],
+    }
     };
     let base = serve(vec![
         json("{\"object\":\"list\",\"data\":[{\"id\":\"smol\"},{\"id\":\"other\"}]}"),

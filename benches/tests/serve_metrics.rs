@@ -57,11 +57,7 @@ fn run_metrics_match_numpy() {
             ..Default::default()
         })
         .collect();
-    let slo = Slo {
-        ttft_ms: Some(f(&run["slo_ms"]["ttft"])),
-        tpot_ms: Some(f(&run["slo_ms"]["tpot"])),
-        e2el_ms: None,
-    };
+    let slo = Slo { ttft_ms: Some(f(&run["slo_ms"]["ttft"])), tpot_ms: Some(f(&run["slo_ms"]["tpot"])), e2el_ms: None };
     let m = compute(&outcomes, f(&run["duration_s"]), &slo, &[99.0], None);
     let e = &run["expected"];
     assert_eq!(m.completed as u64, e["completed"].as_u64().expect("int"));
@@ -72,7 +68,8 @@ fn run_metrics_match_numpy() {
     close(m.request_goodput.expect("slo given"), f(&e["request_goodput"]), "goodput");
     close(m.output_throughput, f(&e["output_throughput"]), "output throughput");
     close(m.total_token_throughput, f(&e["total_token_throughput"]), "total throughput");
-    for (name, sm) in [("ttft_ms", &m.ttft_ms), ("tpot_ms", &m.tpot_ms), ("itl_ms", &m.itl_ms), ("e2el_ms", &m.e2el_ms)] {
+    for (name, sm) in [("ttft_ms", &m.ttft_ms), ("tpot_ms", &m.tpot_ms), ("itl_ms", &m.itl_ms), ("e2el_ms", &m.e2el_ms)]
+    {
         close(sm.mean, f(&e[name]["mean"]), &format!("mean {name}"));
         close(sm.std, f(&e[name]["std"]), &format!("std {name}"));
         close(sm.median, f(&e[name]["median"]), &format!("median {name}"));

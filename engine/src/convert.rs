@@ -18,9 +18,7 @@ fn torch_dtype_name(dtype: DType) -> Result<&'static str> {
         DType::F32 => Ok("float32"),
         DType::BF16 => Ok("bfloat16"),
         DType::F16 => Ok("float16"),
-        other => Err(EngineError::InvalidArgument(format!(
-            "cannot convert to {other:?}; use f32, bf16 or f16"
-        ))),
+        other => Err(EngineError::InvalidArgument(format!("cannot convert to {other:?}; use f32, bf16 or f16"))),
     }
 }
 
@@ -79,10 +77,7 @@ pub fn config_json(params: &ModelParams, dtype: DType) -> Result<Json> {
                 map.insert("mlp_bias".into(), json!(false));
             }
             Architecture::Qwen2 => {
-                map.insert(
-                    "use_sliding_window".into(),
-                    json!(params.sliding_window.is_some()),
-                );
+                map.insert("use_sliding_window".into(), json!(params.sliding_window.is_some()));
                 map.insert("sliding_window".into(), json!(params.sliding_window));
             }
             Architecture::Mistral => {
@@ -140,10 +135,9 @@ pub fn tokenizer_config_json(content: &Content, params: &ModelParams) -> Json {
             map.insert(field.into(), json!(tok));
         }
     }
-    for (field, key) in [
-        ("add_bos_token", "tokenizer.ggml.add_bos_token"),
-        ("add_eos_token", "tokenizer.ggml.add_eos_token"),
-    ] {
+    for (field, key) in
+        [("add_bos_token", "tokenizer.ggml.add_bos_token"), ("add_eos_token", "tokenizer.ggml.add_eos_token")]
+    {
         if let Some(b) = meta_bool(content, key) {
             map.insert(field.into(), json!(b));
         }
@@ -151,24 +145,17 @@ pub fn tokenizer_config_json(content: &Content, params: &ModelParams) -> Json {
     if let Some(t) = meta_str(content, "tokenizer.chat_template") {
         map.insert("chat_template".into(), json!(t));
     }
-    map.insert(
-        "model_max_length".into(),
-        json!(params.max_position_embeddings),
-    );
+    map.insert("model_max_length".into(), json!(params.max_position_embeddings));
     map.insert("clean_up_tokenization_spaces".into(), json!(false));
     map.insert("tokenizer_class".into(), json!("PreTrainedTokenizerFast"));
     Json::Object(map)
 }
 
 fn write_json(path: &Path, value: &Json) -> Result<()> {
-    let mut text = serde_json::to_string_pretty(value).map_err(|e| {
-        EngineError::InvalidArgument(format!("cannot serialize {}: {e}", path.display()))
-    })?;
+    let mut text = serde_json::to_string_pretty(value)
+        .map_err(|e| EngineError::InvalidArgument(format!("cannot serialize {}: {e}", path.display())))?;
     text.push('\n');
-    std::fs::write(path, text).map_err(|source| EngineError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::write(path, text).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })
 }
 
 /// Writes the tokenizer that the tokenizer module builds from the GGUF metadata as `tokenizer.json`.
@@ -187,23 +174,14 @@ pub fn gguf_to_hf_dir(gguf: &Path, out_dir: &Path, dtype: DType) -> Result<()> {
     let content = read_gguf_header(gguf)?;
     let params = params_from_gguf(&content)?;
     let weights = crate::weights::gguf::load_gguf(gguf, &params, dtype)?;
-    std::fs::create_dir_all(out_dir).map_err(|source| EngineError::Io {
-        path: out_dir.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(out_dir).map_err(|source| EngineError::Io { path: out_dir.to_path_buf(), source })?;
 
     let st_path = out_dir.join("model.safetensors");
     candle_core::safetensors::save(&weights.into_tensors(), &st_path)
         .map_err(|e| EngineError::Weights(format!("cannot write {}: {e}", st_path.display())))?;
     write_json(&out_dir.join("config.json"), &config_json(&params, dtype)?)?;
-    write_json(
-        &out_dir.join("generation_config.json"),
-        &generation_config_json(&params),
-    )?;
-    write_json(
-        &out_dir.join("tokenizer_config.json"),
-        &tokenizer_config_json(&content, &params),
-    )?;
+    write_json(&out_dir.join("generation_config.json"), &generation_config_json(&params))?;
+    write_json(&out_dir.join("tokenizer_config.json"), &tokenizer_config_json(&content, &params))?;
     write_tokenizer_json(&content, &out_dir.join("tokenizer.json"))?;
     Ok(())
 }

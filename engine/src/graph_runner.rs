@@ -121,7 +121,10 @@ impl Inputs {
         let (packed, views) = b.upload_u32_packed(&Self::parts(f))?;
         let [ids, positions, slots, query_start, context_lens, block_tables, last_rows]: [CuBuffer; 7] =
             views.try_into().map_err(|_| EngineError::Backend("cuda: packed inputs".into()))?;
-        Ok(Self { dev: DeviceBatch { ids, positions, slots, query_start, context_lens, block_tables, last_rows }, packed })
+        Ok(Self {
+            dev: DeviceBatch { ids, positions, slots, query_start, context_lens, block_tables, last_rows },
+            packed,
+        })
     }
 
     fn write(&mut self, b: &CudaBackend, f: &FlatBatch) -> Result<()> {
@@ -243,7 +246,8 @@ impl CudaGraphRunner {
         let b = &self.backend;
         let flat = FlatBatch::new(batch, 0);
         let dev = DeviceBatch::upload(b, &flat)?;
-        let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, &dev, &self.cache, &NoComm, None)? else {
+        let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, &dev, &self.cache, &NoComm, None)?
+        else {
             return Err(EngineError::Backend("cuda: the model has no LM head".into()));
         };
         self.read(&logits, None, flat.num_seqs(), flat.num_seqs(), want)
@@ -288,7 +292,8 @@ impl CudaGraphRunner {
         let dev = &self.inputs[&bucket].dev;
         let key = (bucket, parts);
         if self.uncapturable.contains(&key) {
-            let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)? else {
+            let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)?
+            else {
                 return Err(EngineError::Backend("cuda: the model has no LM head".into()));
             };
             return self.read(&logits, None, bucket, real, want);
@@ -296,7 +301,8 @@ impl CudaGraphRunner {
         if !self.graphs.contains_key(&key) {
             // First sight of this shape: run it eagerly (this step's result; it also caches the attention work
             // split), then record the same ops into a graph for the next steps.
-            let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)? else {
+            let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)?
+            else {
                 return Err(EngineError::Backend("cuda: the model has no LM head".into()));
             };
             let got = self.read(&logits, None, bucket, real, want)?;
@@ -304,7 +310,9 @@ impl CudaGraphRunner {
             let t0 = Instant::now();
             b.begin_capture()?;
             let recorded = (|| -> Result<(CuBuffer, CuBuffer)> {
-                let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)? else {
+                let DeviceOutput::Logits(logits) =
+                    self.model.forward_device(b, &flat, dev, &self.cache, &NoComm, None)?
+                else {
                     return Err(EngineError::Backend("cuda: the model has no LM head".into()));
                 };
                 let ids = b.alloc_u32_output(bucket)?;

@@ -31,7 +31,13 @@ pub struct ModelRunner<B: Backend> {
 
 impl<B: Backend> ModelRunner<B> {
     /// Uploads the weights and allocates `num_blocks` KV blocks of `block_size` tokens.
-    pub fn new(backend: B, params: &ModelParams, weights: &Weights, num_blocks: usize, block_size: usize) -> Result<Self> {
+    pub fn new(
+        backend: B,
+        params: &ModelParams,
+        weights: &Weights,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self> {
         let model = LlamaModel::load(&backend, params, weights)?;
         let cache = PagedKvCache::new(&backend, params, num_blocks, block_size, weights.compute_dtype())?;
         Ok(Self { backend, model, cache })
@@ -43,6 +49,11 @@ impl<B: Backend> ModelRunner<B> {
 
     pub fn block_size(&self) -> usize {
         self.cache.block_size
+    }
+
+    /// The device the model runs on.
+    pub fn backend(&self) -> &B {
+        &self.backend
     }
 }
 

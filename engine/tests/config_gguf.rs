@@ -9,9 +9,7 @@ use std::path::PathBuf;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::GgmlDType;
-use rserve_engine::config::gguf_meta::{
-    params_from_gguf, params_from_gguf_file, read_gguf_header, resolve, GgufMeta,
-};
+use rserve_engine::config::gguf_meta::{params_from_gguf, params_from_gguf_file, read_gguf_header, resolve, GgufMeta};
 use rserve_engine::config::Architecture;
 use rserve_engine::EngineError;
 use support::*;
@@ -19,10 +17,8 @@ use support::*;
 #[test]
 fn smollm2_params_match_transformers() {
     let params = params_from_gguf_file(&smollm2_gguf()).unwrap();
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/weights/smollm2_q4_1_refs.json");
-    let refs: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/weights/smollm2_q4_1_refs.json");
+    let refs: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let c = &refs["config"];
     let u = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k}")) as usize;
     assert_eq!(params.architecture, Architecture::Llama);
@@ -34,17 +30,11 @@ fn smollm2_params_match_transformers() {
     assert_eq!(params.num_kv_heads, u("num_key_value_heads"));
     assert_eq!(params.head_dim, u("head_dim"));
     assert_eq!(params.max_position_embeddings, u("max_position_embeddings"));
-    assert_eq!(
-        params.tie_word_embeddings,
-        c["tie_word_embeddings"].as_bool().unwrap()
-    );
+    assert_eq!(params.tie_word_embeddings, c["tie_word_embeddings"].as_bool().unwrap());
     assert_eq!(params.bos_token_id, Some(u("bos_token_id") as u32));
     assert_eq!(params.eos_token_ids, vec![u("eos_token_id") as u32]);
     // transformers keeps the f32 value of the file (9.99999974e-06); rserve restores the decimal 1e-5. Equal as f32.
-    assert_eq!(
-        params.rms_norm_eps as f32,
-        c["rms_norm_eps"].as_f64().unwrap() as f32
-    );
+    assert_eq!(params.rms_norm_eps as f32, c["rms_norm_eps"].as_f64().unwrap() as f32);
     assert_eq!(params.rope_theta, c["rope_theta"].as_f64().unwrap());
     assert_eq!(params.rope_scaling, None);
     assert!(!params.attention_bias);
@@ -55,9 +45,7 @@ fn write_tiny(arch: &str, architecture: Architecture, tie: bool) -> (tempfile::T
     let dir = tempfile::tempdir().unwrap();
     let params = tiny_params(architecture, tie);
     let path = dir.path().join("m.gguf");
-    write_gguf(&path, arch, &params, &random_hf_tensors(&params), |_| {
-        GgmlDType::F32
-    });
+    write_gguf(&path, arch, &params, &random_hf_tensors(&params), |_| GgmlDType::F32);
     (dir, path)
 }
 
@@ -82,19 +70,10 @@ fn meta_of(path: &std::path::Path) -> (Content, GgufMeta) {
 fn end_of_turn_tokens_join_eos() {
     let (_d, path) = write_tiny("llama", Architecture::Llama, true);
     let (mut content, _) = meta_of(&path);
-    content
-        .metadata
-        .insert("tokenizer.ggml.eot_token_id".into(), Value::U32(7));
-    content
-        .metadata
-        .insert("tokenizer.ggml.eom_token_id".into(), Value::U32(2));
-    assert_eq!(
-        params_from_gguf(&content).unwrap().eos_token_ids,
-        vec![2, 7]
-    );
-    content
-        .metadata
-        .insert("tokenizer.ggml.eot_token_id".into(), Value::U32(640));
+    content.metadata.insert("tokenizer.ggml.eot_token_id".into(), Value::U32(7));
+    content.metadata.insert("tokenizer.ggml.eom_token_id".into(), Value::U32(2));
+    assert_eq!(params_from_gguf(&content).unwrap().eos_token_ids, vec![2, 7]);
+    content.metadata.insert("tokenizer.ggml.eot_token_id".into(), Value::U32(640));
     let err = params_from_gguf(&content).unwrap_err().to_string();
     assert!(err.contains("640"), "{err}");
 }
@@ -112,35 +91,18 @@ fn missing_or_unsupported_metadata() {
     }
     let mut m = meta.clone();
     m.head_count_kv = Some(3);
-    assert!(resolve(&m)
-        .unwrap_err()
-        .to_string()
-        .contains("head_count_kv"));
+    assert!(resolve(&m).unwrap_err().to_string().contains("head_count_kv"));
     let mut m = meta.clone();
     m.rope_dimension_count = Some(32);
-    assert!(resolve(&m)
-        .unwrap_err()
-        .to_string()
-        .contains("partial rotary"));
+    assert!(resolve(&m).unwrap_err().to_string().contains("partial rotary"));
     let mut m = meta.clone();
     m.architecture = "phi3".into();
-    assert!(
-        matches!(resolve(&m), Err(EngineError::UnsupportedArchitecture(ref a)) if a.contains("phi3"))
-    );
+    assert!(matches!(resolve(&m), Err(EngineError::UnsupportedArchitecture(ref a)) if a.contains("phi3")));
 
     let (mut content, _) = meta_of(&path);
     content.metadata.remove("general.architecture");
-    assert!(params_from_gguf(&content)
-        .unwrap_err()
-        .to_string()
-        .contains("general.architecture"));
+    assert!(params_from_gguf(&content).unwrap_err().to_string().contains("general.architecture"));
     let (mut content, _) = meta_of(&path);
-    content.metadata.insert(
-        "llama.embedding_length".into(),
-        Value::String("wide".into()),
-    );
-    assert!(params_from_gguf(&content)
-        .unwrap_err()
-        .to_string()
-        .contains("llama.embedding_length"));
+    content.metadata.insert("llama.embedding_length".into(), Value::String("wide".into()));
+    assert!(params_from_gguf(&content).unwrap_err().to_string().contains("llama.embedding_length"));
 }

@@ -49,15 +49,10 @@ fn as_json(p: &ModelParams) -> Value {
 
 #[test]
 fn every_sample_config_matches_transformers() {
-    let refs: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture_dir().join("refs.json")).expect("refs.json"),
-    )
-    .unwrap();
+    let refs: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture_dir().join("refs.json")).expect("refs.json")).unwrap();
     let configs = refs["configs"].as_object().expect("configs");
-    assert!(
-        configs.len() >= 10,
-        "expected the full set of reference configs"
-    );
+    assert!(configs.len() >= 10, "expected the full set of reference configs");
     for (name, expected) in configs {
         let text = std::fs::read_to_string(fixture_dir().join("inputs").join(name)).expect(name);
         let params = parse_config_json(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -75,17 +70,13 @@ fn every_sample_config_matches_transformers() {
 
 #[test]
 fn unsupported_architecture_is_named() {
-    let err =
-        parse_config_json(r#"{"architectures":["GPT2LMHeadModel"],"vocab_size":10}"#).unwrap_err();
+    let err = parse_config_json(r#"{"architectures":["GPT2LMHeadModel"],"vocab_size":10}"#).unwrap_err();
     match err {
         EngineError::UnsupportedArchitecture(name) => assert_eq!(name, "GPT2LMHeadModel"),
         other => panic!("unexpected error {other}"),
     }
     let err = parse_config_json(r#"{"model_type":"gemma","vocab_size":10}"#).unwrap_err();
-    assert!(
-        matches!(err, EngineError::UnsupportedArchitecture(ref n) if n == "gemma"),
-        "{err}"
-    );
+    assert!(matches!(err, EngineError::UnsupportedArchitecture(ref n) if n == "gemma"), "{err}");
 }
 
 fn base() -> Value {
@@ -109,10 +100,7 @@ fn bad_configs_name_the_field() {
     let mut v = base();
     v["num_key_value_heads"] = 3.into();
     let msg = config_error(v);
-    assert!(
-        msg.contains("num_attention_heads") && msg.contains("num_key_value_heads"),
-        "{msg}"
-    );
+    assert!(msg.contains("num_attention_heads") && msg.contains("num_key_value_heads"), "{msg}");
 
     let mut v = base();
     v["hidden_size"] = 66.into();
@@ -130,10 +118,7 @@ fn bad_configs_name_the_field() {
     v["num_hidden_layers"] = 0.into();
     assert!(config_error(v).contains("num_hidden_layers"));
 
-    assert!(matches!(
-        parse_config_json("{not json"),
-        Err(EngineError::Config(_))
-    ));
+    assert!(matches!(parse_config_json("{not json"), Err(EngineError::Config(_))));
 }
 
 #[test]

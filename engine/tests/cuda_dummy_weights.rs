@@ -26,9 +26,12 @@ fn dummy_weights_have_every_expected_shape_in_the_dtype() {
 fn dummy_weights_are_deterministic_in_the_seed() {
     let p = parse_config_json(TINY).unwrap();
     let name = "model.layers.1.mlp.down_proj.weight";
-    let a = dummy::dummy(&p, DType::F32, 7).unwrap().get(name).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let b = dummy::dummy(&p, DType::F32, 7).unwrap().get(name).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let c = dummy::dummy(&p, DType::F32, 8).unwrap().get(name).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let a =
+        dummy::dummy(&p, DType::F32, 7).unwrap().get(name).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let b =
+        dummy::dummy(&p, DType::F32, 7).unwrap().get(name).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let c =
+        dummy::dummy(&p, DType::F32, 8).unwrap().get(name).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
     assert_eq!(a, b);
     assert_ne!(a, c);
     assert!(a.iter().all(|v| v.abs() <= dummy::DUMMY_RANGE));

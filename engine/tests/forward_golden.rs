@@ -16,7 +16,9 @@ use serde_json::Value;
 const BS: usize = 16;
 
 fn runner(num_blocks: usize) -> (ModelRunner<CpuBackend>, ModelParams) {
-    let resolved = resolve_model(common::smollm2_gguf().to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
+    let resolved =
+        resolve_model(common::smollm2_gguf().to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir()))
+            .unwrap();
     let params = resolved.load_params().unwrap();
     let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
     (ModelRunner::new(CpuBackend::new(), &params, &weights, num_blocks, BS).unwrap(), params)

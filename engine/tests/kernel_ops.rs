@@ -7,7 +7,9 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-use rserve_engine::backend::kernels::{self, split_work, Contents, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache};
+use rserve_engine::backend::kernels::{
+    self, split_work, Contents, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache,
+};
 use rserve_engine::backend::{AttentionMeta, Op, WeightDType};
 use rserve_kernels::launch::{ATTN_MAX_PARTITION, PREFILL_ROWS};
 
@@ -141,7 +143,11 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     let norm = f(h);
     let ids = u((0..40).collect());
     for dtype in [WeightDType::F32, WeightDType::BF16, WeightDType::F16] {
-        kernels::run(d, Op::Embedding { table: &mat(dtype, vocab, h), ids: &ids, out: &f(40 * h), num_tokens: 40, hidden: h }).unwrap();
+        kernels::run(
+            d,
+            Op::Embedding { table: &mat(dtype, vocab, h), ids: &ids, out: &f(40 * h), num_tokens: 40, hidden: h },
+        )
+        .unwrap();
         if act.is_some_and(|t| t != dtype) {
             continue;
         }
@@ -153,26 +159,31 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
         }
     }
     kernels::run(d, Op::RmsNorm { x: &x, weight: &norm, out: &out, rows: 40, hidden: h, eps: 1e-5 }).unwrap();
-    kernels::run(d, Op::AddRmsNorm { x: &x, residual: &res, weight: &norm, out: &out, rows: 40, hidden: h, eps: 1e-5 }).unwrap();
+    kernels::run(d, Op::AddRmsNorm { x: &x, residual: &res, weight: &norm, out: &out, rows: 40, hidden: h, eps: 1e-5 })
+        .unwrap();
     let q = f(40 * heads * hd);
     let (kc, vc) = (act_buf(64 * bs * kvh * hd), act_buf(64 * bs * kvh * hd));
     let (pos, slots) = (u((0..40).collect()), u((0..40).collect()));
-    kernels::run(d, Op::RopeWriteKv {
-        qkv: &f(40 * (heads + 2 * kvh) * hd),
-        positions: &pos,
-        inv_freq: &f(hd / 2),
-        q_out: &q,
-        k_cache: &kc,
-        v_cache: &vc,
-        slot_mapping: &slots,
-        num_tokens: 40,
-        num_heads: heads,
-        num_kv_heads: kvh,
-        head_dim: hd,
-        block_size: bs,
-    })
+    kernels::run(
+        d,
+        Op::RopeWriteKv {
+            qkv: &f(40 * (heads + 2 * kvh) * hd),
+            positions: &pos,
+            inv_freq: &f(hd / 2),
+            q_out: &q,
+            k_cache: &kc,
+            v_cache: &vc,
+            slot_mapping: &slots,
+            num_tokens: 40,
+            num_heads: heads,
+            num_kv_heads: kvh,
+            head_dim: hd,
+            block_size: bs,
+        },
+    )
     .unwrap();
-    kernels::run(d, Op::SiluMul { gate_up: &f(40 * 2 * inter), out: &act_buf(40 * inter), rows: 40, width: inter }).unwrap();
+    kernels::run(d, Op::SiluMul { gate_up: &f(40 * 2 * inter), out: &act_buf(40 * inter), rows: 40, width: inter })
+        .unwrap();
     kernels::run(d, Op::GatherRows { x: &x, rows: &u(vec![3, 39]), out: &f(2 * h), num_rows: 2, width: h }).unwrap();
     // Attention: a 38-token prefill chunk, a decode at position 40, and one at 600 (several partitions); then 20
     // decode rows (above CUDA's latency and fused-reduce limits).
@@ -180,7 +191,18 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     let many = batch((0..=20).collect(), (0..20).map(|i| 300 + 7 * i).collect(), bs);
     for b in [&mixed, &many] {
         let meta = b.meta();
-        let op = Op::PagedAttention { q: &q, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: heads, num_kv_heads: kvh, head_dim: hd, block_size: bs, scale: 0.25 };
+        let op = Op::PagedAttention {
+            q: &q,
+            k_cache: &kc,
+            v_cache: &vc,
+            out: &out,
+            meta: &meta,
+            num_heads: heads,
+            num_kv_heads: kvh,
+            head_dim: hd,
+            block_size: bs,
+            scale: 0.25,
+        };
         kernels::run(d, op).unwrap();
     }
 }
@@ -228,16 +250,44 @@ fn a_decode_plan_is_built_once_per_batch_shape_not_once_per_step() {
             let b = batch(vec![0, 1, 2, 3, 4], vec![3 + step, 5 + step, 7 + step, 9 + step], 16);
             let meta = b.meta();
             for _layer in 0..3 {
-                kernels::run(&d, Op::PagedAttention { q: &q, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: 4, num_kv_heads: 2, head_dim: 16, block_size: 16, scale: 0.25 })
-                    .unwrap();
+                kernels::run(
+                    &d,
+                    Op::PagedAttention {
+                        q: &q,
+                        k_cache: &kc,
+                        v_cache: &vc,
+                        out: &out,
+                        meta: &meta,
+                        num_heads: 4,
+                        num_kv_heads: 2,
+                        head_dim: 16,
+                        block_size: 16,
+                        scale: 0.25,
+                    },
+                )
+                .unwrap();
             }
         }
         assert_eq!(d.plans().builds(), 1, "{tuning:?}");
         // A new batch shape builds a new plan.
         let b = batch(vec![0, 1, 2, 3], vec![20, 21, 22], 16);
         let meta = b.meta();
-        kernels::run(&d, Op::PagedAttention { q: &q, k_cache: &kc, v_cache: &vc, out: &out, meta: &meta, num_heads: 4, num_kv_heads: 2, head_dim: 16, block_size: 16, scale: 0.25 })
-            .unwrap();
+        kernels::run(
+            &d,
+            Op::PagedAttention {
+                q: &q,
+                k_cache: &kc,
+                v_cache: &vc,
+                out: &out,
+                meta: &meta,
+                num_heads: 4,
+                num_kv_heads: 2,
+                head_dim: 16,
+                block_size: 16,
+                scale: 0.25,
+            },
+        )
+        .unwrap();
         assert_eq!(d.plans().builds(), 2, "{tuning:?}");
     }
 }
@@ -277,9 +327,10 @@ fn the_work_split_covers_every_row_once() {
 fn indices_outside_their_buffers_are_refused() {
     let d = Fake::new(KernelTuning::level_zero());
     let table = mat(WeightDType::F32, 10, 8);
-    let e = kernels::run(&d, Op::Embedding { table: &table, ids: &u(vec![3, 10]), out: &f(16), num_tokens: 2, hidden: 8 })
-        .unwrap_err()
-        .to_string();
+    let e =
+        kernels::run(&d, Op::Embedding { table: &table, ids: &u(vec![3, 10]), out: &f(16), num_tokens: 2, hidden: 8 })
+            .unwrap_err()
+            .to_string();
     assert!(e.contains("token id 10") && e.contains("vocabulary of 10"), "{e}");
     let (pos, slots) = (u(vec![0]), u(vec![4]));
     let op = Op::RopeWriteKv {
@@ -296,9 +347,7 @@ fn indices_outside_their_buffers_are_refused() {
         head_dim: 8,
         block_size: 4,
     };
-    let e = kernels::run(&d, op)
-        .unwrap_err()
-        .to_string();
+    let e = kernels::run(&d, op).unwrap_err().to_string();
     assert!(e.contains("slot 4 outside the cache"), "{e}");
     let e = kernels::run(&d, Op::GatherRows { x: &f(16), rows: &u(vec![2]), out: &f(8), num_rows: 1, width: 8 })
         .unwrap_err()

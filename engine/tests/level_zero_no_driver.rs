@@ -18,7 +18,10 @@ fn error_line(test: &str, env: &[(String, String)]) -> String {
     let out = lz::run_child(test, env);
     let text = lz::text(&out);
     assert!(out.status.success(), "the child failed:\n{text}");
-    assert!(lz::reported(&text, "LZ-FOUND").is_none(), "a Level Zero device was found; this test needs a host without one:\n{text}");
+    assert!(
+        lz::reported(&text, "LZ-FOUND").is_none(),
+        "a Level Zero device was found; this test needs a host without one:\n{text}"
+    );
     lz::reported(&text, "LZ-ERROR").unwrap_or_else(|| panic!("no error in:\n{text}")).to_string()
 }
 
@@ -31,7 +34,9 @@ fn no_driver_is_one_line_naming_the_variables() {
     let env = vec![("ZE_AFFINITY_MASK".to_string(), "4095".to_string())];
     let msg = error_line("no_driver_is_one_line_naming_the_variables", &env);
     assert!(msg.contains("no Level Zero driver/device was found"), "{msg}");
-    for var in ["ZE_AFFINITY_MASK=4095", "ZE_FLAT_DEVICE_HIERARCHY unset", "ZE_ENABLE_NULL_DRIVER unset", "LD_LIBRARY_PATH"] {
+    for var in
+        ["ZE_AFFINITY_MASK=4095", "ZE_FLAT_DEVICE_HIERARCHY unset", "ZE_ENABLE_NULL_DRIVER unset", "LD_LIBRARY_PATH"]
+    {
         assert!(msg.contains(var), "{var} is not named in: {msg}");
     }
 }

@@ -2,7 +2,8 @@
 //! nothing) with the validation layer and parameter validation on: device discovery, the model's weights uploaded,
 //! every SPIR-V module built, and one full forward step (a tiled-matmul prefill chunk, a decode token and a
 //! split-KV decode over a long context) appended without a single failed call; at shutdown every handle the wrapper
-//! created is destroyed. With the null driver nothing executes, so the logits are not checked.
+//! created is destroyed. Decode steps of one batch at growing contexts build the attention work split once, not once
+//! a step. With the null driver nothing executes, so the logits are not checked.
 //!
 //! Each test body runs in a child process (the loader reads ZE_* variables once, at initialisation).
 
@@ -14,6 +15,7 @@ use level_zero_support as lz;
 use rserve_engine::backend::level_zero::{handle_counts, loader_components, HandleKind};
 use rserve_engine::engine::device::Device;
 use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::source::{resolve_model, ResolveOptions};
 
 const BS: usize = 16;
@@ -27,7 +29,8 @@ fn seq(tokens: Vec<u32>, start: usize, first_block: u32) -> SeqInput {
 
 fn forward_step_in_child() {
     let resolved =
-        resolve_model(common::smollm2_gguf().to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
+        resolve_model(common::smollm2_gguf().to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir()))
+            .unwrap();
     let params = resolved.load_params().unwrap();
     let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
     let device = Device::select("level-zero").unwrap();
@@ -37,18 +40,24 @@ fn forward_step_in_child() {
     let mut runner = device.build_runner(&params, &weights, 64, BS).unwrap();
     // 20 prompt tokens (tiled matmul, prefill attention), one decode token at position 40, and one at position 700
     // (two key partitions: the decode kernel's split-KV path and the reduce kernel).
-    let batch = BatchInput {
-        seqs: vec![
-            seq((1..=20).collect(), 0, 0),
-            seq(vec![42], 40, 2),
-            seq(vec![7], 700, 5),
-        ],
-    };
+    let batch = BatchInput { seqs: vec![seq((1..=20).collect(), 0, 0), seq(vec![42], 40, 2), seq(vec![7], 700, 5)] };
     let logits = runner.execute(&batch).unwrap();
     assert_eq!(logits.len(), 3 * params.vocab_size);
     // A decode-only step as well (row-streaming matmul everywhere).
     let logits = runner.execute(&BatchInput { seqs: vec![seq(vec![9], 20, 0)] }).unwrap();
     assert_eq!(logits.len(), params.vocab_size);
+    drop(runner);
+    // Ten decode steps of a batch of three, contexts growing by one token a step: one attention plan for them all.
+    let backend = rserve_engine::backend::level_zero::open("level-zero").unwrap();
+    let mut runner = ModelRunner::new(backend, &params, &weights, 64, BS).unwrap();
+    let before = runner.backend().attention_plan_builds();
+    for step in 0..10 {
+        let batch = BatchInput {
+            seqs: vec![seq(vec![5], 30 + step, 0), seq(vec![6], 50 + step, 8), seq(vec![7], 90 + step, 16)],
+        };
+        runner.execute(&batch).unwrap();
+    }
+    println!("LZ-PLANS: {}", runner.backend().attention_plan_builds() - before);
     drop(runner);
     drop(weights);
     println!("LZ-COMPONENTS: {}", loader_components().unwrap().join(", "));
@@ -69,6 +78,7 @@ fn forward_step_on_the_null_driver_with_validation() {
     assert!(components.contains("validation layer"), "the validation layer is not loaded: {components}");
     // ... and what it rejects comes back as an error result: none may appear.
     assert!(!text.contains("ZE_RESULT_ERROR"), "a Level Zero call failed:\n{text}");
+    assert_eq!(lz::reported(&text, "LZ-PLANS"), Some("1"), "attention plans of 10 decode steps:\n{text}");
     let counts = lz::reported(&text, "LZ-COUNTS").unwrap_or_else(|| panic!("no counts in:\n{text}"));
     // `Kind created/destroyed` pairs, then `failed_calls N`.
     let words: Vec<&str> = counts.split_whitespace().collect();

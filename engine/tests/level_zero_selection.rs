@@ -145,7 +145,11 @@ fn a_bad_hierarchy_value_is_an_error() {
     if lz::in_child() {
         return select_in_child();
     }
-    let text = select_on_null_driver("a_bad_hierarchy_value_is_an_error", "level-zero", &[("ZE_FLAT_DEVICE_HIERARCHY", "SIDEWAYS")]);
+    let text = select_on_null_driver(
+        "a_bad_hierarchy_value_is_an_error",
+        "level-zero",
+        &[("ZE_FLAT_DEVICE_HIERARCHY", "SIDEWAYS")],
+    );
     let e = lz::reported(&text, "LZ-ERROR").unwrap_or_else(|| panic!("{text}"));
     assert!(e.contains("ZE_FLAT_DEVICE_HIERARCHY=SIDEWAYS"), "{e}");
 }

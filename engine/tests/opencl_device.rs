@@ -26,7 +26,10 @@ fn platform_by_name_or_index_and_clear_errors() {
         let e = OpenClBackend::new(&opts).err().expect("must fail").to_string();
         assert!(e.contains(want) && e.contains(platform.as_str()), "{e}");
     };
-    bad(OpenClOptions { platform: Some("no-such-vendor".into()), device: None }, "no platform name contains 'no-such-vendor'");
+    bad(
+        OpenClOptions { platform: Some("no-such-vendor".into()), device: None },
+        "no platform name contains 'no-such-vendor'",
+    );
     bad(OpenClOptions { platform: Some(all.len().to_string()), device: None }, "does not exist");
     bad(OpenClOptions { platform: Some("0".into()), device: Some(devices.len() + 5) }, "has no device");
 

@@ -20,7 +20,8 @@ const STEPS: usize = 32;
 
 fn load() -> (ModelParams, Weights) {
     let path = common::smollm2_gguf();
-    let resolved = resolve_model(path.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
+    let resolved =
+        resolve_model(path.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
     let params = resolved.load_params().unwrap();
     let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
     (params, weights)
@@ -62,7 +63,9 @@ fn greedy_alone(r: &mut dyn StepRunner, prompt: &[u32], bs: usize) -> (Vec<u32>,
 /// Greedy tokens of all prompts decoded together in one batch.
 fn greedy_batched(r: &mut dyn StepRunner, prompts: &[Vec<u32>], bs: usize, blocks_per_seq: usize) -> Vec<Vec<u32>> {
     let block0 = |i: usize| (i * blocks_per_seq) as u32;
-    let batch = BatchInput { seqs: prompts.iter().enumerate().map(|(i, p)| seq(p, 0, block0(i), blocks_per_seq, bs)).collect() };
+    let batch = BatchInput {
+        seqs: prompts.iter().enumerate().map(|(i, p)| seq(p, 0, block0(i), blocks_per_seq, bs)).collect(),
+    };
     let mut logits = r.execute(&batch).unwrap();
     let vocab = r.vocab_size();
     let mut out = vec![Vec::new(); prompts.len()];

@@ -74,7 +74,15 @@ op_parity!(add_rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, true) });
 /// multiple of 4, odd n, with and without a bias.
 fn matmul<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<opencl_common::Output> {
     let mut outs = Vec::new();
-    for (m, k, n, bias) in [(1, 576, 1536, false), (4, 1024, 37, true), (3, 577, 1000, true), (16, 256, 190, false), (17, 300, 129, true), (5, 579, 33, true), (70, 576, 576, false)] {
+    for (m, k, n, bias) in [
+        (1, 576, 1536, false),
+        (4, 1024, 37, true),
+        (3, 577, 1000, true),
+        (16, 256, 190, false),
+        (17, 300, 129, true),
+        (5, 579, 33, true),
+        (70, 576, 576, false),
+    ] {
         let x = b.upload_f32(&random(rng, m * k, 1.0)).unwrap();
         let w = weight(b, random(rng, n * k, 0.5), n, k, dtype);
         let bias = bias.then(|| b.upload_f32(&random(rng, n, 1.0)).unwrap());
@@ -125,7 +133,8 @@ op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {
         let num_blocks = 7;
         let row = kv_heads * head_dim;
         let len = num_blocks * block_size * row;
-        let (kc, vc) = (b.upload_f32(&random(&mut rng, len, 1.0)).unwrap(), b.upload_f32(&random(&mut rng, len, 1.0)).unwrap());
+        let (kc, vc) =
+            (b.upload_f32(&random(&mut rng, len, 1.0)).unwrap(), b.upload_f32(&random(&mut rng, len, 1.0)).unwrap());
         // First and last slot of a block, the cache's last slot, and a few random ones.
         let mut slots = vec![0, block_size as u32 - 1, 2 * block_size as u32, (num_blocks * block_size) as u32 - 1];
         slots.extend((0..5).map(|_| rng.gen_range(0..(num_blocks * block_size) as u32)));
@@ -137,7 +146,8 @@ op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {
         let q = poisoned(b, n * heads * head_dim);
         let pos: Vec<u32> = (0..n).map(|_| rng.gen_range(0..5000)).collect();
         let freq: Vec<f32> = (0..head_dim / 2).map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / head_dim as f32)).collect();
-        let (pos, freq, slots) = (b.upload_u32(&pos).unwrap(), b.upload_f32(&freq).unwrap(), b.upload_u32(&slots).unwrap());
+        let (pos, freq, slots) =
+            (b.upload_u32(&pos).unwrap(), b.upload_f32(&freq).unwrap(), b.upload_u32(&slots).unwrap());
         b.run(Op::RopeWriteKv {
             qkv: &qkv,
             positions: &pos,
@@ -226,14 +236,26 @@ fn attention<B: Backend>(b: &B, rng: &mut StdRng, name: &'static str, c: &Attn) 
 }
 
 op_parity!(attention_decode_ragged_gqa, tol = F32_TOL, |b, rng| {
-    let c = Attn { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, seqs: &[(1, 1), (1, 15), (1, 16), (1, 17), (1, 33), (1, 200)] };
+    let c = Attn {
+        heads: 9,
+        kv_heads: 3,
+        head_dim: 64,
+        block_size: 16,
+        seqs: &[(1, 1), (1, 15), (1, 16), (1, 17), (1, 33), (1, 200)],
+    };
     vec![attention(b, &mut rng, "out", &c)]
 });
 
 op_parity!(attention_decode_split_kv, tol = F32_TOL, |b, rng| {
     // Partitions of ATTN_MAX_PARTITION (256) keys: 512 fill two exactly; 513, 1100 and 1300 need 3, 5 and 6 (the
     // last one partial).
-    let c = Attn { heads: 32, kv_heads: 8, head_dim: 128, block_size: 32, seqs: &[(1, 512), (1, 513), (1, 1100), (1, 7), (1, 1300)] };
+    let c = Attn {
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        block_size: 32,
+        seqs: &[(1, 512), (1, 513), (1, 1100), (1, 7), (1, 1300)],
+    };
     vec![attention(b, &mut rng, "out", &c)]
 });
 
@@ -259,7 +281,8 @@ op_parity!(attention_prefill_chunks_over_cached_prefixes, tol = F32_TOL, |b, rng
 op_parity!(attention_every_block_size, tol = F32_TOL, |b, rng| {
     let mut outs = Vec::new();
     for bs in [1, 8, 16, 32, 64, 128] {
-        let c = Attn { heads: 8, kv_heads: 2, head_dim: 64, block_size: bs, seqs: &[(9, 30), (1, 129), (24, 24), (1, 64)] };
+        let c =
+            Attn { heads: 8, kv_heads: 2, head_dim: 64, block_size: bs, seqs: &[(9, 30), (1, 129), (24, 24), (1, 64)] };
         outs.push(attention(b, &mut rng, "out", &c));
     }
     outs
@@ -296,7 +319,8 @@ fn out_of_range_indices_are_errors() {
     assert!(e.to_string().contains("outside the vocabulary"), "{e}");
 
     let (qkv, q, cache) = (b.upload_f32(&[1.0; 24]).unwrap(), b.alloc_f32(8).unwrap(), b.alloc_f32(4 * 8).unwrap());
-    let (slots, pos, freq) = (b.upload_u32(&[4]).unwrap(), b.upload_u32(&[0]).unwrap(), b.upload_f32(&[1.0; 4]).unwrap());
+    let (slots, pos, freq) =
+        (b.upload_u32(&[4]).unwrap(), b.upload_u32(&[0]).unwrap(), b.upload_f32(&[1.0; 4]).unwrap());
     let op = Op::RopeWriteKv {
         qkv: &qkv,
         positions: &pos,
@@ -334,6 +358,17 @@ fn out_of_range_indices_are_errors() {
         host_context_lens: &[3],
         host_block_tables: &[0, 9],
     };
-    let op = Op::PagedAttention { q: &x, k_cache: &cache, v_cache: &cache, out: &out, meta: &meta, num_heads: 1, num_kv_heads: 1, head_dim: 8, block_size: 2, scale: 1.0 };
+    let op = Op::PagedAttention {
+        q: &x,
+        k_cache: &cache,
+        v_cache: &cache,
+        out: &out,
+        meta: &meta,
+        num_heads: 1,
+        num_kv_heads: 1,
+        head_dim: 8,
+        block_size: 2,
+        scale: 1.0,
+    };
     assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));
 }

@@ -127,7 +127,8 @@ fn a_given_layout_is_evaluated_and_checked() {
     assert!(e.contains("TP stays inside a node"), "{e}");
     assert!(err(PlanOptions { pp: Some(3), ..pvc() }).contains("does not divide the 80 layers"));
     let qwen = common::fixture("configs/qwen2_7b.json");
-    let e = plan::plan_model(qwen.to_str().unwrap(), &PlanOptions { tp: Some(8), ..pvc() }, &opts).unwrap_err().to_string();
+    let e =
+        plan::plan_model(qwen.to_str().unwrap(), &PlanOptions { tp: Some(8), ..pvc() }, &opts).unwrap_err().to_string();
     assert!(e.contains("does not split 28 attention heads"), "{e}");
     assert!(err(PlanOptions { max_model_len: Some(200_000), ..pvc() }).contains("max_position_embeddings"));
     assert!(err(PlanOptions { gpu_memory_utilization: 1.5, ..pvc() }).contains("utilization"));
@@ -174,10 +175,12 @@ fn standard_models_plan_without_warnings() {
 #[test]
 fn kv_dtype_and_device_memory_flags() {
     let bf16 = plan_of("llama31_8b_instruct", &pvc());
-    let fp8 = plan_of("llama31_8b_instruct", &PlanOptions { kv_cache_dtype: DTypeChoice::Fixed(Precision::Fp8), ..pvc() });
+    let fp8 =
+        plan_of("llama31_8b_instruct", &PlanOptions { kv_cache_dtype: DTypeChoice::Fixed(Precision::Fp8), ..pvc() });
     assert_eq!(fp8.kv_bytes_per_token * 2, bf16.kv_bytes_per_token);
     assert_eq!(fp8.weights_bytes, bf16.weights_bytes);
-    let h200 = plan_of("llama31_8b_instruct", &PlanOptions { device: DeviceChoice::Profile("nvidia-h200".into()), ..pvc() });
+    let h200 =
+        plan_of("llama31_8b_instruct", &PlanOptions { device: DeviceChoice::Profile("nvidia-h200".into()), ..pvc() });
     assert_eq!(h200.device.memory_bytes, 143_156 << 20);
     assert_eq!(h200.layout.as_ref().map(|l| (l.tp, l.pp)), Some((1, 1)));
     let custom = plan_of("llama31_8b_instruct", &PlanOptions { device: DeviceChoice::Memory(24_000_000_000), ..pvc() });
@@ -195,5 +198,8 @@ fn json_output_round_trips() {
     assert_eq!(v["devices_needed"], 15);
     assert_eq!(v["parameters"], p.parameters);
     let text = p.to_text();
-    assert!(text.contains("TP=8 x PP=2") && text.contains("Maximum concurrency for 131072 tokens per request"), "{text}");
+    assert!(
+        text.contains("TP=8 x PP=2") && text.contains("Maximum concurrency for 131072 tokens per request"),
+        "{text}"
+    );
 }

@@ -25,7 +25,11 @@ fn a_cache_snapshot_with_only_config_json_is_enough() {
     std::fs::create_dir_all(repo.join("refs")).unwrap();
     std::fs::create_dir_all(repo.join("snapshots").join(commit)).unwrap();
     std::fs::write(repo.join("refs/main"), commit).unwrap();
-    std::fs::copy(common::fixture("configs/llama31_405b.json"), repo.join("snapshots").join(commit).join("config.json")).unwrap();
+    std::fs::copy(
+        common::fixture("configs/llama31_405b.json"),
+        repo.join("snapshots").join(commit).join("config.json"),
+    )
+    .unwrap();
 
     let src = locate("meta-llama/Llama-3.1-405B", &offline(cache.path())).unwrap();
     assert!(matches!(&src, ConfigSource::Json { safetensors, .. } if safetensors.is_empty()), "{src:?}");
@@ -72,7 +76,8 @@ fn safetensors_headers_give_the_parameter_count_when_present() {
 fn bad_configs_are_errors_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("config.json");
-    std::fs::write(&cfg, r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10}"#).unwrap();
+    std::fs::write(&cfg, r#"{"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 10}"#)
+        .unwrap();
     let e = plan::plan_model(cfg.to_str().unwrap(), &PlanOptions::default(), &offline(dir.path())).unwrap_err();
     assert!(e.to_string().contains("num_hidden_layers"), "{e}");
     std::fs::write(&cfg, "not json").unwrap();
@@ -90,5 +95,8 @@ fn bad_configs_are_errors_naming_the_key() {
     let e = plan::plan_model(cfg.to_str().unwrap(), &PlanOptions::default(), &offline(dir.path())).unwrap_err();
     assert!(e.to_string().contains("--max-model-len"), "{e}");
     let opts = PlanOptions { max_model_len: Some(1024), ..PlanOptions::default() };
-    assert!(plan::plan_model(cfg.to_str().unwrap(), &opts, &offline(dir.path())).is_ok(), "an unknown architecture still plans");
+    assert!(
+        plan::plan_model(cfg.to_str().unwrap(), &opts, &offline(dir.path())).is_ok(),
+        "an unknown architecture still plans"
+    );
 }

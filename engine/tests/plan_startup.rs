@@ -67,6 +67,7 @@ fn cpu_profile_follows_the_servers_cpu_rule() {
     assert!(l.kv_bytes_per_device <= 4 << 30, "at most 4 GiB without --kv-cache-memory-bytes");
     // Auto dtypes on the CPU profile are the CPU backend's: f32 weights and cache.
     let opts = PlanOptions { device: DeviceChoice::Profile("cpu".into()), ..PlanOptions::default() };
-    let auto = plan::plan_model(gguf.to_str().unwrap(), &opts, &ResolveOptions::with_cache_dir("/nonexistent")).unwrap();
+    let auto =
+        plan::plan_model(gguf.to_str().unwrap(), &opts, &ResolveOptions::with_cache_dir("/nonexistent")).unwrap();
     assert_eq!((auto.dtype, auto.kv_cache_dtype), (Precision::Float32, Precision::Float32));
 }

@@ -53,10 +53,7 @@ fn etag(body: &[u8]) -> String {
 }
 
 fn respond(mut stream: TcpStream, status: &str, headers: &[(String, String)], body: &[u8]) {
-    let mut head = format!(
-        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
+    let mut head = format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -92,19 +89,10 @@ fn handle(
             }
         }
     }
-    seen.lock().unwrap().push(Seen {
-        path: path.clone(),
-        authorization: authorization.clone(),
-        range: range.clone(),
-    });
+    seen.lock().unwrap().push(Seen { path: path.clone(), authorization: authorization.clone(), range: range.clone() });
     if let Some(t) = token {
         if authorization.as_deref() != Some(&format!("Bearer {t}")) {
-            return respond(
-                stream,
-                "401 Unauthorized",
-                &[("x-error-code".into(), "GatedRepo".into())],
-                b"gated",
-            );
+            return respond(stream, "401 Unauthorized", &[("x-error-code".into(), "GatedRepo".into())], b"gated");
         }
     }
     // /{org}/{name}/resolve/{rev}/{file}
@@ -112,9 +100,7 @@ fn handle(
     let found = match parts.as_slice() {
         [org, name, "resolve", rev, file] => {
             let rev = rev.replace("%2F", "/");
-            repos
-                .get(&(format!("{org}/{name}"), rev))
-                .and_then(|r| r.files.get(*file).map(|b| (r, b)))
+            repos.get(&(format!("{org}/{name}"), rev)).and_then(|r| r.files.get(*file).map(|b| (r, b)))
         }
         _ => None,
     };
@@ -135,15 +121,8 @@ fn handle(
         Some(spec) => {
             let (start, end) = spec.split_once('-').unwrap();
             let start: usize = start.parse().unwrap();
-            let end: usize = if end.is_empty() {
-                size - 1
-            } else {
-                end.parse::<usize>().unwrap().min(size - 1)
-            };
-            headers.push((
-                "Content-Range".into(),
-                format!("bytes {start}-{end}/{size}"),
-            ));
+            let end: usize = if end.is_empty() { size - 1 } else { end.parse::<usize>().unwrap().min(size - 1) };
+            headers.push(("Content-Range".into(), format!("bytes {start}-{end}/{size}")));
             respond(stream, "206 Partial Content", &headers, &body[start..=end]);
         }
         None => respond(stream, "200 OK", &headers, body),
@@ -182,10 +161,8 @@ fn tiny_repo_files(eos: u32) -> (HashMap<String, Vec<u8>>, HashMap<String, Tenso
     let mut weight_map = serde_json::Map::new();
     for (i, part) in names.chunks(names.len().div_ceil(2)).enumerate() {
         let shard = format!("model-0000{}-of-00002.safetensors", i + 1);
-        let subset: HashMap<String, Tensor> = part
-            .iter()
-            .map(|n| ((*n).clone(), hf[*n].to_dtype(DType::BF16).unwrap()))
-            .collect();
+        let subset: HashMap<String, Tensor> =
+            part.iter().map(|n| ((*n).clone(), hf[*n].to_dtype(DType::BF16).unwrap())).collect();
         candle_core::safetensors::save(&subset, tmp.path().join(&shard)).unwrap();
         files.insert(shard.clone(), file_bytes(&tmp.path().join(&shard)));
         for n in part {
@@ -193,16 +170,10 @@ fn tiny_repo_files(eos: u32) -> (HashMap<String, Vec<u8>>, HashMap<String, Tenso
         }
     }
     let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
-    files.insert(
-        "model.safetensors.index.json".into(),
-        index.to_string().into_bytes(),
-    );
+    files.insert("model.safetensors.index.json".into(), index.to_string().into_bytes());
     let config = rserve_engine::convert::config_json(&params, DType::BF16).unwrap();
     files.insert("config.json".into(), config.to_string().into_bytes());
-    files.insert(
-        "generation_config.json".into(),
-        br#"{"eos_token_id": 2}"#.to_vec(),
-    );
+    files.insert("generation_config.json".into(), br#"{"eos_token_id": 2}"#.to_vec());
     files.insert("tokenizer.json".into(), b"{}".to_vec());
     files.insert("tokenizer_config.json".into(), b"{}".to_vec());
     // No chat_template.jinja: the server answers 404 and the download goes on.
@@ -210,11 +181,7 @@ fn tiny_repo_files(eos: u32) -> (HashMap<String, Vec<u8>>, HashMap<String, Tenso
 }
 
 fn options(cache: &Path, endpoint: &str) -> ResolveOptions {
-    ResolveOptions {
-        endpoint: endpoint.to_string(),
-        progress: false,
-        ..ResolveOptions::with_cache_dir(cache)
-    }
+    ResolveOptions { endpoint: endpoint.to_string(), progress: false, ..ResolveOptions::with_cache_dir(cache) }
 }
 
 #[test]
@@ -224,135 +191,63 @@ fn download_lands_in_cache_and_resolves_offline_after() {
     let mut repos = HashMap::new();
     repos.insert(
         ("org/tiny".to_string(), "main".to_string()),
-        Revision {
-            commit: COMMIT_MAIN.into(),
-            files: files.clone(),
-        },
+        Revision { commit: COMMIT_MAIN.into(), files: files.clone() },
     );
-    repos.insert(
-        ("org/tiny".to_string(), "v2".to_string()),
-        Revision {
-            commit: COMMIT_V2.into(),
-            files: files_v2,
-        },
-    );
+    repos.insert(("org/tiny".to_string(), "v2".to_string()), Revision { commit: COMMIT_V2.into(), files: files_v2 });
     let hub = serve(repos, Some("hf_secret".into()));
     let cache = tempfile::tempdir().unwrap();
-    let opts = ResolveOptions {
-        token: Some("hf_secret".into()),
-        ..options(cache.path(), &hub.base)
-    };
+    let opts = ResolveOptions { token: Some("hf_secret".into()), ..options(cache.path(), &hub.base) };
 
     let resolved = resolve_model("org/tiny", &opts).unwrap();
-    let ResolvedModel::Safetensors(m) = &resolved else {
-        panic!("{resolved:?}")
-    };
-    let snapshot = cache
-        .path()
-        .join("models--org--tiny/snapshots")
-        .join(COMMIT_MAIN);
+    let ResolvedModel::Safetensors(m) = &resolved else { panic!("{resolved:?}") };
+    let snapshot = cache.path().join("models--org--tiny/snapshots").join(COMMIT_MAIN);
     assert_eq!(m.dir, snapshot);
-    assert_eq!(
-        m.origin,
-        ModelOrigin::Downloaded {
-            repo: "org/tiny".into(),
-            revision: "main".into()
-        }
-    );
+    assert_eq!(m.origin, ModelOrigin::Downloaded { repo: "org/tiny".into(), revision: "main".into() });
     assert_eq!(m.safetensors.len(), 2);
     assert_eq!(m.files.chat_template, None);
     assert!(m.files.tokenizer.is_some() && m.files.generation_config.is_some());
-    assert_eq!(
-        std::fs::read_to_string(cache.path().join("models--org--tiny/refs/main"))
-            .unwrap()
-            .trim(),
-        COMMIT_MAIN
-    );
+    assert_eq!(std::fs::read_to_string(cache.path().join("models--org--tiny/refs/main")).unwrap().trim(), COMMIT_MAIN);
     for (name, body) in &files {
         assert_eq!(&file_bytes(&snapshot.join(name)), body, "{name}");
-        let blob = cache
-            .path()
-            .join("models--org--tiny/blobs")
-            .join(etag(body));
+        let blob = cache.path().join("models--org--tiny/blobs").join(etag(body));
         assert!(blob.is_file(), "blob of {name} is missing");
     }
     {
         let seen = hub.seen.lock().unwrap();
-        assert!(
-            seen.iter()
-                .all(|s| s.authorization.as_deref() == Some("Bearer hf_secret")),
-            "{seen:?}"
-        );
-        assert!(seen
-            .iter()
-            .any(|s| s.path == "/org/tiny/resolve/main/chat_template.jinja"));
-        assert!(
-            seen.iter().any(|s| s.range.as_deref() == Some("bytes=0-0")),
-            "metadata requests use a range"
-        );
-        assert!(seen
-            .iter()
-            .any(|s| s.path.ends_with("model-00002-of-00002.safetensors")));
+        assert!(seen.iter().all(|s| s.authorization.as_deref() == Some("Bearer hf_secret")), "{seen:?}");
+        assert!(seen.iter().any(|s| s.path == "/org/tiny/resolve/main/chat_template.jinja"));
+        assert!(seen.iter().any(|s| s.range.as_deref() == Some("bytes=0-0")), "metadata requests use a range");
+        assert!(seen.iter().any(|s| s.path.ends_with("model-00002-of-00002.safetensors")));
     }
     let params = resolved.load_params().unwrap();
     let w = weights::load(&resolved, &params, DType::F32).unwrap();
     for (name, t) in &tensors {
-        let want = t
-            .to_dtype(DType::BF16)
-            .unwrap()
-            .to_dtype(DType::F32)
-            .unwrap();
+        let want = t.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
         assert_eq!(max_abs_diff(w.get(name).unwrap(), &want), 0.0, "{name}");
     }
 
     // Offline, with a dead endpoint: served from the cache, no request made.
     let before = hub.seen.lock().unwrap().len();
-    let offline = ResolveOptions {
-        offline: true,
-        ..options(cache.path(), "http://127.0.0.1:9")
-    };
+    let offline = ResolveOptions { offline: true, ..options(cache.path(), "http://127.0.0.1:9") };
     let again = resolve_model("org/tiny", &offline).unwrap();
-    let ResolvedModel::Safetensors(m2) = &again else {
-        panic!()
-    };
+    let ResolvedModel::Safetensors(m2) = &again else { panic!() };
     assert_eq!(m2.dir, snapshot);
     assert_eq!(
         m2.origin,
-        ModelOrigin::HfCache {
-            repo: "org/tiny".into(),
-            revision: "main".into(),
-            commit: COMMIT_MAIN.into()
-        }
+        ModelOrigin::HfCache { repo: "org/tiny".into(), revision: "main".into(), commit: COMMIT_MAIN.into() }
     );
     // Online again: a complete snapshot is used without asking the Hub.
     resolve_model("org/tiny", &opts).unwrap();
     assert_eq!(hub.seen.lock().unwrap().len(), before);
 
     // Another revision goes to its own URL and snapshot (this time through the progress-bar path).
-    let with_bar = ResolveOptions {
-        progress: true,
-        ..opts.clone()
-    };
+    let with_bar = ResolveOptions { progress: true, ..opts.clone() };
     let v2 = resolve_model("org/tiny", &with_bar.revision(Some("v2".into()))).unwrap();
-    assert_eq!(
-        v2.path(),
-        cache
-            .path()
-            .join("models--org--tiny/snapshots")
-            .join(COMMIT_V2)
-    );
+    assert_eq!(v2.path(), cache.path().join("models--org--tiny/snapshots").join(COMMIT_V2));
     assert_eq!(v2.load_params().unwrap().eos_token_ids, vec![5]);
-    assert!(hub
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|s| s.path == "/org/tiny/resolve/v2/config.json"));
+    assert!(hub.seen.lock().unwrap().iter().any(|s| s.path == "/org/tiny/resolve/v2/config.json"));
     let offline_v2 = offline.clone().revision(Some("v2".into()));
-    assert_eq!(
-        resolve_model("org/tiny", &offline_v2).unwrap().path(),
-        v2.path()
-    );
+    assert_eq!(resolve_model("org/tiny", &offline_v2).unwrap().path(), v2.path());
 }
 
 #[test]
@@ -361,19 +256,13 @@ fn download_failures_are_reported() {
     let mut repos = HashMap::new();
     repos.insert(
         ("org/tiny".to_string(), "main".to_string()),
-        Revision {
-            commit: COMMIT_MAIN.into(),
-            files: files.clone(),
-        },
+        Revision { commit: COMMIT_MAIN.into(), files: files.clone() },
     );
     let mut no_weights = files.clone();
     no_weights.retain(|k, _| !k.ends_with(".safetensors") && !k.ends_with("index.json"));
     repos.insert(
         ("org/noweights".to_string(), "main".to_string()),
-        Revision {
-            commit: COMMIT_MAIN.into(),
-            files: no_weights,
-        },
+        Revision { commit: COMMIT_MAIN.into(), files: no_weights },
     );
     let hub = serve(repos, Some("hf_secret".into()));
     let cache = tempfile::tempdir().unwrap();
@@ -382,17 +271,11 @@ fn download_failures_are_reported() {
     match resolve_model("org/tiny", &options(cache.path(), &hub.base)).unwrap_err() {
         EngineError::Download { model, message } => {
             assert_eq!(model, "org/tiny");
-            assert!(
-                message.contains("401") && message.contains("HF_TOKEN"),
-                "{message}"
-            );
+            assert!(message.contains("401") && message.contains("HF_TOKEN"), "{message}");
         }
         other => panic!("{other}"),
     }
-    let opts = ResolveOptions {
-        token: Some("hf_secret".into()),
-        ..options(cache.path(), &hub.base)
-    };
+    let opts = ResolveOptions { token: Some("hf_secret".into()), ..options(cache.path(), &hub.base) };
     // A repo that does not exist (the config is 404).
     match resolve_model("org/missing", &opts).unwrap_err() {
         EngineError::Download { message, .. } => {
@@ -408,23 +291,11 @@ fn download_failures_are_reported() {
         other => panic!("{other}"),
     }
     // Nothing listening.
-    let dead = ResolveOptions {
-        token: Some("x".into()),
-        ..options(cache.path(), "http://127.0.0.1:9")
-    };
-    assert!(matches!(
-        resolve_model("org/other", &dead),
-        Err(EngineError::Download { .. })
-    ));
+    let dead = ResolveOptions { token: Some("x".into()), ..options(cache.path(), "http://127.0.0.1:9") };
+    assert!(matches!(resolve_model("org/other", &dead), Err(EngineError::Download { .. })));
     // Offline never touches the network.
     let before = hub.seen.lock().unwrap().len();
-    let offline = ResolveOptions {
-        offline: true,
-        ..opts
-    };
-    assert!(matches!(
-        resolve_model("org/never", &offline),
-        Err(EngineError::ModelNotFound { .. })
-    ));
+    let offline = ResolveOptions { offline: true, ..opts };
+    assert!(matches!(resolve_model("org/never", &offline), Err(EngineError::ModelNotFound { .. })));
     assert_eq!(hub.seen.lock().unwrap().len(), before);
 }

@@ -5,27 +5,19 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use rserve_engine::source::{
-    resolve_model, ModelOrigin, ResolveOptions, ResolvedModel, DEFAULT_ENDPOINT,
-};
+use rserve_engine::source::{resolve_model, ModelOrigin, ResolveOptions, ResolvedModel, DEFAULT_ENDPOINT};
 use rserve_engine::EngineError;
 
 const COMMIT_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const COMMIT_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
 fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     move |k| map.get(k).cloned()
 }
 
 fn offline(cache: &Path) -> ResolveOptions {
-    ResolveOptions {
-        offline: true,
-        ..ResolveOptions::with_cache_dir(cache)
-    }
+    ResolveOptions { offline: true, ..ResolveOptions::with_cache_dir(cache) }
 }
 
 /// Writes a snapshot the way huggingface_hub does: files are symlinks into `blobs/`.
@@ -43,9 +35,7 @@ fn write_snapshot(cache: &Path, repo: &str, commit: &str, files: &[(&str, &str)]
 }
 
 fn write_ref(cache: &Path, repo: &str, name: &str, commit: &str) {
-    let refs = cache
-        .join(format!("models--{}", repo.replace('/', "--")))
-        .join("refs");
+    let refs = cache.join(format!("models--{}", repo.replace('/', "--"))).join("refs");
     std::fs::create_dir_all(&refs).unwrap();
     std::fs::write(refs.join(name), commit).unwrap();
 }
@@ -75,36 +65,22 @@ fn cache_layout_follows_refs_main_and_revisions() {
     assert_eq!(m.safetensors, vec![snap_a.join("model.safetensors")]);
     assert_eq!(m.index, None);
     assert_eq!(m.files.tokenizer, Some(snap_a.join("tokenizer.json")));
-    assert_eq!(
-        m.files.tokenizer_config,
-        Some(snap_a.join("tokenizer_config.json"))
-    );
-    assert_eq!(
-        m.files.generation_config,
-        Some(snap_a.join("generation_config.json"))
-    );
+    assert_eq!(m.files.tokenizer_config, Some(snap_a.join("tokenizer_config.json")));
+    assert_eq!(m.files.generation_config, Some(snap_a.join("generation_config.json")));
     assert_eq!(m.files.chat_template, None);
     assert_eq!(
         m.origin,
-        ModelOrigin::HfCache {
-            repo: "org/tiny".into(),
-            revision: "main".into(),
-            commit: COMMIT_A.into()
-        }
+        ModelOrigin::HfCache { repo: "org/tiny".into(), revision: "main".into(), commit: COMMIT_A.into() }
     );
 
     let opts = offline(cache.path()).revision(Some("v2".into()));
-    let ResolvedModel::Safetensors(m) = resolve_model("org/tiny", &opts).unwrap() else {
-        panic!()
-    };
+    let ResolvedModel::Safetensors(m) = resolve_model("org/tiny", &opts).unwrap() else { panic!() };
     assert_eq!(m.dir, snap_b);
     assert_eq!(m.files.tokenizer, None);
 
     // A commit hash needs no ref.
     let opts = offline(cache.path()).revision(Some(COMMIT_B.into()));
-    let ResolvedModel::Safetensors(m) = resolve_model("org/tiny", &opts).unwrap() else {
-        panic!()
-    };
+    let ResolvedModel::Safetensors(m) = resolve_model("org/tiny", &opts).unwrap() else { panic!() };
     assert_eq!(m.dir, snap_b);
 }
 
@@ -133,38 +109,20 @@ fn sharded_snapshot_needs_every_shard() {
         other => panic!("{other}"),
     }
     std::fs::write(&missing, "2").unwrap();
-    let ResolvedModel::Safetensors(m) =
-        resolve_model("org/sharded", &offline(cache.path())).unwrap()
-    else {
-        panic!()
-    };
-    assert_eq!(
-        m.safetensors,
-        vec![snap.join("model-00001-of-00002.safetensors"), missing]
-    );
+    let ResolvedModel::Safetensors(m) = resolve_model("org/sharded", &offline(cache.path())).unwrap() else { panic!() };
+    assert_eq!(m.safetensors, vec![snap.join("model-00001-of-00002.safetensors"), missing]);
     assert_eq!(m.index, Some(snap.join("model.safetensors.index.json")));
-    assert_eq!(
-        m.files.chat_template,
-        Some(snap.join("chat_template.jinja"))
-    );
+    assert_eq!(m.files.chat_template, Some(snap.join("chat_template.jinja")));
 }
 
 #[test]
 fn offline_miss_names_every_path_searched() {
     let cache = tempfile::tempdir().unwrap();
     let err = resolve_model("org/absent", &offline(cache.path())).unwrap_err();
-    let EngineError::ModelNotFound { ref searched, .. } = err else {
-        panic!("{err}")
-    };
+    let EngineError::ModelNotFound { ref searched, .. } = err else { panic!("{err}") };
     let repo_dir = cache.path().join("models--org--absent");
-    assert!(
-        searched.contains(&std::path::absolute("org/absent").unwrap()),
-        "{searched:?}"
-    );
-    assert!(
-        searched.contains(&repo_dir.join("refs/main")),
-        "{searched:?}"
-    );
+    assert!(searched.contains(&std::path::absolute("org/absent").unwrap()), "{searched:?}");
+    assert!(searched.contains(&repo_dir.join("refs/main")), "{searched:?}");
     let message = err.to_string();
     for p in searched {
         assert!(message.contains(&p.display().to_string()), "{message}");
@@ -173,22 +131,14 @@ fn offline_miss_names_every_path_searched() {
     // A ref whose snapshot is gone, and a revision that is a commit hash: both paths are listed.
     write_ref(cache.path(), "org/absent", "main", COMMIT_A);
     let opts = offline(cache.path()).revision(Some(COMMIT_B.into()));
-    let EngineError::ModelNotFound { searched, .. } =
-        resolve_model("org/absent", &opts).unwrap_err()
-    else {
-        panic!()
-    };
+    let EngineError::ModelNotFound { searched, .. } = resolve_model("org/absent", &opts).unwrap_err() else { panic!() };
     assert!(searched.contains(&repo_dir.join("refs").join(COMMIT_B)));
     assert!(searched.contains(&repo_dir.join("snapshots").join(COMMIT_B)));
-    let EngineError::ModelNotFound { searched, .. } =
-        resolve_model("org/absent", &offline(cache.path())).unwrap_err()
+    let EngineError::ModelNotFound { searched, .. } = resolve_model("org/absent", &offline(cache.path())).unwrap_err()
     else {
         panic!()
     };
-    assert!(
-        searched.contains(&repo_dir.join("snapshots").join(COMMIT_A)),
-        "{searched:?}"
-    );
+    assert!(searched.contains(&repo_dir.join("snapshots").join(COMMIT_A)), "{searched:?}");
 }
 
 #[test]
@@ -200,44 +150,29 @@ fn local_folders_and_gguf_paths() {
     std::fs::create_dir_all(&model_dir).unwrap();
     std::fs::write(model_dir.join("config.json"), "{}").unwrap();
     let err = resolve_model(model_dir.to_str().unwrap(), &opts).unwrap_err();
-    let EngineError::ModelNotFound { searched, .. } = err else {
-        panic!("{err}")
-    };
+    let EngineError::ModelNotFound { searched, .. } = err else { panic!("{err}") };
     assert!(searched.contains(&model_dir.join("model.safetensors")));
     std::fs::write(model_dir.join("model.safetensors"), "w").unwrap();
     let r = resolve_model(model_dir.to_str().unwrap(), &opts).unwrap();
-    assert!(
-        matches!(&r, ResolvedModel::Safetensors(m) if m.origin == ModelOrigin::Local && m.dir == model_dir)
-    );
+    assert!(matches!(&r, ResolvedModel::Safetensors(m) if m.origin == ModelOrigin::Local && m.dir == model_dir));
 
     let gguf_dir = dir.path().join("gguf");
     std::fs::create_dir_all(&gguf_dir).unwrap();
     let gguf = gguf_dir.join("m.Q4_0.gguf");
     std::fs::write(&gguf, "GGUF").unwrap();
-    let ResolvedModel::Gguf(g) = resolve_model(gguf.to_str().unwrap(), &opts).unwrap() else {
-        panic!()
-    };
-    assert_eq!(
-        (g.file.as_path(), g.tokenizer_dir.as_ref()),
-        (gguf.as_path(), None)
-    );
+    let ResolvedModel::Gguf(g) = resolve_model(gguf.to_str().unwrap(), &opts).unwrap() else { panic!() };
+    assert_eq!((g.file.as_path(), g.tokenizer_dir.as_ref()), (gguf.as_path(), None));
     std::fs::write(gguf_dir.join("tokenizer.json"), "{}").unwrap();
     // A folder with one .gguf resolves to it, with the tokenizer next to it.
-    let ResolvedModel::Gguf(g) = resolve_model(gguf_dir.to_str().unwrap(), &opts).unwrap() else {
-        panic!()
-    };
+    let ResolvedModel::Gguf(g) = resolve_model(gguf_dir.to_str().unwrap(), &opts).unwrap() else { panic!() };
     assert_eq!(g.file, gguf);
     assert_eq!(g.tokenizer_dir, Some(gguf_dir.clone()));
     assert_eq!(g.files.tokenizer, Some(gguf_dir.join("tokenizer.json")));
     std::fs::write(gguf_dir.join("other.gguf"), "GGUF").unwrap();
-    assert!(matches!(
-        resolve_model(gguf_dir.to_str().unwrap(), &opts),
-        Err(EngineError::InvalidArgument(_))
-    ));
+    assert!(matches!(resolve_model(gguf_dir.to_str().unwrap(), &opts), Err(EngineError::InvalidArgument(_))));
 
     let absent = dir.path().join("absent.gguf");
-    let EngineError::ModelNotFound { searched, .. } =
-        resolve_model(absent.to_str().unwrap(), &opts).unwrap_err()
+    let EngineError::ModelNotFound { searched, .. } = resolve_model(absent.to_str().unwrap(), &opts).unwrap_err()
     else {
         panic!()
     };
@@ -248,10 +183,7 @@ fn local_folders_and_gguf_paths() {
     ));
     // Not a path that exists and not a repo id: only the path was searched, the Hub is never asked.
     let online = ResolveOptions::with_cache_dir(&cache);
-    let EngineError::ModelNotFound { searched, .. } = resolve_model("a/b/c", &online).unwrap_err()
-    else {
-        panic!()
-    };
+    let EngineError::ModelNotFound { searched, .. } = resolve_model("a/b/c", &online).unwrap_err() else { panic!() };
     assert_eq!(searched.len(), 1);
 }
 
@@ -264,50 +196,21 @@ fn environment_precedence() {
 
     let o = ResolveOptions::from_vars(vars(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/xdg")]));
     assert_eq!(o.cache_dir, PathBuf::from("/xdg/huggingface/hub"));
-    let o = ResolveOptions::from_vars(vars(&[
-        ("HOME", "/home/u"),
-        ("XDG_CACHE_HOME", "/xdg"),
-        ("HF_HOME", "/hf"),
-    ]));
+    let o = ResolveOptions::from_vars(vars(&[("HOME", "/home/u"), ("XDG_CACHE_HOME", "/xdg"), ("HF_HOME", "/hf")]));
     assert_eq!(o.cache_dir, PathBuf::from("/hf/hub"));
     let o = ResolveOptions::from_vars(vars(&[("HF_HOME", "/hf"), ("HF_HUB_CACHE", "/hub-cache")]));
     assert_eq!(o.cache_dir, PathBuf::from("/hub-cache"));
-    let o = ResolveOptions::from_vars(vars(&[
-        ("HOME", "/home/u"),
-        ("HF_HOME", "~/hf"),
-        ("HF_HUB_CACHE", ""),
-    ]));
-    assert_eq!(
-        o.cache_dir,
-        PathBuf::from("/home/u/hf/hub"),
-        "empty values count as unset; ~ expands"
-    );
+    let o = ResolveOptions::from_vars(vars(&[("HOME", "/home/u"), ("HF_HOME", "~/hf"), ("HF_HUB_CACHE", "")]));
+    assert_eq!(o.cache_dir, PathBuf::from("/home/u/hf/hub"), "empty values count as unset; ~ expands");
 
-    for (value, expected) in [
-        ("1", true),
-        ("ON", true),
-        ("yes", true),
-        ("True", true),
-        ("0", false),
-        ("false", false),
-        ("", false),
-    ] {
-        assert_eq!(
-            ResolveOptions::from_vars(vars(&[("HF_HUB_OFFLINE", value)])).offline,
-            expected,
-            "{value:?}"
-        );
-        assert_eq!(
-            ResolveOptions::from_vars(vars(&[("TRANSFORMERS_OFFLINE", value)])).offline,
-            expected,
-            "{value:?}"
-        );
+    for (value, expected) in
+        [("1", true), ("ON", true), ("yes", true), ("True", true), ("0", false), ("false", false), ("", false)]
+    {
+        assert_eq!(ResolveOptions::from_vars(vars(&[("HF_HUB_OFFLINE", value)])).offline, expected, "{value:?}");
+        assert_eq!(ResolveOptions::from_vars(vars(&[("TRANSFORMERS_OFFLINE", value)])).offline, expected, "{value:?}");
     }
 
-    let o = ResolveOptions::from_vars(vars(&[
-        ("HF_ENDPOINT", "http://mirror.local:8080/"),
-        ("HF_TOKEN", "hf_x"),
-    ]));
+    let o = ResolveOptions::from_vars(vars(&[("HF_ENDPOINT", "http://mirror.local:8080/"), ("HF_TOKEN", "hf_x")]));
     assert_eq!(o.endpoint, "http://mirror.local:8080");
     assert_eq!(o.token.as_deref(), Some("hf_x"));
 

@@ -22,24 +22,12 @@ struct Pools {
 impl Pools {
     fn new(tokenizer: Arc<Tokenizer>) -> Self {
         let n = tokenizer.vocab_size() as u32;
-        let partial: Vec<u32> = (0..n)
-            .filter(|&id| {
-                tokenizer
-                    .token_bytes(id)
-                    .is_some_and(|b| std::str::from_utf8(&b).is_err())
-            })
-            .collect();
-        let multibyte = tokenizer
-            .encode("👋🌍 😀👍🏽🧑‍💻👨‍👩‍👧‍👦🇫🇷 你好，世界！한국어 ∑∫√ 𝔘𝔫𝔦 ภาษาไทย", false)
-            .expect("encode");
+        let partial: Vec<u32> =
+            (0..n).filter(|&id| tokenizer.token_bytes(id).is_some_and(|b| std::str::from_utf8(&b).is_err())).collect();
+        let multibyte = tokenizer.encode("👋🌍 😀👍🏽🧑‍💻👨‍👩‍👧‍👦🇫🇷 你好，世界！한국어 ∑∫√ 𝔘𝔫𝔦 ภาษาไทย", false).expect("encode");
         let special: Vec<u32> = (0..n).filter(|&id| tokenizer.is_special_token(id)).take(64).collect();
         assert!(partial.len() > 10 && !special.is_empty(), "pools too small");
-        Self {
-            tokenizer,
-            partial,
-            multibyte,
-            special,
-        }
+        Self { tokenizer, partial, multibyte, special }
     }
 
     fn strategy(&'static self) -> impl Strategy<Value = Vec<u32>> {
@@ -61,10 +49,7 @@ fn stream(tok: &Arc<Tokenizer>, ids: &[u32], skip: bool) -> Result<(), TestCaseE
     let mut out = String::new();
     for &id in ids {
         out.push_str(&detok.push(id).expect("push"));
-        prop_assert!(
-            full.starts_with(&out),
-            "streamed {out:?} is not a prefix of {full:?} (ids {ids:?})"
-        );
+        prop_assert!(full.starts_with(&out), "streamed {out:?} is not a prefix of {full:?} (ids {ids:?})");
     }
     out.push_str(&detok.finish().expect("finish"));
     prop_assert_eq!(&out, &full, "ids {:?}", ids);
@@ -93,9 +78,8 @@ fn byte_fallback_tokenizer() -> Arc<Tokenizer> {
         for b in 0..=255u32 {
             vocab.insert(format!("<0x{b:02X}>"), (3 + b).into());
         }
-        for w in [
-            "▁", "▁▁", "▁Hello", "▁world", "a", "b", "▁a", ".", "!", "é", "▁caf", "é!", "你", "好",
-        ] {
+        for w in ["▁", "▁▁", "▁Hello", "▁world", "a", "b", "▁a", ".", "!", "é", "▁caf", "é!", "你", "好"]
+        {
             let id = vocab.len();
             vocab.insert(w.into(), id.into());
         }
@@ -262,10 +246,7 @@ fn long_runs_of_invalid_bytes_are_sent_with_a_bounded_window() {
 #[test]
 fn long_valid_byte_fallback_runs_stream_before_finish() {
     let tok = byte_fallback_tokenizer();
-    let euro: Vec<u32> = "€"
-        .bytes()
-        .map(|b| tok.token_to_id(&format!("<0x{b:02X}>")).unwrap())
-        .collect();
+    let euro: Vec<u32> = "€".bytes().map(|b| tok.token_to_id(&format!("<0x{b:02X}>")).unwrap()).collect();
     let ids: Vec<u32> = euro.iter().copied().cycle().take(300).collect();
     let (before_finish, widest, out) = stream_measured(&tok, &ids);
     assert_eq!(out, tok.decode(&ids, false).unwrap());

@@ -11,11 +11,7 @@ use serde_json::Value;
 use tokenizer_support::*;
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("id list")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
+    v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
 }
 
 /// Checks every corpus line and every token's text/bytes; returns all mismatches at once.
@@ -48,20 +44,12 @@ fn check_against(tok: &Tokenizer, reference: &Value) -> Vec<String> {
         let want_token = detail["token"].as_str().expect("token");
         let want_hex = detail["bytes_hex"].as_str().expect("bytes_hex");
         if tok.token_to_string(id).as_deref() != Some(want_text) {
-            bad.push(format!(
-                "token_to_string({id}): got {:?}, want {want_text:?}",
-                tok.token_to_string(id)
-            ));
+            bad.push(format!("token_to_string({id}): got {:?}, want {want_text:?}", tok.token_to_string(id)));
         }
         if tok.id_to_token(id).as_deref() != Some(want_token) {
-            bad.push(format!(
-                "id_to_token({id}): got {:?}, want {want_token:?}",
-                tok.id_to_token(id)
-            ));
+            bad.push(format!("id_to_token({id}): got {:?}, want {want_token:?}", tok.id_to_token(id)));
         }
-        let got_hex: Option<String> = tok
-            .token_bytes(id)
-            .map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
+        let got_hex: Option<String> = tok.token_bytes(id).map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
         if got_hex.as_deref() != Some(want_hex) {
             bad.push(format!("token_bytes({id}): got {got_hex:?}, want {want_hex}"));
         }
@@ -70,18 +58,10 @@ fn check_against(tok: &Tokenizer, reference: &Value) -> Vec<String> {
 }
 
 fn check_specials(tok: &Tokenizer, reference: &Value) {
-    assert_eq!(
-        tok.vocab_size() as u64,
-        reference["vocab_size"].as_u64().unwrap(),
-        "vocab size"
-    );
+    assert_eq!(tok.vocab_size() as u64, reference["vocab_size"].as_u64().unwrap(), "vocab size");
     assert_eq!(tok.bos_token().as_deref(), reference["bos_token"].as_str(), "bos token");
     assert_eq!(tok.eos_token().as_deref(), reference["eos_token"].as_str(), "eos token");
-    assert_eq!(
-        tok.bos_token_id().map(u64::from),
-        reference["bos_token_id"].as_u64(),
-        "bos id"
-    );
+    assert_eq!(tok.bos_token_id().map(u64::from), reference["bos_token_id"].as_u64(), "bos id");
     let eos = reference["eos_token_id"].as_u64().unwrap() as u32;
     assert_eq!(tok.eos_token_ids().first(), Some(&eos), "first eos id");
     // Whether BOS is added must agree with the reference's own encodings of a non-empty line.
@@ -92,16 +72,8 @@ fn check_specials(tok: &Tokenizer, reference: &Value) {
 
 fn assert_clean(what: &str, bad: Vec<String>, reference: &Value) {
     let n = reference["cases"].as_array().unwrap().len();
-    assert!(
-        bad.is_empty(),
-        "{what}: {} mismatches over {n} lines:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
-    eprintln!(
-        "{what}: {n} lines and {} tokens match Hugging Face",
-        reference["tokens"].as_object().unwrap().len()
-    );
+    assert!(bad.is_empty(), "{what}: {} mismatches over {n} lines:\n{}", bad.len(), bad.join("\n"));
+    eprintln!("{what}: {n} lines and {} tokens match Hugging Face", reference["tokens"].as_object().unwrap().len());
 }
 
 #[test]
@@ -135,11 +107,7 @@ fn gguf_tokenizer_saved_as_tokenizer_json_reloads_identically() {
     let path = dir.path().join("tokenizer.json");
     smollm2().inner().save(&path, false).expect("save tokenizer.json");
     let reloaded = Tokenizer::from_file(&path, None).expect("reload");
-    assert_clean(
-        "SmolLM2 saved and reloaded",
-        check_against(&reloaded, &reference),
-        &reference,
-    );
+    assert_clean("SmolLM2 saved and reloaded", check_against(&reloaded, &reference), &reference);
 }
 
 #[test]
@@ -149,13 +117,8 @@ fn unknown_gguf_pre_tokenizer_is_refused_not_guessed() {
         "tokenizer.ggml.pre".into(),
         candle_core::quantized::gguf_file::Value::String("some-future-bpe".into()),
     );
-    let err = Tokenizer::from_gguf(&content)
-        .expect_err("unknown pre must fail")
-        .to_string();
-    assert!(
-        err.contains("some-future-bpe") && err.contains("not supported"),
-        "{err}"
-    );
+    let err = Tokenizer::from_gguf(&content).expect_err("unknown pre must fail").to_string();
+    assert!(err.contains("some-future-bpe") && err.contains("not supported"), "{err}");
 }
 
 #[test]
@@ -182,10 +145,7 @@ fn chat_prompt_encoding_never_doubles_bos() {
     assert_eq!(ids.iter().filter(|&&i| i == bos_id).count(), 1, "{ids:?}");
     assert_eq!(ids, tok.encode(&with_bos, false).unwrap());
     // A template that wrote no BOS gets the tokenizer's own.
-    assert_eq!(
-        tok.encode_chat_prompt("Hello").unwrap(),
-        tok.encode("Hello", true).unwrap()
-    );
+    assert_eq!(tok.encode_chat_prompt("Hello").unwrap(), tok.encode("Hello", true).unwrap());
 }
 
 #[test]

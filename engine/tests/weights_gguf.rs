@@ -18,8 +18,7 @@ use serde_json::Value;
 use support::*;
 
 fn refs() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/weights/smollm2_q4_1_refs.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/weights/smollm2_q4_1_refs.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -41,40 +40,21 @@ fn smollm2_gguf_matches_transformers() {
     let refs = refs();
     for (name, want) in refs["tensors"].as_object().unwrap() {
         let t = w.get(name).unwrap();
-        let shape: Vec<usize> = want["shape"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
+        let shape: Vec<usize> =
+            want["shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
         assert_eq!(t.dims(), shape.as_slice(), "{name}");
         let sums = row_sums(t);
         let total: f64 = sums.iter().sum();
-        assert!(
-            close(total, want["sum"].as_f64().unwrap(), 1e-6),
-            "{name}: sum {total} vs {}",
-            want["sum"]
-        );
-        let row0: Vec<f32> = if t.rank() == 1 {
-            t.to_vec1().unwrap()
-        } else {
-            t.get(0).unwrap().to_vec1().unwrap()
-        };
+        assert!(close(total, want["sum"].as_f64().unwrap(), 1e-6), "{name}: sum {total} vs {}", want["sum"]);
+        let row0: Vec<f32> = if t.rank() == 1 { t.to_vec1().unwrap() } else { t.get(0).unwrap().to_vec1().unwrap() };
         for (i, v) in want["row0_first"].as_array().unwrap().iter().enumerate() {
             // Exact as f32 (serde_json's float parsing may be one f64 ulp off the printed value).
-            assert_eq!(
-                row0[i],
-                v.as_f64().unwrap() as f32,
-                "{name}: row 0 value {i}"
-            );
+            assert_eq!(row0[i], v.as_f64().unwrap() as f32, "{name}: row 0 value {i}");
         }
         if let Some(want_rows) = want.get("row_sums").and_then(Value::as_array) {
             assert_eq!(sums.len(), want_rows.len());
             for (r, (have, want)) in sums.iter().zip(want_rows).enumerate() {
-                assert!(
-                    close(*have, want.as_f64().unwrap(), 1e-9),
-                    "{name}: row {r} sum {have} vs {want}"
-                );
+                assert!(close(*have, want.as_f64().unwrap(), 1e-9), "{name}: row {r} sum {have} vs {want}");
             }
         }
     }
@@ -94,21 +74,10 @@ fn smollm2_q_rows_are_permuted_in_the_file() {
     let path = smollm2_gguf();
     let content = rserve_engine::config::gguf_meta::read_gguf_header(&path).unwrap();
     let mut file = std::fs::File::open(&path).unwrap();
-    let raw = content
-        .tensor(&mut file, "blk.0.attn_q.weight", &Device::Cpu)
-        .unwrap()
-        .dequantize(&Device::Cpu)
-        .unwrap();
+    let raw = content.tensor(&mut file, "blk.0.attn_q.weight", &Device::Cpu).unwrap().dequantize(&Device::Cpu).unwrap();
     let raw_sums = row_sums(&raw);
-    let differing = raw_sums
-        .iter()
-        .zip(&want)
-        .filter(|(a, b)| !close(**a, **b, 1e-9))
-        .count();
-    assert!(
-        differing > 100,
-        "only {differing} rows differ: the file's rows should be permuted"
-    );
+    let differing = raw_sums.iter().zip(&want).filter(|(a, b)| !close(**a, **b, 1e-9)).count();
+    assert!(differing > 100, "only {differing} rows differ: the file's rows should be permuted");
     let fixed = row_sums(&unpermute_rows(&raw, 9).unwrap());
     assert!(fixed.iter().zip(&want).all(|(a, b)| close(*a, *b, 1e-9)));
 }
@@ -129,22 +98,10 @@ fn smollm2_loads_as_bf16() {
 #[test]
 fn permutation_moves_rows_as_llama_cpp_documents() {
     // One head of dimension 4: llama.cpp stores HF rows (0, 1 | 2, 3) as 0, 2, 1, 3 (pairs of x_j and x_{j+d/2}).
-    let hf = Tensor::arange(0f32, 8., &Device::Cpu)
-        .unwrap()
-        .reshape((4, 2))
-        .unwrap();
+    let hf = Tensor::arange(0f32, 8., &Device::Cpu).unwrap().reshape((4, 2)).unwrap();
     let stored = permute_rows(&hf, 1).unwrap();
-    assert_eq!(
-        stored.to_vec2::<f32>().unwrap(),
-        vec![vec![0., 1.], vec![4., 5.], vec![2., 3.], vec![6., 7.]]
-    );
-    assert_eq!(
-        unpermute_rows(&stored, 1)
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap(),
-        hf.to_vec2::<f32>().unwrap()
-    );
+    assert_eq!(stored.to_vec2::<f32>().unwrap(), vec![vec![0., 1.], vec![4., 5.], vec![2., 3.], vec![6., 7.]]);
+    assert_eq!(unpermute_rows(&stored, 1).unwrap().to_vec2::<f32>().unwrap(), hf.to_vec2::<f32>().unwrap());
     let big = Tensor::randn(0f32, 1., (3 * 64, 5), &Device::Cpu).unwrap();
     let back = unpermute_rows(&permute_rows(&big, 3).unwrap(), 3).unwrap();
     assert_eq!(max_abs_diff(&big, &back), 0.0);
@@ -179,10 +136,7 @@ fn storage_for(name: &str) -> GgmlDType {
 #[test]
 fn every_storage_type_dequantizes_and_unpermutes() {
     let dir = tempfile::tempdir().unwrap();
-    for (arch, architecture, tie) in [
-        ("llama", Architecture::Llama, false),
-        ("qwen2", Architecture::Qwen2, true),
-    ] {
+    for (arch, architecture, tie) in [("llama", Architecture::Llama, false), ("qwen2", Architecture::Qwen2, true)] {
         let params = tiny_params(architecture, tie);
         let hf = random_hf_tensors(&params);
         let path = dir.path().join(format!("{arch}.gguf"));
@@ -199,10 +153,7 @@ fn every_storage_type_dequantizes_and_unpermutes() {
             let got = w.get(name).unwrap();
             assert_eq!(max_abs_diff(got, &want), 0.0, "{arch} {name} ({storage:?})");
             let err = max_abs_diff(got, original);
-            assert!(
-                err < 0.5,
-                "{arch} {name} ({storage:?}): quantization error {err}"
-            );
+            assert!(err < 0.5, "{arch} {name} ({storage:?}): quantization error {err}");
         }
     }
 }
@@ -217,31 +168,19 @@ fn shape_and_name_errors_are_clear() {
 
     let mut wrong = params.clone();
     wrong.intermediate_size = 768;
-    let err = load_gguf(&path, &wrong, DType::F32)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("model.layers.0.mlp.gate_proj.weight") && err.contains("[512, 256]"),
-        "{err}"
-    );
+    let err = load_gguf(&path, &wrong, DType::F32).unwrap_err().to_string();
+    assert!(err.contains("model.layers.0.mlp.gate_proj.weight") && err.contains("[512, 256]"), "{err}");
     assert!(err.contains("blk.0.ffn_gate.weight"), "{err}");
 
     let mut untied = params.clone();
     untied.tie_word_embeddings = false;
-    let err = load_gguf(&path, &untied, DType::F32)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("output.weight") && err.contains("lm_head.weight"),
-        "{err}"
-    );
+    let err = load_gguf(&path, &untied, DType::F32).unwrap_err().to_string();
+    assert!(err.contains("output.weight") && err.contains("lm_head.weight"), "{err}");
 
     hf.remove("model.layers.1.post_attention_layernorm.weight");
     let path = dir.path().join("missing.gguf");
     write_gguf(&path, "llama", &params, &hf, |_| GgmlDType::F32);
-    let err = load_gguf(&path, &params, DType::F32)
-        .unwrap_err()
-        .to_string();
+    let err = load_gguf(&path, &params, DType::F32).unwrap_err().to_string();
     assert!(err.contains("blk.1.ffn_norm.weight"), "{err}");
 
     let err = load_gguf(&path, &params, DType::U8).unwrap_err();

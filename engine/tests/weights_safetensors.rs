@@ -10,16 +10,12 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Tensor};
 use rserve_engine::config::Architecture;
 use rserve_engine::source::{resolve_model, ResolveOptions, ResolvedModel};
-use rserve_engine::weights::{
-    self, expected_tensors, safetensors::load_safetensors, safetensors_param_count,
-};
+use rserve_engine::weights::{self, expected_tensors, safetensors::load_safetensors, safetensors_param_count};
 use support::*;
 
 fn save(path: &Path, tensors: &HashMap<String, Tensor>, dtype: DType) {
-    let converted: HashMap<String, Tensor> = tensors
-        .iter()
-        .map(|(k, v)| (k.clone(), v.to_dtype(dtype).unwrap()))
-        .collect();
+    let converted: HashMap<String, Tensor> =
+        tensors.iter().map(|(k, v)| (k.clone(), v.to_dtype(dtype).unwrap())).collect();
     candle_core::safetensors::save(&converted, path).unwrap();
 }
 
@@ -32,10 +28,7 @@ fn save_sharded(dir: &Path, tensors: &HashMap<String, Tensor>, dtype: DType) -> 
     let mut paths = Vec::new();
     for (i, part) in [a, b].iter().enumerate() {
         let file = format!("model-0000{}-of-00002.safetensors", i + 1);
-        let subset: HashMap<String, Tensor> = part
-            .iter()
-            .map(|n| ((*n).clone(), tensors[*n].clone()))
-            .collect();
+        let subset: HashMap<String, Tensor> = part.iter().map(|n| ((*n).clone(), tensors[*n].clone())).collect();
         save(&dir.join(&file), &subset, dtype);
         for n in part.iter() {
             weight_map.insert((*n).clone(), file.clone().into());
@@ -65,11 +58,7 @@ fn every_source_dtype_to_every_target_dtype() {
                 assert_eq!(t.dtype(), target);
                 // Exactly what converting the stored values to the target type gives.
                 let want = original.to_dtype(source).unwrap().to_dtype(target).unwrap();
-                assert_eq!(
-                    max_abs_diff(t, &want),
-                    0.0,
-                    "{name}: {source:?} -> {target:?}"
-                );
+                assert_eq!(max_abs_diff(t, &want), 0.0, "{name}: {source:?} -> {target:?}");
             }
         }
     }
@@ -86,9 +75,7 @@ fn sharded_checkpoint_resolves_and_loads() {
 
     let opts = ResolveOptions::with_cache_dir(dir.path().join("no-cache"));
     let resolved = resolve_model(dir.path().to_str().unwrap(), &opts).unwrap();
-    let ResolvedModel::Safetensors(m) = &resolved else {
-        panic!("expected a safetensors model")
-    };
+    let ResolvedModel::Safetensors(m) = &resolved else { panic!("expected a safetensors model") };
     assert_eq!(m.safetensors, shards);
     assert!(m.index.is_some());
     let loaded_params = resolved.load_params().unwrap();
@@ -96,17 +83,10 @@ fn sharded_checkpoint_resolves_and_loads() {
     let w = weights::load(&resolved, &loaded_params, DType::F32).unwrap();
     assert!(w.contains("model.layers.1.self_attn.v_proj.bias"));
     for (name, original) in &hf {
-        let want = original
-            .to_dtype(DType::BF16)
-            .unwrap()
-            .to_dtype(DType::F32)
-            .unwrap();
+        let want = original.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
         assert_eq!(max_abs_diff(w.get(name).unwrap(), &want), 0.0, "{name}");
     }
-    assert_eq!(
-        w.lm_head().unwrap().dims(),
-        w.get("model.embed_tokens.weight").unwrap().dims()
-    );
+    assert_eq!(w.lm_head().unwrap().dims(), w.get("model.embed_tokens.weight").unwrap().dims());
     let count: usize = hf.values().map(Tensor::elem_count).sum();
     assert_eq!(safetensors_param_count(&shards).unwrap(), count as u64);
 }
@@ -116,10 +96,7 @@ fn extra_tensors_are_ignored_and_missing_ones_named() {
     let params = tiny_params(Architecture::Llama, true);
     let mut hf = random_hf_tensors(&params);
     // A tied checkpoint that still carries lm_head, plus a buffer transformers used to save.
-    hf.insert(
-        "lm_head.weight".into(),
-        hf["model.embed_tokens.weight"].clone(),
-    );
+    hf.insert("lm_head.weight".into(), hf["model.embed_tokens.weight"].clone());
     hf.insert(
         "model.layers.0.self_attn.rotary_emb.inv_freq".into(),
         Tensor::ones(32, DType::F32, &candle_core::Device::Cpu).unwrap(),
@@ -128,21 +105,13 @@ fn extra_tensors_are_ignored_and_missing_ones_named() {
     let path = dir.path().join("model.safetensors");
     save(&path, &hf, DType::F32);
     let w = load_safetensors(std::slice::from_ref(&path), &params, DType::F32).unwrap();
-    assert!(
-        !w.contains("lm_head.weight")
-            && !w.contains("model.layers.0.self_attn.rotary_emb.inv_freq")
-    );
-    let err = w
-        .get("model.layers.9.mlp.up_proj.weight")
-        .unwrap_err()
-        .to_string();
+    assert!(!w.contains("lm_head.weight") && !w.contains("model.layers.0.self_attn.rotary_emb.inv_freq"));
+    let err = w.get("model.layers.9.mlp.up_proj.weight").unwrap_err().to_string();
     assert!(err.contains("model.layers.9.mlp.up_proj.weight"), "{err}");
 
     hf.remove("model.layers.1.mlp.down_proj.weight");
     save(&path, &hf, DType::F32);
-    let err = load_safetensors(std::slice::from_ref(&path), &params, DType::F32)
-        .unwrap_err()
-        .to_string();
+    let err = load_safetensors(std::slice::from_ref(&path), &params, DType::F32).unwrap_err().to_string();
     assert!(err.contains("model.layers.1.mlp.down_proj.weight"), "{err}");
 }
 
@@ -156,36 +125,15 @@ fn wrong_shapes_and_dtypes_are_reported() {
     let mut more_heads = params.clone();
     more_heads.num_kv_heads = 4;
     save(&path, &hf, DType::F32);
-    let err = load_safetensors(std::slice::from_ref(&path), &more_heads, DType::F32)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("model.layers.0.self_attn.k_proj.weight") && err.contains("[128, 256]"),
-        "{err}"
-    );
-    assert!(
-        err.contains("[256, 256]") && err.contains("num_kv_heads=4"),
-        "{err}"
-    );
+    let err = load_safetensors(std::slice::from_ref(&path), &more_heads, DType::F32).unwrap_err().to_string();
+    assert!(err.contains("model.layers.0.self_attn.k_proj.weight") && err.contains("[128, 256]"), "{err}");
+    assert!(err.contains("[256, 256]") && err.contains("num_kv_heads=4"), "{err}");
 
-    hf.insert(
-        "model.norm.weight".into(),
-        Tensor::zeros(256, DType::U8, &candle_core::Device::Cpu).unwrap(),
-    );
+    hf.insert("model.norm.weight".into(), Tensor::zeros(256, DType::U8, &candle_core::Device::Cpu).unwrap());
     candle_core::safetensors::save(&hf, &path).unwrap();
-    let err = load_safetensors(std::slice::from_ref(&path), &params, DType::F32)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("model.norm.weight") && err.contains("U8"),
-        "{err}"
-    );
+    let err = load_safetensors(std::slice::from_ref(&path), &params, DType::F32).unwrap_err().to_string();
+    assert!(err.contains("model.norm.weight") && err.contains("U8"), "{err}");
 
-    let err = load_safetensors(
-        &[dir.path().join("absent.safetensors")],
-        &params,
-        DType::F32,
-    )
-    .unwrap_err();
+    let err = load_safetensors(&[dir.path().join("absent.safetensors")], &params, DType::F32).unwrap_err();
     assert!(err.to_string().contains("absent.safetensors"), "{err}");
 }

@@ -39,7 +39,10 @@ fn main() {
         .dynamic_link_require_all(false)
         .generate()
         .unwrap_or_else(|e| {
-            eprintln!("level-zero-sys: bindgen failed on {}: {e} (bindgen needs libclang: apt-get install libclang-dev)", header.display());
+            eprintln!(
+                "level-zero-sys: bindgen failed on {}: {e} (bindgen needs libclang: apt-get install libclang-dev)",
+                header.display()
+            );
             std::process::exit(1);
         });
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("bindings.rs");

@@ -111,7 +111,8 @@ pub mod names {
     /// By KV-cache type.
     pub const ROPE_WRITE_KV: ByType = ["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"];
     /// By KV-cache type.
-    pub const ATTN_DECODE: ByType = ["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16"];
+    pub const ATTN_DECODE: ByType =
+        ["paged_attention_decode", "paged_attention_decode_bf16", "paged_attention_decode_f16"];
     /// By KV-cache type: the latency variant (key and value loads in flight together).
     pub const ATTN_DECODE_LAT: ByType =
         ["paged_attention_decode_lat", "paged_attention_decode_lat_bf16", "paged_attention_decode_lat_f16"];
@@ -151,7 +152,7 @@ pub fn work_group(kernel: &str) -> usize {
 /// Whether the tiled prefill kernel takes heads of `head_dim` values (a multiple of 8, at most
 /// `PREFILL_MAX_HEAD_DIM`); the prefill rows of other heads run through the decode kernel one row at a time.
 pub fn prefill_tiles_head(head_dim: usize) -> bool {
-    head_dim % 8 == 0 && head_dim <= launch::PREFILL_MAX_HEAD_DIM
+    head_dim.is_multiple_of(8) && head_dim <= launch::PREFILL_MAX_HEAD_DIM
 }
 
 /// The `-D NAME=value` flags every kernel source is compiled with (the launch constants).

@@ -15,7 +15,9 @@ fn toolchain_required() -> bool {
 
 fn skip_or_fail(what: &str) {
     if toolchain_required() {
-        panic!("{what} (OCL_ICD_VENDORS is set, so the SPIR-V toolchain must be installed: scripts/setup.d/20-opencl.sh)");
+        panic!(
+            "{what} (OCL_ICD_VENDORS is set, so the SPIR-V toolchain must be installed: scripts/setup.d/20-opencl.sh)"
+        );
     }
     eprintln!("SKIPPED: {what}; run scripts/setup.d/20-opencl.sh to check the kernels");
 }
@@ -45,7 +47,9 @@ fn every_module_validates_with_spirv_val() {
 #[test]
 fn committed_spirv_equals_a_fresh_build() {
     if !rserve_kernels::BUILT_FROM_SOURCE {
-        return skip_or_fail("this build embedded the committed SPIR-V (no clang-15/llvm-spirv-15, or RSERVE_KERNELS_PREBUILT=1)");
+        return skip_or_fail(
+            "this build embedded the committed SPIR-V (no clang-15/llvm-spirv-15, or RSERVE_KERNELS_PREBUILT=1)",
+        );
     }
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("spirv");
     let mut stale = Vec::new();
@@ -57,7 +61,8 @@ fn committed_spirv_equals_a_fresh_build() {
     let mut committed: Vec<String> = std::fs::read_dir(&dir)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
-    committed.retain(|n| n.ends_with(".spv") && !rserve_kernels::MODULES.iter().any(|m| format!("{}.spv", m.name) == *n));
+    committed
+        .retain(|n| n.ends_with(".spv") && !rserve_kernels::MODULES.iter().any(|m| format!("{}.spv", m.name) == *n));
     assert!(
         stale.is_empty() && committed.is_empty(),
         "kernels/spirv is out of date (stale: {stale:?}, without a source: {committed:?}); refresh it with \
@@ -101,13 +106,20 @@ fn every_kernel_waits_for_the_previous_one_first() {
             let mut first = body.trim_start().trim_start_matches('\\').trim_start();
             // Local-memory declarations (which read nothing) may come first.
             while first.starts_with("LOCAL ") {
-                first = first[first.find(';').expect("declaration") + 1..].trim_start().trim_start_matches('\\').trim_start();
+                first = first[first.find(';').expect("declaration") + 1..]
+                    .trim_start()
+                    .trim_start_matches('\\')
+                    .trim_start();
             }
             // The exception: bodies that first read weights (never written by an earlier kernel) and then wait.
             if let Some(helper) = EARLY_READERS.iter().find(|h| first.starts_with(&format!("{h}("))) {
                 let def = text.find(&format!("INLINE void {helper}(")).expect("the helper's definition");
                 let def_body = &text[def..text[def..].find("\n}").map_or(text.len(), |e| def + e)];
-                assert!(def_body.contains("GRID_DEP_SYNC();"), "{}: {helper} must call GRID_DEP_SYNC()", path.display());
+                assert!(
+                    def_body.contains("GRID_DEP_SYNC();"),
+                    "{}: {helper} must call GRID_DEP_SYNC()",
+                    path.display()
+                );
                 continue;
             }
             assert!(

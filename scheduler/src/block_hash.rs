@@ -19,9 +19,7 @@ pub struct BlockHasher {
 impl BlockHasher {
     /// A hasher with a fresh random key.
     pub fn new() -> Self {
-        Self {
-            state: RandomState::new(),
-        }
+        Self { state: RandomState::new() }
     }
 
     /// The key of a block holding `tokens` whose preceding block has key `parent` (`None` for the first block).

@@ -160,10 +160,7 @@ impl BlockPool {
             return false;
         }
         let i = block.index();
-        debug_assert!(
-            self.ref_cnt.get(i).is_some_and(|&rc| rc > 0),
-            "caching unreferenced block {block}"
-        );
+        debug_assert!(self.ref_cnt.get(i).is_some_and(|&rc| rc > 0), "caching unreferenced block {block}");
         if self.hash[i].is_some() || self.cached.contains_key(&hash) {
             return false;
         }
@@ -187,25 +184,16 @@ impl BlockPool {
         }
         let zero = self.ref_cnt.iter().filter(|&&rc| rc == 0).count();
         if zero != self.free.len() {
-            return Err(format!(
-                "{zero} blocks have no references but {} are queued as free",
-                self.free.len()
-            ));
+            return Err(format!("{zero} blocks have no references but {} are queued as free", self.free.len()));
         }
         for (h, b) in &self.cached {
             if self.hash[b.index()] != Some(*h) {
-                return Err(format!(
-                    "cache entry {h} -> {b} but the block carries {:?}",
-                    self.hash[b.index()]
-                ));
+                return Err(format!("cache entry {h} -> {b} but the block carries {:?}", self.hash[b.index()]));
             }
         }
         let carrying = self.hash.iter().filter(|h| h.is_some()).count();
         if carrying != self.cached.len() {
-            return Err(format!(
-                "{carrying} blocks carry a hash but the cache has {} entries",
-                self.cached.len()
-            ));
+            return Err(format!("{carrying} blocks carry a hash but the cache has {} entries", self.cached.len()));
         }
         Ok(())
     }

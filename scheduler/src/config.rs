@@ -102,27 +102,15 @@ mod tests {
     fn each_rule_is_reported() {
         let mut cfg = SchedulerConfig::new(64, 1024);
         cfg.block_size = 0;
-        assert_eq!(
-            cfg.validate(),
-            Err(SchedulerError::ZeroConfigValue { field: "block_size" })
-        );
+        assert_eq!(cfg.validate(), Err(SchedulerError::ZeroConfigValue { field: "block_size" }));
 
         let mut cfg = SchedulerConfig::new(64, 1024);
         cfg.max_num_seqs = 300;
         cfg.max_num_batched_tokens = 299;
-        assert!(matches!(
-            cfg.validate(),
-            Err(SchedulerError::BatchBudgetBelowMaxSeqs { .. })
-        ));
+        assert!(matches!(cfg.validate(), Err(SchedulerError::BatchBudgetBelowMaxSeqs { .. })));
 
         let cfg = SchedulerConfig::new(63, 1024 - 15);
-        assert!(matches!(
-            cfg.validate(),
-            Err(SchedulerError::CacheSmallerThanModelLen {
-                capacity_tokens: 1008,
-                ..
-            })
-        ));
+        assert!(matches!(cfg.validate(), Err(SchedulerError::CacheSmallerThanModelLen { capacity_tokens: 1008, .. })));
 
         let mut cfg = SchedulerConfig::new(1 << 29, 1024);
         cfg.block_size = 8;

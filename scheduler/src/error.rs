@@ -14,32 +14,20 @@ pub enum SchedulerError {
     #[error(
         "scheduler config: `max_num_batched_tokens` ({max_num_batched_tokens}) must be at least `max_num_seqs` ({max_num_seqs})"
     )]
-    BatchBudgetBelowMaxSeqs {
-        max_num_batched_tokens: usize,
-        max_num_seqs: usize,
-    },
+    BatchBudgetBelowMaxSeqs { max_num_batched_tokens: usize, max_num_seqs: usize },
 
     /// The KV cache cannot hold even one request of the maximum length, so such a request could never finish.
     #[error(
         "scheduler config: the KV cache holds {capacity_tokens} tokens (`num_blocks` {num_blocks} x `block_size` {block_size}), \
          fewer than `max_model_len` ({max_model_len}); lower max_model_len or give the cache more memory"
     )]
-    CacheSmallerThanModelLen {
-        num_blocks: usize,
-        block_size: usize,
-        capacity_tokens: usize,
-        max_model_len: usize,
-    },
+    CacheSmallerThanModelLen { num_blocks: usize, block_size: usize, capacity_tokens: usize, max_model_len: usize },
 
     /// Slot indices (`block_id * block_size + offset`) are `u32`; the cache has more slots than that.
     #[error(
         "scheduler config: `num_blocks` ({num_blocks}) x `block_size` ({block_size}) exceeds the {max_slots} slots a u32 slot mapping can address"
     )]
-    TooManySlots {
-        num_blocks: usize,
-        block_size: usize,
-        max_slots: u64,
-    },
+    TooManySlots { num_blocks: usize, block_size: usize, max_slots: u64 },
 
     /// A request must carry at least one prompt token.
     #[error("request {id}: `prompt_token_ids` is empty; at least 1 token is required")]
@@ -47,11 +35,7 @@ pub enum SchedulerError {
 
     /// The prompt alone is longer than the model's context.
     #[error("request {id}: prompt has {prompt_len} tokens, more than `max_model_len` ({max_model_len})")]
-    PromptTooLong {
-        id: RequestId,
-        prompt_len: usize,
-        max_model_len: usize,
-    },
+    PromptTooLong { id: RequestId, prompt_len: usize, max_model_len: usize },
 
     /// `max_tokens` must allow at least one generated token.
     #[error("request {id}: `max_tokens` must be at least 1, got 0")]
@@ -59,11 +43,7 @@ pub enum SchedulerError {
 
     /// `min_tokens` cannot exceed `max_tokens`.
     #[error("request {id}: `min_tokens` ({min_tokens}) must not exceed `max_tokens` ({max_tokens})")]
-    MinTokensAboveMaxTokens {
-        id: RequestId,
-        min_tokens: usize,
-        max_tokens: usize,
-    },
+    MinTokensAboveMaxTokens { id: RequestId, min_tokens: usize, max_tokens: usize },
 
     /// A request with this id is already waiting or running.
     #[error("request {id}: a request with this id is already in the scheduler")]

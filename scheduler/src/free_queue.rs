@@ -20,14 +20,8 @@ impl FreeQueue {
     /// A queue holding every block `0..n`, in index order.
     pub(crate) fn new_full(n: usize) -> Self {
         debug_assert!(n < NIL as usize);
-        let mut q = Self {
-            prev: vec![NIL; n],
-            next: vec![NIL; n],
-            in_queue: vec![false; n],
-            head: NIL,
-            tail: NIL,
-            len: 0,
-        };
+        let mut q =
+            Self { prev: vec![NIL; n], next: vec![NIL; n], in_queue: vec![false; n], head: NIL, tail: NIL, len: 0 };
         for b in 0..n {
             q.push_back(b as u32);
         }

@@ -58,8 +58,7 @@ impl KvCacheManager {
     /// Brings `req`'s block hashes up to date with its tokens (only full blocks are hashed; nothing when caching is off).
     pub fn update_block_hashes(&self, req: &mut Request) {
         if self.caching_enabled() {
-            self.hasher
-                .extend_hashes(&mut req.block_hashes, &req.token_ids, self.block_size);
+            self.hasher.extend_hashes(&mut req.block_hashes, &req.token_ids, self.block_size);
         }
     }
 
@@ -98,10 +97,7 @@ impl KvCacheManager {
         match self.tables.entry(req.id) {
             Entry::Occupied(e) => {
                 let entry = e.into_mut();
-                debug_assert!(
-                    new_computed_blocks.is_empty(),
-                    "cache hits for a request holding blocks"
-                );
+                debug_assert!(new_computed_blocks.is_empty(), "cache hits for a request holding blocks");
                 if !new_computed_blocks.is_empty() {
                     return None;
                 }
@@ -131,10 +127,7 @@ impl KvCacheManager {
                 blocks.extend_from_slice(new_computed_blocks);
                 let ok = pool.allocate_into(num_new_blocks, &mut blocks);
                 debug_assert!(ok, "allocation checked above");
-                let entry = v.insert(RequestBlocks {
-                    blocks,
-                    num_cached_blocks: num_hits,
-                });
+                let entry = v.insert(RequestBlocks { blocks, num_cached_blocks: num_hits });
                 Some(&entry.blocks)
             }
         }
@@ -149,9 +142,7 @@ impl KvCacheManager {
         let Some(entry) = self.tables.get_mut(&req.id) else {
             return;
         };
-        let num_full = (req.num_computed_tokens / self.block_size)
-            .min(req.block_hashes.len())
-            .min(entry.blocks.len());
+        let num_full = (req.num_computed_tokens / self.block_size).min(req.block_hashes.len()).min(entry.blocks.len());
         for i in entry.num_cached_blocks..num_full {
             self.pool.cache_block(entry.blocks[i], req.block_hashes[i]);
         }
@@ -205,20 +196,13 @@ impl KvCacheManager {
                 *h += 1;
             }
             if t.num_cached_blocks > t.blocks.len() {
-                return Err(format!(
-                    "{id}: {} cached blocks of {}",
-                    t.num_cached_blocks,
-                    t.blocks.len()
-                ));
+                return Err(format!("{id}: {} cached blocks of {}", t.num_cached_blocks, t.blocks.len()));
             }
         }
         for (i, &n) in holders.iter().enumerate() {
             let b = BlockId(i as u32);
             if self.pool.ref_count(b) != n {
-                return Err(format!(
-                    "{b} has ref count {} but {n} tables hold it",
-                    self.pool.ref_count(b)
-                ));
+                return Err(format!("{b} has ref count {} but {n} tables hold it", self.pool.ref_count(b)));
             }
         }
         let used = holders.iter().filter(|&&n| n > 0).count();
@@ -261,11 +245,7 @@ mod tests {
         let mut a = a;
         a.num_computed_tokens = 10;
         mgr.cache_computed_blocks(&a);
-        assert_eq!(
-            mgr.pool().num_cached_blocks(),
-            2,
-            "the partial third block is not cached"
-        );
+        assert_eq!(mgr.pool().num_cached_blocks(), 2, "the partial third block is not cached");
 
         // Same first 9 tokens, then different: blocks 0 and 1 (tokens 0..8) hit.
         let mut tokens: Vec<u32> = (0..9).collect();

@@ -59,11 +59,7 @@ impl Request {
             return Err(SchedulerError::EmptyPrompt { id });
         }
         if new.prompt_token_ids.len() > max_model_len {
-            return Err(SchedulerError::PromptTooLong {
-                id,
-                prompt_len: new.prompt_token_ids.len(),
-                max_model_len,
-            });
+            return Err(SchedulerError::PromptTooLong { id, prompt_len: new.prompt_token_ids.len(), max_model_len });
         }
         if new.max_tokens == 0 {
             return Err(SchedulerError::ZeroMaxTokens { id });
@@ -177,26 +173,11 @@ mod tests {
 
     #[test]
     fn rejects_bad_requests() {
-        assert!(matches!(
-            Request::new(new_req(0, 4, 0), 16),
-            Err(SchedulerError::EmptyPrompt { .. })
-        ));
-        assert!(matches!(
-            Request::new(new_req(17, 4, 0), 16),
-            Err(SchedulerError::PromptTooLong { .. })
-        ));
-        assert!(matches!(
-            Request::new(new_req(3, 0, 0), 16),
-            Err(SchedulerError::ZeroMaxTokens { .. })
-        ));
-        assert!(matches!(
-            Request::new(new_req(3, 2, 3), 16),
-            Err(SchedulerError::MinTokensAboveMaxTokens { .. })
-        ));
-        assert!(
-            Request::new(new_req(16, 1, 0), 16).is_ok(),
-            "a prompt of exactly max_model_len is accepted"
-        );
+        assert!(matches!(Request::new(new_req(0, 4, 0), 16), Err(SchedulerError::EmptyPrompt { .. })));
+        assert!(matches!(Request::new(new_req(17, 4, 0), 16), Err(SchedulerError::PromptTooLong { .. })));
+        assert!(matches!(Request::new(new_req(3, 0, 0), 16), Err(SchedulerError::ZeroMaxTokens { .. })));
+        assert!(matches!(Request::new(new_req(3, 2, 3), 16), Err(SchedulerError::MinTokensAboveMaxTokens { .. })));
+        assert!(Request::new(new_req(16, 1, 0), 16).is_ok(), "a prompt of exactly max_model_len is accepted");
     }
 
     #[test]
@@ -210,11 +191,7 @@ mod tests {
         r.append_output(5);
         assert_eq!(r.check_stop(100), None);
         r.append_output(99);
-        assert_eq!(
-            r.check_stop(100),
-            Some(FinishStatus::Length),
-            "length is checked first, as in vLLM"
-        );
+        assert_eq!(r.check_stop(100), Some(FinishStatus::Length), "length is checked first, as in vLLM");
         let mut r = Request::new(new_req(3, 10, 0), 5).unwrap();
         r.append_output(5);
         assert_eq!(r.check_stop(5), None);

@@ -160,13 +160,7 @@ impl Scheduler {
             };
             if scheduled {
                 let table = self.kv.block_table(id).unwrap_or(&[]);
-                fill_seq(
-                    next_seq(&mut out.seqs, &mut filled),
-                    &mut self.running[i],
-                    table,
-                    num_new,
-                    bs,
-                );
+                fill_seq(next_seq(&mut out.seqs, &mut filled), &mut self.running[i], table, num_new, bs);
                 budget -= num_new;
                 i += 1;
             }
@@ -200,13 +194,7 @@ impl Scheduler {
             self.prefix_cache_queries += req.num_tokens() as u64;
             self.prefix_cache_hits += num_cached as u64;
             let table = self.kv.block_table(req.id).unwrap_or(&[]);
-            fill_seq(
-                next_seq(&mut out.seqs, filled),
-                &mut req,
-                table,
-                num_new,
-                self.cfg.block_size,
-            );
+            fill_seq(next_seq(&mut out.seqs, filled), &mut req, table, num_new, self.cfg.block_size);
             self.running.push(req);
             *budget -= num_new;
         }
@@ -262,11 +250,7 @@ impl Scheduler {
                 req.status = RequestStatus::Finished;
                 any_finished = true;
             }
-            outputs.push(RequestOutput {
-                request_id: seq.request_id,
-                new_token: Some(token),
-                finished,
-            });
+            outputs.push(RequestOutput { request_id: seq.request_id, new_token: Some(token), finished });
         }
         if any_finished {
             let kv = &mut self.kv;
@@ -307,11 +291,7 @@ impl Scheduler {
             ));
         }
         if self.running.len() > self.cfg.max_num_seqs {
-            return Err(format!(
-                "{} running > max_num_seqs {}",
-                self.running.len(),
-                self.cfg.max_num_seqs
-            ));
+            return Err(format!("{} running > max_num_seqs {}", self.running.len(), self.cfg.max_num_seqs));
         }
         for r in &self.running {
             if r.status != RequestStatus::Running || !self.live.contains(&r.id) {
@@ -329,21 +309,14 @@ impl Scheduler {
         }
         for r in &self.waiting {
             if r.status != RequestStatus::Waiting || r.num_computed_tokens != 0 || !self.live.contains(&r.id) {
-                return Err(format!(
-                    "waiting {}: {:?}, {} computed",
-                    r.id, r.status, r.num_computed_tokens
-                ));
+                return Err(format!("waiting {}: {:?}, {} computed", r.id, r.status, r.num_computed_tokens));
             }
             if self.kv.block_table(r.id).is_some() {
                 return Err(format!("waiting {} holds blocks", r.id));
             }
         }
         if self.kv.num_tables() != self.running.len() {
-            return Err(format!(
-                "{} block tables for {} running",
-                self.kv.num_tables(),
-                self.running.len()
-            ));
+            return Err(format!("{} block tables for {} running", self.kv.num_tables(), self.running.len()));
         }
         Ok(())
     }

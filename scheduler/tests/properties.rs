@@ -53,19 +53,17 @@ fn arrival() -> impl Strategy<Value = Arrival> {
         prop::option::weighted(0.2, 0usize..20),
         any::<bool>(),
     )
-        .prop_map(
-            |(step, base, shared_len, tail, max_tokens, min_tokens, stop, abort_after, mid_step)| Arrival {
-                step,
-                base,
-                shared_len,
-                tail,
-                max_tokens,
-                min_tokens: min_tokens.min(max_tokens),
-                stop,
-                abort_after,
-                mid_step,
-            },
-        )
+        .prop_map(|(step, base, shared_len, tail, max_tokens, min_tokens, stop, abort_after, mid_step)| Arrival {
+            step,
+            base,
+            shared_len,
+            tail,
+            max_tokens,
+            min_tokens: min_tokens.min(max_tokens),
+            stop,
+            abort_after,
+            mid_step,
+        })
 }
 
 fn workload() -> impl Strategy<Value = Workload> {
@@ -78,26 +76,16 @@ fn workload() -> impl Strategy<Value = Workload> {
         any::<bool>(),
         prop::collection::vec(arrival(), 1..14),
     )
-        .prop_map(
-            |(block_size, max_model_len, extra_blocks, max_num_seqs, extra_budget, caching, arrivals)| Workload {
-                block_size,
-                max_model_len,
-                extra_blocks,
-                max_num_seqs,
-                extra_budget,
-                caching,
-                arrivals,
-            },
-        )
+        .prop_map(|(block_size, max_model_len, extra_blocks, max_num_seqs, extra_budget, caching, arrivals)| {
+            Workload { block_size, max_model_len, extra_blocks, max_num_seqs, extra_budget, caching, arrivals }
+        })
 }
 
 impl Workload {
     /// Smallest cache that holds one maximum-length request, plus `extra_blocks`.
     fn config(&self) -> SchedulerConfig {
-        let mut c = SchedulerConfig::new(
-            self.max_model_len.div_ceil(self.block_size) + self.extra_blocks,
-            self.max_model_len,
-        );
+        let mut c =
+            SchedulerConfig::new(self.max_model_len.div_ceil(self.block_size) + self.extra_blocks, self.max_model_len);
         c.block_size = self.block_size;
         c.max_num_seqs = self.max_num_seqs;
         c.max_num_batched_tokens = self.max_num_seqs + self.extra_budget;
@@ -182,9 +170,7 @@ fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool, recycle: bool) -> 
         if recycle {
             sched.recycle(out);
         }
-        sched
-            .check_invariants()
-            .map_err(|e| format!("step {step} after update: {e}"))?;
+        sched.check_invariants().map_err(|e| format!("step {step} after update: {e}"))?;
         if step >= last_arrival && !sched.has_unfinished() {
             let st = sched.stats();
             if st.num_blocks_used != 0 || st.num_blocks_free != st.num_blocks_total {
@@ -193,17 +179,10 @@ fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool, recycle: bool) -> 
             if st.num_running + st.num_waiting != 0 {
                 return Err(format!("requests left: {st:?}"));
             }
-            return Ok(Run {
-                outcomes,
-                aborted,
-                preemptions: st.num_preemptions,
-            });
+            return Ok(Run { outcomes, aborted, preemptions: st.num_preemptions });
         }
     }
-    Err(format!(
-        "requests did not finish within {MAX_STEPS} steps: {:?}",
-        sched.stats()
-    ))
+    Err(format!("requests did not finish within {MAX_STEPS} steps: {:?}", sched.stats()))
 }
 
 /// Finish rules for every request that was not aborted.
@@ -220,11 +199,7 @@ fn check_outcomes(w: &Workload, r: &Run) -> Result<(), String> {
             return Err(format!("{id}: {n} tokens for max_tokens {}", a.max_tokens));
         }
         // The first eligible stop token must end the request; none may appear earlier (from min_tokens on).
-        let first_stop = o
-            .tokens
-            .iter()
-            .enumerate()
-            .position(|(i, t)| i + 1 >= a.min_tokens && Some(*t) == a.stop);
+        let first_stop = o.tokens.iter().enumerate().position(|(i, t)| i + 1 >= a.min_tokens && Some(*t) == a.stop);
         let length_hit = n == a.max_tokens || prompt_len + n >= w.max_model_len;
         match o.finish {
             None => return Err(format!("{id} never finished")),
@@ -307,20 +282,13 @@ fn harness_sees_preemptions_and_prefix_hits() {
     check_outcomes(&w, &r).unwrap();
     assert!(r.preemptions > 0);
     let mut sched = Scheduler::new(w.config()).unwrap();
-    sched
-        .add_request(new_request(0, w.prompt(&w.arrivals[0]), 1, 0, vec![]))
-        .unwrap();
+    sched.add_request(new_request(0, w.prompt(&w.arrivals[0]), 1, 0, vec![])).unwrap();
     while sched.has_unfinished() {
         let out = sched.schedule();
         let s = sample_step(&out, VOCAB);
         sched.update_from_output(&out, &s);
     }
-    sched
-        .add_request(new_request(2, w.prompt(&w.arrivals[2]), 1, 0, vec![]))
-        .unwrap();
+    sched.add_request(new_request(2, w.prompt(&w.arrivals[2]), 1, 0, vec![])).unwrap();
     let out = sched.schedule();
-    assert_eq!(
-        out.seqs[0].start_position, 20,
-        "arrivals 0 and 2 share 20 tokens = 5 full blocks"
-    );
+    assert_eq!(out.seqs[0].start_position, 20, "arrivals 0 and 2 share 20 tokens = 5 full blocks");
 }

@@ -28,11 +28,7 @@ fn run_to_end(sched: &mut Scheduler, outcomes: &mut HashMap<RequestId, Outcome>)
 
 /// Tokens a probe request with `prompt` would get from the prefix cache right now.
 fn cached_tokens(sched: &Scheduler, prompt: Vec<u32>) -> usize {
-    let mut probe = Request::new(
-        new_request(u64::MAX, prompt, 1, 0, vec![]),
-        sched.config().max_model_len,
-    )
-    .unwrap();
+    let mut probe = Request::new(new_request(u64::MAX, prompt, 1, 0, vec![]), sched.config().max_model_len).unwrap();
     sched.kv_cache().update_block_hashes(&mut probe);
     sched.kv_cache().get_computed_blocks(&probe).1
 }
@@ -61,9 +57,7 @@ fn shared_prefix_starts_at_cached_full_blocks() {
     assert_eq!((st.prefix_cache_queries, st.prefix_cache_hits), (40 + 40, 32));
 
     // A request whose whole prompt is cached still computes its last block's tokens.
-    sched
-        .add_request(new_request(3, shared[..32].to_vec(), 1, 0, vec![]))
-        .unwrap();
+    sched.add_request(new_request(3, shared[..32].to_vec(), 1, 0, vec![])).unwrap();
     let sampled = sample_step(&out, VOCAB);
     sched.update_from_output(&out, &sampled);
     let out = sched.schedule();
@@ -98,17 +92,12 @@ fn eviction_takes_least_recently_freed_blocks_tail_first() {
     run_to_end(&mut sched, &mut outcomes);
     sched.add_request(new_request(2, b.clone(), 1, 0, vec![])).unwrap();
     run_to_end(&mut sched, &mut outcomes);
-    assert_eq!(
-        (cached_tokens(&sched, a.clone()), cached_tokens(&sched, b.clone())),
-        (8, 8)
-    );
+    assert_eq!((cached_tokens(&sched, a.clone()), cached_tokens(&sched, b.clone())), (8, 8));
     assert_eq!(sched.stats().num_blocks_free, 8);
 
     // E needs 5 blocks: the 4 never-cached free blocks plus one cached block, which must be A's last full block
     // (A was freed before B; a request's tail is evicted before its head).
-    sched
-        .add_request(new_request(3, (300..320).collect(), 1, 0, vec![]))
-        .unwrap();
+    sched.add_request(new_request(3, (300..320).collect(), 1, 0, vec![])).unwrap();
     let out = sched.schedule();
     check_step(&sched, &out).unwrap();
     assert_eq!(out.seqs[0].block_table.len(), 5);
@@ -130,23 +119,11 @@ fn chunked_prefill_splits_a_long_prompt() {
         let out = step(&mut sched, VOCAB, &mut outcomes).unwrap();
         let s = &out.seqs[0];
         if s.start_position < 100 {
-            assert_eq!(
-                s.token_ids,
-                prompt[s.start_position..s.start_position + s.token_ids.len()]
-            );
+            assert_eq!(s.token_ids, prompt[s.start_position..s.start_position + s.token_ids.len()]);
         }
         chunks.push((s.start_position, s.token_ids.len(), s.sample));
     }
-    assert_eq!(
-        chunks,
-        vec![
-            (0, 32, false),
-            (32, 32, false),
-            (64, 32, false),
-            (96, 4, true),
-            (100, 1, true)
-        ]
-    );
+    assert_eq!(chunks, vec![(0, 32, false), (32, 32, false), (64, 32, false), (96, 4, true), (100, 1, true)]);
     assert_eq!(outcomes[&RequestId(1)].tokens.len(), 2);
     assert_eq!(outcomes[&RequestId(1)].finish, Some(FinishStatus::Length));
 }
@@ -160,16 +137,10 @@ fn decodes_share_the_budget_with_a_prefill_chunk() {
     let mut outcomes = HashMap::new();
     sched.add_request(new_request(1, vec![1, 2, 3], 50, 0, vec![])).unwrap();
     step(&mut sched, VOCAB, &mut outcomes).unwrap();
-    sched
-        .add_request(new_request(2, (0..20).collect(), 5, 0, vec![]))
-        .unwrap();
+    sched.add_request(new_request(2, (0..20).collect(), 5, 0, vec![])).unwrap();
     let out = step(&mut sched, VOCAB, &mut outcomes).unwrap();
     let lens: Vec<_> = out.seqs.iter().map(|s| (s.request_id.0, s.token_ids.len())).collect();
-    assert_eq!(
-        lens,
-        vec![(1, 1), (2, 7)],
-        "the decode goes first, the prefill chunk fills the rest"
-    );
+    assert_eq!(lens, vec![(1, 1), (2, 7)], "the decode goes first, the prefill chunk fills the rest");
 }
 
 /// The same workload on a cache large enough for everything and on a cache that forces preemption.
@@ -201,11 +172,7 @@ fn preemption_under_a_tiny_cache_still_finishes_every_request() {
             let o = &tight[&RequestId(id)];
             assert_eq!(o.tokens.len(), 12);
             assert_eq!(o.finish, Some(FinishStatus::Length));
-            assert_eq!(
-                o,
-                &roomy[&RequestId(id)],
-                "recompute after preemption yields the same tokens"
-            );
+            assert_eq!(o, &roomy[&RequestId(id)], "recompute after preemption yields the same tokens");
         }
     }
 }
@@ -217,9 +184,7 @@ fn preempted_request_goes_back_to_the_front_and_recomputes_its_outputs() {
     c.max_num_batched_tokens = 8;
     let mut sched = Scheduler::new(c).unwrap();
     let mut outcomes = HashMap::new();
-    sched
-        .add_request(new_request(1, vec![1, 2, 3, 4], 8, 0, vec![]))
-        .unwrap();
+    sched.add_request(new_request(1, vec![1, 2, 3, 4], 8, 0, vec![])).unwrap();
     sched.add_request(new_request(2, vec![5, 6, 7], 8, 0, vec![])).unwrap();
     sched.add_request(new_request(3, vec![8], 1, 0, vec![])).unwrap();
     let mut saw_preemption = false;
@@ -227,10 +192,7 @@ fn preempted_request_goes_back_to_the_front_and_recomputes_its_outputs() {
         let out = step(&mut sched, VOCAB, &mut outcomes).unwrap();
         if let Some(&victim) = out.preempted.first() {
             saw_preemption = true;
-            assert!(
-                out.seqs.iter().all(|s| s.request_id != victim),
-                "a preempted request is not scheduled"
-            );
+            assert!(out.seqs.iter().all(|s| s.request_id != victim), "a preempted request is not scheduled");
             let next = sched.schedule();
             check_step(&sched, &next).unwrap();
             let readmitted = next.seqs.iter().find(|s| s.request_id == victim);
@@ -257,17 +219,10 @@ fn stop_token_respects_min_tokens_and_is_reported() {
     run_to_end(&mut sched, &mut outcomes);
     let free_run = outcomes[&RequestId(1)].tokens.clone();
     let stop = free_run[1];
-    assert!(
-        free_run[..1].iter().all(|&t| t != stop),
-        "pick a prompt whose first output differs"
-    );
+    assert!(free_run[..1].iter().all(|&t| t != stop), "pick a prompt whose first output differs");
 
-    sched
-        .add_request(new_request(2, vec![1, 2, 3], 5, 0, vec![stop]))
-        .unwrap();
-    sched
-        .add_request(new_request(3, vec![1, 2, 3], 5, 3, vec![stop]))
-        .unwrap();
+    sched.add_request(new_request(2, vec![1, 2, 3], 5, 0, vec![stop])).unwrap();
+    sched.add_request(new_request(3, vec![1, 2, 3], 5, 3, vec![stop])).unwrap();
     run_to_end(&mut sched, &mut outcomes);
     assert_eq!(outcomes[&RequestId(2)].tokens, free_run[..2].to_vec());
     assert_eq!(outcomes[&RequestId(2)].finish, Some(FinishStatus::StopToken(stop)));
@@ -285,11 +240,7 @@ fn max_model_len_ends_generation() {
     run_to_end(&mut sched, &mut outcomes);
     assert_eq!(outcomes[&RequestId(1)].tokens.len(), 3);
     assert_eq!(outcomes[&RequestId(1)].finish, Some(FinishStatus::Length));
-    assert_eq!(
-        outcomes[&RequestId(2)].tokens.len(),
-        1,
-        "a prompt of max_model_len still yields one token"
-    );
+    assert_eq!(outcomes[&RequestId(2)].tokens.len(), 1, "a prompt of max_model_len still yields one token");
 }
 
 #[test]
@@ -297,15 +248,7 @@ fn abort_frees_blocks_at_any_time() {
     let mut sched = Scheduler::new(cfg(4, 16, 64)).unwrap();
     let mut outcomes = HashMap::new();
     for id in 1..=3 {
-        sched
-            .add_request(new_request(
-                id,
-                (0..10).map(|t| t + id as u32 * 100).collect(),
-                20,
-                0,
-                vec![],
-            ))
-            .unwrap();
+        sched.add_request(new_request(id, (0..10).map(|t| t + id as u32 * 100).collect(), 20, 0, vec![])).unwrap();
     }
     step(&mut sched, VOCAB, &mut outcomes).unwrap();
     let used = sched.stats().num_blocks_used;
@@ -316,11 +259,7 @@ fn abort_frees_blocks_at_any_time() {
 
     // Abort between schedule() and update_from_output(): the stale entry is ignored.
     let out = sched.schedule();
-    assert_eq!(
-        out.finished_ids,
-        vec![RequestId(1)],
-        "the runner learns of the abort at the next step"
-    );
+    assert_eq!(out.finished_ids, vec![RequestId(1)], "the runner learns of the abort at the next step");
     assert!(sched.abort(RequestId(2)));
     let sampled = sample_step(&out, VOCAB);
     let results = sched.update_from_output(&out, &sampled);
@@ -343,17 +282,10 @@ fn abort_frees_blocks_at_any_time() {
 #[test]
 fn invalid_requests_and_configs_are_rejected() {
     let mut sched = Scheduler::new(cfg(4, 16, 64)).unwrap();
-    assert!(matches!(
-        sched.add_request(new_request(1, vec![], 4, 0, vec![])),
-        Err(SchedulerError::EmptyPrompt { .. })
-    ));
+    assert!(matches!(sched.add_request(new_request(1, vec![], 4, 0, vec![])), Err(SchedulerError::EmptyPrompt { .. })));
     assert!(matches!(
         sched.add_request(new_request(1, vec![0; 65], 4, 0, vec![])),
-        Err(SchedulerError::PromptTooLong {
-            prompt_len: 65,
-            max_model_len: 64,
-            ..
-        })
+        Err(SchedulerError::PromptTooLong { prompt_len: 65, max_model_len: 64, .. })
     ));
     sched.add_request(new_request(1, vec![1], 4, 0, vec![])).unwrap();
     assert_eq!(
@@ -361,37 +293,21 @@ fn invalid_requests_and_configs_are_rejected() {
         Err(SchedulerError::DuplicateRequest { id: RequestId(1) })
     );
     assert_eq!(sched.stats().num_waiting, 1);
-    assert!(matches!(
-        Scheduler::new(cfg(4, 15, 64)),
-        Err(SchedulerError::CacheSmallerThanModelLen { .. })
-    ));
+    assert!(matches!(Scheduler::new(cfg(4, 15, 64)), Err(SchedulerError::CacheSmallerThanModelLen { .. })));
 }
 
 #[test]
 fn missing_sample_recomputes_the_last_token_instead_of_stalling() {
     let mut sched = Scheduler::new(cfg(4, 16, 64)).unwrap();
-    sched
-        .add_request(new_request(1, vec![1, 2, 3, 4, 5], 2, 0, vec![]))
-        .unwrap();
+    sched.add_request(new_request(1, vec![1, 2, 3, 4, 5], 2, 0, vec![])).unwrap();
     let out = sched.schedule();
     assert_eq!(sched.update_from_output(&out, &[]), vec![]);
     sched.check_invariants().unwrap();
     let out = sched.schedule();
     check_step(&sched, &out).unwrap();
-    assert_eq!(
-        (
-            out.seqs[0].start_position,
-            out.seqs[0].token_ids.clone(),
-            out.seqs[0].sample
-        ),
-        (4, vec![5], true)
-    );
+    assert_eq!((out.seqs[0].start_position, out.seqs[0].token_ids.clone(), out.seqs[0].sample), (4, vec![5], true));
     let mut outcomes = HashMap::new();
-    support::record(
-        &sched.update_from_output(&out, &sample_step(&out, VOCAB)),
-        &mut outcomes,
-    )
-    .unwrap();
+    support::record(&sched.update_from_output(&out, &sample_step(&out, VOCAB)), &mut outcomes).unwrap();
     run_to_end(&mut sched, &mut outcomes);
     assert_eq!(outcomes[&RequestId(1)].tokens.len(), 2);
 }

@@ -50,11 +50,7 @@ async fn method_not_allowed() -> ApiError {
 
 /// Logs `ADDR - "METHOD PATH VERSION" STATUS` once the response head is ready.
 async fn log_access(req: Request, next: Next) -> Response {
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.to_string())
-        .unwrap_or_else(|| "-".into());
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.to_string()).unwrap_or_else(|| "-".into());
     let line = format!("{} {} {:?}", req.method(), req.uri().path(), req.version());
     let response = next.run(req).await;
     let status = response.status();

@@ -102,16 +102,10 @@ async fn chat_stream_sse() {
     assert_eq!(s, StatusCode::OK);
     let data = sse_data(&bytes);
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|d| serde_json::from_str(d).expect("json"))
-        .collect();
+    let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).expect("json")).collect();
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
     assert_eq!(chunks[0]["model"], "smol");
-    let text: String = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect();
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(text, "Hello");
     let finish = &chunks[chunks.len() - 2];
     assert_eq!(finish["choices"][0]["finish_reason"], "stop");
@@ -123,41 +117,19 @@ async fn chat_stream_sse() {
 #[tokio::test]
 async fn completions_json_stream_and_token_prompts() {
     let (app, engine) = app();
-    let (s, v) = send_json(
-        &app,
-        post(
-            "/v1/completions",
-            json!({"prompt": ["a", "b"], "max_tokens": 3, "echo": true}),
-        ),
-    )
-    .await;
+    let (s, v) =
+        send_json(&app, post("/v1/completions", json!({"prompt": ["a", "b"], "max_tokens": 3, "echo": true}))).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["object"], "text_completion");
     assert!(v["id"].as_str().is_some_and(|id| id.starts_with("cmpl-")));
     assert_eq!(v["choices"][0]["text"], format!("a{}", &REPLY[..3]));
     assert_eq!(v["choices"][1]["text"], format!("b{}", &REPLY[..3]));
-    let (s, v) = send_json(
-        &app,
-        post(
-            "/v1/completions",
-            json!({"prompt": [5, 6, 7], "max_tokens": 2, "logprobs": 1}),
-        ),
-    )
-    .await;
+    let (s, v) =
+        send_json(&app, post("/v1/completions", json!({"prompt": [5, 6, 7], "max_tokens": 2, "logprobs": 1}))).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["choices"][0]["logprobs"]["tokens"], json!(["H", "e"]));
-    assert_eq!(
-        engine.submitted().last().map(|r| r.prompt_token_ids.clone()),
-        Some(vec![5, 6, 7])
-    );
-    let (s, bytes) = send(
-        &app,
-        post(
-            "/v1/completions",
-            json!({"prompt": "a", "max_tokens": 2, "stream": true}),
-        ),
-    )
-    .await;
+    assert_eq!(engine.submitted().last().map(|r| r.prompt_token_ids.clone()), Some(vec![5, 6, 7]));
+    let (s, bytes) = send(&app, post("/v1/completions", json!({"prompt": "a", "max_tokens": 2, "stream": true}))).await;
     assert_eq!(s, StatusCode::OK);
     let data = sse_data(&bytes);
     assert_eq!(data.len(), 4, "{data:?}");
@@ -187,21 +159,10 @@ async fn models_health_version_metrics() {
 #[tokio::test]
 async fn tokenize_and_detokenize() {
     let (app, _) = app();
-    let (s, v) = send_json(
-        &app,
-        post("/tokenize", json!({"prompt": "ab", "return_token_strs": true})),
-    )
-    .await;
+    let (s, v) = send_json(&app, post("/tokenize", json!({"prompt": "ab", "return_token_strs": true}))).await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    assert_eq!(
-        v,
-        json!({"count": 3, "max_model_len": 128, "tokens": [0, 100, 101], "token_strs": ["<s>", "a", "b"]})
-    );
-    let (s, v) = send_json(
-        &app,
-        post("/tokenize", json!({"messages": [{"role": "user", "content": "x"}]})),
-    )
-    .await;
+    assert_eq!(v, json!({"count": 3, "max_model_len": 128, "tokens": [0, 100, 101], "token_strs": ["<s>", "a", "b"]}));
+    let (s, v) = send_json(&app, post("/tokenize", json!({"messages": [{"role": "user", "content": "x"}]}))).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["count"], 21);
     let (s, v) = send_json(&app, post("/detokenize", json!({"tokens": [100, 101]}))).await;
@@ -227,9 +188,7 @@ async fn error_cases() {
     let (s, v) = send_json(&app, chat(json!({"temperature": 5}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_error(&v, "BadRequestError", Some("temperature"), None);
-    assert!(v["error"]["message"]
-        .as_str()
-        .is_some_and(|m| m.contains("between 0 and 2")));
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("between 0 and 2")));
 
     let (s, v) = send_json(&app, chat(json!({"max_tokens": 1000}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
@@ -247,43 +206,27 @@ async fn error_cases() {
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_error(&v, "BadRequestError", Some("messages"), None);
 
-    let req = Request::post("/v1/chat/completions")
-        .body(Body::from("{\"messages\": ["))
-        .expect("req");
+    let req = Request::post("/v1/chat/completions").body(Body::from("{\"messages\": [")).expect("req");
     let (s, v) = send_json(&app, req).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_eq!(v["error"]["type"], "BadRequestError");
 
     let big = vec![b' '; crate::json::MAX_BODY_BYTES + 1];
-    let (s, v) = send_json(
-        &app,
-        Request::post("/v1/completions").body(Body::from(big)).expect("req"),
-    )
-    .await;
+    let (s, v) = send_json(&app, Request::post("/v1/completions").body(Body::from(big)).expect("req")).await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
     assert_error(&v, "BadRequestError", None, Some("request_too_large"));
 
     let (s, v) = send_json(&app, Request::get("/v1/nothing").body(Body::empty()).expect("req")).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_eq!(v["error"]["type"], "NotFoundError");
-    let (s, v) = send_json(
-        &app,
-        Request::get("/v1/chat/completions").body(Body::empty()).expect("req"),
-    )
-    .await;
+    let (s, v) = send_json(&app, Request::get("/v1/chat/completions").body(Body::empty()).expect("req")).await;
     assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
     assert!(v["error"].is_object());
 }
 
 #[tokio::test]
 async fn api_key_guards_v1_only() {
-    let (app, _) = app_with(
-        FakeEngine::new(128),
-        ServerSettings {
-            api_key: Some("sk-good".into()),
-            ..settings()
-        },
-    );
+    let (app, _) = app_with(FakeEngine::new(128), ServerSettings { api_key: Some("sk-good".into()), ..settings() });
     let models = |key: Option<&str>| {
         let mut r = Request::get("/v1/models");
         if let Some(k) = key {
@@ -298,35 +241,17 @@ async fn api_key_guards_v1_only() {
     assert_eq!(send(&app, models(Some("sk-good"))).await.0, StatusCode::OK);
     let (s, _) = send(&app, post("/v1/completions", json!({"prompt": "a"}))).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
-    assert_eq!(
-        send(&app, Request::get("/health").body(Body::empty()).expect("req"))
-            .await
-            .0,
-        StatusCode::OK
-    );
+    assert_eq!(send(&app, Request::get("/health").body(Body::empty()).expect("req")).await.0, StatusCode::OK);
 }
 
 #[tokio::test]
 async fn full_waiting_queue_is_503_with_retry_after() {
     let engine = FakeEngine::new(128);
     engine.metrics.num_requests_waiting.store(2, Ordering::Relaxed);
-    let (app, _) = app_with(
-        engine,
-        ServerSettings {
-            max_num_waiting: 2,
-            ..settings()
-        },
-    );
-    let resp = app
-        .clone()
-        .oneshot(post("/v1/completions", json!({"prompt": "a"})))
-        .await
-        .expect("infallible");
+    let (app, _) = app_with(engine, ServerSettings { max_num_waiting: 2, ..settings() });
+    let resp = app.clone().oneshot(post("/v1/completions", json!({"prompt": "a"}))).await.expect("infallible");
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(
-        resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()),
-        Some("1")
-    );
+    assert_eq!(resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     let v: Value = serde_json::from_slice(&bytes).expect("json");
     assert_error(&v, "ServiceUnavailableError", None, Some("server_overloaded"));
@@ -339,16 +264,11 @@ async fn engine_failures_are_500_and_stopped_engine_is_503() {
     let (app, _) = app_with(engine, settings());
     let (s, v) = send_json(&app, post("/v1/completions", json!({"prompt": "a"}))).await;
     assert_eq!(s, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(v["error"]["message"]
-        .as_str()
-        .is_some_and(|m| m.contains("kernel exploded")));
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("kernel exploded")));
     let mut engine = FakeEngine::new(128);
     engine.fail_with = Some("stopped".into());
     let (app, _) = app_with(engine, settings());
-    assert_eq!(
-        send(&app, post("/v1/completions", json!({"prompt": "a"}))).await.0,
-        StatusCode::SERVICE_UNAVAILABLE
-    );
+    assert_eq!(send(&app, post("/v1/completions", json!({"prompt": "a"}))).await.0, StatusCode::SERVICE_UNAVAILABLE);
 }
 
 #[tokio::test]

@@ -320,9 +320,8 @@ pub fn parse_human_int(s: &str) -> Result<u64, String> {
         }
         return Ok(r as u64);
     }
-    let v: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid number '{s}': decimals are not allowed with binary suffixes"))?;
+    let v: u64 =
+        number.parse().map_err(|_| format!("invalid number '{s}': decimals are not allowed with binary suffixes"))?;
     v.checked_mul(binary.unwrap_or(1)).ok_or_else(bad)
 }
 
@@ -374,7 +373,10 @@ impl EngineArgs {
         if c.kv_cache_dtype != "auto" {
             return Err(CliError::KvCacheDtype(c.kv_cache_dtype.clone()));
         }
-        if !matches!(self.device.device.as_str(), "auto" | "cpu" | "opencl" | "cuda" | "level-zero") && !self.device.device.starts_with("cuda:") && !self.device.device.starts_with("level-zero:") {
+        if !matches!(self.device.device.as_str(), "auto" | "cpu" | "opencl" | "cuda" | "level-zero")
+            && !self.device.device.starts_with("cuda:")
+            && !self.device.device.starts_with("level-zero:")
+        {
             return Err(CliError::Device(self.device.device.clone()));
         }
         if !(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0) {
@@ -427,10 +429,7 @@ impl EngineArgs {
 
     /// The model from the positional argument or `--model`.
     pub fn resolve_model(&self, positional: Option<&str>) -> Result<String, CliError> {
-        positional
-            .or(self.model.model.as_deref())
-            .map(str::to_owned)
-            .ok_or(CliError::NoModel)
+        positional.or(self.model.model.as_deref()).map(str::to_owned).ok_or(CliError::NoModel)
     }
 }
 
@@ -441,11 +440,7 @@ impl ServeArgs {
         if names.iter().any(|n| n.is_empty()) {
             return Err(CliError::EmptyServedName);
         }
-        Ok(if names.is_empty() {
-            vec![model.to_owned()]
-        } else {
-            names.clone()
-        })
+        Ok(if names.is_empty() { vec![model.to_owned()] } else { names.clone() })
     }
 
     pub fn shutdown_timeout(&self) -> Result<std::time::Duration, CliError> {

@@ -30,14 +30,8 @@ fn bare_model_means_serve() {
     assert_eq!(s.engine.resolve_model(s.model_tag.as_deref()).as_deref(), Ok("Org/M"));
     let s = serve("rserve --port 1");
     assert_eq!(s.engine.resolve_model(s.model_tag.as_deref()), Err(CliError::NoModel));
-    assert!(matches!(
-        parse_line("rserve generate m --prompt hi").expect("parses").command,
-        Command::Generate(_)
-    ));
-    assert!(matches!(
-        parse_line("rserve convert a.gguf out").expect("parses").command,
-        Command::Convert(_)
-    ));
+    assert!(matches!(parse_line("rserve generate m --prompt hi").expect("parses").command, Command::Generate(_)));
+    assert!(matches!(parse_line("rserve convert a.gguf out").expect("parses").command, Command::Convert(_)));
 }
 
 #[test]
@@ -76,10 +70,7 @@ fn flags_reach_the_engine_config() {
     assert_eq!(cfg.generation_config, "vllm");
     assert_eq!(cfg.chat_template.as_deref(), Some("t.jinja"));
     assert_eq!(cfg.device, "cpu");
-    assert_eq!(
-        s.served_model_names("m").expect("names"),
-        vec!["a".to_string(), "b".to_string()]
-    );
+    assert_eq!(s.served_model_names("m").expect("names"), vec!["a".to_string(), "b".to_string()]);
     let s = serve("rserve m --no-enable-prefix-caching --enable-prefix-caching");
     assert!(s.engine.engine_config("m", 1).expect("valid").enable_prefix_caching);
 }
@@ -96,18 +87,12 @@ fn unsupported_values_are_start_up_errors() {
         ("rserve m -tp 0", CliError::ZeroParallel("tensor-parallel-size")),
         ("rserve m --kv-cache-dtype fp8", CliError::KvCacheDtype("fp8".into())),
         ("rserve m --device tpu", CliError::Device("tpu".into())),
-        (
-            "rserve m --gpu-memory-utilization 1.5",
-            CliError::MemoryUtilization(1.5),
-        ),
+        ("rserve m --gpu-memory-utilization 1.5", CliError::MemoryUtilization(1.5)),
         ("rserve m --gpu-memory-utilization 0", CliError::MemoryUtilization(0.0)),
         ("rserve m --block-size 24", CliError::BlockSize(24)),
         ("rserve m --max-num-seqs 0", CliError::MaxNumSeqs),
         ("rserve m --max-model-len 0", CliError::ZeroLength("max-model-len")),
-        (
-            "rserve m --max-num-batched-tokens 0",
-            CliError::ZeroLength("max-num-batched-tokens"),
-        ),
+        ("rserve m --max-num-batched-tokens 0", CliError::ZeroLength("max-num-batched-tokens")),
     ];
     for (line, want) in cases {
         let s = serve(line);
@@ -142,34 +127,17 @@ fn help_groups_flags_like_vllm() {
     let mut cmd = <Cli as clap::CommandFactory>::command();
     let serve = cmd.find_subcommand_mut("serve").expect("serve");
     let help = serve.render_help().to_string();
-    for heading in [
-        "ModelConfig:",
-        "CacheConfig:",
-        "ParallelConfig:",
-        "SchedulerConfig:",
-        "DeviceConfig:",
-        "Frontend:",
-    ] {
+    for heading in ["ModelConfig:", "CacheConfig:", "ParallelConfig:", "SchedulerConfig:", "DeviceConfig:", "Frontend:"]
+    {
         assert!(help.contains(heading), "missing {heading} in\n{help}");
     }
     let model_section = help.split("ModelConfig:").nth(1).expect("section");
-    assert!(model_section
-        .split("CacheConfig:")
-        .next()
-        .expect("section")
-        .contains("--max-model-len"));
+    assert!(model_section.split("CacheConfig:").next().expect("section").contains("--max-model-len"));
 }
 
 #[test]
 fn convert_dtypes() {
-    let c = |d: &str| {
-        ConvertArgs {
-            gguf: "a".into(),
-            out_dir: "b".into(),
-            dtype: d.into(),
-        }
-        .candle_dtype()
-    };
+    let c = |d: &str| ConvertArgs { gguf: "a".into(), out_dir: "b".into(), dtype: d.into() }.candle_dtype();
     assert_eq!(c("float32"), Ok(candle_core::DType::F32));
     assert_eq!(c("bf16"), Ok(candle_core::DType::BF16));
     assert_eq!(c("half"), Ok(candle_core::DType::F16));

@@ -8,11 +8,6 @@ pub fn run(args: ConvertArgs) -> anyhow::Result<()> {
     let dtype = args.candle_dtype()?;
     rserve_engine::convert::gguf_to_hf_dir(&args.gguf, &args.out_dir, dtype)
         .with_context(|| format!("converting {}", args.gguf.display()))?;
-    tracing::info!(
-        "Wrote {} as {:?} to {}",
-        args.gguf.display(),
-        dtype,
-        args.out_dir.display()
-    );
+    tracing::info!("Wrote {} as {:?} to {}", args.gguf.display(), dtype, args.out_dir.display());
     Ok(())
 }

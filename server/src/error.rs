@@ -94,14 +94,7 @@ impl ApiError {
             ApiError::Overloaded { .. } => (None, Some("server_overloaded")),
             _ => (None, None),
         };
-        ErrorBody {
-            error: ErrorDetail {
-                message: self.to_string(),
-                kind,
-                param,
-                code: code.map(str::to_owned),
-            },
-        }
+        ErrorBody { error: ErrorDetail { message: self.to_string(), kind, param, code: code.map(str::to_owned) } }
     }
 }
 
@@ -115,14 +108,10 @@ impl IntoResponse for ApiError {
         }
         let mut response = (status, axum::Json(self.body())).into_response();
         if matches!(self, ApiError::Overloaded { .. } | ApiError::ShuttingDown) {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         }
         if matches!(self, ApiError::Unauthorized) {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }
@@ -135,11 +124,7 @@ mod tests {
     async fn body_json(e: ApiError) -> (StatusCode, Option<String>, serde_json::Value) {
         let r = e.into_response();
         let status = r.status();
-        let retry = r
-            .headers()
-            .get(header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let retry = r.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.expect("body");
         (status, retry, serde_json::from_slice(&bytes).expect("json"))
     }

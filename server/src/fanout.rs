@@ -39,11 +39,7 @@ pub async fn collect(mut merged: Merged, n: usize) -> Result<Vec<ChoiceOutput>, 
                 out.text.push_str(&text);
                 out.logprobs.extend(logprobs);
             }
-            RequestEvent::Finished {
-                reason,
-                usage,
-                stop_reason,
-            } => {
+            RequestEvent::Finished { reason, usage, stop_reason } => {
                 out.finish = Some(reason);
                 out.usage = usage;
                 out.stop_reason = stop_reason;
@@ -52,9 +48,7 @@ pub async fn collect(mut merged: Merged, n: usize) -> Result<Vec<ChoiceOutput>, 
         }
     }
     if outputs.iter().any(|o| o.finish.is_none()) {
-        return Err(ApiError::Internal(
-            "the engine stopped before the request finished".into(),
-        ));
+        return Err(ApiError::Internal("the engine stopped before the request finished".into()));
     }
     Ok(outputs)
 }

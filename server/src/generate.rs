@@ -14,9 +14,7 @@ use crate::port::{ChatTurn, Engine};
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let model = args.engine.resolve_model(args.model_tag.as_deref())?;
-    let config = args
-        .engine
-        .engine_config(&model, args.engine.scheduler.max_num_waiting)?;
+    let config = args.engine.engine_config(&model, args.engine.scheduler.max_num_waiting)?;
     if rserve_engine::engine::run_if_worker(&config)? {
         return Ok(());
     }
@@ -41,10 +39,7 @@ fn generate(engine: &LiveEngine, args: &GenerateArgs) -> anyhow::Result<()> {
     };
     let common = validate::common(&fields, engine.info(), &engine.default_sampling())?;
     let prompt = if args.chat {
-        let turn = ChatTurn {
-            role: "user".into(),
-            content: args.prompt.clone(),
-        };
+        let turn = ChatTurn { role: "user".into(), content: args.prompt.clone() };
         validate::chat_prompt(engine, &[turn], true)?
     } else {
         engine.encode(&args.prompt, true).context("tokenizing the prompt")?
@@ -55,10 +50,7 @@ fn generate(engine: &LiveEngine, args: &GenerateArgs) -> anyhow::Result<()> {
         .next()
         .context("no request was built")?;
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting tokio")?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting tokio")?;
     runtime.block_on(async {
         let start = Instant::now();
         let mut first_token = None;

@@ -47,15 +47,9 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let param = (path != ".").then_some(path);
-        ApiError::InvalidJson {
-            message: e.inner().to_string(),
-            param,
-        }
+        ApiError::InvalidJson { message: e.inner().to_string(), param }
     })?;
-    de.end().map_err(|e| ApiError::InvalidJson {
-        message: e.to_string(),
-        param: None,
-    })?;
+    de.end().map_err(|e| ApiError::InvalidJson { message: e.to_string(), param: None })?;
     Ok(value)
 }
 
@@ -83,18 +77,9 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
-        assert!(matches!(
-            parse::<ChatCompletionRequest>(b"{not json"),
-            Err(ApiError::InvalidJson { .. })
-        ));
-        assert!(matches!(
-            parse::<ChatCompletionRequest>(b"{} x"),
-            Err(ApiError::InvalidJson { .. })
-        ));
-        assert!(matches!(
-            parse::<ChatCompletionRequest>(b""),
-            Err(ApiError::InvalidJson { .. })
-        ));
+        assert!(matches!(parse::<ChatCompletionRequest>(b"{not json"), Err(ApiError::InvalidJson { .. })));
+        assert!(matches!(parse::<ChatCompletionRequest>(b"{} x"), Err(ApiError::InvalidJson { .. })));
+        assert!(matches!(parse::<ChatCompletionRequest>(b""), Err(ApiError::InvalidJson { .. })));
     }
 
     #[test]

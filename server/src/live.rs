@@ -48,13 +48,8 @@ impl Engine for LiveEngine {
 
     fn render_chat(&self, turns: &[ChatTurn], add_generation_prompt: bool) -> Option<Result<String, EngineError>> {
         let template = self.handle.chat_template()?;
-        let messages: Vec<ChatMessage> = turns
-            .iter()
-            .map(|t| ChatMessage {
-                role: t.role.clone(),
-                content: t.content.clone(),
-            })
-            .collect();
+        let messages: Vec<ChatMessage> =
+            turns.iter().map(|t| ChatMessage { role: t.role.clone(), content: t.content.clone() }).collect();
         Some(template.render(&messages, add_generation_prompt))
     }
 

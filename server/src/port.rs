@@ -49,19 +49,13 @@ enum Inner {
 
 impl Events {
     pub fn live(stream: RequestStream) -> Self {
-        Self {
-            inner: Inner::Live(stream),
-            done: false,
-        }
+        Self { inner: Inner::Live(stream), done: false }
     }
 
     /// Events fed by a channel (test fakes); dropping the `Events` closes the channel, which the fake sees as abort.
     #[cfg(test)]
     pub fn channel(rx: tokio::sync::mpsc::UnboundedReceiver<RequestEvent>) -> Self {
-        Self {
-            inner: Inner::Channel(rx),
-            done: false,
-        }
+        Self { inner: Inner::Channel(rx), done: false }
     }
 
     /// The next event, or `None` once the request has ended (a closed channel also ends it).
@@ -74,10 +68,7 @@ impl Events {
             #[cfg(test)]
             Inner::Channel(rx) => rx.recv().await,
         };
-        if matches!(
-            ev,
-            None | Some(RequestEvent::Finished { .. }) | Some(RequestEvent::Error(_))
-        ) {
+        if matches!(ev, None | Some(RequestEvent::Finished { .. }) | Some(RequestEvent::Error(_))) {
             self.done = true;
         }
         ev

@@ -19,19 +19,14 @@ use crate::stats_log;
 /// Runs the server to completion.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let model = args.engine.resolve_model(args.model_tag.as_deref())?;
-    let config = args
-        .engine
-        .engine_config(&model, args.engine.scheduler.max_num_waiting)?;
+    let config = args.engine.engine_config(&model, args.engine.scheduler.max_num_waiting)?;
     // Under `mpiexec`, ranks other than 0 hold their model shard and follow rank 0's steps; only rank 0 serves.
     if rserve_engine::engine::run_if_worker(&config)? {
         return Ok(());
     }
     let served_model_names = args.served_model_names(&model)?;
     let grace = args.shutdown_timeout()?;
-    tracing::info!(
-        "rserve {} serving model {model:?} as {served_model_names:?}",
-        env!("CARGO_PKG_VERSION")
-    );
+    tracing::info!("rserve {} serving model {model:?} as {served_model_names:?}", env!("CARGO_PKG_VERSION"));
     if args.engine.model.trust_remote_code {
         tracing::info!("--trust-remote-code is accepted for compatibility and changes nothing");
     }
@@ -41,10 +36,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_num_waiting: args.engine.scheduler.max_num_waiting,
         log_requests: args.frontend.enable_log_requests,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting tokio")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let result = runtime.block_on(async move {
         // Watch signals from the start, so that one sent while the model loads still ends in a clean exit.
         let signals = shutdown::watch_signals(grace);

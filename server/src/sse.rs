@@ -37,12 +37,7 @@ struct Driver<R> {
 /// The payloads of the whole stream, in order, ending with `[DONE]`.
 pub fn payloads<R: StreamRenderer>(mut renderer: R, merged: Merged) -> BoxStream<'static, String> {
     let queue: VecDeque<String> = renderer.start().into();
-    let driver = Driver {
-        renderer,
-        merged: Some(merged),
-        queue,
-        done: false,
-    };
+    let driver = Driver { renderer, merged: Some(merged), queue, done: false };
     stream::unfold(driver, |mut d| async move {
         loop {
             if let Some(payload) = d.queue.pop_front() {

@@ -75,11 +75,7 @@ impl AppState {
 
     /// The name reported in metrics labels and logs.
     pub fn primary_model_name(&self) -> &str {
-        self.settings
-            .served_model_names
-            .first()
-            .map(String::as_str)
-            .unwrap_or("")
+        self.settings.served_model_names.first().map(String::as_str).unwrap_or("")
     }
 
     /// From now on, new requests get 503.

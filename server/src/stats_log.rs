@@ -44,11 +44,7 @@ pub fn line(m: &EngineMetrics, before: Snapshot, now: Snapshot, elapsed: Duratio
     let secs = elapsed.as_secs_f64().max(1e-3);
     let queries = now.prefix_queries.saturating_sub(before.prefix_queries);
     let hits = now.prefix_hits.saturating_sub(before.prefix_hits);
-    let hit_rate = if queries == 0 {
-        0.0
-    } else {
-        100.0 * hits as f64 / queries as f64
-    };
+    let hit_rate = if queries == 0 { 0.0 } else { 100.0 * hits as f64 / queries as f64 };
     Some(format!(
         "Avg prompt throughput: {:.1} tokens/s, Avg generation throughput: {:.1} tokens/s, Running: {running} reqs, \
          Waiting: {waiting} reqs, KV cache usage: {:.1}%, Prefix cache hit rate: {hit_rate:.1}%",
@@ -94,9 +90,6 @@ mod tests {
         let l = line(&m, s0, Snapshot::take(&m), Duration::from_secs(5)).expect("a line");
         assert!(l.contains("Avg prompt throughput: 20.0 tokens/s"), "{l}");
         assert!(l.contains("Avg generation throughput: 10.0 tokens/s"), "{l}");
-        assert!(
-            l.contains("Running: 2 reqs, Waiting: 0 reqs, KV cache usage: 25.0%"),
-            "{l}"
-        );
+        assert!(l.contains("Running: 2 reqs, Waiting: 0 reqs, KV cache usage: 25.0%"), "{l}");
     }
 }

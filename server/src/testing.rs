@@ -83,13 +83,7 @@ pub fn script(req: &GenerateRequest) -> Vec<RequestEvent> {
     let mut text = REPLY.to_owned();
     let mut reason = FinishReason::Length;
     let mut stop_reason = None;
-    if let Some((pos, s)) = req
-        .stop
-        .stop
-        .iter()
-        .filter_map(|s| text.find(s.as_str()).map(|p| (p, s)))
-        .min()
-    {
+    if let Some((pos, s)) = req.stop.stop.iter().filter_map(|s| text.find(s.as_str()).map(|p| (p, s))).min() {
         text.truncate(pos);
         reason = FinishReason::Stop;
         stop_reason = Some(s.clone());
@@ -113,25 +107,15 @@ pub fn script(req: &GenerateRequest) -> Vec<RequestEvent> {
                     token_id: id,
                     token: token_text(id),
                     logprob: -0.5,
-                    top: (0..k as u32)
-                        .map(|j| (id + j, token_text(id + j), -0.5 - j as f32))
-                        .collect(),
+                    top: (0..k as u32).map(|j| (id + j, token_text(id + j), -0.5 - j as f32)).collect(),
                 }],
             };
-            RequestEvent::Delta {
-                text: token_text(id),
-                token_ids: vec![id],
-                logprobs,
-            }
+            RequestEvent::Delta { text: token_text(id), token_ids: vec![id], logprobs }
         })
         .collect();
     events.push(RequestEvent::Finished {
         reason,
-        usage: Usage {
-            prompt_tokens: req.prompt_token_ids.len(),
-            completion_tokens: text.len(),
-            cached_tokens: 0,
-        },
+        usage: Usage { prompt_tokens: req.prompt_token_ids.len(), completion_tokens: text.len(), cached_tokens: 0 },
         stop_reason,
     });
     events
@@ -147,11 +131,7 @@ impl Engine for FakeEngine {
     }
 
     fn default_sampling(&self) -> SamplingParams {
-        SamplingParams {
-            temperature: 0.7,
-            top_p: 0.9,
-            ..SamplingParams::default()
-        }
+        SamplingParams { temperature: 0.7, top_p: 0.9, ..SamplingParams::default() }
     }
 
     fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, EngineError> {

@@ -93,8 +93,12 @@ impl Client {
     /// The id of the first model `/v1/models` lists.
     pub async fn first_model(&self) -> Result<String, BenchError> {
         let url = self.url("/v1/models");
-        let resp =
-            self.http.get(&url).send().await.map_err(|e| BenchError::Http { url: url.clone(), message: e.to_string() })?;
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| BenchError::Http { url: url.clone(), message: e.to_string() })?;
         let v = read_json(url.clone(), resp).await?;
         v["data"][0]["id"]
             .as_str()
@@ -116,10 +120,9 @@ impl Client {
             url: self.url("/tokenize"),
             message: format!("no tokens in {v}"),
         })?;
-        ids.iter()
-            .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()))
-            .collect::<Option<Vec<u32>>>()
-            .ok_or_else(|| BenchError::BadResponse { url: self.url("/tokenize"), message: format!("bad token ids in {v}") })
+        ids.iter().map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok())).collect::<Option<Vec<u32>>>().ok_or_else(
+            || BenchError::BadResponse { url: self.url("/tokenize"), message: format!("bad token ids in {v}") },
+        )
     }
 
     /// Text of `ids` from the server's `/detokenize` (answers `prompt` on vLLM and rserve, `content` on llama.cpp).

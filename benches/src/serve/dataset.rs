@@ -68,7 +68,7 @@ pub async fn random_requests(spec: &RandomSpec, tok: &BenchTokenizer) -> Result<
             let text = tok.decode(&ids).await?;
             let enc = tok.encode(&text).await?;
             let off = enc.len().abs_diff(target);
-            if best.as_ref().map_or(true, |(_, n)| off < n.abs_diff(target)) {
+            if best.as_ref().is_none_or(|(_, n)| off < n.abs_diff(target)) {
                 best = Some((text, enc.len()));
             }
             if off == 0 {

@@ -34,7 +34,9 @@ pub async fn run_load(
     let permits = Arc::new(Semaphore::new(shape.max_concurrency.unwrap_or(Semaphore::MAX_PERMITS).max(1)));
     let bar = if shape.show_progress {
         let bar = ProgressBar::new(requests.len() as u64);
-        if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} requests [{elapsed_precise}<{eta_precise}]") {
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:40} {pos}/{len} requests [{elapsed_precise}<{eta_precise}]")
+        {
             bar.set_style(style);
         }
         bar
@@ -46,11 +48,8 @@ pub async fn run_load(
     let mut tasks = Vec::with_capacity(requests.len());
     for (req, at) in requests.iter().zip(arrivals) {
         tokio::time::sleep_until((start + Duration::from_secs_f64(at)).into()).await;
-        let spec = RequestSpec {
-            prompt: req.prompt.clone(),
-            prompt_len: req.prompt_len,
-            max_tokens: req.expected_output_len,
-        };
+        let spec =
+            RequestSpec { prompt: req.prompt.clone(), prompt_len: req.prompt_len, max_tokens: req.expected_output_len };
         let (client, settings, permits, bar) = (client.clone(), settings.clone(), permits.clone(), bar.clone());
         tasks.push(tokio::spawn(async move {
             // The semaphore is never closed, so acquiring can only fail if it were; run unthrottled then.

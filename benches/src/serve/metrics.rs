@@ -31,10 +31,13 @@ pub struct RequestOutcome {
     pub start_offset: f64,
 }
 
+/// Counts the tokens of a text with a local tokenizer (None when it cannot).
+pub type TokenCounter<'a> = dyn Fn(&str) -> Option<usize> + 'a;
+
 impl RequestOutcome {
     /// Output tokens: the server's count when it gave one, else `count_text` of the generated text when a local
     /// tokenizer is at hand, else the number of text chunks (one token per chunk on the servers we know).
-    pub fn output_tokens(&self, count_text: Option<&dyn Fn(&str) -> Option<usize>>) -> usize {
+    pub fn output_tokens(&self, count_text: Option<&TokenCounter<'_>>) -> usize {
         if let Some(n) = self.usage_completion_tokens {
             return n;
         }
@@ -107,7 +110,7 @@ pub fn compute(
     duration_s: f64,
     slo: &Slo,
     percentiles: &[f64],
-    count_text: Option<&dyn Fn(&str) -> Option<usize>>,
+    count_text: Option<&TokenCounter<'_>>,
 ) -> BenchmarkMetrics {
     let (mut ttfts, mut tpots, mut all_tpots, mut itls, mut e2els) = (vec![], vec![], vec![], vec![], vec![]);
     let mut output_lens = Vec::with_capacity(outcomes.len());
@@ -129,7 +132,7 @@ pub fn compute(
         ttfts.push(o.ttft);
         e2els.push(o.latency);
         completed += 1;
-        let meets = |limit_ms: Option<f64>, value_s: f64| limit_ms.map_or(true, |l| value_s * 1000.0 <= l);
+        let meets = |limit_ms: Option<f64>, value_s: f64| limit_ms.is_none_or(|l| value_s * 1000.0 <= l);
         if meets(slo.ttft_ms, o.ttft) && meets(slo.tpot_ms, tpot) && meets(slo.e2el_ms, o.latency) {
             good += 1;
         }

@@ -126,7 +126,8 @@ async fn run_async(args: ServeBenchArgs) -> Result<(), BenchError> {
             random_range_ratio: (args.dataset_name == DatasetName::Random).then_some(args.random_range_ratio),
         };
         let path = args.result_file.clone().unwrap_or_else(|| {
-            let safe: String = model.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+            let safe: String =
+                model.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
             PathBuf::from(format!("bench-serve-{safe}-{date}.json"))
         });
         let json = report::result_json(&info, &m, &outcomes, args.save_detailed);
@@ -141,7 +142,11 @@ async fn run_async(args: ServeBenchArgs) -> Result<(), BenchError> {
 /// before the run; its timing is not counted.
 async fn initial_test(client: &Client, s: &RequestSettings, first: &SampleRequest) -> Result<(), BenchError> {
     eprintln!("Starting initial single prompt test run...");
-    let spec = RequestSpec { prompt: first.prompt.clone(), prompt_len: first.prompt_len, max_tokens: first.expected_output_len };
+    let spec = RequestSpec {
+        prompt: first.prompt.clone(),
+        prompt_len: first.prompt_len,
+        max_tokens: first.expected_output_len,
+    };
     let out = client.stream_request(s, &spec, Instant::now()).await;
     if !out.success {
         return Err(BenchError::BadResponse {

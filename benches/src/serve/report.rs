@@ -59,7 +59,11 @@ pub fn render_table(m: &BenchmarkMetrics, max_concurrency: Option<usize>, reques
     if let Some(c) = max_concurrency {
         line(&mut s, "Maximum request concurrency:", c.to_string());
     }
-    line(&mut s, "Request rate configured (RPS):", if request_rate.is_finite() { format!("{request_rate:.2}") } else { "inf".into() });
+    line(
+        &mut s,
+        "Request rate configured (RPS):",
+        if request_rate.is_finite() { format!("{request_rate:.2}") } else { "inf".into() },
+    );
     line(&mut s, "Benchmark duration (s):", format!("{:.2}", m.duration_s));
     line(&mut s, "Total input tokens:", m.total_input.to_string());
     line(&mut s, "Total generated tokens:", m.total_output.to_string());
@@ -129,7 +133,10 @@ pub fn result_json(info: &RunInfo, m: &BenchmarkMetrics, outcomes: &[RequestOutc
         o.insert("ttfts".into(), json!(outcomes.iter().map(|r| r.ttft).collect::<Vec<_>>()));
         o.insert("itls".into(), json!(outcomes.iter().map(|r| r.itl.clone()).collect::<Vec<_>>()));
         o.insert("start_offsets".into(), json!(outcomes.iter().map(|r| r.start_offset).collect::<Vec<_>>()));
-        o.insert("generated_texts".into(), json!(outcomes.iter().map(|r| r.generated_text.clone()).collect::<Vec<_>>()));
+        o.insert(
+            "generated_texts".into(),
+            json!(outcomes.iter().map(|r| r.generated_text.clone()).collect::<Vec<_>>()),
+        );
         o.insert("errors".into(), json!(outcomes.iter().map(|r| r.error.clone()).collect::<Vec<_>>()));
     }
     Value::Object(o)

@@ -8,6 +8,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub mod env;
 pub mod kernels;
 pub mod level_zero;
 pub mod opencl;

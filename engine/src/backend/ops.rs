@@ -114,10 +114,12 @@ mod tests {
         assert_eq!(meta.decode_rows(true), 2);
         assert_eq!(meta.decode_rows(false), 41);
         // Without the tiled kernel every row is a decode row.
-        let short = AttentionMeta::<()> { host_query_start: &qs[..3], host_context_lens: &ctx[..2], num_seqs: 2, ..meta };
+        let short =
+            AttentionMeta::<()> { host_query_start: &qs[..3], host_context_lens: &ctx[..2], num_seqs: 2, ..meta };
         assert_eq!(short.longest_decode_context(true), 5);
         assert_eq!(short.longest_decode_context(false), 37);
-        let none = AttentionMeta::<()> { host_query_start: &qs[..2], host_context_lens: &ctx[..1], num_seqs: 1, ..meta };
+        let none =
+            AttentionMeta::<()> { host_query_start: &qs[..2], host_context_lens: &ctx[..1], num_seqs: 1, ..meta };
         assert_eq!(none.longest_decode_context(true), 0);
     }
 }

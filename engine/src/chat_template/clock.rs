@@ -22,15 +22,7 @@ const MONTHS: [&str; 12] = [
     "November",
     "December",
 ];
-const WEEKDAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
+const WEEKDAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 /// Marks "no fixed time: read the system clock".
 const USE_SYSTEM_CLOCK: i64 = i64::MIN;
@@ -95,20 +87,7 @@ impl Civil {
             year += 1;
         }
         let day_of_year = rest as u32 + 1;
-        let month_lengths = [
-            31,
-            if is_leap(year) { 29 } else { 28 },
-            31,
-            30,
-            31,
-            30,
-            31,
-            31,
-            30,
-            31,
-            30,
-            31,
-        ];
+        let month_lengths = [31, if is_leap(year) { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
         let mut month = 1;
         let mut day = rest as u32;
         for len in month_lengths {
@@ -166,11 +145,7 @@ pub(crate) fn strftime(format: &str, unix_seconds: i64) -> String {
             'y' => out.push_str(&num(t.year.rem_euclid(100) as u32, 2)),
             'm' => out.push_str(&num(t.month, 2)),
             'd' => out.push_str(&num(t.day, 2)),
-            'e' => out.push_str(&if unpadded {
-                t.day.to_string()
-            } else {
-                format!("{:>2}", t.day)
-            }),
+            'e' => out.push_str(&if unpadded { t.day.to_string() } else { format!("{:>2}", t.day) }),
             'H' => out.push_str(&num(t.hour, 2)),
             'I' => out.push_str(&num(hour12, 2)),
             'M' => out.push_str(&num(t.minute, 2)),

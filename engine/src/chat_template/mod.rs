@@ -37,10 +37,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-        }
+        Self { role: role.into(), content: content.into() }
     }
 
     /// Reads an OpenAI-style message object: `content` is a string, `null`, or a list of `{"type": "text", "text":
@@ -131,28 +128,17 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function(
-            "raise_exception",
-            |message: String| -> std::result::Result<Value, Error> {
-                Err(Error::new(ErrorKind::InvalidOperation, message))
-            },
-        );
-        let time = clock.clone();
-        env.add_function("strftime_now", move |format: String| {
-            clock::strftime(&format, time.now())
+        env.add_function("raise_exception", |message: String| -> std::result::Result<Value, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, message))
         });
+        let time = clock.clone();
+        env.add_function("strftime_now", move |format: String| clock::strftime(&format, time.now()));
         env.add_filter("tojson", pyjson::tojson);
         env.set_formatter(pyrepr::format);
         env.add_template_owned(TEMPLATE_NAME, strip_generation_tags(&source))
             .map_err(|e| EngineError::ChatTemplate(format!("{} does not compile: {}", origin, describe(&e))))?;
         let special_tokens = specials.filter_map(|(name, value)| value.map(|v| (name, v))).collect();
-        Ok(Self {
-            env,
-            source,
-            origin,
-            special_tokens,
-            clock,
-        })
+        Ok(Self { env, source, origin, special_tokens, clock })
     }
 
     /// Makes `strftime_now` see this time (seconds since the Unix epoch, UTC) instead of the clock: reproducible
@@ -192,23 +178,14 @@ impl ChatTemplate {
             ("tools".into(), Value::from(())),
             ("documents".into(), Value::from(())),
         ];
-        ctx.extend(
-            self.special_tokens
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), Value::from(v.clone()))),
-        );
+        ctx.extend(self.special_tokens.iter().map(|(k, v)| ((*k).to_owned(), Value::from(v.clone()))));
         for (key, value) in extra {
             ctx.retain(|(k, _)| k != key);
             ctx.push((key.clone(), Value::from_serialize(value)));
         }
         let ctx: Value = ctx.into_iter().collect();
-        let template = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| EngineError::ChatTemplate(describe(&e)))?;
-        template
-            .render(ctx)
-            .map_err(|e| EngineError::ChatTemplate(describe(&e)))
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| EngineError::ChatTemplate(describe(&e)))?;
+        template.render(ctx).map_err(|e| EngineError::ChatTemplate(describe(&e)))
     }
 }
 
@@ -276,9 +253,6 @@ mod tests {
     #[test]
     fn generation_tags_become_plain_blocks() {
         let src = "{%- generation -%}x{% endgeneration %}{% if a %}y{% endif %}";
-        assert_eq!(
-            strip_generation_tags(src),
-            "{%- if true -%}x{% endif %}{% if a %}y{% endif %}"
-        );
+        assert_eq!(strip_generation_tags(src), "{%- if true -%}x{% endif %}{% if a %}y{% endif %}");
     }
 }

@@ -20,9 +20,7 @@ struct Options {
 pub(crate) fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
     let pick = |pos: usize, name: &str| -> Result<Option<Value>, Error> {
         let named: Option<Value> = kwargs.get(name)?;
-        Ok(named
-            .or_else(|| args.get(pos).cloned())
-            .filter(|v| !v.is_none() && !v.is_undefined()))
+        Ok(named.or_else(|| args.get(pos).cloned()).filter(|v| !v.is_none() && !v.is_undefined()))
     };
     let ensure_ascii = pick(0, "ensure_ascii")?.is_some_and(|v| v.is_true());
     let indent = match pick(1, "indent")? {
@@ -37,10 +35,7 @@ pub(crate) fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result
         Some(v) => {
             let parts: Vec<Value> = v.try_iter()?.collect();
             match parts.as_slice() {
-                [a, b] => (
-                    a.as_str().unwrap_or_default().to_owned(),
-                    b.as_str().unwrap_or_default().to_owned(),
-                ),
+                [a, b] => (a.as_str().unwrap_or_default().to_owned(), b.as_str().unwrap_or_default().to_owned()),
                 _ => return Err(invalid("tojson: separators must be a pair of strings")),
             }
         }
@@ -49,13 +44,7 @@ pub(crate) fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result
     };
     let sort_keys = pick(3, "sort_keys")?.is_some_and(|v| v.is_true());
     kwargs.assert_all_used()?;
-    let options = Options {
-        ensure_ascii,
-        indent,
-        item_sep,
-        key_sep,
-        sort_keys,
-    };
+    let options = Options { ensure_ascii, indent, item_sep, key_sep, sort_keys };
     let mut out = String::new();
     write_value(&mut out, value, &options, 0)?;
     Ok(Value::from(out))
@@ -94,12 +83,7 @@ fn write_value(out: &mut String, value: &Value, options: &Options, depth: usize)
             })?;
         }
         ValueKind::Undefined => return Err(invalid("tojson: cannot serialize an undefined value")),
-        _ => {
-            return Err(invalid(&format!(
-                "tojson: cannot serialize a value of kind {}",
-                value.kind()
-            )))
-        }
+        _ => return Err(invalid(&format!("tojson: cannot serialize a value of kind {}", value.kind()))),
     }
     Ok(())
 }

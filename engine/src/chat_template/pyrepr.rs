@@ -19,8 +19,7 @@ pub(crate) fn format(out: &mut Output, state: &State, value: &Value) -> Result<(
         _ => {
             let mut text = String::new();
             write_str_of(&mut text, value)?;
-            out.write_str(&text)
-                .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
+            out.write_str(&text).map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
         }
     }
 }
@@ -73,11 +72,7 @@ fn write_repr(out: &mut String, value: &Value) -> Result<(), Error> {
 
 /// Python's `repr(str)`: single quotes unless the text has a `'` and no `"`.
 fn write_quoted(out: &mut String, s: &str) {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
+    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
     out.push(quote);
     for c in s.chars() {
         match c {

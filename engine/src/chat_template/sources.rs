@@ -78,9 +78,7 @@ impl TemplateSources<'_> {
             match content.metadata.get("tokenizer.chat_template") {
                 Some(Value::String(s)) => return Ok(Some((s.clone(), TemplateOrigin::Gguf))),
                 Some(_) => {
-                    return Err(EngineError::ChatTemplate(
-                        "GGUF tokenizer.chat_template is not a string".into(),
-                    ))
+                    return Err(EngineError::ChatTemplate("GGUF tokenizer.chat_template is not a string".into()))
                 }
                 None => {}
             }
@@ -103,10 +101,7 @@ fn from_override(arg: &str) -> Result<(String, TemplateOrigin)> {
 }
 
 fn read(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| EngineError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read_to_string(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })
 }
 
 /// `chat_template` of a `tokenizer_config.json`: a string, or the "default" entry of a `[{name, template}]` list.

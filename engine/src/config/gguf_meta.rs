@@ -55,9 +55,7 @@ fn meta_u64(content: &Content, key: &str) -> Result<Option<u64>> {
                 Value::I64(x) => u64::try_from(*x).ok(),
                 _ => None,
             };
-            n.map(Some).ok_or_else(|| {
-                EngineError::Config(format!("GGUF metadata `{key}` is not an unsigned integer"))
-            })
+            n.map(Some).ok_or_else(|| EngineError::Config(format!("GGUF metadata `{key}` is not an unsigned integer")))
         }
     }
 }
@@ -67,18 +65,13 @@ fn meta_f32(content: &Content, key: &str) -> Result<Option<f32>> {
         None => Ok(None),
         Some(Value::F32(x)) => Ok(Some(*x)),
         Some(Value::F64(x)) => Ok(Some(*x as f32)),
-        Some(_) => Err(EngineError::Config(format!(
-            "GGUF metadata `{key}` is not a float"
-        ))),
+        Some(_) => Err(EngineError::Config(format!("GGUF metadata `{key}` is not a float"))),
     }
 }
 
 fn meta_u32(content: &Content, key: &str) -> Result<Option<u32>> {
     meta_u64(content, key)?
-        .map(|v| {
-            u32::try_from(v)
-                .map_err(|_| EngineError::Config(format!("GGUF metadata `{key}` is out of range")))
-        })
+        .map(|v| u32::try_from(v).map_err(|_| EngineError::Config(format!("GGUF metadata `{key}` is out of range"))))
         .transpose()
 }
 
@@ -86,12 +79,8 @@ fn meta_u32(content: &Content, key: &str) -> Result<Option<u32>> {
 pub fn gguf_architecture(content: &Content) -> Result<String> {
     match content.metadata.get("general.architecture") {
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(_) => Err(EngineError::Config(
-            "GGUF metadata `general.architecture` is not a string".into(),
-        )),
-        None => Err(EngineError::Config(
-            "GGUF metadata has no `general.architecture`".into(),
-        )),
+        Some(_) => Err(EngineError::Config("GGUF metadata `general.architecture` is not a string".into())),
+        None => Err(EngineError::Config("GGUF metadata has no `general.architecture`".into())),
     }
 }
 
@@ -102,11 +91,7 @@ impl GgufMeta {
         let key = |suffix: &str| format!("{arch}.{suffix}");
         let token_count = match content.metadata.get("tokenizer.ggml.tokens") {
             Some(Value::Array(tokens)) => Some(tokens.len()),
-            Some(_) => {
-                return Err(EngineError::Config(
-                    "GGUF metadata `tokenizer.ggml.tokens` is not an array".into(),
-                ))
-            }
+            Some(_) => return Err(EngineError::Config("GGUF metadata `tokenizer.ggml.tokens` is not an array".into())),
             None => None,
         };
         Ok(GgufMeta {
@@ -127,10 +112,7 @@ impl GgufMeta {
             eot_token_id: meta_u32(content, "tokenizer.ggml.eot_token_id")?,
             eom_token_id: meta_u32(content, "tokenizer.ggml.eom_token_id")?,
             has_output_weight: content.tensor_infos.contains_key("output.weight"),
-            token_embd_shape: content
-                .tensor_infos
-                .get("token_embd.weight")
-                .map(|t| t.shape.dims().to_vec()),
+            token_embd_shape: content.tensor_infos.get("token_embd.weight").map(|t| t.shape.dims().to_vec()),
             architecture: arch,
         })
     }
@@ -145,11 +127,8 @@ fn f32_to_f64_decimal(x: f32) -> f64 {
 fn required(value: Option<u64>, key: &str) -> Result<usize> {
     match value {
         None => Err(EngineError::Config(format!("GGUF metadata has no `{key}`"))),
-        Some(0) => Err(EngineError::Config(format!(
-            "GGUF metadata `{key}` must be greater than 0"
-        ))),
-        Some(v) => usize::try_from(v)
-            .map_err(|_| EngineError::Config(format!("GGUF metadata `{key}` is too large"))),
+        Some(0) => Err(EngineError::Config(format!("GGUF metadata `{key}` must be greater than 0"))),
+        Some(v) => usize::try_from(v).map_err(|_| EngineError::Config(format!("GGUF metadata `{key}` is too large"))),
     }
 }
 
@@ -158,9 +137,7 @@ pub fn params_from_gguf(content: &Content) -> Result<ModelParams> {
     if content.tensor_infos.contains_key("rope_freqs.weight") {
         // Llama 3.1+ files carry their llama3 rope scaling as per-frequency factors, not as parameters, and
         // `ModelParams` has no place for them yet: positions are rotated without that scaling.
-        tracing::warn!(
-            "this GGUF has rope_freqs.weight (Llama 3.1+ rope scaling); it is not applied"
-        );
+        tracing::warn!("this GGUF has rope_freqs.weight (Llama 3.1+ rope scaling); it is not applied");
     }
     resolve(&GgufMeta::from_content(content)?)
 }
@@ -173,14 +150,10 @@ pub fn params_from_gguf_file(path: &Path) -> Result<ModelParams> {
 
 /// Parses the metadata and tensor directory of a GGUF file (tensor data is not read).
 pub fn read_gguf_header(path: &Path) -> Result<Content> {
-    let file = std::fs::File::open(path).map_err(|source| EngineError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
     let mut reader = std::io::BufReader::new(file);
-    Content::read(&mut reader).map_err(|e| {
-        EngineError::Config(format!("{}: not a readable GGUF file: {e}", path.display()))
-    })
+    Content::read(&mut reader)
+        .map_err(|e| EngineError::Config(format!("{}: not a readable GGUF file: {e}", path.display())))
 }
 
 /// Checks `GgufMeta` into `ModelParams`.
@@ -189,11 +162,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
     let architecture = match arch {
         "llama" => Architecture::Llama,
         "qwen2" => Architecture::Qwen2,
-        other => {
-            return Err(EngineError::UnsupportedArchitecture(format!(
-                "{other} (GGUF general.architecture)"
-            )))
-        }
+        other => return Err(EngineError::UnsupportedArchitecture(format!("{other} (GGUF general.architecture)"))),
     };
     let k = |suffix: &str| format!("{arch}.{suffix}");
     let hidden_size = required(meta.embedding_length, &k("embedding_length"))?;
@@ -221,9 +190,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         }
     };
     if head_dim % 2 != 0 {
-        return Err(EngineError::Config(format!(
-            "head dimension ({head_dim}) must be even for rotary embeddings"
-        )));
+        return Err(EngineError::Config(format!("head dimension ({head_dim}) must be even for rotary embeddings")));
     }
     if let Some(rot) = meta.rope_dimension_count {
         if rot as usize != head_dim {
@@ -235,28 +202,16 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
     }
     // The vocabulary is the number of embedding rows (what the logits cover; llama.cpp pads the token list to it),
     // else the token list, else the `vocab_size` key.
-    let vocab_size = match (
-        meta.token_embd_shape.as_deref(),
-        meta.token_count,
-        meta.vocab_size,
-    ) {
+    let vocab_size = match (meta.token_embd_shape.as_deref(), meta.token_count, meta.vocab_size) {
         (Some([v, _]), _, _) if *v > 0 => *v,
         (_, Some(n), _) if n > 0 => n,
         (_, _, Some(n)) if n > 0 => n as usize,
-        _ => {
-            return Err(EngineError::Config(
-                "GGUF file gives no vocabulary size (no tokenizer.ggml.tokens)".into(),
-            ))
-        }
+        _ => return Err(EngineError::Config("GGUF file gives no vocabulary size (no tokenizer.ggml.tokens)".into())),
     };
     let max_position_embeddings = required(meta.context_length, &k("context_length"))?;
     let rms_norm_eps = match meta.rms_epsilon {
         Some(e) if e.is_finite() && e > 0.0 => f32_to_f64_decimal(e),
-        Some(e) => {
-            return Err(EngineError::Config(format!(
-                "GGUF rms epsilon ({e}) must be positive"
-            )))
-        }
+        Some(e) => return Err(EngineError::Config(format!("GGUF rms epsilon ({e}) must be positive"))),
         None => {
             return Err(EngineError::Config(format!(
                 "GGUF metadata has no `{}`",
@@ -266,18 +221,11 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
     };
     let rope_theta = match meta.rope_freq_base {
         Some(t) if t.is_finite() && t > 0.0 => f32_to_f64_decimal(t),
-        Some(t) => {
-            return Err(EngineError::Config(format!(
-                "GGUF rope.freq_base ({t}) must be positive"
-            )))
-        }
+        Some(t) => return Err(EngineError::Config(format!("GGUF rope.freq_base ({t}) must be positive"))),
         None => 10_000.0,
     };
     let mut eos_token_ids = Vec::new();
-    for id in [meta.eos_token_id, meta.eot_token_id, meta.eom_token_id]
-        .into_iter()
-        .flatten()
-    {
+    for id in [meta.eos_token_id, meta.eot_token_id, meta.eom_token_id].into_iter().flatten() {
         if !eos_token_ids.contains(&id) {
             eos_token_ids.push(id);
         }

@@ -99,18 +99,13 @@ impl TokenIds {
 }
 
 /// Deserializes a key that is present (possibly `null`) as `Some(value)`; absent keys take the field default `None`.
-fn present<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<Option<usize>>, D::Error> {
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<Option<usize>>, D::Error> {
     Option::<usize>::deserialize(d).map(Some)
 }
 
 /// Reads and parses a `config.json` file.
 pub fn parse_config_file(path: &Path) -> Result<ModelParams> {
-    let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
     parse_config_json(&text).map_err(|e| match e {
         EngineError::Config(msg) => EngineError::Config(format!("{}: {msg}", path.display())),
         other => other,
@@ -119,8 +114,8 @@ pub fn parse_config_file(path: &Path) -> Result<ModelParams> {
 
 /// Parses the text of a `config.json` into checked `ModelParams`.
 pub fn parse_config_json(text: &str) -> Result<ModelParams> {
-    let raw: RawConfig = serde_json::from_str(text)
-        .map_err(|e| EngineError::Config(format!("config.json is not valid: {e}")))?;
+    let raw: RawConfig =
+        serde_json::from_str(text).map_err(|e| EngineError::Config(format!("config.json is not valid: {e}")))?;
     resolve(raw)
 }
 
@@ -147,9 +142,7 @@ fn architecture(raw: &RawConfig) -> Result<Architecture> {
 
 fn required(value: Option<usize>, field: &str) -> Result<usize> {
     match value {
-        Some(0) => Err(EngineError::Config(format!(
-            "`{field}` must be greater than 0"
-        ))),
+        Some(0) => Err(EngineError::Config(format!("`{field}` must be greater than 0"))),
         Some(v) => Ok(v),
         None => Err(EngineError::Config(format!("`{field}` is missing"))),
     }
@@ -158,50 +151,32 @@ fn required(value: Option<usize>, field: &str) -> Result<usize> {
 /// Resolves `rope_scaling` into the one scaling type the model implements (`llama3`), or none.
 fn rope_scaling(raw: Option<&RawRopeScaling>) -> Result<Option<Llama3RopeScaling>> {
     let Some(s) = raw else { return Ok(None) };
-    let kind = s
-        .rope_type
-        .as_deref()
-        .or(s.type_.as_deref())
-        .unwrap_or("default");
+    let kind = s.rope_type.as_deref().or(s.type_.as_deref()).unwrap_or("default");
     match kind {
         "default" => Ok(None),
         "llama3" => {
             let field = |v: Option<f64>, name: &str| {
-                v.ok_or_else(|| {
-                    EngineError::Config(format!("rope_scaling of type llama3 needs `{name}`"))
-                })
+                v.ok_or_else(|| EngineError::Config(format!("rope_scaling of type llama3 needs `{name}`")))
             };
             let scaling = Llama3RopeScaling {
                 factor: field(s.factor, "factor")?,
                 low_freq_factor: field(s.low_freq_factor, "low_freq_factor")?,
                 high_freq_factor: field(s.high_freq_factor, "high_freq_factor")?,
-                original_max_position_embeddings: s.original_max_position_embeddings.ok_or_else(
-                    || {
-                        EngineError::Config(
-                            "rope_scaling of type llama3 needs `original_max_position_embeddings`"
-                                .into(),
-                        )
-                    },
-                )?,
+                original_max_position_embeddings: s.original_max_position_embeddings.ok_or_else(|| {
+                    EngineError::Config("rope_scaling of type llama3 needs `original_max_position_embeddings`".into())
+                })?,
             };
-            if !(scaling.factor > 0.0
-                && scaling.low_freq_factor > 0.0
-                && scaling.high_freq_factor > 0.0)
-            {
-                return Err(EngineError::Config(
-                    "rope_scaling factors must be positive".into(),
-                ));
+            if !(scaling.factor > 0.0 && scaling.low_freq_factor > 0.0 && scaling.high_freq_factor > 0.0) {
+                return Err(EngineError::Config("rope_scaling factors must be positive".into()));
             }
             if scaling.high_freq_factor <= scaling.low_freq_factor {
                 return Err(EngineError::Config(
-                    "rope_scaling: `high_freq_factor` must be greater than `low_freq_factor`"
-                        .into(),
+                    "rope_scaling: `high_freq_factor` must be greater than `low_freq_factor`".into(),
                 ));
             }
             if scaling.original_max_position_embeddings == 0 {
                 return Err(EngineError::Config(
-                    "rope_scaling: `original_max_position_embeddings` must be greater than 0"
-                        .into(),
+                    "rope_scaling: `original_max_position_embeddings` must be greater than 0".into(),
                 ));
             }
             Ok(Some(scaling))
@@ -221,11 +196,7 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
     let num_layers = required(raw.num_hidden_layers, "num_hidden_layers")?;
     let num_heads = required(raw.num_attention_heads, "num_attention_heads")?;
     let num_kv_heads = match raw.num_key_value_heads {
-        Some(0) => {
-            return Err(EngineError::Config(
-                "`num_key_value_heads` must be greater than 0".into(),
-            ))
-        }
+        Some(0) => return Err(EngineError::Config("`num_key_value_heads` must be greater than 0".into())),
         Some(n) => n,
         None => num_heads,
     };
@@ -235,11 +206,7 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         )));
     }
     let head_dim = match raw.head_dim {
-        Some(0) => {
-            return Err(EngineError::Config(
-                "`head_dim` must be greater than 0".into(),
-            ))
-        }
+        Some(0) => return Err(EngineError::Config("`head_dim` must be greater than 0".into())),
         Some(d) => d,
         None => {
             if hidden_size % num_heads != 0 {
@@ -252,9 +219,7 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         }
     };
     if head_dim % 2 != 0 {
-        return Err(EngineError::Config(format!(
-            "`head_dim` ({head_dim}) must be even for rotary embeddings"
-        )));
+        return Err(EngineError::Config(format!("`head_dim` ({head_dim}) must be even for rotary embeddings")));
     }
 
     // Mistral's transformers defaults differ from llama's for two keys.
@@ -263,28 +228,18 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         Architecture::Llama | Architecture::Qwen2 => (2048, None),
     };
     let max_position_embeddings = match raw.max_position_embeddings {
-        Some(0) => {
-            return Err(EngineError::Config(
-                "`max_position_embeddings` must be greater than 0".into(),
-            ))
-        }
+        Some(0) => return Err(EngineError::Config("`max_position_embeddings` must be greater than 0".into())),
         Some(n) => n,
         None => default_max_pos,
     };
-    let rope_theta = raw
-        .rope_theta
-        .or_else(|| raw.rope_parameters.as_ref().and_then(|p| p.rope_theta))
-        .unwrap_or(10_000.0);
+    let rope_theta =
+        raw.rope_theta.or_else(|| raw.rope_parameters.as_ref().and_then(|p| p.rope_theta)).unwrap_or(10_000.0);
     if !(rope_theta.is_finite() && rope_theta > 0.0) {
-        return Err(EngineError::Config(format!(
-            "`rope_theta` ({rope_theta}) must be a positive number"
-        )));
+        return Err(EngineError::Config(format!("`rope_theta` ({rope_theta}) must be a positive number")));
     }
     let rms_norm_eps = raw.rms_norm_eps.unwrap_or(1e-6);
     if !(rms_norm_eps.is_finite() && rms_norm_eps > 0.0) {
-        return Err(EngineError::Config(format!(
-            "`rms_norm_eps` ({rms_norm_eps}) must be a positive number"
-        )));
+        return Err(EngineError::Config(format!("`rms_norm_eps` ({rms_norm_eps}) must be a positive number")));
     }
     let rope_scaling = rope_scaling(raw.rope_scaling.as_ref().or(raw.rope_parameters.as_ref()))?;
     let attention_bias = match architecture {

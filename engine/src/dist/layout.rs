@@ -47,7 +47,9 @@ pub fn mpiexec_line(tp: usize, pp: usize, args: &[String]) -> String {
 /// Checks the requested grid against the launched world.
 pub fn check_world(tp: usize, pp: usize, world: usize, args: &[String]) -> Result<()> {
     if tp == 0 || pp == 0 {
-        return Err(EngineError::InvalidArgument("--tensor-parallel-size and --pipeline-parallel-size must be at least 1".into()));
+        return Err(EngineError::InvalidArgument(
+            "--tensor-parallel-size and --pipeline-parallel-size must be at least 1".into(),
+        ));
     }
     if world != tp * pp {
         let hint = mpiexec_line(tp, pp, args);

@@ -36,7 +36,9 @@ pub fn init() -> Result<Option<(usize, usize)>> {
     let (universe, level) = mpi::initialize_with_threading(mpi::Threading::Multiple)
         .ok_or_else(|| EngineError::Backend("MPI was already initialised".into()))?;
     if level < mpi::Threading::Serialized {
-        return Err(EngineError::Backend(format!("the MPI library offers only {level:?} threading; rserve needs serialized")));
+        return Err(EngineError::Backend(format!(
+            "the MPI library offers only {level:?} threading; rserve needs serialized"
+        )));
     }
     let w = universe.world();
     let out = (w.rank() as usize, w.size() as usize);
@@ -126,11 +128,14 @@ impl TpCollective for MpiComm {
         let n = self.layout.tp;
         let mut counts = vec![0i32; n];
         self.tp.all_gather_into(&(local.len() as i32), &mut counts[..]);
-        let displs: Vec<i32> = counts.iter().scan(0, |acc, &c| {
-            let d = *acc;
-            *acc += c;
-            Some(d)
-        }).collect();
+        let displs: Vec<i32> = counts
+            .iter()
+            .scan(0, |acc, &c| {
+                let d = *acc;
+                *acc += c;
+                Some(d)
+            })
+            .collect();
         let mut out = vec![0f32; counts.iter().map(|&c| c as usize).sum()];
         let mut part = PartitionMut::new(&mut out[..], counts, displs);
         self.tp.all_gather_varcount_into(local, &mut part);

@@ -33,7 +33,14 @@ pub struct RankModel<B: Backend> {
 }
 
 impl<B: Backend> RankModel<B> {
-    pub fn new(backend: B, p: &ModelParams, w: &Weights, comm: MpiComm, num_blocks: usize, block_size: usize) -> Result<Self> {
+    pub fn new(
+        backend: B,
+        p: &ModelParams,
+        w: &Weights,
+        comm: MpiComm,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self> {
         let l = comm.layout;
         let shard = Shard::new(p, l.tp, l.pp, l.tp_rank(), l.stage())?;
         let model = LlamaModel::load_shard(&backend, p, w, &shard)?;

@@ -20,14 +20,23 @@ pub fn decode(data: &[u32]) -> Result<BatchInput> {
     let mut it = data.iter().copied();
     let mut take = |n: usize| -> Result<Vec<u32>> {
         let v: Vec<u32> = it.by_ref().take(n).collect();
-        if v.len() == n { Ok(v) } else { Err(bad()) }
+        if v.len() == n {
+            Ok(v)
+        } else {
+            Err(bad())
+        }
     };
     let num = take(1)?[0] as usize;
     let mut seqs = Vec::with_capacity(num);
     for _ in 0..num {
         let h = take(3)?;
         let (n, start, nb) = (h[0] as usize, h[1] as usize, h[2] as usize);
-        seqs.push(SeqInput { token_ids: take(n)?, start_position: start, block_table: take(nb)?, slot_mapping: take(n)? });
+        seqs.push(SeqInput {
+            token_ids: take(n)?,
+            start_position: start,
+            block_table: take(nb)?,
+            slot_mapping: take(n)?,
+        });
     }
     Ok(BatchInput { seqs })
 }
@@ -40,7 +49,12 @@ mod tests {
     fn round_trips() {
         let b = BatchInput {
             seqs: vec![
-                SeqInput { token_ids: vec![1, 2, 3], start_position: 0, block_table: vec![4], slot_mapping: vec![64, 65, 66] },
+                SeqInput {
+                    token_ids: vec![1, 2, 3],
+                    start_position: 0,
+                    block_table: vec![4],
+                    slot_mapping: vec![64, 65, 66],
+                },
                 SeqInput { token_ids: vec![9], start_position: 17, block_table: vec![0, 2], slot_mapping: vec![33] },
             ],
         };

@@ -36,6 +36,7 @@ impl KvBudget {
 }
 
 /// Sizes the cache. Errors name the numbers and the flag to change.
+#[allow(clippy::too_many_arguments)] // each is one independent input of the budget rule
 pub fn plan(
     p: &ModelParams,
     kv_elem_bytes: usize,
@@ -50,7 +51,9 @@ pub fn plan(
         return Err(EngineError::InvalidArgument("--block-size must be positive".into()));
     }
     if !(0.0..=1.0).contains(&utilization) || utilization == 0.0 {
-        return Err(EngineError::InvalidArgument(format!("--gpu-memory-utilization must be in (0, 1], got {utilization}")));
+        return Err(EngineError::InvalidArgument(format!(
+            "--gpu-memory-utilization must be in (0, 1], got {utilization}"
+        )));
     }
     let max_model_len = match requested_len {
         Some(0) => return Err(EngineError::InvalidArgument("--max-model-len must be positive".into())),

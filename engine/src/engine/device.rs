@@ -138,9 +138,9 @@ impl Device {
             Device::Cpu(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
             Device::LevelZero(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
             Device::OpenCl(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
-            Device::Cuda(b) => {
-                Ok(Box::new(crate::graph_runner::CudaGraphRunner::new(b, params, weights, num_blocks, block_size, opts)?))
-            }
+            Device::Cuda(b) => Ok(Box::new(crate::graph_runner::CudaGraphRunner::new(
+                b, params, weights, num_blocks, block_size, opts,
+            )?)),
         }
     }
 }

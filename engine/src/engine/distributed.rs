@@ -103,7 +103,8 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
         opts.progress = false;
         let dummy = cfg.load_format == "dummy";
         let resolved = match dummy {
-            true => crate::weights::dummy::resolve(&cfg.model).or_else(|_| crate::source::resolve_model(&cfg.model, &opts))?,
+            true => crate::weights::dummy::resolve(&cfg.model)
+                .or_else(|_| crate::source::resolve_model(&cfg.model, &opts))?,
             false => crate::source::resolve_model(&cfg.model, &opts)?,
         };
         let params = resolved.load_params()?;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::api::{EngineInfo, GenerateRequest, RequestEvent};
+use crate::chat_template::ChatTemplate;
 use crate::engine::metrics::EngineMetrics;
 use crate::error::EngineError;
 use crate::tokenizer::Tokenizer;
-use crate::chat_template::ChatTemplate;
 use rserve_scheduler::RequestId;
 
 /// Commands the engine thread takes.

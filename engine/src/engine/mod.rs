@@ -2,18 +2,18 @@
 //! commands and receives per-request events.
 
 pub mod budget;
+pub mod config;
 pub mod device;
 pub mod distributed;
 pub mod handle;
+pub mod metrics;
 mod output;
 mod start;
 mod thread;
-pub mod metrics;
-pub mod config;
 
 pub use config::{DTypeArg, EngineConfig};
+pub use device::Device;
+pub use distributed::{abort_job_on_error, finalize, run_if_worker};
 pub use handle::{EngineHandle, RequestStream};
 pub use metrics::EngineMetrics;
 pub use start::start;
-pub use device::Device;
-pub use distributed::{abort_job_on_error, finalize, run_if_worker};

@@ -28,7 +28,12 @@ fn held_back(text: &str, stop: &[String]) -> usize {
 }
 
 impl TextOutput {
-    pub(crate) fn new(tokenizer: Arc<Tokenizer>, prompt: &[u32], skip_special: bool, stop: Vec<String>) -> Result<Self> {
+    pub(crate) fn new(
+        tokenizer: Arc<Tokenizer>,
+        prompt: &[u32],
+        skip_special: bool,
+        stop: Vec<String>,
+    ) -> Result<Self> {
         let detok = IncrementalDetokenizer::with_prompt(tokenizer, prompt, skip_special)?;
         Ok(Self { detok, stop: stop.into_iter().filter(|s| !s.is_empty()).collect(), pending: String::new() })
     }

@@ -56,7 +56,8 @@ fn load_chat_template(cfg: &EngineConfig, resolved: &ResolvedModel, tok: &Tokeni
         ResolvedModel::Safetensors(m) => Some(m.dir.as_path()),
         ResolvedModel::Gguf(g) => g.tokenizer_dir.as_deref(),
     };
-    let sources = TemplateSources { override_template: cfg.chat_template.as_deref(), model_dir: dir, gguf: gguf.as_ref() };
+    let sources =
+        TemplateSources { override_template: cfg.chat_template.as_deref(), model_dir: dir, gguf: gguf.as_ref() };
     ChatTemplate::from_sources(&sources, tok)
 }
 
@@ -70,8 +71,8 @@ fn default_sampling(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<Samp
     };
     let Some(path) = path else { return Ok(p) };
     let text = std::fs::read_to_string(&path).map_err(|e| EngineError::Io { path: path.clone(), source: e })?;
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| EngineError::Config(format!("{}: {e}", path.display())))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| EngineError::Config(format!("{}: {e}", path.display())))?;
     let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).map(|x| x as f32);
     if let Some(t) = f("temperature") {
         p.temperature = t;
@@ -135,7 +136,8 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         "dummy" => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
         _ if role == Role::Leader => {
             // Rank 0 is TP rank 0 of stage 0; it reads only that shard.
-            let shard = crate::model::shard::Shard::new(&params, cfg.tensor_parallel_size, cfg.pipeline_parallel_size, 0, 0)?;
+            let shard =
+                crate::model::shard::Shard::new(&params, cfg.tensor_parallel_size, cfg.pipeline_parallel_size, 0, 0)?;
             crate::weights::load_shard(&resolved, &params, dtype, &shard)?
         }
         _ => crate::weights::load(&resolved, &params, dtype)?,
@@ -183,7 +185,11 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     let device_name = runner.device_name();
     tracing::info!("Device: {device_name}");
     drop(weights);
-    tracing::info!("Available KV cache memory: {:.2} GiB ({} keys and values)", plan.kv_bytes as f64 / GIB, kv_dtype.as_str());
+    tracing::info!(
+        "Available KV cache memory: {:.2} GiB ({} keys and values)",
+        plan.kv_bytes as f64 / GIB,
+        kv_dtype.as_str()
+    );
     tracing::info!("KV cache size: {} tokens", plan.num_tokens(cfg.block_size));
     tracing::info!(
         "Maximum concurrency for {} tokens per request: {:.2}x",

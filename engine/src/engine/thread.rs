@@ -99,7 +99,8 @@ impl EngineLoop {
 
     fn add(&mut self, id: RequestId, req: GenerateRequest, events: UnboundedSender<RequestEvent>) {
         let GenerateRequest { prompt_token_ids, sampling, stop } = req;
-        let text = match TextOutput::new(self.tokenizer.clone(), &prompt_token_ids, stop.skip_special_tokens, stop.stop) {
+        let text = match TextOutput::new(self.tokenizer.clone(), &prompt_token_ids, stop.skip_special_tokens, stop.stop)
+        {
             Ok(t) => t,
             Err(e) => {
                 let _ = events.send(RequestEvent::Error(e.to_string()));
@@ -161,7 +162,10 @@ impl EngineLoop {
                 .collect(),
         };
         // Every sequence that samples this step is plain greedy: let the device pick the tokens when it can.
-        let greedy = out.seqs.iter().all(|s| !s.sample || self.live.get(&s.request_id).is_none_or(|l| l.sampling.is_plain_greedy()));
+        let greedy = out
+            .seqs
+            .iter()
+            .all(|s| !s.sample || self.live.get(&s.request_id).is_none_or(|l| l.sampling.is_plain_greedy()));
         let ids = if greedy { self.runner.execute_greedy(&batch) } else { Ok(None) };
         let sampled = match ids {
             Ok(Some(ids)) => self.take_ids(&out, &ids),
@@ -287,7 +291,11 @@ impl EngineLoop {
                 }
             }
         }
-        let usage = Usage { prompt_tokens: live.prompt.len(), completion_tokens: live.output.len(), cached_tokens: live.cached_tokens };
+        let usage = Usage {
+            prompt_tokens: live.prompt.len(),
+            completion_tokens: live.output.len(),
+            cached_tokens: live.cached_tokens,
+        };
         self.metrics.e2e.observe(live.arrival.elapsed().as_secs_f64());
         self.metrics.requests_finished_total.fetch_add(1, Ordering::Relaxed);
         let _ = live.events.send(RequestEvent::Finished { reason, usage, stop_reason });
@@ -311,8 +319,8 @@ impl EngineLoop {
         m.num_requests_waiting.store(s.num_waiting as u64, Ordering::Relaxed);
         m.kv_blocks_used.store(s.num_blocks_used as u64, Ordering::Relaxed);
         m.kv_blocks_total.store(s.num_blocks_total as u64, Ordering::Relaxed);
-        m.num_preemptions_total.store(s.num_preemptions as u64, Ordering::Relaxed);
-        m.prefix_cache_queries_total.store(s.prefix_cache_queries as u64, Ordering::Relaxed);
-        m.prefix_cache_hits_total.store(s.prefix_cache_hits as u64, Ordering::Relaxed);
+        m.num_preemptions_total.store(s.num_preemptions, Ordering::Relaxed);
+        m.prefix_cache_queries_total.store(s.prefix_cache_queries, Ordering::Relaxed);
+        m.prefix_cache_hits_total.store(s.prefix_cache_hits, Ordering::Relaxed);
     }
 }

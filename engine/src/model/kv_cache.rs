@@ -21,7 +21,13 @@ pub fn bytes_per_token(p: &ModelParams, elem_bytes: usize) -> usize {
 impl<B: Backend> PagedKvCache<B> {
     /// Allocates `num_blocks` blocks for every layer, in the backend's cache type for a model computing in
     /// `compute`.
-    pub fn new(backend: &B, p: &ModelParams, num_blocks: usize, block_size: usize, compute: WeightDType) -> Result<Self> {
+    pub fn new(
+        backend: &B,
+        p: &ModelParams,
+        num_blocks: usize,
+        block_size: usize,
+        compute: WeightDType,
+    ) -> Result<Self> {
         let len = num_blocks * block_size * p.num_kv_heads * p.head_dim;
         let dtype = backend.kv_cache_dtype(compute);
         let layers = (0..p.num_layers)

@@ -93,7 +93,7 @@ impl<B: Backend> LlamaModel<B> {
 
     /// Uploads this process's shard: its heads / MLP columns / vocabulary slice of its stage's layers.
     pub fn load_shard(backend: &B, p: &ModelParams, w: &Weights, shard: &Shard) -> Result<Self> {
-        if p.head_dim % 2 != 0 {
+        if !p.head_dim.is_multiple_of(2) {
             return Err(EngineError::Config(format!("head_dim {} must be even for rotary embeddings", p.head_dim)));
         }
         crate::model::shard::check_tp(p, shard.tp_size)?;
@@ -168,7 +168,9 @@ impl<B: Backend> LlamaModel<B> {
     pub fn forward(&self, b: &B, batch: &BatchInput, cache: &PagedKvCache<B>) -> Result<Vec<f32>> {
         match self.forward_stage(b, batch, cache, &NoComm, None)? {
             StageOutput::Logits(l) => Ok(l),
-            StageOutput::Hidden(_) => Err(EngineError::Backend("forward() on a model shard without the LM head".into())),
+            StageOutput::Hidden(_) => {
+                Err(EngineError::Backend("forward() on a model shard without the LM head".into()))
+            }
         }
     }
 
@@ -269,7 +271,15 @@ impl<B: Backend> LlamaModel<B> {
             // Each norm / SiLU output is read only by the next projection: the backend may keep it in the
             // projection's input type (`alloc_matmul_input`).
             let normed = b.alloc_matmul_input(n * h, &l.qkv.w)?;
-            b.run(Op::AddRmsNorm { x, residual: &residual, weight: &l.input_norm, out: &normed, rows: n, hidden: h, eps })?;
+            b.run(Op::AddRmsNorm {
+                x,
+                residual: &residual,
+                weight: &l.input_norm,
+                out: &normed,
+                rows: n,
+                hidden: h,
+                eps,
+            })?;
             let qkv = self.project(b, &l.qkv, &normed, n, h)?;
             let q = b.alloc_f32_scratch(n * hq * hd)?;
             let (kc, vc) = &cache.layers[li];
@@ -303,7 +313,15 @@ impl<B: Backend> LlamaModel<B> {
             })?;
             let o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;
             let normed = b.alloc_matmul_input(n * h, &l.gate_up.w)?;
-            b.run(Op::AddRmsNorm { x: &o, residual: &residual, weight: &l.post_norm, out: &normed, rows: n, hidden: h, eps })?;
+            b.run(Op::AddRmsNorm {
+                x: &o,
+                residual: &residual,
+                weight: &l.post_norm,
+                out: &normed,
+                rows: n,
+                hidden: h,
+                eps,
+            })?;
             let gate_up = self.project(b, &l.gate_up, &normed, n, h)?;
             let act = b.alloc_matmul_input(n * inter, &l.down.w)?;
             b.run(Op::SiluMul { gate_up: &gate_up, out: &act, rows: n, width: inter })?;
@@ -324,7 +342,15 @@ impl<B: Backend> LlamaModel<B> {
             let last_res = b.alloc_f32_scratch(num_seqs * h)?;
             b.run(Op::GatherRows { x, rows: rows_buf, out: &last_delta, num_rows: num_seqs, width: h })?;
             b.run(Op::GatherRows { x: &residual, rows: rows_buf, out: &last_res, num_rows: num_seqs, width: h })?;
-            b.run(Op::AddRmsNorm { x: &last_delta, residual: &last_res, weight: norm, out: &last, rows: num_seqs, hidden: h, eps })?;
+            b.run(Op::AddRmsNorm {
+                x: &last_delta,
+                residual: &last_res,
+                weight: norm,
+                out: &last,
+                rows: num_seqs,
+                hidden: h,
+                eps,
+            })?;
         }
         let vocab = self.shard.vocab(p).len();
         let logits = b.alloc_f32_scratch(num_seqs * vocab)?;

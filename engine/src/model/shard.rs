@@ -62,7 +62,13 @@ impl Shard {
                 p.num_layers
             )));
         }
-        Ok(Shard { tp_rank, tp_size: tp, layers: stage_layers(p.num_layers, pp, stage), first: stage == 0, last: stage + 1 == pp })
+        Ok(Shard {
+            tp_rank,
+            tp_size: tp,
+            layers: stage_layers(p.num_layers, pp, stage),
+            first: stage == 0,
+            last: stage + 1 == pp,
+        })
     }
 
     pub fn heads(&self, p: &ModelParams) -> usize {
@@ -152,12 +158,12 @@ fn split(n: usize, parts: usize, i: usize) -> Range<usize> {
 
 /// TP sizes that divide the attention and KV heads (so no KV head is duplicated).
 pub fn valid_tp_sizes(p: &ModelParams) -> Vec<usize> {
-    (1..=p.num_heads).filter(|t| p.num_heads % t == 0 && p.num_kv_heads % t == 0).collect()
+    (1..=p.num_heads).filter(|t| p.num_heads.is_multiple_of(*t) && p.num_kv_heads.is_multiple_of(*t)).collect()
 }
 
 /// A TP size that does not divide the heads is a start-up error listing the valid sizes.
 pub fn check_tp(p: &ModelParams, tp: usize) -> Result<()> {
-    if tp == 0 || p.num_heads % tp != 0 || p.num_kv_heads % tp != 0 {
+    if tp == 0 || !p.num_heads.is_multiple_of(tp) || !p.num_kv_heads.is_multiple_of(tp) {
         return Err(EngineError::InvalidArgument(format!(
             "--tensor-parallel-size {tp} must divide the {} attention heads and {} KV heads; valid sizes: {:?}",
             p.num_heads,
@@ -185,8 +191,9 @@ mod tests {
                     for spec in crate::weights::names::expected_tensors(&p) {
                         let mut stages_holding = 0;
                         for stage in 0..pp {
-                            let cuts: Vec<Option<Cut>> =
-                                (0..tp).map(|r| Shard::new(&p, tp, pp, r, stage).unwrap().cut(&p, &spec.name)).collect();
+                            let cuts: Vec<Option<Cut>> = (0..tp)
+                                .map(|r| Shard::new(&p, tp, pp, r, stage).unwrap().cut(&p, &spec.name))
+                                .collect();
                             if cuts.iter().all(Option::is_none) {
                                 continue;
                             }

@@ -28,7 +28,9 @@ fn check_options(opts: &PlanOptions) -> Result<()> {
         return Err(EngineError::InvalidArgument("--block-size must be positive".into()));
     }
     if opts.step.max_num_batched_tokens == 0 || opts.step.max_num_seqs == 0 {
-        return Err(EngineError::InvalidArgument("--max-num-batched-tokens and --max-num-seqs must be positive".into()));
+        return Err(EngineError::InvalidArgument(
+            "--max-num-batched-tokens and --max-num-seqs must be positive".into(),
+        ));
     }
     if opts.tp == Some(0) || opts.pp == Some(0) {
         return Err(EngineError::InvalidArgument("--tp and --pp must be at least 1".into()));
@@ -44,9 +46,9 @@ fn max_model_len(shape: &ModelShape, requested: Option<usize>) -> Result<usize> 
         ))),
         (Some(l), _) => Ok(l),
         (None, Some(max)) => Ok(max),
-        (None, None) => Err(EngineError::InvalidArgument(
-            "the config has no max_position_embeddings; pass --max-model-len".into(),
-        )),
+        (None, None) => {
+            Err(EngineError::InvalidArgument("the config has no max_position_embeddings; pass --max-model-len".into()))
+        }
     }
 }
 
@@ -76,7 +78,8 @@ fn warnings(shape: &ModelShape, plan_len: usize, kv_seq: u64, windowed: Option<u
         ));
     }
     if let (Some(s), Some(win)) = (shape.sliding, windowed) {
-        let kind = if s.sliding_layers == shape.num_layers { "all".to_string() } else { "interleaved local/global:".into() };
+        let kind =
+            if s.sliding_layers == shape.num_layers { "all".to_string() } else { "interleaved local/global:".into() };
         w.push(format!(
             "sliding-window attention ({kind} {} of {} layers see only the last {} tokens): the per-token formula counts \
              every layer at all {plan_len} tokens ({} per sequence, what rserve's cache allocates); a window-aware \
@@ -195,16 +198,18 @@ pub(super) fn plan(
             gb(l.kv_bytes_per_device),
             l.kv_tokens
         )),
-        Some(l) if forced && l.devices < devices_needed => {
-            warn.push(format!("TP={} x PP={} is {} devices, fewer than the {devices_needed} the memory needs", l.tp, l.pp, l.devices))
-        }
+        Some(l) if forced && l.devices < devices_needed => warn.push(format!(
+            "TP={} x PP={} is {} devices, fewer than the {devices_needed} the memory needs",
+            l.tp, l.pp, l.devices
+        )),
         _ => {}
     }
     if let Some(l) = layout.as_ref().filter(|l| l.kv_heads_replicated) {
         warn.push(format!("TP={} replicates KV heads: {} KV heads on {} ranks", l.tp, shape.num_kv_heads, l.tp));
     }
 
-    let shorter_context = shorter_contexts(&sizing, &search_tp, &search_pp, layout.as_ref(), len, weights_bytes, usable, kv_token);
+    let shorter_context =
+        shorter_contexts(&sizing, &search_tp, &search_pp, layout.as_ref(), len, weights_bytes, usable, kv_token);
     let larger_pp = match &layout {
         // The CPU backend runs on one host; pipeline stages across hosts are not a what-if there.
         Some(_) if device.host => Vec::new(),
@@ -287,7 +292,9 @@ fn lines(p: &Plan, counts: &super::params::ParamCount, forced: bool) -> Vec<Line
     let per_layer = {
         let lo = counts.per_layer.iter().min().copied().unwrap_or(0);
         let hi = counts.per_layer.iter().max().copied().unwrap_or(0);
-        if lo == hi { format!("{} layers x {}", s.num_layers, fmt_params(lo)) } else {
+        if lo == hi {
+            format!("{} layers x {}", s.num_layers, fmt_params(lo))
+        } else {
             format!("{} layers of {} to {}", s.num_layers, fmt_params(lo), fmt_params(hi))
         }
     };
@@ -295,50 +302,93 @@ fn lines(p: &Plan, counts: &super::params::ParamCount, forced: bool) -> Vec<Line
         "embeddings {} x {}{} + {per_layer} + final norm {}",
         s.vocab_size,
         s.hidden_size,
-        if counts.lm_head > 0 { format!(" + output head {} x {}", s.vocab_size, s.hidden_size) } else { " (output head tied)".into() },
+        if counts.lm_head > 0 {
+            format!(" + output head {} x {}", s.vocab_size, s.hidden_size)
+        } else {
+            " (output head tied)".into()
+        },
         s.hidden_size
     );
     let formula = match p.parameters_source {
         ParamSource::ConfigShapes => format!("config shapes: {shapes}"),
         ParamSource::SafetensorsHeaders => format!("safetensors headers (config shapes: {})", fmt_params(counts.total)),
-        ParamSource::GgufTensorDirectory => format!("GGUF tensor directory (config shapes: {})", fmt_params(counts.total)),
+        ParamSource::GgufTensorDirectory => {
+            format!("GGUF tensor directory (config shapes: {})", fmt_params(counts.total))
+        }
     };
     out.push(line("parameters", fmt_params(p.parameters), formula));
-    out.push(line("weights memory", gb(p.weights_bytes), format!("{} parameters x {} B ({dt})", fmt_params(p.parameters), p.dtype.bytes())));
+    out.push(line(
+        "weights memory",
+        gb(p.weights_bytes),
+        format!("{} parameters x {} B ({dt})", fmt_params(p.parameters), p.dtype.bytes()),
+    ));
     out.push(line(
         "KV bytes per token",
         format!("{} B", p.kv_bytes_per_token),
         kv_formula(s, s.kv_layers(), s.num_kv_heads, p.kv_cache_dtype.bytes(), kvdt),
     ));
-    out.push(line("KV per sequence", gb(p.kv_bytes_per_sequence), format!("{} B x {} tokens", p.kv_bytes_per_token, p.max_model_len)));
+    out.push(line(
+        "KV per sequence",
+        gb(p.kv_bytes_per_sequence),
+        format!("{} B x {} tokens", p.kv_bytes_per_token, p.max_model_len),
+    ));
     out.push(line(
         "minimum memory",
         gb(p.min_memory_bytes),
-        format!("weights {} + KV of one {}-token sequence {}", gb(p.weights_bytes), p.max_model_len, gb(p.kv_bytes_per_sequence)),
+        format!(
+            "weights {} + KV of one {}-token sequence {}",
+            gb(p.weights_bytes),
+            p.max_model_len,
+            gb(p.kv_bytes_per_sequence)
+        ),
     ));
     out.push(line(
         "memory per device",
         gb(p.device.memory_bytes),
-        format!("usable {} = {} x {} ({})", gb(p.usable_bytes_per_device), gb(p.device.memory_bytes), p.gpu_memory_utilization, p.device.source),
+        format!(
+            "usable {} = {} x {} ({})",
+            gb(p.usable_bytes_per_device),
+            gb(p.device.memory_bytes),
+            p.gpu_memory_utilization,
+            p.device.source
+        ),
     ));
     let ratio = p.min_memory_bytes as f64 / p.usable_bytes_per_device.max(1) as f64;
     out.push(line(
         "devices needed",
         p.devices_needed.to_string(),
-        format!("ceil({} / {}) = ceil({ratio:.2}), then rounded up to a valid TP x PP", gb(p.min_memory_bytes), gb(p.usable_bytes_per_device)),
+        format!(
+            "ceil({} / {}) = ceil({ratio:.2}), then rounded up to a valid TP x PP",
+            gb(p.min_memory_bytes),
+            gb(p.usable_bytes_per_device)
+        ),
     ));
     let replicating: Vec<usize> = p.valid_tp.iter().copied().filter(|t| !p.preferred_tp.contains(t)).collect();
     let kv_note = match s.attention {
         Attention::Latent(_) => "the latent KV is replicated on every rank".to_string(),
         Attention::Standard if replicating.is_empty() => format!("all split the {} KV heads", s.num_kv_heads),
-        Attention::Standard => format!("{} replicate the {} KV heads; prefer {}", list(&replicating), s.num_kv_heads, list(&p.preferred_tp)),
+        Attention::Standard => format!(
+            "{} replicate the {} KV heads; prefer {}",
+            list(&replicating),
+            s.num_kv_heads,
+            list(&p.preferred_tp)
+        ),
     };
     out.push(line(
         "valid TP sizes",
         list(&p.valid_tp),
-        format!("divide the {} attention heads, inside one node ({} allows {}); {kv_note}", s.num_heads, p.device.name, list(&p.device.tp_sizes)),
+        format!(
+            "divide the {} attention heads, inside one node ({} allows {}); {kv_note}",
+            s.num_heads,
+            p.device.name,
+            list(&p.device.tp_sizes)
+        ),
     ));
-    out.push(line("valid PP sizes", list(&p.valid_pp), format!("divide the {} layers evenly; usually the number of nodes", s.num_layers)));
+    out.push(line(
+        "valid PP sizes",
+        list(&p.valid_pp),
+        format!("divide the {} layers evenly; usually the number of nodes", s.num_layers),
+    ));
     if let Some(l) = &p.layout {
         layout_lines(p, l, forced, &mut out);
     }
@@ -365,7 +415,11 @@ fn layout_lines(p: &Plan, l: &LayoutPlan, forced: bool, out: &mut Vec<Line>) {
     out.push(line(
         "weights per device",
         gb(l.weights_per_device_bytes),
-        format!("largest stage's share of {} weights / TP {} (first stage: embeddings, last: output head)", gb(p.weights_bytes), l.tp),
+        format!(
+            "largest stage's share of {} weights / TP {} (first stage: embeddings, last: output head)",
+            gb(p.weights_bytes),
+            l.tp
+        ),
     ));
     let headroom = p.device.memory_bytes - p.usable_bytes_per_device.min(p.device.memory_bytes);
     out.push(line(
@@ -396,7 +450,11 @@ fn layout_lines(p: &Plan, l: &LayoutPlan, forced: bool, out: &mut Vec<Line>) {
         None => parts,
     };
     out.push(line("KV memory per device", gb(l.kv_bytes_per_device), kv_rule));
-    out.push(line("KV memory left", gb(l.kv_bytes_total), format!("{} x {}", plural(l.devices, "device"), gb(l.kv_bytes_per_device))));
+    out.push(line(
+        "KV memory left",
+        gb(l.kv_bytes_total),
+        format!("{} x {}", plural(l.devices, "device"), gb(l.kv_bytes_per_device)),
+    ));
     let kv_heads = match s.attention {
         Attention::Standard => memory::kv_heads_per_rank(s, l.tp),
         Attention::Latent(_) => 0,

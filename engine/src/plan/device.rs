@@ -66,7 +66,14 @@ impl DeviceProfile {
                     Some(b) => (b, "MemAvailable of this host (/proc/meminfo)".to_string()),
                     None => (8 << 30, "8 GiB (MemAvailable unreadable)".to_string()),
                 };
-                Ok(DeviceProfile { name: "cpu".into(), memory_bytes, tp_sizes: vec![1], devices_per_node: 1, host: true, source })
+                Ok(DeviceProfile {
+                    name: "cpu".into(),
+                    memory_bytes,
+                    tp_sizes: vec![1],
+                    devices_per_node: 1,
+                    host: true,
+                    source,
+                })
             }
             other => Err(EngineError::InvalidArgument(format!(
                 "--device-profile {other} is unknown (known: {}; or pass --device-memory BYTES)",

@@ -42,7 +42,14 @@ pub(super) fn text(p: &Plan) -> String {
     let _ = writeln!(
         o,
         "  model      {}: {} layers, hidden {}, {} heads / {} KV heads x {}, MLP {}, vocab {}",
-        s.architecture, s.num_layers, s.hidden_size, s.num_heads, s.num_kv_heads, s.head_dim, s.intermediate_size, s.vocab_size
+        s.architecture,
+        s.num_layers,
+        s.hidden_size,
+        s.num_heads,
+        s.num_kv_heads,
+        s.head_dim,
+        s.intermediate_size,
+        s.vocab_size
     );
     let _ = writeln!(
         o,
@@ -76,7 +83,8 @@ pub(super) fn text(p: &Plan) -> String {
         let _ = writeln!(o, "start-up log on TP={} x PP={} (each device):", l.tp, l.pp);
         let _ = writeln!(o, "  Available KV cache memory: {}", gib(l.kv_bytes_per_device));
         let _ = writeln!(o, "  KV cache size: {} tokens", l.kv_tokens);
-        let _ = writeln!(o, "  Maximum concurrency for {} tokens per request: {:.2}x", l.max_model_len, l.max_concurrency);
+        let _ =
+            writeln!(o, "  Maximum concurrency for {} tokens per request: {:.2}x", l.max_model_len, l.max_concurrency);
     }
     if !p.shorter_context.is_empty() {
         let _ = writeln!(o);

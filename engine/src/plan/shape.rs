@@ -103,9 +103,11 @@ const VOCAB: &[&str] = &["vocab_size", "padded_vocab_size"];
 const MAX_POS: &[&str] = &["max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"];
 
 /// Model types whose transformers config ties the embeddings unless told otherwise.
-const TIED_BY_DEFAULT: &[&str] = &["gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom", "falcon", "gpt_bigcode"];
+const TIED_BY_DEFAULT: &[&str] =
+    &["gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "bloom", "falcon", "gpt_bigcode"];
 /// Model types whose MLP is up + down without a gate.
-const UNGATED_MLP: &[&str] = &["gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "gpt_bigcode", "starcoder2", "mpt"];
+const UNGATED_MLP: &[&str] =
+    &["gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "gpt_bigcode", "starcoder2", "mpt"];
 
 /// Reads `key` (the first of `keys` that is present and not null) as a non-negative integer.
 fn get_usize(cfg: &Map<String, Value>, keys: &[&str]) -> Result<Option<usize>> {
@@ -299,7 +301,12 @@ fn latent_attention(cfg: &Map<String, Value>) -> Result<Option<LatentAttention>>
 type LayerKinds = (Option<SlidingWindow>, BTreeMap<String, usize>);
 
 /// Which layers use a sliding window, following transformers' rule for each family; `layer_types` wins when present.
-fn sliding_layers(cfg: &Map<String, Value>, model_type: &str, layers: usize, notes: &mut Vec<String>) -> Result<LayerKinds> {
+fn sliding_layers(
+    cfg: &Map<String, Value>,
+    model_type: &str,
+    layers: usize,
+    notes: &mut Vec<String>,
+) -> Result<LayerKinds> {
     let window = get_usize(cfg, &["sliding_window"])?;
     let mut others = BTreeMap::new();
     let sliding = if let Some(types) = cfg.get("layer_types").and_then(Value::as_array) {
@@ -343,7 +350,9 @@ fn sliding_layers(cfg: &Map<String, Value>, model_type: &str, layers: usize, not
         }
     };
     let sliding = match window {
-        Some(window) if sliding > 0 && window > 0 => Some(SlidingWindow { window, sliding_layers: sliding.min(layers) }),
+        Some(window) if sliding > 0 && window > 0 => {
+            Some(SlidingWindow { window, sliding_layers: sliding.min(layers) })
+        }
         _ => None,
     };
     Ok((sliding, others))

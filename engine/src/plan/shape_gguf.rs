@@ -48,7 +48,12 @@ pub fn shape_from_gguf(content: &Content) -> Result<ModelShape> {
     let num_layers = need(meta.block_count, &k("block_count"))?;
     let num_heads = need(meta.head_count, &k("attention.head_count"))?;
     let num_kv_heads = match meta.head_count_kv {
-        Some(0) => return Err(EngineError::Config(format!("GGUF metadata `{}` must be greater than 0", k("attention.head_count_kv")))),
+        Some(0) => {
+            return Err(EngineError::Config(format!(
+                "GGUF metadata `{}` must be greater than 0",
+                k("attention.head_count_kv")
+            )))
+        }
         Some(n) => n as usize,
         None => num_heads,
     };
@@ -94,7 +99,8 @@ pub fn shape_from_gguf(content: &Content) -> Result<ModelShape> {
     let moe = match meta_usize(content, &k("expert_count"))?.filter(|e| *e > 1) {
         Some(experts) => {
             let first = meta_usize(content, &k("leading_dense_block_count"))?.unwrap_or(0).min(num_layers);
-            let expert_intermediate = meta_usize(content, &k("expert_feed_forward_length"))?.unwrap_or(intermediate_size);
+            let expert_intermediate =
+                meta_usize(content, &k("expert_feed_forward_length"))?.unwrap_or(intermediate_size);
             let shared = meta_usize(content, &k("expert_shared_count"))?.unwrap_or(0) * expert_intermediate;
             let routed: Vec<bool> = (0..num_layers).map(|i| i >= first).collect();
             Some(Moe {

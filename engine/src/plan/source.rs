@@ -97,7 +97,8 @@ pub fn locate(spec: &str, opts: &ResolveOptions) -> Result<ConfigSource> {
             return Ok(ConfigSource::Gguf { file: path.to_path_buf() });
         }
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let safetensors = if path.file_name().is_some_and(|n| n == local::CONFIG) { safetensors_in(dir) } else { Vec::new() };
+        let safetensors =
+            if path.file_name().is_some_and(|n| n == local::CONFIG) { safetensors_in(dir) } else { Vec::new() };
         return Ok(ConfigSource::Json { config: path.to_path_buf(), safetensors });
     }
     if path.is_dir() {

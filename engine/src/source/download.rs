@@ -13,8 +13,8 @@ use hf_hub::{Cache, CacheRepo, Repo, RepoType};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::local::{
-    shards_from_index, CHAT_TEMPLATE, CONFIG, GENERATION_CONFIG, SAFETENSORS_INDEX,
-    SINGLE_SAFETENSORS, TOKENIZER, TOKENIZER_CONFIG,
+    shards_from_index, CHAT_TEMPLATE, CONFIG, GENERATION_CONFIG, SAFETENSORS_INDEX, SINGLE_SAFETENSORS, TOKENIZER,
+    TOKENIZER_CONFIG,
 };
 use super::ResolveOptions;
 use crate::{EngineError, Result};
@@ -89,8 +89,7 @@ impl Fetcher<'_> {
             return Ok(Some(path));
         }
         let result = if self.progress {
-            self.repo
-                .download_with_progress(filename, file_progress(label))
+            self.repo.download_with_progress(filename, file_progress(label))
         } else {
             self.repo.download_with_progress(filename, ())
         };
@@ -98,20 +97,16 @@ impl Fetcher<'_> {
             Ok(path) => Ok(Some(path)),
             Err(e) => match classify(e, &self.repo.url(filename)) {
                 FetchError::Absent => Ok(None),
-                FetchError::Failed(message) => Err(EngineError::Download {
-                    model: self.repo_id.to_string(),
-                    message,
-                }),
+                FetchError::Failed(message) => Err(EngineError::Download { model: self.repo_id.to_string(), message }),
             },
         }
     }
 
     fn require(&self, filename: &str, label: String) -> Result<PathBuf> {
-        self.fetch(filename, label)?
-            .ok_or_else(|| EngineError::Download {
-                model: self.repo_id.to_string(),
-                message: format!("the repo has no {filename} ({})", self.repo.url(filename)),
-            })
+        self.fetch(filename, label)?.ok_or_else(|| EngineError::Download {
+            model: self.repo_id.to_string(),
+            message: format!("the repo has no {filename} ({})", self.repo.url(filename)),
+        })
     }
 }
 
@@ -134,21 +129,11 @@ pub fn download_repo(repo_id: &str, revision: &str, opts: &ResolveOptions) -> Re
     let api = build_api(opts)?;
     let repo = Repo::with_revision(repo_id.to_string(), RepoType::Model, revision.to_string());
     let cache = Cache::new(opts.cache_dir.clone()).repo(repo.clone());
-    let fetcher = Fetcher {
-        repo: api.repo(repo),
-        cache,
-        repo_id,
-        progress: opts.progress,
-    };
+    let fetcher = Fetcher { repo: api.repo(repo), cache, repo_id, progress: opts.progress };
     let label = |name: &str| format!("{repo_id}: {name}");
 
     let config = fetcher.require(CONFIG, label(CONFIG))?;
-    for optional in [
-        GENERATION_CONFIG,
-        TOKENIZER,
-        TOKENIZER_CONFIG,
-        CHAT_TEMPLATE,
-    ] {
+    for optional in [GENERATION_CONFIG, TOKENIZER, TOKENIZER_CONFIG, CHAT_TEMPLATE] {
         fetcher.fetch(optional, label(optional))?;
     }
     match fetcher.fetch(SAFETENSORS_INDEX, label(SAFETENSORS_INDEX))? {
@@ -160,10 +145,7 @@ pub fn download_repo(repo_id: &str, revision: &str, opts: &ResolveOptions) -> Re
             }
         }
         None => {
-            if fetcher
-                .fetch(SINGLE_SAFETENSORS, label(SINGLE_SAFETENSORS))?
-                .is_none()
-            {
+            if fetcher.fetch(SINGLE_SAFETENSORS, label(SINGLE_SAFETENSORS))?.is_none() {
                 return Err(EngineError::Download {
                     model: repo_id.to_string(),
                     message: format!(
@@ -174,11 +156,8 @@ pub fn download_repo(repo_id: &str, revision: &str, opts: &ResolveOptions) -> Re
             }
         }
     }
-    config
-        .parent()
-        .map(|p| p.to_path_buf())
-        .ok_or_else(|| EngineError::Download {
-            model: repo_id.to_string(),
-            message: format!("unexpected cache path {}", config.display()),
-        })
+    config.parent().map(|p| p.to_path_buf()).ok_or_else(|| EngineError::Download {
+        model: repo_id.to_string(),
+        message: format!("unexpected cache path {}", config.display()),
+    })
 }

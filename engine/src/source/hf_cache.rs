@@ -16,8 +16,7 @@ pub fn is_repo_id(spec: &str) -> bool {
             && p != ".."
             && !p.starts_with('-')
             && !p.contains("..")
-            && p.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     };
     let mut parts = spec.split('/');
     match (parts.next(), parts.next(), parts.next()) {
@@ -29,10 +28,7 @@ pub fn is_repo_id(spec: &str) -> bool {
 
 /// Whether a revision is a full commit hash (40 lowercase hex digits).
 pub fn is_commit_hash(revision: &str) -> bool {
-    revision.len() == 40
-        && revision
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// `{cache}/models--{org}--{name}`.
@@ -85,11 +81,7 @@ pub fn lookup(cache_dir: &Path, repo_id: &str, revision: &str) -> Result<CacheLo
         Ok(found) => found,
         Err(searched) => return Ok(CacheLookup::NotFound(searched)),
     };
-    let origin = ModelOrigin::HfCache {
-        repo: repo_id.to_string(),
-        revision: revision.to_string(),
-        commit,
-    };
+    let origin = ModelOrigin::HfCache { repo: repo_id.to_string(), revision: revision.to_string(), commit };
     match scan_dir(&snapshot, origin)? {
         DirScan::Complete(model) => Ok(CacheLookup::Found(model)),
         DirScan::Missing(missing) => Ok(CacheLookup::NotFound(missing)),

@@ -38,12 +38,9 @@ pub fn model_files(dir: &Path) -> ModelFiles {
 
 /// The shard file names listed in a `model.safetensors.index.json`, sorted and without duplicates.
 pub fn shards_from_index(index: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(index).map_err(|source| EngineError::Io {
-        path: index.to_path_buf(),
-        source,
-    })?;
-    shards_from_index_text(&text)
-        .map_err(|msg| EngineError::Weights(format!("{}: {msg}", index.display())))
+    let text =
+        std::fs::read_to_string(index).map_err(|source| EngineError::Io { path: index.to_path_buf(), source })?;
+    shards_from_index_text(&text).map_err(|msg| EngineError::Weights(format!("{}: {msg}", index.display())))
 }
 
 /// Parses the `weight_map` of a safetensors index.
@@ -52,21 +49,15 @@ pub fn shards_from_index_text(text: &str) -> std::result::Result<Vec<String>, St
     struct Index {
         weight_map: std::collections::BTreeMap<String, String>,
     }
-    let index: Index =
-        serde_json::from_str(text).map_err(|e| format!("not a valid safetensors index: {e}"))?;
+    let index: Index = serde_json::from_str(text).map_err(|e| format!("not a valid safetensors index: {e}"))?;
     let mut shards: Vec<String> = index.weight_map.into_values().collect();
     shards.sort();
     shards.dedup();
     if shards.is_empty() {
         return Err("the index lists no tensors".into());
     }
-    if let Some(bad) = shards
-        .iter()
-        .find(|s| s.contains("..") || s.starts_with('/') || s.contains('\\'))
-    {
-        return Err(format!(
-            "shard name '{bad}' points outside the model folder"
-        ));
+    if let Some(bad) = shards.iter().find(|s| s.contains("..") || s.starts_with('/') || s.contains('\\')) {
+        return Err(format!("shard name '{bad}' points outside the model folder"));
     }
     Ok(shards)
 }
@@ -81,10 +72,7 @@ pub fn scan_dir(dir: &Path, origin: ModelOrigin) -> Result<DirScan> {
     let index = existing(dir, SAFETENSORS_INDEX);
     let safetensors: Vec<PathBuf> = match &index {
         Some(index) => {
-            let shards: Vec<PathBuf> = shards_from_index(index)?
-                .iter()
-                .map(|s| dir.join(s))
-                .collect();
+            let shards: Vec<PathBuf> = shards_from_index(index)?.iter().map(|s| dir.join(s)).collect();
             missing.extend(shards.iter().filter(|p| !p.is_file()).cloned());
             shards
         }
@@ -120,10 +108,9 @@ pub fn scan_dir(dir: &Path, origin: ModelOrigin) -> Result<DirScan> {
 /// The `.gguf` files directly inside `dir`, sorted.
 pub fn gguf_files_in(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| is_gguf_path(p) && p.is_file())
-            .collect(),
+        Ok(entries) => {
+            entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| is_gguf_path(p) && p.is_file()).collect()
+        }
         Err(_) => Vec::new(),
     };
     found.sort();
@@ -132,23 +119,15 @@ pub fn gguf_files_in(dir: &Path) -> Vec<PathBuf> {
 
 /// Whether a path names a GGUF file by its extension.
 pub fn is_gguf_path(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
 /// A `.gguf` file, with the tokenizer files that sit next to it.
 pub fn gguf_model(file: &Path) -> ResolvedModel {
-    let dir = file
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let files = model_files(dir);
     let tokenizer_dir = files.tokenizer.is_some().then(|| dir.to_path_buf());
-    ResolvedModel::Gguf(GgufModel {
-        file: file.to_path_buf(),
-        tokenizer_dir,
-        files,
-    })
+    ResolvedModel::Gguf(GgufModel { file: file.to_path_buf(), tokenizer_dir, files })
 }
 
 /// Resolves a local folder: a safetensors model (config.json + weights), or a folder holding exactly one `.gguf`.

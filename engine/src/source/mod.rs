@@ -33,11 +33,7 @@ pub enum ModelOrigin {
     /// A folder the user named.
     Local,
     /// A snapshot already in the hub cache.
-    HfCache {
-        repo: String,
-        revision: String,
-        commit: String,
-    },
+    HfCache { repo: String, revision: String, commit: String },
     /// A snapshot this resolve just downloaded.
     Downloaded { repo: String, revision: String },
 }
@@ -109,19 +105,14 @@ fn absolute(path: &Path) -> PathBuf {
 pub fn resolve_model(spec: &str, opts: &ResolveOptions) -> Result<ResolvedModel> {
     let spec = spec.trim();
     if spec.is_empty() {
-        return Err(EngineError::InvalidArgument(
-            "the model name is empty".into(),
-        ));
+        return Err(EngineError::InvalidArgument("the model name is empty".into()));
     }
     let path = Path::new(spec);
     if local::is_gguf_path(path) {
         return if path.is_file() {
             Ok(local::gguf_model(path))
         } else {
-            Err(EngineError::ModelNotFound {
-                model: spec.to_string(),
-                searched: vec![absolute(path)],
-            })
+            Err(EngineError::ModelNotFound { model: spec.to_string(), searched: vec![absolute(path)] })
         };
     }
     if path.is_dir() {
@@ -134,10 +125,7 @@ pub fn resolve_model(spec: &str, opts: &ResolveOptions) -> Result<ResolvedModel>
     }
     let mut searched = vec![absolute(path)];
     if !hf_cache::is_repo_id(spec) {
-        return Err(EngineError::ModelNotFound {
-            model: spec.to_string(),
-            searched,
-        });
+        return Err(EngineError::ModelNotFound { model: spec.to_string(), searched });
     }
     let revision = opts.revision_or_main();
     match hf_cache::lookup(&opts.cache_dir, spec, revision)? {
@@ -145,27 +133,17 @@ pub fn resolve_model(spec: &str, opts: &ResolveOptions) -> Result<ResolvedModel>
         hf_cache::CacheLookup::NotFound(paths) => searched.extend(paths),
     }
     if opts.offline {
-        return Err(EngineError::ModelNotFound {
-            model: format!("{spec}@{revision} (offline)"),
-            searched,
-        });
+        return Err(EngineError::ModelNotFound { model: format!("{spec}@{revision} (offline)"), searched });
     }
     let snapshot = download::download_repo(spec, revision, opts)?;
-    let origin = ModelOrigin::Downloaded {
-        repo: spec.to_string(),
-        revision: revision.to_string(),
-    };
+    let origin = ModelOrigin::Downloaded { repo: spec.to_string(), revision: revision.to_string() };
     match local::scan_dir(&snapshot, origin)? {
         local::DirScan::Complete(model) => Ok(ResolvedModel::Safetensors(model)),
         local::DirScan::Missing(missing) => Err(EngineError::Download {
             model: spec.to_string(),
             message: format!(
                 "after downloading, the snapshot still lacks: {}",
-                missing
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                missing.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             ),
         }),
     }

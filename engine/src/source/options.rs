@@ -28,10 +28,7 @@ pub struct ResolveOptions {
 
 /// Values huggingface_hub treats as true for boolean environment variables.
 fn truthy(value: &str) -> bool {
-    matches!(
-        value.trim().to_ascii_uppercase().as_str(),
-        "1" | "ON" | "YES" | "TRUE"
-    )
+    matches!(value.trim().to_ascii_uppercase().as_str(), "1" | "ON" | "YES" | "TRUE")
 }
 
 impl ResolveOptions {
@@ -59,9 +56,7 @@ impl ResolveOptions {
     /// (default `HF_HOME/token`).
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
         let get = |key: &str| var(key).filter(|v| !v.trim().is_empty());
-        let home = get("HOME")
-            .or_else(|| get("USERPROFILE"))
-            .map(PathBuf::from);
+        let home = get("HOME").or_else(|| get("USERPROFILE")).map(PathBuf::from);
         let expand = |value: String| -> PathBuf {
             match (value.strip_prefix("~/"), &home) {
                 (Some(rest), Some(home)) => home.join(rest),
@@ -69,42 +64,24 @@ impl ResolveOptions {
             }
         };
         let hf_home = get("HF_HOME").map(&expand).unwrap_or_else(|| {
-            let cache_root = get("XDG_CACHE_HOME").map(&expand).unwrap_or_else(|| {
-                home.clone()
-                    .unwrap_or_else(|| PathBuf::from("."))
-                    .join(".cache")
-            });
+            let cache_root = get("XDG_CACHE_HOME")
+                .map(&expand)
+                .unwrap_or_else(|| home.clone().unwrap_or_else(|| PathBuf::from(".")).join(".cache"));
             cache_root.join("huggingface")
         });
         let cache_dir = get("HF_HUB_CACHE")
             .or_else(|| get("HUGGINGFACE_HUB_CACHE"))
             .map(&expand)
             .unwrap_or_else(|| hf_home.join("hub"));
-        let offline = ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"]
-            .iter()
-            .any(|k| get(k).is_some_and(|v| truthy(&v)));
-        let token = get("HF_TOKEN")
-            .or_else(|| get("HUGGING_FACE_HUB_TOKEN"))
-            .or_else(|| {
-                let path = get("HF_TOKEN_PATH")
-                    .map(&expand)
-                    .unwrap_or_else(|| hf_home.join("token"));
-                std::fs::read_to_string(path)
-                    .ok()
-                    .map(|t| t.trim().to_string())
-                    .filter(|t| !t.is_empty())
-            });
+        let offline = ["HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"].iter().any(|k| get(k).is_some_and(|v| truthy(&v)));
+        let token = get("HF_TOKEN").or_else(|| get("HUGGING_FACE_HUB_TOKEN")).or_else(|| {
+            let path = get("HF_TOKEN_PATH").map(&expand).unwrap_or_else(|| hf_home.join("token"));
+            std::fs::read_to_string(path).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty())
+        });
         let endpoint = get("HF_ENDPOINT")
             .map(|e| e.trim().trim_end_matches('/').to_string())
             .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string());
-        ResolveOptions {
-            revision: None,
-            offline,
-            token,
-            endpoint,
-            cache_dir,
-            progress: true,
-        }
+        ResolveOptions { revision: None, offline, token, endpoint, cache_dir, progress: true }
     }
 
     /// Sets the revision (`--revision`).

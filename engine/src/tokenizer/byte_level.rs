@@ -36,13 +36,7 @@ pub(crate) fn byte_to_char() -> &'static [char; 256] {
 /// Character -> byte, the inverse of [`byte_to_char`].
 pub(crate) fn char_to_byte() -> &'static HashMap<char, u8> {
     static TABLE: OnceLock<HashMap<char, u8>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        byte_to_char()
-            .iter()
-            .enumerate()
-            .map(|(byte, &c)| (c, byte as u8))
-            .collect()
-    })
+    TABLE.get_or_init(|| byte_to_char().iter().enumerate().map(|(byte, &c)| (c, byte as u8)).collect())
 }
 
 /// True when every character of `token` belongs to the byte-level alphabet.

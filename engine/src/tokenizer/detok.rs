@@ -45,34 +45,19 @@ pub struct IncrementalDetokenizer {
 impl IncrementalDetokenizer {
     /// A detokenizer with no context: its output is exactly `decode(ids, skip_special_tokens)`.
     pub fn new(tokenizer: Arc<Tokenizer>, skip_special_tokens: bool) -> Self {
-        Self {
-            tokenizer,
-            skip_special_tokens,
-            ids: Vec::new(),
-            read: 0,
-            prefix_text: String::new(),
-        }
+        Self { tokenizer, skip_special_tokens, ids: Vec::new(), read: 0, prefix_text: String::new() }
     }
 
     /// A detokenizer whose first piece is decoded after the last few `prompt_ids`, so a sentencepiece-style leading
     /// space of the first generated token is kept (as it would be in `decode(prompt + generated)`). The prompt's
     /// text is not returned.
     pub fn with_prompt(tokenizer: Arc<Tokenizer>, prompt_ids: &[u32], skip_special_tokens: bool) -> Result<Self> {
-        let mut context: Vec<u32> = prompt_ids
-            .iter()
-            .copied()
-            .filter(|&id| !(skip_special_tokens && tokenizer.is_special_token(id)))
-            .collect();
+        let mut context: Vec<u32> =
+            prompt_ids.iter().copied().filter(|&id| !(skip_special_tokens && tokenizer.is_special_token(id))).collect();
         context.drain(..context.len().saturating_sub(PROMPT_CONTEXT_TOKENS));
         let prefix_text = tokenizer.decode(&context, skip_special_tokens)?;
         let read = context.len();
-        Ok(Self {
-            tokenizer,
-            skip_special_tokens,
-            ids: context,
-            read,
-            prefix_text,
-        })
+        Ok(Self { tokenizer, skip_special_tokens, ids: context, read, prefix_text })
     }
 
     /// Feeds one generated id; returns the text that became final (often empty).

@@ -60,12 +60,8 @@ impl PreTokenizerKind {
 
     fn pre_tokenizer(self) -> Result<PreTokenizerWrapper> {
         let split_then_bytes = |regex: &str| -> Result<PreTokenizerWrapper> {
-            let split = Split::new(
-                SplitPattern::Regex(regex.to_owned()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|e| EngineError::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+            let split = Split::new(SplitPattern::Regex(regex.to_owned()), SplitDelimiterBehavior::Isolated, false)
+                .map_err(|e| EngineError::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
             Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into())
         };
         match self {
@@ -98,11 +94,7 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
                  put the model's tokenizer.json next to the GGUF file"
             )))
         }
-        None => {
-            return Err(EngineError::Tokenizer(
-                "GGUF file has no tokenizer (tokenizer.ggml.model)".into(),
-            ))
-        }
+        None => return Err(EngineError::Tokenizer("GGUF file has no tokenizer (tokenizer.ggml.model)".into())),
     }
     let tokens = string_array(md.get("tokenizer.ggml.tokens"), "tokenizer.ggml.tokens")?;
     if tokens.is_empty() {
@@ -127,11 +119,7 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
     };
     let bos_id = token_id("tokenizer.ggml.bos_token_id")?;
     let mut eos_ids = Vec::new();
-    for key in [
-        "tokenizer.ggml.eos_token_id",
-        "tokenizer.ggml.eot_token_id",
-        "tokenizer.ggml.eom_token_id",
-    ] {
+    for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
         if let Some(id) = token_id(key)? {
             if !eos_ids.contains(&id) {
                 eos_ids.push(id);
@@ -171,7 +159,7 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
 
     let mut tokenizer = tokenizers::Tokenizer::new(bpe);
     if pre == PreTokenizerKind::Qwen2 {
-        tokenizer.with_normalizer(Some(NFC));
+        tokenizer.with_normalizer(Some(NFC)).map_err(|e| EngineError::Tokenizer(format!("GGUF tokenizer: {e}")))?;
     }
     tokenizer.with_pre_tokenizer(Some(pre.pre_tokenizer()?));
     tokenizer.with_decoder(Some(ByteLevel::default()));
@@ -184,25 +172,20 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
             .map(|(_, t)| AddedToken::from(t.clone(), special).normalized(false))
             .collect()
     };
-    tokenizer.add_special_tokens(&added(TOKEN_TYPE_CONTROL, true));
-    tokenizer.add_tokens(&added(TOKEN_TYPE_USER_DEFINED, false));
+    tokenizer
+        .add_special_tokens(added(TOKEN_TYPE_CONTROL, true))
+        .map_err(|e| EngineError::Tokenizer(format!("GGUF tokenizer: {e}")))?;
+    tokenizer
+        .add_tokens(added(TOKEN_TYPE_USER_DEFINED, false))
+        .map_err(|e| EngineError::Tokenizer(format!("GGUF tokenizer: {e}")))?;
 
     let bos = bos_id.filter(|_| add_bos).map(|id| (id, tokens[id as usize].clone()));
-    let eos = eos_ids
-        .first()
-        .copied()
-        .filter(|_| add_eos)
-        .map(|id| (id, tokens[id as usize].clone()));
+    let eos = eos_ids.first().copied().filter(|_| add_eos).map(|id| (id, tokens[id as usize].clone()));
     if bos.is_some() || eos.is_some() {
         tokenizer.with_post_processor(Some(post_processor(bos, eos)?));
     }
 
-    let specials = GgufSpecials {
-        bos_id,
-        eos_ids,
-        pad_id,
-        add_bos,
-    };
+    let specials = GgufSpecials { bos_id, eos_ids, pad_id, add_bos };
     Ok((tokenizer, specials, tokens))
 }
 

@@ -21,10 +21,8 @@ pub(crate) struct HfTokenizerConfig {
 
 impl HfTokenizerConfig {
     pub(crate) fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| EngineError::Tokenizer(format!("{}: invalid JSON: {e}", path.display())))?;
         Ok(Self::from_json(&value))

@@ -106,12 +106,8 @@ impl Tokenizer {
     }
 
     fn assemble(inner: tokenizers::Tokenizer, specials: Specials) -> Result<Self> {
-        let special_ids: HashSet<u32> = inner
-            .get_added_tokens_decoder()
-            .into_iter()
-            .filter(|(_, t)| t.special)
-            .map(|(id, _)| id)
-            .collect();
+        let special_ids: HashSet<u32> =
+            inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
         let byte_level_decoder = matches!(inner.get_decoder(), Some(DecoderWrapper::ByteLevel(_)));
         let byte_fallback_ids = byte_fallback_ids(&inner);
         let id_of = |token: &Option<String>| token.as_deref().and_then(|t| inner.token_to_id(t));
@@ -191,19 +187,14 @@ impl Tokenizer {
     /// string the template wrote it, so special tokens are not added; otherwise they are (a tokenizer that adds BOS
     /// gets it, one that does not gets nothing).
     pub fn encode_chat_prompt(&self, rendered: &str) -> Result<Vec<u32>> {
-        let starts_with_bos = self
-            .bos_token
-            .as_deref()
-            .is_some_and(|bos| !bos.is_empty() && rendered.starts_with(bos));
+        let starts_with_bos = self.bos_token.as_deref().is_some_and(|bos| !bos.is_empty() && rendered.starts_with(bos));
         self.encode(rendered, !starts_with_bos)
     }
 
     /// The text of `ids`. Ids outside the vocabulary are skipped (as `tokenizers` does); with `skip_special_tokens`
     /// special added tokens are dropped.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
-        self.inner
-            .decode(ids, skip_special_tokens)
-            .map_err(|e| EngineError::Tokenizer(format!("decode: {e}")))
+        self.inner.decode(ids, skip_special_tokens).map_err(|e| EngineError::Tokenizer(format!("decode: {e}")))
     }
 
     /// The decoded text of one token (for log-prob display); `None` for an id outside the vocabulary. A token that
@@ -313,16 +304,12 @@ impl Tokenizer {
 
 /// The `<0xNN>` ids, if this tokenizer decodes them as raw bytes (checked on `<0x41>`, which must decode to "A").
 fn byte_fallback_ids(inner: &tokenizers::Tokenizer) -> HashSet<u32> {
-    let decodes_as_byte = inner
-        .token_to_id("<0x41>")
-        .and_then(|id| inner.decode(&[id], false).ok())
-        .is_some_and(|text| text == "A");
+    let decodes_as_byte =
+        inner.token_to_id("<0x41>").and_then(|id| inner.decode(&[id], false).ok()).is_some_and(|text| text == "A");
     if !decodes_as_byte {
         return HashSet::new();
     }
-    (0..=255u32)
-        .filter_map(|b| inner.token_to_id(&format!("<0x{b:02X}>")))
-        .collect()
+    (0..=255u32).filter_map(|b| inner.token_to_id(&format!("<0x{b:02X}>"))).collect()
 }
 
 #[allow(dead_code)]

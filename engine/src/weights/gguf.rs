@@ -31,10 +31,7 @@ pub fn unpermute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
     }
     let half = out / n_head / 2;
     // Stored as [head, j, p, in]; Hugging Face order is [head, p, j, in].
-    Ok(w.reshape((n_head, half, 2, inp))?
-        .transpose(1, 2)?
-        .contiguous()?
-        .reshape((out, inp))?)
+    Ok(w.reshape((n_head, half, 2, inp))?.transpose(1, 2)?.contiguous()?.reshape((out, inp))?)
 }
 
 /// The inverse of `unpermute_rows`: Hugging Face order to llama.cpp order (used to write test GGUF files).
@@ -46,27 +43,18 @@ pub fn permute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
         )));
     }
     let half = out / n_head / 2;
-    Ok(w.reshape((n_head, 2, half, inp))?
-        .transpose(1, 2)?
-        .contiguous()?
-        .reshape((out, inp))?)
+    Ok(w.reshape((n_head, 2, half, inp))?.transpose(1, 2)?.contiguous()?.reshape((out, inp))?)
 }
 
 /// Memory-maps a GGUF file and parses its header.
 fn open(path: &Path) -> Result<(memmap2::Mmap, Content)> {
-    let file = std::fs::File::open(path).map_err(|source| EngineError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
     // SAFETY: read-only map of a file we only read; truncation of the file by another process while loading is the
     // documented limit of mmap-based loading.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let content = Content::read(&mut Cursor::new(&map[..])).map_err(|e| {
-        EngineError::Weights(format!("{}: not a readable GGUF file: {e}", path.display()))
-    })?;
+    let map =
+        unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+    let content = Content::read(&mut Cursor::new(&map[..]))
+        .map_err(|e| EngineError::Weights(format!("{}: not a readable GGUF file: {e}", path.display())))?;
     Ok((map, content))
 }
 
@@ -78,9 +66,8 @@ pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weig
     let specs = expected_tensors(params);
     let mut jobs = Vec::with_capacity(specs.len());
     for spec in specs {
-        let gguf_name = hf_to_gguf(&spec.name).ok_or_else(|| {
-            EngineError::Weights(format!("no GGUF name is known for `{}`", spec.name))
-        })?;
+        let gguf_name = hf_to_gguf(&spec.name)
+            .ok_or_else(|| EngineError::Weights(format!("no GGUF name is known for `{}`", spec.name)))?;
         let info = content.tensor_infos.get(&gguf_name).ok_or_else(|| {
             EngineError::Weights(format!(
                 "{}: no tensor `{gguf_name}` (needed for `{}`, shape {:?})",
@@ -89,9 +76,8 @@ pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weig
                 spec.shape
             ))
         })?;
-        spec.check(info.shape.dims(), params).map_err(|e| {
-            EngineError::Weights(format!("{} (GGUF tensor `{gguf_name}`)", strip_prefix(e)))
-        })?;
+        spec.check(info.shape.dims(), params)
+            .map_err(|e| EngineError::Weights(format!("{} (GGUF tensor `{gguf_name}`)", strip_prefix(e))))?;
         let heads = match (permuted, spec.name.rsplit('.').nth(1)) {
             (true, Some("q_proj")) if spec.name.ends_with(".weight") => Some(params.num_heads),
             (true, Some("k_proj")) if spec.name.ends_with(".weight") => Some(params.num_kv_heads),
@@ -105,24 +91,15 @@ pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weig
         .map(|(name, gguf_name, info, heads)| {
             let q = info
                 .read(&mut Cursor::new(&map[..]), data_offset, &Device::Cpu)
-                .map_err(|e| {
-                    EngineError::Weights(format!("reading GGUF tensor `{gguf_name}`: {e}"))
-                })?;
+                .map_err(|e| EngineError::Weights(format!("reading GGUF tensor `{gguf_name}`: {e}")))?;
             let t = q.dequantize(&Device::Cpu).map_err(|e| {
-                EngineError::Weights(format!(
-                    "dequantizing `{gguf_name}` ({:?}): {e}",
-                    info.ggml_dtype
-                ))
+                EngineError::Weights(format!("dequantizing `{gguf_name}` ({:?}): {e}", info.ggml_dtype))
             })?;
             let t = match heads {
                 Some(n) => unpermute_rows(&t, n)?,
                 None => t,
             };
-            let t = if t.dtype() == dtype {
-                t
-            } else {
-                t.to_dtype(dtype)?
-            };
+            let t = if t.dtype() == dtype { t } else { t.to_dtype(dtype)? };
             Ok((name, t))
         })
         .collect::<Result<_>>()?;

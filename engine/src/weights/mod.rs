@@ -36,9 +36,7 @@ pub struct Weights {
 pub fn check_dtype(dtype: DType) -> Result<()> {
     match dtype {
         DType::F32 | DType::BF16 | DType::F16 => Ok(()),
-        other => Err(EngineError::InvalidArgument(format!(
-            "weights can be loaded as f32, bf16 or f16, not {other:?}"
-        ))),
+        other => Err(EngineError::InvalidArgument(format!("weights can be loaded as f32, bf16 or f16, not {other:?}"))),
     }
 }
 
@@ -46,33 +44,18 @@ impl Weights {
     /// Builds `Weights` from named tensors: keeps the tensors `params` needs, checks that none is missing and that
     /// every shape matches, and converts them to `dtype`. Extra tensors (e.g. `rotary_emb.inv_freq`, or an
     /// `lm_head.weight` of a tied model) are dropped.
-    pub fn from_tensors(
-        mut tensors: HashMap<String, Tensor>,
-        params: &ModelParams,
-        dtype: DType,
-    ) -> Result<Self> {
+    pub fn from_tensors(mut tensors: HashMap<String, Tensor>, params: &ModelParams, dtype: DType) -> Result<Self> {
         check_dtype(dtype)?;
         let mut out = HashMap::new();
         for spec in expected_tensors(params) {
             let tensor = tensors.remove(&spec.name).ok_or_else(|| {
-                EngineError::Weights(format!(
-                    "the checkpoint has no tensor `{}` (shape {:?})",
-                    spec.name, spec.shape
-                ))
+                EngineError::Weights(format!("the checkpoint has no tensor `{}` (shape {:?})", spec.name, spec.shape))
             })?;
             spec.check(tensor.dims(), params)?;
-            let tensor = if tensor.dtype() == dtype {
-                tensor
-            } else {
-                tensor.to_dtype(dtype)?
-            };
+            let tensor = if tensor.dtype() == dtype { tensor } else { tensor.to_dtype(dtype)? };
             out.insert(spec.name, tensor);
         }
-        Ok(Weights {
-            tensors: out,
-            dtype,
-            cut: false,
-        })
+        Ok(Weights { tensors: out, dtype, cut: false })
     }
 
     /// Tensors already cut to one shard (shapes were checked against the checkpoint's header before cutting).
@@ -87,9 +70,7 @@ impl Weights {
 
     /// The tensor called `name`; the error names it.
     pub fn get(&self, name: &str) -> Result<&Tensor> {
-        self.tensors
-            .get(name)
-            .ok_or_else(|| EngineError::Weights(format!("no tensor named `{name}` was loaded")))
+        self.tensors.get(name).ok_or_else(|| EngineError::Weights(format!("no tensor named `{name}` was loaded")))
     }
 
     /// Whether a tensor called `name` was loaded.
@@ -134,10 +115,7 @@ impl Weights {
 
     /// Bytes held by all tensors.
     pub fn total_bytes(&self) -> usize {
-        self.tensors
-            .values()
-            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
-            .sum()
+        self.tensors.values().map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum()
     }
 
     /// Number of parameters (elements) held.

@@ -17,10 +17,7 @@ pub struct TensorSpec {
 
 impl TensorSpec {
     fn new(name: impl Into<String>, shape: &[usize]) -> Self {
-        TensorSpec {
-            name: name.into(),
-            shape: shape.to_vec(),
-        }
+        TensorSpec { name: name.into(), shape: shape.to_vec() }
     }
 
     /// Checks a found shape against the expected one; the error names the tensor and the config values.
@@ -53,40 +50,19 @@ pub fn expected_tensors(params: &ModelParams) -> Vec<TensorSpec> {
     for l in 0..params.num_layers {
         let p = format!("model.layers.{l}");
         out.push(TensorSpec::new(format!("{p}.input_layernorm.weight"), &[h]));
-        out.push(TensorSpec::new(
-            format!("{p}.self_attn.q_proj.weight"),
-            &[q, h],
-        ));
-        out.push(TensorSpec::new(
-            format!("{p}.self_attn.k_proj.weight"),
-            &[kv, h],
-        ));
-        out.push(TensorSpec::new(
-            format!("{p}.self_attn.v_proj.weight"),
-            &[kv, h],
-        ));
+        out.push(TensorSpec::new(format!("{p}.self_attn.q_proj.weight"), &[q, h]));
+        out.push(TensorSpec::new(format!("{p}.self_attn.k_proj.weight"), &[kv, h]));
+        out.push(TensorSpec::new(format!("{p}.self_attn.v_proj.weight"), &[kv, h]));
         if params.attention_bias {
             out.push(TensorSpec::new(format!("{p}.self_attn.q_proj.bias"), &[q]));
             out.push(TensorSpec::new(format!("{p}.self_attn.k_proj.bias"), &[kv]));
             out.push(TensorSpec::new(format!("{p}.self_attn.v_proj.bias"), &[kv]));
         }
-        out.push(TensorSpec::new(
-            format!("{p}.self_attn.o_proj.weight"),
-            &[h, q],
-        ));
-        out.push(TensorSpec::new(
-            format!("{p}.post_attention_layernorm.weight"),
-            &[h],
-        ));
-        out.push(TensorSpec::new(
-            format!("{p}.mlp.gate_proj.weight"),
-            &[i, h],
-        ));
+        out.push(TensorSpec::new(format!("{p}.self_attn.o_proj.weight"), &[h, q]));
+        out.push(TensorSpec::new(format!("{p}.post_attention_layernorm.weight"), &[h]));
+        out.push(TensorSpec::new(format!("{p}.mlp.gate_proj.weight"), &[i, h]));
         out.push(TensorSpec::new(format!("{p}.mlp.up_proj.weight"), &[i, h]));
-        out.push(TensorSpec::new(
-            format!("{p}.mlp.down_proj.weight"),
-            &[h, i],
-        ));
+        out.push(TensorSpec::new(format!("{p}.mlp.down_proj.weight"), &[h, i]));
     }
     out.push(TensorSpec::new(FINAL_NORM, &[h]));
     if !params.tie_word_embeddings {
@@ -109,17 +85,12 @@ const LAYER_NAMES: &[(&str, &str)] = &[
 ];
 
 /// Top-level name pairs (Hugging Face, llama.cpp), without the `.weight` suffix.
-const GLOBAL_NAMES: &[(&str, &str)] = &[
-    ("model.embed_tokens", "token_embd"),
-    ("model.norm", "output_norm"),
-    ("lm_head", "output"),
-];
+const GLOBAL_NAMES: &[(&str, &str)] =
+    &[("model.embed_tokens", "token_embd"), ("model.norm", "output_norm"), ("lm_head", "output")];
 
 /// Splits `base.weight` / `base.bias` into `(base, suffix)`.
 fn split_kind(name: &str) -> Option<(&str, &str)> {
-    name.strip_suffix(".weight")
-        .map(|b| (b, "weight"))
-        .or_else(|| name.strip_suffix(".bias").map(|b| (b, "bias")))
+    name.strip_suffix(".weight").map(|b| (b, "weight")).or_else(|| name.strip_suffix(".bias").map(|b| (b, "bias")))
 }
 
 /// The llama.cpp name of a Hugging Face tensor name, e.g. `model.layers.3.mlp.up_proj.weight` -> `blk.3.ffn_up.weight`.
@@ -158,18 +129,9 @@ mod tests {
             ("model.embed_tokens.weight", "token_embd.weight"),
             ("model.norm.weight", "output_norm.weight"),
             ("lm_head.weight", "output.weight"),
-            (
-                "model.layers.12.self_attn.q_proj.bias",
-                "blk.12.attn_q.bias",
-            ),
-            (
-                "model.layers.0.self_attn.o_proj.weight",
-                "blk.0.attn_output.weight",
-            ),
-            (
-                "model.layers.7.post_attention_layernorm.weight",
-                "blk.7.ffn_norm.weight",
-            ),
+            ("model.layers.12.self_attn.q_proj.bias", "blk.12.attn_q.bias"),
+            ("model.layers.0.self_attn.o_proj.weight", "blk.0.attn_output.weight"),
+            ("model.layers.7.post_attention_layernorm.weight", "blk.7.ffn_norm.weight"),
         ] {
             assert_eq!(hf_to_gguf(hf).as_deref(), Some(gg));
             assert_eq!(gguf_to_hf(gg).as_deref(), Some(hf));

@@ -15,16 +15,10 @@ use crate::config::ModelParams;
 use crate::{EngineError, Result};
 
 fn mmap(path: &Path) -> Result<memmap2::Mmap> {
-    let file = std::fs::File::open(path).map_err(|source| EngineError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
     // SAFETY: the file is opened read-only and only read through the map; as with every mmap, a process that
     // truncates the file while it is mapped can fault us, which is the documented limit of loading by mmap.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.to_path_buf(), source })
 }
 
 /// Loads the tensors `params` needs from safetensors files as `dtype`.
@@ -44,10 +38,7 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
     }
     for p in paths {
         if !p.is_file() {
-            return Err(EngineError::Weights(format!(
-                "weight file {} does not exist",
-                p.display()
-            )));
+            return Err(EngineError::Weights(format!("weight file {} does not exist", p.display())));
         }
     }
     // SAFETY: see `mmap` above; the maps are read-only.
@@ -64,11 +55,7 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
                 "the checkpoint has no tensor `{}` (shape {:?}); files: {}",
                 spec.name,
                 spec.shape,
-                paths
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
             ))
         })?;
         spec.check(view.shape(), params)?;
@@ -77,10 +64,10 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
             Ok(DType::BF16 | DType::F16 | DType::F32) => {}
             _ => {
                 return Err(EngineError::Weights(format!(
-                "tensor `{}` is stored as {:?}; only bf16, f16 and f32 safetensors are supported",
-                spec.name,
-                view.dtype()
-            )))
+                    "tensor `{}` is stored as {:?}; only bf16, f16 and f32 safetensors are supported",
+                    spec.name,
+                    view.dtype()
+                )))
             }
         }
     }
@@ -92,11 +79,7 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
                 Some(cut) => apply_cut(&t, &cut)?,
                 None => t,
             };
-            let t = if t.dtype() == dtype {
-                t
-            } else {
-                t.to_dtype(dtype)?
-            };
+            let t = if t.dtype() == dtype { t } else { t.to_dtype(dtype)? };
             Ok((spec.name, t))
         })
         .collect::<Result<_>>()?;
@@ -112,9 +95,8 @@ pub fn safetensors_param_count(paths: &[PathBuf]) -> Result<u64> {
     let mut total = 0u64;
     for p in paths {
         let map = mmap(p)?;
-        let (_, meta) = ::safetensors::SafeTensors::read_metadata(&map).map_err(|e| {
-            EngineError::Weights(format!("{}: bad safetensors header: {e}", p.display()))
-        })?;
+        let (_, meta) = ::safetensors::SafeTensors::read_metadata(&map)
+            .map_err(|e| EngineError::Weights(format!("{}: bad safetensors header: {e}", p.display())))?;
         for info in meta.tensors().values() {
             total += info.shape.iter().product::<usize>() as u64;
         }

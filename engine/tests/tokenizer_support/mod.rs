@@ -36,19 +36,14 @@ pub fn model_file(relative: &str) -> PathBuf {
 }
 
 pub fn fixture_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/tokenizer")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer").join(name)
 }
 
 /// A JSON fixture made by scripts/reference/tokenizer_refs.py.
 pub fn fixture(name: &str) -> serde_json::Value {
     let path = fixture_path(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "fixture {}: {e} (regenerate with scripts/reference/tokenizer_refs.py)",
-            path.display()
-        )
+        panic!("fixture {}: {e} (regenerate with scripts/reference/tokenizer_refs.py)", path.display())
     });
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()))
 }
@@ -108,11 +103,9 @@ pub fn llama3_as_gguf_content() -> Content {
         .iter()
         .map(|m| match m {
             serde_json::Value::String(s) => Value::String(s.clone()),
-            serde_json::Value::Array(pair) => Value::String(format!(
-                "{} {}",
-                pair[0].as_str().expect("merge"),
-                pair[1].as_str().expect("merge")
-            )),
+            serde_json::Value::Array(pair) => {
+                Value::String(format!("{} {}", pair[0].as_str().expect("merge"), pair[1].as_str().expect("merge")))
+            }
             other => panic!("unexpected merge {other}"),
         })
         .collect();
@@ -127,10 +120,5 @@ pub fn llama3_as_gguf_content() -> Content {
     metadata.insert("tokenizer.ggml.bos_token_id".to_owned(), id_of("bos_token_id"));
     metadata.insert("tokenizer.ggml.eos_token_id".to_owned(), id_of("eos_token_id"));
     metadata.insert("tokenizer.ggml.add_bos_token".to_owned(), Value::Bool(true));
-    Content {
-        magic: VersionedMagic::GgufV3,
-        metadata,
-        tensor_infos: HashMap::new(),
-        tensor_data_offset: 0,
-    }
+    Content { magic: VersionedMagic::GgufV3, metadata, tensor_infos: HashMap::new(), tensor_data_offset: 0 }
 }

@@ -67,11 +67,7 @@ pub fn random_hf_tensors(params: &ModelParams) -> HashMap<String, Tensor> {
 }
 
 fn tokens_value(vocab: usize) -> Value {
-    Value::Array(
-        (0..vocab)
-            .map(|i| Value::String(format!("<t{i}>")))
-            .collect(),
-    )
+    Value::Array((0..vocab).map(|i| Value::String(format!("<t{i}>"))).collect())
 }
 
 /// Writes a GGUF file the way llama.cpp lays one out: llama.cpp names, `{arch}.*` metadata, and for `llama` the q/k
@@ -87,36 +83,15 @@ pub fn write_gguf(
     let mut meta: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
         (key("block_count"), Value::U32(params.num_layers as u32)),
-        (
-            key("context_length"),
-            Value::U32(params.max_position_embeddings as u32),
-        ),
-        (
-            key("embedding_length"),
-            Value::U32(params.hidden_size as u32),
-        ),
-        (
-            key("feed_forward_length"),
-            Value::U32(params.intermediate_size as u32),
-        ),
-        (
-            key("attention.head_count"),
-            Value::U32(params.num_heads as u32),
-        ),
-        (
-            key("attention.head_count_kv"),
-            Value::U32(params.num_kv_heads as u32),
-        ),
+        (key("context_length"), Value::U32(params.max_position_embeddings as u32)),
+        (key("embedding_length"), Value::U32(params.hidden_size as u32)),
+        (key("feed_forward_length"), Value::U32(params.intermediate_size as u32)),
+        (key("attention.head_count"), Value::U32(params.num_heads as u32)),
+        (key("attention.head_count_kv"), Value::U32(params.num_kv_heads as u32)),
         (key("rope.freq_base"), Value::F32(params.rope_theta as f32)),
-        (
-            key("attention.layer_norm_rms_epsilon"),
-            Value::F32(params.rms_norm_eps as f32),
-        ),
+        (key("attention.layer_norm_rms_epsilon"), Value::F32(params.rms_norm_eps as f32)),
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
-        (
-            "tokenizer.ggml.tokens".into(),
-            tokens_value(params.vocab_size),
-        ),
+        ("tokenizer.ggml.tokens".into(), tokens_value(params.vocab_size)),
     ];
     if let Some(bos) = params.bos_token_id {
         meta.push(("tokenizer.ggml.bos_token_id".into(), Value::U32(bos)));
@@ -145,10 +120,7 @@ pub fn write_gguf(
 
 /// What a tensor becomes after a round trip through `dtype` (the values a GGUF loader must return).
 pub fn through(t: &Tensor, dtype: GgmlDType) -> Tensor {
-    QTensor::quantize(t, dtype)
-        .unwrap()
-        .dequantize(&Device::Cpu)
-        .unwrap()
+    QTensor::quantize(t, dtype).unwrap().dequantize(&Device::Cpu).unwrap()
 }
 
 /// Largest absolute difference between two tensors (compared in f32).
@@ -156,16 +128,7 @@ pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());
     let a = a.to_dtype(DType::F32).unwrap();
     let b = b.to_dtype(DType::F32).unwrap();
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
+    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
 }
 
 /// Row sums in f64 of a 2-D tensor (or the one sum of a 1-D tensor).
@@ -173,11 +136,6 @@ pub fn row_sums(t: &Tensor) -> Vec<f64> {
     let t = t.to_dtype(DType::F32).unwrap();
     match t.rank() {
         1 => vec![t.to_vec1::<f32>().unwrap().iter().map(|&x| x as f64).sum()],
-        _ => t
-            .to_vec2::<f32>()
-            .unwrap()
-            .iter()
-            .map(|r| r.iter().map(|&x| x as f64).sum())
-            .collect(),
+        _ => t.to_vec2::<f32>().unwrap().iter().map(|r| r.iter().map(|&x| x as f64).sum()).collect(),
     }
 }

@@ -7,8 +7,9 @@ use level_zero_sys as sys;
 #[test]
 fn the_loader_opens_and_its_core_functions_resolve() {
     // SAFETY: opening the loader runs its initialisers only.
-    let lib = unsafe { sys::ZeLoader::new(sys::LOADER_SONAME) }
-        .unwrap_or_else(|e| panic!("{} did not open ({e}): install libze1 (scripts/setup.d/30-level-zero.sh)", sys::LOADER_SONAME));
+    let lib = unsafe { sys::ZeLoader::new(sys::LOADER_SONAME) }.unwrap_or_else(|e| {
+        panic!("{} did not open ({e}): install libze1 (scripts/setup.d/30-level-zero.sh)", sys::LOADER_SONAME)
+    });
     assert!(lib.zeInit.is_ok() && lib.zeDriverGet.is_ok() && lib.zeMemAllocDevice.is_ok());
     assert!(lib.zeCommandListAppendLaunchKernel.is_ok() && lib.zelLoaderGetVersions.is_ok());
 }

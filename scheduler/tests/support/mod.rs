@@ -22,22 +22,13 @@ pub fn sample_step(out: &SchedulerOutput, vocab: u32) -> Vec<(RequestId, u32)> {
         .filter(|s| s.sample)
         .map(|s| {
             let last = *s.token_ids.last().expect("scheduled seqs have tokens");
-            (
-                s.request_id,
-                fake_token(last, s.start_position + s.token_ids.len() - 1, vocab),
-            )
+            (s.request_id, fake_token(last, s.start_position + s.token_ids.len() - 1, vocab))
         })
         .collect()
 }
 
 pub fn new_request(id: u64, prompt: Vec<u32>, max_tokens: usize, min_tokens: usize, stop: Vec<u32>) -> NewRequest {
-    NewRequest {
-        id: RequestId(id),
-        prompt_token_ids: prompt,
-        max_tokens,
-        min_tokens,
-        stop_token_ids: stop,
-    }
+    NewRequest { id: RequestId(id), prompt_token_ids: prompt, max_tokens, min_tokens, stop_token_ids: stop }
 }
 
 /// Checks one step's output against the scheduler's limits and the KV cache: the token budget and sequence cap, slot
@@ -48,16 +39,10 @@ pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String
     let bs = cfg.block_size;
     let total: usize = out.seqs.iter().map(|s| s.token_ids.len()).sum();
     if total != out.num_batched_tokens {
-        return Err(format!(
-            "num_batched_tokens {} != sum {}",
-            out.num_batched_tokens, total
-        ));
+        return Err(format!("num_batched_tokens {} != sum {}", out.num_batched_tokens, total));
     }
     if total > cfg.max_num_batched_tokens {
-        return Err(format!(
-            "{total} tokens > max_num_batched_tokens {}",
-            cfg.max_num_batched_tokens
-        ));
+        return Err(format!("{total} tokens > max_num_batched_tokens {}", cfg.max_num_batched_tokens));
     }
     if out.seqs.len() > cfg.max_num_seqs {
         return Err(format!("{} seqs > max_num_seqs {}", out.seqs.len(), cfg.max_num_seqs));
@@ -69,20 +54,12 @@ pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String
             return Err(format!("{} scheduled twice", s.request_id));
         }
         if s.token_ids.is_empty() || s.slot_mapping.len() != s.token_ids.len() {
-            return Err(format!(
-                "{}: {} tokens, {} slots",
-                s.request_id,
-                s.token_ids.len(),
-                s.slot_mapping.len()
-            ));
+            return Err(format!("{}: {} tokens, {} slots", s.request_id, s.token_ids.len(), s.slot_mapping.len()));
         }
         if s.start_position + s.token_ids.len() > cfg.max_model_len {
             return Err(format!("{}: positions past max_model_len", s.request_id));
         }
-        let table = sched
-            .kv_cache()
-            .block_table(s.request_id)
-            .ok_or("scheduled request without blocks")?;
+        let table = sched.kv_cache().block_table(s.request_id).ok_or("scheduled request without blocks")?;
         if table != s.block_table.as_slice() {
             return Err(format!("{}: block table differs from the manager's", s.request_id));
         }
@@ -90,20 +67,14 @@ pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String
             let p = s.start_position + k;
             let want = s.block_table[p / bs].0 * bs as u32 + (p % bs) as u32;
             if slot != want {
-                return Err(format!(
-                    "{}: slot {slot} at position {p}, expected {want}",
-                    s.request_id
-                ));
+                return Err(format!("{}: slot {slot} at position {p}, expected {want}", s.request_id));
             }
             if !slots.insert(slot) {
                 return Err(format!("slot {slot} written twice in one step"));
             }
             let rc = sched.kv_cache().pool().ref_count(BlockId(slot / bs as u32));
             if rc != 1 {
-                return Err(format!(
-                    "{}: writes slot {slot} of a block with {rc} references",
-                    s.request_id
-                ));
+                return Err(format!("{}: writes slot {slot} of a block with {rc} references", s.request_id));
             }
         }
     }

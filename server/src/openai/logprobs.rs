@@ -83,14 +83,8 @@ mod tests {
     #[test]
     fn completion_offsets_and_sampled_token_in_top() {
         let mut out = CompletionLogprobs::default();
-        let end = completion(
-            &[
-                tl(1, "ab", -1.0, &[(2, "c", -0.5)]),
-                tl(3, "é", -0.125, &[(3, "é", -0.125)]),
-            ],
-            4,
-            &mut out,
-        );
+        let end =
+            completion(&[tl(1, "ab", -1.0, &[(2, "c", -0.5)]), tl(3, "é", -0.125, &[(3, "é", -0.125)])], 4, &mut out);
         assert_eq!(end, 7);
         assert_eq!(out.text_offset, vec![4, 6]);
         let v = serde_json::to_value(&out).expect("json");

@@ -28,15 +28,8 @@ pub struct ResponseMeta {
 impl ResponseMeta {
     /// A fresh id such as `chatcmpl-<32 hex digits>`.
     pub fn new(prefix: &str, model: String) -> Self {
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        Self {
-            id: format!("{prefix}-{:032x}", rand::random::<u128>()),
-            created,
-            model,
-        }
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        Self { id: format!("{prefix}-{:032x}", rand::random::<u128>()), created, model }
     }
 }
 
@@ -81,10 +74,7 @@ pub fn chat_response(
         .map(|(index, o)| ChatChoice {
             index,
             logprobs: with_logprobs.then(|| logprobs::chat(&o.logprobs)),
-            message: AssistantMessage {
-                role: "assistant",
-                content: o.text,
-            },
+            message: AssistantMessage { role: "assistant", content: o.text },
             finish_reason: o.finish.map(|f| f.as_str()),
             stop_reason: o.stop_reason,
         })
@@ -108,10 +98,7 @@ pub fn completion_response(
     with_logprobs: bool,
 ) -> CompletionResponse {
     let n = n.max(1);
-    let mut usage = UsageSum {
-        prompt: prompts.iter().map(|p| p.token_count).sum(),
-        ..UsageSum::default()
-    };
+    let mut usage = UsageSum { prompt: prompts.iter().map(|p| p.token_count).sum(), ..UsageSum::default() };
     let mut choices = Vec::with_capacity(outputs.len());
     for (index, o) in outputs.into_iter().enumerate() {
         usage.completion += o.usage.completion_tokens;
@@ -154,18 +141,8 @@ pub struct ChatStream {
 
 impl ChatStream {
     pub fn new(meta: ResponseMeta, n: usize, prompt_tokens: usize, include_usage: bool, with_logprobs: bool) -> Self {
-        let usage = UsageSum {
-            prompt: prompt_tokens,
-            ..UsageSum::default()
-        };
-        Self {
-            meta,
-            n,
-            include_usage,
-            with_logprobs,
-            usage,
-            failed: false,
-        }
+        let usage = UsageSum { prompt: prompt_tokens, ..UsageSum::default() };
+        Self { meta, n, include_usage, with_logprobs, usage, failed: false }
     }
 
     fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: ChunkUsage) -> String {
@@ -188,17 +165,9 @@ impl StreamRenderer for ChatStream {
     fn start(&mut self) -> Vec<String> {
         (0..self.n)
             .map(|index| {
-                let delta = ChatDelta {
-                    role: Some("assistant"),
-                    content: Some(String::new()),
-                };
+                let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()) };
                 self.chunk(
-                    vec![ChatChunkChoice {
-                        index,
-                        delta,
-                        logprobs: None,
-                        finish_reason: None,
-                    }],
+                    vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None }],
                     self.null_usage(),
                 )
             })
@@ -207,18 +176,13 @@ impl StreamRenderer for ChatStream {
 
     fn on_event(&mut self, index: usize, event: RequestEvent) -> Vec<String> {
         match event {
-            RequestEvent::Delta {
-                text, logprobs: lps, ..
-            } => {
+            RequestEvent::Delta { text, logprobs: lps, .. } => {
                 if text.is_empty() && (lps.is_empty() || !self.with_logprobs) {
                     return Vec::new();
                 }
                 let choice = ChatChunkChoice {
                     index,
-                    delta: ChatDelta {
-                        role: None,
-                        content: Some(text),
-                    },
+                    delta: ChatDelta { role: None, content: Some(text) },
                     logprobs: self.with_logprobs.then(|| logprobs::chat(&lps)),
                     finish_reason: None,
                 };
@@ -277,24 +241,9 @@ impl CompletionStream {
         with_logprobs: bool,
     ) -> Self {
         let n = n.max(1);
-        let echo: Vec<Option<String>> = prompts
-            .iter()
-            .flat_map(|p| std::iter::repeat_n(p.echo.clone(), n))
-            .collect();
-        let usage = UsageSum {
-            prompt: prompts.iter().map(|p| p.token_count).sum(),
-            ..UsageSum::default()
-        };
-        Self {
-            offsets: vec![0; echo.len()],
-            echo,
-            meta,
-            n,
-            include_usage,
-            with_logprobs,
-            usage,
-            failed: false,
-        }
+        let echo: Vec<Option<String>> = prompts.iter().flat_map(|p| std::iter::repeat_n(p.echo.clone(), n)).collect();
+        let usage = UsageSum { prompt: prompts.iter().map(|p| p.token_count).sum(), ..UsageSum::default() };
+        Self { offsets: vec![0; echo.len()], echo, meta, n, include_usage, with_logprobs, usage, failed: false }
     }
 
     fn chunk(&self, choice: CompletionChoice) -> String {
@@ -330,9 +279,7 @@ impl StreamRenderer for CompletionStream {
 
     fn on_event(&mut self, index: usize, event: RequestEvent) -> Vec<String> {
         match event {
-            RequestEvent::Delta {
-                text, logprobs: lps, ..
-            } => {
+            RequestEvent::Delta { text, logprobs: lps, .. } => {
                 if text.is_empty() && (lps.is_empty() || !self.with_logprobs) {
                     return Vec::new();
                 }
@@ -343,19 +290,9 @@ impl StreamRenderer for CompletionStream {
                     }
                     lp
                 });
-                vec![self.chunk(CompletionChoice {
-                    index,
-                    text,
-                    logprobs,
-                    finish_reason: None,
-                    stop_reason: None,
-                })]
+                vec![self.chunk(CompletionChoice { index, text, logprobs, finish_reason: None, stop_reason: None })]
             }
-            RequestEvent::Finished {
-                reason,
-                usage,
-                stop_reason,
-            } => {
+            RequestEvent::Finished { reason, usage, stop_reason } => {
                 self.usage.completion += usage.completion_tokens;
                 if index.checked_rem(self.n) == Some(0) {
                     self.usage.cached += usage.cached_tokens;

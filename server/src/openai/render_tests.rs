@@ -10,29 +10,17 @@ use super::*;
 use crate::sse::payloads;
 
 fn meta() -> ResponseMeta {
-    ResponseMeta {
-        id: "chatcmpl-1".into(),
-        created: 7,
-        model: "m".into(),
-    }
+    ResponseMeta { id: "chatcmpl-1".into(), created: 7, model: "m".into() }
 }
 
 fn delta(text: &str) -> RequestEvent {
-    RequestEvent::Delta {
-        text: text.into(),
-        token_ids: vec![1],
-        logprobs: Vec::new(),
-    }
+    RequestEvent::Delta { text: text.into(), token_ids: vec![1], logprobs: Vec::new() }
 }
 
 fn finished(reason: FinishReason, completion_tokens: usize) -> RequestEvent {
     RequestEvent::Finished {
         reason,
-        usage: Usage {
-            prompt_tokens: 5,
-            completion_tokens,
-            cached_tokens: 0,
-        },
+        usage: Usage { prompt_tokens: 5, completion_tokens, cached_tokens: 0 },
         stop_reason: None,
     }
 }
@@ -41,13 +29,7 @@ fn finished(reason: FinishReason, completion_tokens: usize) -> RequestEvent {
 async fn run<R: StreamRenderer>(renderer: R, events: Vec<(usize, RequestEvent)>) -> Vec<Value> {
     let merged = futures_util::stream::iter(events).boxed();
     payloads(renderer, merged)
-        .map(|p| {
-            if p == "[DONE]" {
-                Value::String(p)
-            } else {
-                serde_json::from_str(&p).expect("JSON payload")
-            }
-        })
+        .map(|p| if p == "[DONE]" { Value::String(p) } else { serde_json::from_str(&p).expect("JSON payload") })
         .collect()
         .await
 }
@@ -85,36 +67,21 @@ async fn chat_stream_shape() {
         json!({"index": 0, "delta": {"content": "Hi"}, "logprobs": null, "finish_reason": null})
     );
     assert_eq!(out[3]["choices"][0]["delta"], json!({"content": "Yo"}));
-    assert_eq!(
-        out[4]["choices"][0],
-        json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"})
-    );
+    assert_eq!(out[4]["choices"][0], json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}));
     assert_eq!(out[5]["choices"][0]["finish_reason"], "length");
     assert_eq!(out[6], json!("[DONE]"));
 }
 
 #[tokio::test]
 async fn chat_stream_usage_and_logprobs() {
-    let lp = TokenLogprob {
-        token_id: 3,
-        token: "Hi".into(),
-        logprob: -0.1,
-        top: vec![(3, "Hi".into(), -0.1)],
-    };
-    let ev = RequestEvent::Delta {
-        text: "Hi".into(),
-        token_ids: vec![3],
-        logprobs: vec![lp],
-    };
+    let lp = TokenLogprob { token_id: 3, token: "Hi".into(), logprob: -0.1, top: vec![(3, "Hi".into(), -0.1)] };
+    let ev = RequestEvent::Delta { text: "Hi".into(), token_ids: vec![3], logprobs: vec![lp] };
     let r = ChatStream::new(meta(), 1, 5, true, true);
     let out = run(r, vec![(0, ev), (0, delta("")), (0, finished(FinishReason::Stop, 2))]).await;
     // role, "Hi", finish, usage, [DONE]: the empty delta without log-probs is not sent.
     assert_eq!(out.len(), 5);
     for c in &out[..3] {
-        assert!(
-            c["usage"].is_null() && c.get("usage").is_some(),
-            "usage must be null: {c}"
-        );
+        assert!(c["usage"].is_null() && c.get("usage").is_some(), "usage must be null: {c}");
     }
     assert_eq!(out[1]["choices"][0]["logprobs"]["content"][0]["token"], "Hi");
     assert_eq!(
@@ -134,60 +101,26 @@ async fn chat_stream_usage_and_logprobs() {
 #[tokio::test]
 async fn stream_error_stops_the_stream() {
     let r = ChatStream::new(meta(), 2, 5, true, false);
-    let out = run(
-        r,
-        vec![
-            (0, delta("a")),
-            (1, RequestEvent::Error("boom".into())),
-            (0, delta("never")),
-        ],
-    )
-    .await;
+    let out = run(r, vec![(0, delta("a")), (1, RequestEvent::Error("boom".into())), (0, delta("never"))]).await;
     let last_two = &out[out.len() - 2..];
     assert_eq!(last_two[0]["error"]["type"], "InternalServerError");
-    assert!(last_two[0]["error"]["message"]
-        .as_str()
-        .is_some_and(|m| m.contains("boom")));
+    assert!(last_two[0]["error"]["message"].as_str().is_some_and(|m| m.contains("boom")));
     assert_eq!(last_two[1], json!("[DONE]"));
     assert!(!out.iter().any(|c| c.to_string().contains("never")));
 }
 
 #[tokio::test]
 async fn completion_stream_shape_with_echo_and_logprobs() {
-    let m = ResponseMeta {
-        id: "cmpl-1".into(),
-        created: 7,
-        model: "m".into(),
-    };
-    let prompts = vec![ValidPrompt {
-        token_count: 3,
-        echo: Some("ab".into()),
-    }];
-    let lp = TokenLogprob {
-        token_id: 9,
-        token: "c".into(),
-        logprob: -0.5,
-        top: vec![(8, "d".into(), -0.25)],
-    };
-    let ev = RequestEvent::Delta {
-        text: "c".into(),
-        token_ids: vec![9],
-        logprobs: vec![lp],
-    };
+    let m = ResponseMeta { id: "cmpl-1".into(), created: 7, model: "m".into() };
+    let prompts = vec![ValidPrompt { token_count: 3, echo: Some("ab".into()) }];
+    let lp = TokenLogprob { token_id: 9, token: "c".into(), logprob: -0.5, top: vec![(8, "d".into(), -0.25)] };
+    let ev = RequestEvent::Delta { text: "c".into(), token_ids: vec![9], logprobs: vec![lp] };
     let stop = RequestEvent::Finished {
         reason: FinishReason::Stop,
-        usage: Usage {
-            prompt_tokens: 3,
-            completion_tokens: 1,
-            cached_tokens: 0,
-        },
+        usage: Usage { prompt_tokens: 3, completion_tokens: 1, cached_tokens: 0 },
         stop_reason: Some("\n".into()),
     };
-    let out = run(
-        CompletionStream::new(m, &prompts, 1, true, true),
-        vec![(0, ev), (0, stop)],
-    )
-    .await;
+    let out = run(CompletionStream::new(m, &prompts, 1, true, true), vec![(0, ev), (0, stop)]).await;
     assert_eq!(out.len(), 5);
     for c in &out[..3] {
         assert_eq!(c["object"], "text_completion");
@@ -212,21 +145,13 @@ fn chat_response_shape() {
         ChoiceOutput {
             text: "Hello".into(),
             finish: Some(FinishReason::Stop),
-            usage: Usage {
-                prompt_tokens: 5,
-                completion_tokens: 2,
-                cached_tokens: 1,
-            },
+            usage: Usage { prompt_tokens: 5, completion_tokens: 2, cached_tokens: 1 },
             ..Default::default()
         },
         ChoiceOutput {
             text: "Hey".into(),
             finish: Some(FinishReason::Length),
-            usage: Usage {
-                prompt_tokens: 5,
-                completion_tokens: 3,
-                cached_tokens: 0,
-            },
+            usage: Usage { prompt_tokens: 5, completion_tokens: 3, cached_tokens: 0 },
             ..Default::default()
         },
     ];
@@ -246,29 +171,13 @@ fn chat_response_shape() {
 
 #[test]
 fn completion_response_shape() {
-    let m = ResponseMeta {
-        id: "cmpl-1".into(),
-        created: 7,
-        model: "m".into(),
-    };
-    let prompts = vec![
-        ValidPrompt {
-            token_count: 3,
-            echo: None,
-        },
-        ValidPrompt {
-            token_count: 4,
-            echo: Some("P".into()),
-        },
-    ];
+    let m = ResponseMeta { id: "cmpl-1".into(), created: 7, model: "m".into() };
+    let prompts =
+        vec![ValidPrompt { token_count: 3, echo: None }, ValidPrompt { token_count: 4, echo: Some("P".into()) }];
     let out = |t: &str| ChoiceOutput {
         text: t.into(),
         finish: Some(FinishReason::Length),
-        usage: Usage {
-            prompt_tokens: 0,
-            completion_tokens: 1,
-            cached_tokens: 0,
-        },
+        usage: Usage { prompt_tokens: 0, completion_tokens: 1, cached_tokens: 0 },
         ..Default::default()
     };
     let v = serde_json::to_value(completion_response(m, &prompts, 1, vec![out("a"), out("b")], false)).expect("json");

@@ -56,11 +56,7 @@ pub enum ValidationError {
     #[error("logprobs must be between 0 and {MAX_LOGPROBS}, got {0}")]
     LogprobsOutOfRange(i64),
     #[error("{param} must hold token ids between 0 and {max_id}, got {value}")]
-    TokenIdOutOfRange {
-        param: &'static str,
-        value: i64,
-        max_id: usize,
-    },
+    TokenIdOutOfRange { param: &'static str, value: i64, max_id: usize },
     #[error("stop strings must not be empty")]
     StopStringEmpty,
     #[error("at most {MAX_STOP_STRINGS} stop strings are allowed, got {0}")]
@@ -89,22 +85,13 @@ pub enum ValidationError {
         "This model's maximum context length is {max_model_len} tokens. However, your request has {prompt_tokens} \
          input tokens, which leaves no room for output. Please reduce the length of the input."
     )]
-    PromptTooLong {
-        param: &'static str,
-        prompt_tokens: usize,
-        max_model_len: usize,
-    },
+    PromptTooLong { param: &'static str, prompt_tokens: usize, max_model_len: usize },
     #[error(
         "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens \
          ({prompt_tokens} in the input, {max_tokens} in the completion). Please reduce the length of the input or \
          of the completion.", prompt_tokens + max_tokens
     )]
-    ContextLengthExceeded {
-        param: &'static str,
-        prompt_tokens: usize,
-        max_tokens: usize,
-        max_model_len: usize,
-    },
+    ContextLengthExceeded { param: &'static str, prompt_tokens: usize, max_tokens: usize, max_model_len: usize },
     #[error("either prompt or messages is required")]
     TokenizeInputMissing,
     #[error("{field}: {what} is not supported by this server")]
@@ -206,11 +193,7 @@ fn check_range(v: Option<f64>, lo: f64, hi: f64, err: fn(f64) -> ValidationError
 fn token_id(param: &'static str, value: i64, vocab_size: usize) -> Result<u32> {
     match u32::try_from(value) {
         Ok(id) if (id as usize) < vocab_size => Ok(id),
-        _ => Err(ValidationError::TokenIdOutOfRange {
-            param,
-            value,
-            max_id: vocab_size.saturating_sub(1),
-        }),
+        _ => Err(ValidationError::TokenIdOutOfRange { param, value, max_id: vocab_size.saturating_sub(1) }),
     }
 }
 
@@ -261,15 +244,9 @@ pub fn common(f: &CommonFields<'_>, info: &EngineInfo, defaults: &SamplingParams
                 .parse::<u32>()
                 .ok()
                 .filter(|&id| (id as usize) < info.vocab_size)
-                .ok_or_else(|| V::LogitBiasKeyInvalid {
-                    key: key.clone(),
-                    max_id,
-                })?;
+                .ok_or_else(|| V::LogitBiasKeyInvalid { key: key.clone(), max_id })?;
             if !(-100.0..=100.0).contains(&value) {
-                return Err(V::LogitBiasValueOutOfRange {
-                    key: key.clone(),
-                    value,
-                });
+                return Err(V::LogitBiasValueOutOfRange { key: key.clone(), value });
             }
             pairs.push((id, value as f32));
         }
@@ -290,12 +267,7 @@ pub fn common(f: &CommonFields<'_>, info: &EngineInfo, defaults: &SamplingParams
     let max_tokens = match max_value {
         None => None,
         Some(m) if m >= 1 => Some(usize::try_from(m).unwrap_or(usize::MAX)),
-        Some(m) => {
-            return Err(V::MaxTokensTooSmall {
-                field: max_field,
-                value: m,
-            })
-        }
+        Some(m) => return Err(V::MaxTokensTooSmall { field: max_field, value: m }),
     };
     let min_tokens = match f.min_tokens {
         None => 0,
@@ -304,10 +276,7 @@ pub fn common(f: &CommonFields<'_>, info: &EngineInfo, defaults: &SamplingParams
     };
     if let Some(max) = max_tokens {
         if min_tokens > max {
-            return Err(V::MinTokensAboveMaxTokens {
-                min_tokens,
-                max_tokens: max,
-            });
+            return Err(V::MinTokensAboveMaxTokens { min_tokens, max_tokens: max });
         }
     }
 
@@ -378,11 +347,7 @@ pub fn requests_for_prompt(
         }
         None => {
             if prompt_tokens >= max_model_len {
-                return Err(ValidationError::PromptTooLong {
-                    param,
-                    prompt_tokens,
-                    max_model_len,
-                });
+                return Err(ValidationError::PromptTooLong { param, prompt_tokens, max_model_len });
             }
             max_model_len - prompt_tokens
         }
@@ -394,11 +359,7 @@ pub fn requests_for_prompt(
         .map(|i| {
             let mut sampling = c.sampling.clone();
             sampling.seed = c.sampling.seed.map(|s| s.wrapping_add(i as u64));
-            GenerateRequest {
-                prompt_token_ids: prompt.clone(),
-                sampling,
-                stop: stop.clone(),
-            }
+            GenerateRequest { prompt_token_ids: prompt.clone(), sampling, stop: stop.clone() }
         })
         .collect())
 }
@@ -415,10 +376,7 @@ pub struct ValidChat {
 }
 
 fn unsupported(field: &str, what: &str) -> ValidationError {
-    ValidationError::Unsupported {
-        field: field.to_owned(),
-        what: what.to_owned(),
-    }
+    ValidationError::Unsupported { field: field.to_owned(), what: what.to_owned() }
 }
 
 /// True for JSON values that say "nothing": null, false, "", [], {}.
@@ -451,24 +409,14 @@ pub fn chat_turns(messages: &[ChatMessageIn]) -> Result<Vec<ChatTurn>> {
                     let mut texts = Vec::with_capacity(parts.len());
                     for p in parts {
                         if p.kind != "text" {
-                            return Err(ValidationError::ContentPartUnsupported {
-                                index,
-                                kind: p.kind.clone(),
-                            });
+                            return Err(ValidationError::ContentPartUnsupported { index, kind: p.kind.clone() });
                         }
-                        texts.push(
-                            p.text
-                                .clone()
-                                .ok_or(ValidationError::ContentPartMissingText { index })?,
-                        );
+                        texts.push(p.text.clone().ok_or(ValidationError::ContentPartMissingText { index })?);
                     }
                     texts.join("\n")
                 }
             };
-            Ok(ChatTurn {
-                role: m.role.clone(),
-                content,
-            })
+            Ok(ChatTurn { role: m.role.clone(), content })
         })
         .collect()
 }
@@ -479,12 +427,8 @@ pub fn chat_prompt(engine: &dyn Engine, turns: &[ChatTurn], add_generation_promp
         .render_chat(turns, add_generation_prompt)
         .ok_or(ValidationError::NoChatTemplate)?
         .map_err(|e| ValidationError::ChatTemplate(e.to_string()))?;
-    let starts_with_bos = engine
-        .bos_token()
-        .is_some_and(|b| !b.is_empty() && text.starts_with(&b));
-    engine
-        .encode(&text, !starts_with_bos)
-        .map_err(|e| ValidationError::Tokenization(e.to_string()))
+    let starts_with_bos = engine.bos_token().is_some_and(|b| !b.is_empty() && text.starts_with(&b));
+    engine.encode(&text, !starts_with_bos).map_err(|e| ValidationError::Tokenization(e.to_string()))
 }
 
 /// Checks a chat request and turns it into engine requests.
@@ -503,10 +447,7 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine) -> Result<ValidCha
     }
     if let Some(f) = &req.response_format {
         if f.kind != "text" {
-            return Err(unsupported(
-                "response_format",
-                &format!("response_format type '{}'", f.kind),
-            ));
+            return Err(unsupported("response_format", &format!("response_format type '{}'", f.kind)));
         }
     }
     let info = engine.info();
@@ -547,13 +488,7 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine) -> Result<ValidCha
     let prompt = chat_prompt(engine, &turns, req.add_generation_prompt.unwrap_or(true))?;
     let prompt_tokens = prompt.len();
     let requests = requests_for_prompt(&c, prompt, info, "messages")?;
-    Ok(ValidChat {
-        prompt_tokens,
-        requests,
-        stream: c.stream,
-        include_usage: c.include_usage,
-        logprobs,
-    })
+    Ok(ValidChat { prompt_tokens, requests, stream: c.stream, include_usage: c.include_usage, logprobs })
 }
 
 /// One prompt of a completions request.
@@ -651,42 +586,24 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
     for input in inputs {
         let (ids, text) = match input {
             PromptInput::Text(t) => {
-                let ids = engine
-                    .encode(t, add_special_tokens)
-                    .map_err(|e| ValidationError::Tokenization(e.to_string()))?;
+                let ids =
+                    engine.encode(t, add_special_tokens).map_err(|e| ValidationError::Tokenization(e.to_string()))?;
                 (ids, echo.then(|| t.to_owned()))
             }
             PromptInput::Tokens(t) => {
-                let ids = t
-                    .iter()
-                    .map(|&id| token_id("prompt", id, info.vocab_size))
-                    .collect::<Result<Vec<u32>>>()?;
+                let ids = t.iter().map(|&id| token_id("prompt", id, info.vocab_size)).collect::<Result<Vec<u32>>>()?;
                 let text = if echo {
-                    Some(
-                        engine
-                            .decode(&ids, false)
-                            .map_err(|e| ValidationError::Tokenization(e.to_string()))?,
-                    )
+                    Some(engine.decode(&ids, false).map_err(|e| ValidationError::Tokenization(e.to_string()))?)
                 } else {
                     None
                 };
                 (ids, text)
             }
         };
-        prompts.push(ValidPrompt {
-            token_count: ids.len(),
-            echo: text,
-        });
+        prompts.push(ValidPrompt { token_count: ids.len(), echo: text });
         requests.extend(requests_for_prompt(&c, ids, info, "prompt")?);
     }
-    Ok(ValidCompletion {
-        prompts,
-        n: c.n,
-        requests,
-        stream: c.stream,
-        include_usage: c.include_usage,
-        logprobs,
-    })
+    Ok(ValidCompletion { prompts, n: c.n, requests, stream: c.stream, include_usage: c.include_usage, logprobs })
 }
 
 /// Token ids as given on the wire (`/detokenize`), checked against the vocabulary.

@@ -47,11 +47,7 @@ fn defaults_come_from_the_engine_and_max_tokens_fills_the_context() {
     let r = &v.requests[0];
     // "<s>user: hi\nassistant:" is 22 tokens with the fake tokenizer; no second BOS is added.
     assert_eq!(r.prompt_token_ids.len(), 22);
-    assert_eq!(
-        r.prompt_token_ids.iter().filter(|&&t| t == 0).count(),
-        0,
-        "the template wrote the BOS text"
-    );
+    assert_eq!(r.prompt_token_ids.iter().filter(|&&t| t == 0).count(), 0, "the template wrote the BOS text");
     assert_eq!(v.prompt_tokens, 22);
     assert_eq!(r.stop.max_tokens, 64 - 22);
     assert_eq!(r.sampling.temperature, 0.7);
@@ -90,21 +86,12 @@ fn request_fields_reach_the_engine_request() {
     assert_eq!(v.logprobs, Some(4));
     assert!(v.stream && v.include_usage);
     let seeds: Vec<_> = v.requests.iter().map(|r| r.sampling.seed).collect();
-    assert_eq!(
-        seeds,
-        vec![Some(42), Some(43), Some(44)],
-        "each choice gets its own derived seed"
-    );
+    assert_eq!(seeds, vec![Some(42), Some(43), Some(44)], "each choice gets its own derived seed");
 }
 
 #[test]
 fn top_k_minus_one_disables() {
-    assert_eq!(
-        chat_with(json!({"top_k": -1})).expect("valid").requests[0]
-            .sampling
-            .top_k,
-        0
-    );
+    assert_eq!(chat_with(json!({"top_k": -1})).expect("valid").requests[0].sampling.top_k, 0);
 }
 
 #[test]
@@ -122,48 +109,24 @@ fn content_parts_are_joined() {
 
 #[test]
 fn rule_temperature() {
-    refused(
-        chat_with(json!({"temperature": 2.5})),
-        ValidationError::TemperatureOutOfRange(2.5),
-        "temperature",
-    );
-    refused(
-        chat_with(json!({"temperature": -0.1})),
-        ValidationError::TemperatureOutOfRange(-0.1),
-        "temperature",
-    );
+    refused(chat_with(json!({"temperature": 2.5})), ValidationError::TemperatureOutOfRange(2.5), "temperature");
+    refused(chat_with(json!({"temperature": -0.1})), ValidationError::TemperatureOutOfRange(-0.1), "temperature");
 }
 
 #[test]
 fn rule_top_p() {
-    refused(
-        chat_with(json!({"top_p": 0})),
-        ValidationError::TopPOutOfRange(0.0),
-        "top_p",
-    );
-    refused(
-        chat_with(json!({"top_p": 1.01})),
-        ValidationError::TopPOutOfRange(1.01),
-        "top_p",
-    );
+    refused(chat_with(json!({"top_p": 0})), ValidationError::TopPOutOfRange(0.0), "top_p");
+    refused(chat_with(json!({"top_p": 1.01})), ValidationError::TopPOutOfRange(1.01), "top_p");
 }
 
 #[test]
 fn rule_top_k() {
-    refused(
-        chat_with(json!({"top_k": -2})),
-        ValidationError::TopKOutOfRange(-2),
-        "top_k",
-    );
+    refused(chat_with(json!({"top_k": -2})), ValidationError::TopKOutOfRange(-2), "top_k");
 }
 
 #[test]
 fn rule_min_p() {
-    refused(
-        chat_with(json!({"min_p": 1.5})),
-        ValidationError::MinPOutOfRange(1.5),
-        "min_p",
-    );
+    refused(chat_with(json!({"min_p": 1.5})), ValidationError::MinPOutOfRange(1.5), "min_p");
 }
 
 #[test]
@@ -195,35 +158,22 @@ fn rule_n() {
 fn rule_max_tokens() {
     refused(
         chat_with(json!({"max_tokens": 0})),
-        ValidationError::MaxTokensTooSmall {
-            field: "max_tokens",
-            value: 0,
-        },
+        ValidationError::MaxTokensTooSmall { field: "max_tokens", value: 0 },
         "max_tokens",
     );
     refused(
         chat_with(json!({"max_completion_tokens": -3})),
-        ValidationError::MaxTokensTooSmall {
-            field: "max_completion_tokens",
-            value: -3,
-        },
+        ValidationError::MaxTokensTooSmall { field: "max_completion_tokens", value: -3 },
         "max_completion_tokens",
     );
 }
 
 #[test]
 fn rule_min_tokens() {
-    refused(
-        chat_with(json!({"min_tokens": -1})),
-        ValidationError::MinTokensNegative(-1),
-        "min_tokens",
-    );
+    refused(chat_with(json!({"min_tokens": -1})), ValidationError::MinTokensNegative(-1), "min_tokens");
     refused(
         chat_with(json!({"min_tokens": 5, "max_tokens": 4})),
-        ValidationError::MinTokensAboveMaxTokens {
-            min_tokens: 5,
-            max_tokens: 4,
-        },
+        ValidationError::MinTokensAboveMaxTokens { min_tokens: 5, max_tokens: 4 },
         "min_tokens",
     );
     // Without max_tokens, min_tokens is capped to the room left in the context.
@@ -236,26 +186,17 @@ fn rule_logit_bias() {
     let max_id = VOCAB - 1;
     refused(
         chat_with(json!({"logit_bias": {"abc": 1}})),
-        ValidationError::LogitBiasKeyInvalid {
-            key: "abc".into(),
-            max_id,
-        },
+        ValidationError::LogitBiasKeyInvalid { key: "abc".into(), max_id },
         "logit_bias",
     );
     refused(
         chat_with(json!({"logit_bias": {"259": 1}})),
-        ValidationError::LogitBiasKeyInvalid {
-            key: "259".into(),
-            max_id,
-        },
+        ValidationError::LogitBiasKeyInvalid { key: "259".into(), max_id },
         "logit_bias",
     );
     refused(
         chat_with(json!({"logit_bias": {"5": 101}})),
-        ValidationError::LogitBiasValueOutOfRange {
-            key: "5".into(),
-            value: 101.0,
-        },
+        ValidationError::LogitBiasValueOutOfRange { key: "5".into(), value: 101.0 },
         "logit_bias",
     );
 }
@@ -267,34 +208,12 @@ fn rule_logprobs() {
         ValidationError::TopLogprobsOutOfRange(21),
         "top_logprobs",
     );
-    refused(
-        chat_with(json!({"top_logprobs": 2})),
-        ValidationError::TopLogprobsWithoutLogprobs,
-        "top_logprobs",
-    );
+    refused(chat_with(json!({"top_logprobs": 2})), ValidationError::TopLogprobsWithoutLogprobs, "top_logprobs");
     assert_eq!(chat_with(json!({"logprobs": true})).expect("valid").logprobs, Some(0));
-    assert_eq!(
-        chat_with(json!({"logprobs": false, "top_logprobs": 0}))
-            .expect("valid")
-            .logprobs,
-        None
-    );
-    refused(
-        compl_with(json!({"logprobs": 21})),
-        ValidationError::LogprobsOutOfRange(21),
-        "logprobs",
-    );
-    refused(
-        compl_with(json!({"logprobs": -1})),
-        ValidationError::LogprobsOutOfRange(-1),
-        "logprobs",
-    );
-    assert_eq!(
-        compl_with(json!({"logprobs": 3})).expect("valid").requests[0]
-            .sampling
-            .logprobs,
-        Some(3)
-    );
+    assert_eq!(chat_with(json!({"logprobs": false, "top_logprobs": 0})).expect("valid").logprobs, None);
+    refused(compl_with(json!({"logprobs": 21})), ValidationError::LogprobsOutOfRange(21), "logprobs");
+    refused(compl_with(json!({"logprobs": -1})), ValidationError::LogprobsOutOfRange(-1), "logprobs");
+    assert_eq!(compl_with(json!({"logprobs": 3})).expect("valid").requests[0].sampling.logprobs, Some(3));
 }
 
 #[test]
@@ -302,29 +221,17 @@ fn rule_token_ids_in_vocabulary() {
     let max_id = VOCAB - 1;
     refused(
         chat_with(json!({"stop_token_ids": [259]})),
-        ValidationError::TokenIdOutOfRange {
-            param: "stop_token_ids",
-            value: 259,
-            max_id,
-        },
+        ValidationError::TokenIdOutOfRange { param: "stop_token_ids", value: 259, max_id },
         "stop_token_ids",
     );
     refused(
         compl_with(json!({"prompt": [1, -4]})),
-        ValidationError::TokenIdOutOfRange {
-            param: "prompt",
-            value: -4,
-            max_id,
-        },
+        ValidationError::TokenIdOutOfRange { param: "prompt", value: -4, max_id },
         "prompt",
     );
     refused(
         compl_with(json!({"prompt": [[1], [1, 1000]]})),
-        ValidationError::TokenIdOutOfRange {
-            param: "prompt",
-            value: 1000,
-            max_id,
-        },
+        ValidationError::TokenIdOutOfRange { param: "prompt", value: 1000, max_id },
         "prompt",
     );
 }
@@ -333,15 +240,8 @@ fn rule_token_ids_in_vocabulary() {
 fn rule_stop_strings() {
     refused(chat_with(json!({"stop": ""})), ValidationError::StopStringEmpty, "stop");
     let many: Vec<String> = (0..65).map(|i| format!("s{i}")).collect();
-    refused(
-        chat_with(json!({"stop": many})),
-        ValidationError::TooManyStopStrings(65),
-        "stop",
-    );
-    assert_eq!(
-        chat_with(json!({"stop": "END"})).expect("valid").requests[0].stop.stop,
-        vec!["END".to_string()]
-    );
+    refused(chat_with(json!({"stop": many})), ValidationError::TooManyStopStrings(65), "stop");
+    assert_eq!(chat_with(json!({"stop": "END"})).expect("valid").requests[0].stop.stop, vec!["END".to_string()]);
 }
 
 #[test]
@@ -355,17 +255,10 @@ fn rule_stream_options() {
 
 #[test]
 fn rule_best_of() {
-    refused(
-        compl_with(json!({"n": 2, "best_of": 1})),
-        ValidationError::BestOfBelowN { best_of: 1, n: 2 },
-        "best_of",
-    );
+    refused(compl_with(json!({"n": 2, "best_of": 1})), ValidationError::BestOfBelowN { best_of: 1, n: 2 }, "best_of");
     refused(
         compl_with(json!({"best_of": 3})),
-        ValidationError::Unsupported {
-            field: "best_of".into(),
-            what: "best_of greater than n".into(),
-        },
+        ValidationError::Unsupported { field: "best_of".into(), what: "best_of greater than n".into() },
         "best_of",
     );
     assert!(compl_with(json!({"n": 2, "best_of": 2})).is_ok());
@@ -374,28 +267,17 @@ fn rule_best_of() {
 #[test]
 fn rule_too_many_choices() {
     let prompts: Vec<&str> = vec!["a"; 3];
-    refused(
-        compl_with(json!({"prompt": prompts, "n": 100})),
-        ValidationError::TooManyChoices(300),
-        "n",
-    );
+    refused(compl_with(json!({"prompt": prompts, "n": 100})), ValidationError::TooManyChoices(300), "n");
 }
 
 #[test]
 fn rule_messages() {
-    refused(
-        chat(&chat_req(json!({"messages": []})), &FakeEngine::new(64)),
-        ValidationError::MessagesEmpty,
-        "messages",
-    );
+    refused(chat(&chat_req(json!({"messages": []})), &FakeEngine::new(64)), ValidationError::MessagesEmpty, "messages");
     refused(
         chat_with(
             json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
         ),
-        ValidationError::ContentPartUnsupported {
-            index: 0,
-            kind: "image_url".into(),
-        },
+        ValidationError::ContentPartUnsupported { index: 0, kind: "image_url".into() },
         "messages",
     );
     refused(
@@ -416,16 +298,8 @@ fn rule_messages() {
 
 #[test]
 fn rule_prompt_empty() {
-    refused(
-        compl_with(json!({"prompt": []})),
-        ValidationError::PromptEmpty("prompt"),
-        "prompt",
-    );
-    refused(
-        compl_with(json!({"prompt": [[]]})),
-        ValidationError::PromptEmpty("prompt"),
-        "prompt",
-    );
+    refused(compl_with(json!({"prompt": []})), ValidationError::PromptEmpty("prompt"), "prompt");
+    refused(compl_with(json!({"prompt": [[]]})), ValidationError::PromptEmpty("prompt"), "prompt");
     refused(
         compl_with(json!({"prompt": "", "add_special_tokens": false})),
         ValidationError::PromptEmpty("prompt"),
@@ -439,12 +313,7 @@ fn rule_context_length() {
     let e = compl_with(json!({"max_tokens": 62})).expect_err("too long");
     assert_eq!(
         e,
-        ValidationError::ContextLengthExceeded {
-            param: "prompt",
-            prompt_tokens: 3,
-            max_tokens: 62,
-            max_model_len: 64
-        }
+        ValidationError::ContextLengthExceeded { param: "prompt", prompt_tokens: 3, max_tokens: 62, max_model_len: 64 }
     );
     assert_eq!(e.code(), Some("context_length_exceeded"));
     let msg = e.to_string();
@@ -455,23 +324,11 @@ fn rule_context_length() {
             && msg.contains("(3 in the input, 62 in the completion)"),
         "{msg}"
     );
-    assert_eq!(
-        compl_with(json!({"max_tokens": 61})).expect("fits").requests[0]
-            .stop
-            .max_tokens,
-        61
-    );
+    assert_eq!(compl_with(json!({"max_tokens": 61})).expect("fits").requests[0].stop.max_tokens, 61);
 
     let long = "x".repeat(63);
     let e = compl_with(json!({"prompt": long})).expect_err("no room");
-    assert_eq!(
-        e,
-        ValidationError::PromptTooLong {
-            param: "prompt",
-            prompt_tokens: 64,
-            max_model_len: 64
-        }
-    );
+    assert_eq!(e, ValidationError::PromptTooLong { param: "prompt", prompt_tokens: 64, max_model_len: 64 });
     assert_eq!(e.code(), Some("context_length_exceeded"));
     let e = chat_with(json!({"messages": [{"role": "user", "content": "y".repeat(100)}]})).expect_err("too long");
     assert_eq!(e.param().as_deref(), Some("messages"));
@@ -481,18 +338,12 @@ fn rule_context_length() {
 #[test]
 fn rule_unsupported_fields() {
     let cases = [
-        (
-            json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
-            "tools",
-        ),
+        (json!({"tools": [{"type": "function", "function": {"name": "f"}}]}), "tools"),
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"functions": [{"name": "f"}]}), "functions"),
         (json!({"function_call": "auto"}), "function_call"),
         (json!({"response_format": {"type": "json_object"}}), "response_format"),
-        (
-            json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "x"}]}]}),
-            "messages",
-        ),
+        (json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "x"}]}]}), "messages"),
     ];
     for (body, param) in cases {
         let e = chat_with(body.clone()).expect_err("unsupported");
@@ -515,20 +366,11 @@ fn completion_prompts_fan_out_prompt_major() {
     assert_eq!(
         v.prompts,
         vec![
-            ValidPrompt {
-                token_count: 3,
-                echo: Some("ab".into())
-            },
-            ValidPrompt {
-                token_count: 2,
-                echo: Some("c".into())
-            },
+            ValidPrompt { token_count: 3, echo: Some("ab".into()) },
+            ValidPrompt { token_count: 2, echo: Some("c".into()) },
         ]
     );
-    assert_eq!(
-        v.requests[0].prompt_token_ids,
-        vec![0, b'a' as u32 + 3, b'b' as u32 + 3]
-    );
+    assert_eq!(v.requests[0].prompt_token_ids, vec![0, b'a' as u32 + 3, b'b' as u32 + 3]);
     assert_eq!(v.requests[1].prompt_token_ids, v.requests[0].prompt_token_ids);
     assert_eq!(v.requests[2].prompt_token_ids, vec![0, b'c' as u32 + 3]);
     let seeds: Vec<_> = v.requests.iter().map(|r| r.sampling.seed).collect();
@@ -547,11 +389,7 @@ fn detokenize_ids_are_checked() {
     assert_eq!(token_ids("tokens", &[1, 2], &info), Ok(vec![1, 2]));
     refused(
         token_ids("tokens", &[1, 300], &info),
-        ValidationError::TokenIdOutOfRange {
-            param: "tokens",
-            value: 300,
-            max_id: VOCAB - 1,
-        },
+        ValidationError::TokenIdOutOfRange { param: "tokens", value: 300, max_id: VOCAB - 1 },
         "tokens",
     );
 }

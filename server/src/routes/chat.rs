@@ -24,22 +24,10 @@ pub async fn create(
     state.log_request(&meta.id, valid.prompt_tokens, &valid.requests);
     let merged = fanout::merge(state.submit_all(valid.requests)?);
     if valid.stream {
-        let renderer = ChatStream::new(
-            meta,
-            n,
-            valid.prompt_tokens,
-            valid.include_usage,
-            valid.logprobs.is_some(),
-        );
+        let renderer = ChatStream::new(meta, n, valid.prompt_tokens, valid.include_usage, valid.logprobs.is_some());
         Ok(sse::response(renderer, merged))
     } else {
         let outputs = fanout::collect(merged, n).await?;
-        Ok(Json(render::chat_response(
-            meta,
-            valid.prompt_tokens,
-            outputs,
-            valid.logprobs.is_some(),
-        ))
-        .into_response())
+        Ok(Json(render::chat_response(meta, valid.prompt_tokens, outputs, valid.logprobs.is_some())).into_response())
     }
 }

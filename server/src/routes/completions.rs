@@ -25,13 +25,8 @@ pub async fn create(
     state.log_request(&meta.id, prompt_tokens, &valid.requests);
     let merged = fanout::merge(state.submit_all(valid.requests)?);
     if valid.stream {
-        let renderer = CompletionStream::new(
-            meta,
-            &valid.prompts,
-            valid.n,
-            valid.include_usage,
-            valid.logprobs.is_some(),
-        );
+        let renderer =
+            CompletionStream::new(meta, &valid.prompts, valid.n, valid.include_usage, valid.logprobs.is_some());
         Ok(sse::response(renderer, merged))
     } else {
         let outputs = fanout::collect(merged, total).await?;

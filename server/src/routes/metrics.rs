@@ -15,10 +15,7 @@ use crate::state::AppState;
 pub const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 pub async fn handler(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(CONTENT_TYPE, CONTENT_TYPE_TEXT)],
-        render(state.engine.metrics(), state.primary_model_name()),
-    )
+    ([(CONTENT_TYPE, CONTENT_TYPE_TEXT)], render(state.engine.metrics(), state.primary_model_name()))
 }
 
 /// Escapes a label value (backslash, quote, newline).
@@ -28,11 +25,7 @@ fn label(v: &str) -> String {
 
 fn scalar(out: &mut String, name: &str, kind: &str, help: &str, labels: &str, value: f64) {
     // Counters are declared without the `_total` suffix, as Python's prometheus_client (and so vLLM) does.
-    let family = if kind == "counter" {
-        name.strip_suffix("_total").unwrap_or(name)
-    } else {
-        name
-    };
+    let family = if kind == "counter" { name.strip_suffix("_total").unwrap_or(name) } else { name };
     let _ = writeln!(out, "# HELP {family} {help}");
     let _ = writeln!(out, "# TYPE {family} {kind}");
     let _ = writeln!(out, "{name}{{{labels}}} {value}");
@@ -130,20 +123,8 @@ pub fn render(m: &EngineMetrics, model_name: &str) -> String {
         l,
         g(&m.requests_finished_total),
     );
-    histogram(
-        &mut out,
-        "vllm:time_to_first_token_seconds",
-        "Histogram of time to first token in seconds.",
-        l,
-        &m.ttft,
-    );
-    histogram(
-        &mut out,
-        "vllm:inter_token_latency_seconds",
-        "Histogram of inter-token latency in seconds.",
-        l,
-        &m.itl,
-    );
+    histogram(&mut out, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l, &m.ttft);
+    histogram(&mut out, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", l, &m.itl);
     histogram(
         &mut out,
         "vllm:e2e_request_latency_seconds",
@@ -151,22 +132,8 @@ pub fn render(m: &EngineMetrics, model_name: &str) -> String {
         l,
         &m.e2e,
     );
-    scalar(
-        &mut out,
-        "rserve:kv_blocks_used",
-        "gauge",
-        "KV cache blocks held by requests.",
-        l,
-        g(&m.kv_blocks_used),
-    );
-    scalar(
-        &mut out,
-        "rserve:kv_blocks_total",
-        "gauge",
-        "KV cache blocks in the pool.",
-        l,
-        g(&m.kv_blocks_total),
-    );
+    scalar(&mut out, "rserve:kv_blocks_used", "gauge", "KV cache blocks held by requests.", l, g(&m.kv_blocks_used));
+    scalar(&mut out, "rserve:kv_blocks_total", "gauge", "KV cache blocks in the pool.", l, g(&m.kv_blocks_total));
     scalar(
         &mut out,
         "rserve:computed_tokens_total",
@@ -195,29 +162,16 @@ mod tests {
         m.ttft.observe(1000.0);
         let text = render(&m, "my\"model");
         let l = "model_name=\"my\\\"model\"";
-        assert!(
-            text.contains(&format!("vllm:kv_cache_usage_perc{{{l}}} 0.25\n")),
-            "{text}"
-        );
+        assert!(text.contains(&format!("vllm:kv_cache_usage_perc{{{l}}} 0.25\n")), "{text}");
         assert!(text.contains(&format!("vllm:prompt_tokens_total{{{l}}} 42\n")));
         assert!(text.contains("# TYPE vllm:prompt_tokens counter\n"));
         assert!(text.contains(&format!("rserve:kv_blocks_used{{{l}}} 2\n")));
         assert!(text.contains(&format!("rserve:kv_blocks_total{{{l}}} 8\n")));
-        assert!(text.contains(&format!(
-            "vllm:time_to_first_token_seconds_bucket{{{l},le=\"0.001\"}} 0\n"
-        )));
-        assert!(text.contains(&format!(
-            "vllm:time_to_first_token_seconds_bucket{{{l},le=\"0.005\"}} 1\n"
-        )));
-        assert!(text.contains(&format!(
-            "vllm:time_to_first_token_seconds_bucket{{{l},le=\"0.06\"}} 2\n"
-        )));
-        assert!(text.contains(&format!(
-            "vllm:time_to_first_token_seconds_bucket{{{l},le=\"80.0\"}} 2\n"
-        )));
-        assert!(text.contains(&format!(
-            "vllm:time_to_first_token_seconds_bucket{{{l},le=\"+Inf\"}} 3\n"
-        )));
+        assert!(text.contains(&format!("vllm:time_to_first_token_seconds_bucket{{{l},le=\"0.001\"}} 0\n")));
+        assert!(text.contains(&format!("vllm:time_to_first_token_seconds_bucket{{{l},le=\"0.005\"}} 1\n")));
+        assert!(text.contains(&format!("vllm:time_to_first_token_seconds_bucket{{{l},le=\"0.06\"}} 2\n")));
+        assert!(text.contains(&format!("vllm:time_to_first_token_seconds_bucket{{{l},le=\"80.0\"}} 2\n")));
+        assert!(text.contains(&format!("vllm:time_to_first_token_seconds_bucket{{{l},le=\"+Inf\"}} 3\n")));
         assert!(text.contains(&format!("vllm:time_to_first_token_seconds_count{{{l}}} 3\n")));
         for name in [
             "vllm:num_requests_running",

@@ -7,10 +7,7 @@ use crate::openai::types::{ModelCard, ModelList};
 use crate::state::AppState;
 
 pub async fn list(State(state): State<AppState>) -> Json<ModelList> {
-    let created = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let info = state.engine.info();
     let data = state
         .settings

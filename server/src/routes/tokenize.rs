@@ -36,12 +36,7 @@ pub async fn tokenize(
     } else {
         None
     };
-    Ok(Json(TokenizeResponse {
-        count: tokens.len(),
-        max_model_len: engine.info().max_model_len,
-        tokens,
-        token_strs,
-    }))
+    Ok(Json(TokenizeResponse { count: tokens.len(), max_model_len: engine.info().max_model_len, tokens, token_strs }))
 }
 
 pub async fn detokenize(
@@ -51,8 +46,6 @@ pub async fn detokenize(
     state.resolve_model(req.model.as_deref())?;
     let engine = state.engine.as_ref();
     let ids = validate::token_ids("tokens", &req.tokens, engine.info())?;
-    let prompt = engine
-        .decode(&ids, false)
-        .map_err(|e| ValidationError::Tokenization(e.to_string()))?;
+    let prompt = engine.decode(&ids, false).map_err(|e| ValidationError::Tokenization(e.to_string()))?;
     Ok(Json(DetokenizeResponse { prompt }))
 }

@@ -30,7 +30,7 @@ pub(super) fn paged_attention(
     if query_start.len() != num_seqs + 1 || block_tables.len() < num_seqs * max_blocks {
         return Err(be("paged_attention: metadata lengths disagree"));
     }
-    if s.num_kv_heads == 0 || s.num_heads % s.num_kv_heads != 0 {
+    if s.num_kv_heads == 0 || !s.num_heads.is_multiple_of(s.num_kv_heads) {
         return Err(be("paged_attention: heads must be a multiple of kv heads"));
     }
     let group = s.num_heads / s.num_kv_heads;

@@ -118,12 +118,12 @@ mod tests {
         let (m, k, n) = (3, 77, 50);
         let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
         let w: Vec<f32> = (0..n * k).map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0).collect();
-        let want: Vec<f32> = (0..m * n)
-            .map(|o| (0..k).map(|t| x[(o / n) * k + t] * w[(o % n) * k + t]).sum())
-            .collect();
+        let want: Vec<f32> =
+            (0..m * n).map(|o| (0..k).map(|t| x[(o / n) * k + t] * w[(o % n) * k + t]).sum()).collect();
         let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
         let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
-        for (weights, tol) in [(WeightRows::F32(&w), 1e-4), (WeightRows::BF16(&wb), 0.2), (WeightRows::F16(&wh), 0.05)] {
+        for (weights, tol) in [(WeightRows::F32(&w), 1e-4), (WeightRows::BF16(&wb), 0.2), (WeightRows::F16(&wh), 0.05)]
+        {
             let mut out = vec![0.0; m * n];
             gemv(&x, weights, &mut out, m, k, n);
             for (a, b) in out.iter().zip(&want) {

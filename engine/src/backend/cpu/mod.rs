@@ -118,7 +118,15 @@ impl Backend for CpuBackend {
                     Some(b) => Some(b.f32()?),
                     None => None,
                 };
-                matmul::matmul(&x.f32()?, w.matrix()?, bias.as_deref().map(|v| v.as_slice()), &mut out.f32_mut()?, m, k, n)
+                matmul::matmul(
+                    &x.f32()?,
+                    w.matrix()?,
+                    bias.as_deref().map(|v| v.as_slice()),
+                    &mut out.f32_mut()?,
+                    m,
+                    k,
+                    n,
+                )
             }
             Op::RopeWriteKv {
                 qkv,
@@ -147,19 +155,28 @@ impl Backend for CpuBackend {
             Op::SiluMul { gate_up, out, rows, width } => {
                 elementwise::silu_mul(&gate_up.f32()?, &mut out.f32_mut()?, rows, width)
             }
-            Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale } => {
-                attention::paged_attention(
-                    &q.f32()?,
-                    &k_cache.f32()?,
-                    &v_cache.f32()?,
-                    &mut out.f32_mut()?,
-                    &attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale },
-                    meta.host_query_start,
-                    meta.host_context_lens,
-                    meta.host_block_tables,
-                    meta.max_blocks_per_seq,
-                )
-            }
+            Op::PagedAttention {
+                q,
+                k_cache,
+                v_cache,
+                out,
+                meta,
+                num_heads,
+                num_kv_heads,
+                head_dim,
+                block_size,
+                scale,
+            } => attention::paged_attention(
+                &q.f32()?,
+                &k_cache.f32()?,
+                &v_cache.f32()?,
+                &mut out.f32_mut()?,
+                &attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale },
+                meta.host_query_start,
+                meta.host_context_lens,
+                meta.host_block_tables,
+                meta.max_blocks_per_seq,
+            ),
             Op::GatherRows { x, rows, out, num_rows, width } => {
                 elementwise::gather_rows(&x.f32()?, rows.u32()?, &mut out.f32_mut()?, num_rows, width)
             }

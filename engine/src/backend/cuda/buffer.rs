@@ -97,7 +97,10 @@ impl CuBuffer {
     /// allocation, so one host copy fills them all). It frees nothing: `parent` must outlive it.
     pub(super) fn view(parent: &CuBuffer, offset: usize, bytes: usize, contents: Contents) -> Result<Self> {
         if offset.checked_add(bytes).is_none_or(|end| end > parent.bytes) {
-            return Err(be(format!("cuda: a view of {bytes} bytes at {offset} is outside a buffer of {}", parent.bytes)));
+            return Err(be(format!(
+                "cuda: a view of {bytes} bytes at {offset} is outside a buffer of {}",
+                parent.bytes
+            )));
         }
         let ptr = parent.ptr + offset as sys::CUdeviceptr;
         Ok(Self { ptr, bytes, contents, pool: parent.pool.clone(), graph: parent.graph, owned: false })
@@ -124,11 +127,12 @@ impl CuBuffer {
                 host.extend_from_slice(data);
                 Ok(())
             }
-            Contents::U32 { .. } => Err(be(format!("u32 write: {} indices do not fit a buffer of {} bytes", data.len(), self.bytes))),
+            Contents::U32 { .. } => {
+                Err(be(format!("u32 write: {} indices do not fit a buffer of {} bytes", data.len(), self.bytes)))
+            }
             _ => Err(be("u32 write: expected a u32 buffer")),
         }
     }
-
 }
 
 impl Drop for CuBuffer {

@@ -68,7 +68,7 @@ pub fn ptx_cache_file(module: &str, source: &str, options: &[String], cc: (i32, 
 /// Where PTX is cached: `$RSERVE_CACHE_DIR/ptx`, else `$XDG_CACHE_HOME/rserve/ptx`, else `~/.cache/rserve/ptx`,
 /// else the system temp folder.
 pub fn ptx_cache_dir() -> PathBuf {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let env = |k: &str| crate::backend::env::path_var(k).map(PathBuf::from);
     if let Some(d) = env("RSERVE_CACHE_DIR") {
         return d.join("ptx");
     }
@@ -81,14 +81,20 @@ pub fn ptx_cache_dir() -> PathBuf {
     std::env::temp_dir().join("rserve-ptx")
 }
 
+/// A CUDA grid or block size (x, y, z).
+pub type Dim3 = (u32, u32, u32);
+
 /// CUDA grid and block for an OpenCL-style ND-range (`global` work-items in total, `local` per group, each global
 /// size a multiple of its local size). Errors instead of launching a wrong grid.
-pub fn grid_dims(global: [usize; 3], local: [usize; 3]) -> Result<((u32, u32, u32), (u32, u32, u32))> {
+pub fn grid_dims(global: [usize; 3], local: [usize; 3]) -> Result<(Dim3, Dim3)> {
     let mut g = [0u32; 3];
     let mut l = [0u32; 3];
     for d in 0..3 {
-        if local[d] == 0 || global[d] % local[d] != 0 {
-            return Err(be(format!("cuda: global size {} is not a multiple of the group size {}", global[d], local[d])));
+        if local[d] == 0 || !global[d].is_multiple_of(local[d]) {
+            return Err(be(format!(
+                "cuda: global size {} is not a multiple of the group size {}",
+                global[d], local[d]
+            )));
         }
         let groups = global[d] / local[d];
         // CUDA limits: x up to 2^31 - 1 groups, y and z up to 65535; 1024 threads per block.
@@ -109,6 +115,7 @@ pub fn grid_dims(global: [usize; 3], local: [usize; 3]) -> Result<((u32, u32, u3
 /// `A = w` transposed (lda = k), `B = x` as is (ldb = k), `ldc = n`. Returns `(m, n, k, lda, ldb, ldc)` in cuBLAS'
 /// naming, checked to fit its `int` arguments.
 pub fn gemm_shape(m: usize, k: usize, n: usize) -> Result<(i32, i32, i32, i32, i32, i32)> {
-    let fit = |v: usize| i32::try_from(v).map_err(|_| be(format!("cuda: matmul dimension {v} exceeds cuBLAS' int range")));
+    let fit =
+        |v: usize| i32::try_from(v).map_err(|_| be(format!("cuda: matmul dimension {v} exceeds cuBLAS' int range")));
     Ok((fit(n)?, fit(m)?, fit(k)?, fit(k)?, fit(k)?, fit(n)?))
 }

@@ -10,9 +10,9 @@ use cudarc::driver::{result, sys, CudaContext, CudaFunction, CudaStream};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 
 use super::buffer::CuBuffer;
-use crate::backend::kernels::{Arg, Launch};
 use super::host;
 use crate::backend::cpu::be;
+use crate::backend::kernels::{Arg, Launch};
 use crate::error::{EngineError, Result};
 
 /// Loaded functions by entry-point name.

@@ -27,11 +27,11 @@ use std::sync::{Arc, Mutex};
 use cudarc::cublas::{result as cublas, sys as bsys};
 use cudarc::driver::{result, CudaContext, CudaStream};
 
-pub use buffer::{Contents, CuBuffer};
 use buffer::Pool;
+pub use buffer::{Contents, CuBuffer};
 use kernels::Kernels;
 
-use super::kernels::{AttnPlan, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache};
+use super::kernels::{weight_data, AttnPlan, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache, WeightData};
 use super::{Backend, Op, WeightDType};
 use crate::backend::cpu::be;
 use crate::error::Result;
@@ -65,11 +65,15 @@ impl CudaBackend {
     pub fn new(ordinal: usize) -> Result<Self> {
         // SAFETY: only probes whether the shared library can be opened (dlopen + dlclose).
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(be("cuda: the CUDA driver (libcuda.so) could not be loaded: no NVIDIA GPU driver on this host"));
+            return Err(be(
+                "cuda: the CUDA driver (libcuda.so) could not be loaded: no NVIDIA GPU driver on this host",
+            ));
         }
         // cudarc panics when a library cannot be loaded: turn that into an error value.
         let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
-            .map_err(|_| be("cuda: the CUDA driver (libcuda.so) could not be loaded: no NVIDIA GPU driver on this host"))?
+            .map_err(|_| {
+                be("cuda: the CUDA driver (libcuda.so) could not be loaded: no NVIDIA GPU driver on this host")
+            })?
             .map_err(|e| be(format!("cuda: opening GPU {ordinal}: {e:?}")))?;
         let name = ctx.name().map_err(|e| be(format!("cuda: device name: {e:?}")))?;
         let cc = ctx.compute_capability().map_err(|e| be(format!("cuda: compute capability: {e:?}")))?;
@@ -79,7 +83,8 @@ impl CudaBackend {
             .map_err(|_| be("cuda: cuBLAS (libcublas.so) could not be loaded"))?
             .map_err(|e| be(format!("cuda: creating a cuBLAS handle: {e:?}")))?;
         // SAFETY: a fresh handle bound to the context's stream.
-        unsafe { cublas::set_stream(blas, stream.cu_stream() as _) }.map_err(|e| be(format!("cuda: cuBLAS stream: {e:?}")))?;
+        unsafe { cublas::set_stream(blas, stream.cu_stream() as _) }
+            .map_err(|e| be(format!("cuda: cuBLAS stream: {e:?}")))?;
         let t0 = std::time::Instant::now();
         let kernels = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Kernels::build(&ctx, cc)))
             .map_err(|_| be("cuda: NVRTC (libnvrtc.so) could not be loaded"))??;
@@ -207,7 +212,8 @@ impl CudaBackend {
         let mut bytes = vec![0u8; owner.bytes()];
         let mut end = 0;
         for (view, part) in views.iter_mut().zip(parts) {
-            let off = view.ptr().checked_sub(owner.ptr()).map(|o| o as usize).filter(|o| o + view.bytes() <= owner.bytes());
+            let off =
+                view.ptr().checked_sub(owner.ptr()).map(|o| o as usize).filter(|o| o + view.bytes() <= owner.bytes());
             let off = off.ok_or_else(|| be("write_u32_packed: a view outside its owner"))?;
             view.set_host_u32(part)?;
             let src = as_bytes(part);
@@ -234,7 +240,11 @@ impl CudaBackend {
             return Err(be("argmax: output buffer too small"));
         }
         let kernel = rserve_kernels::names::ARGMAX_ROWS;
-        let args = vec![super::kernels::Arg::Buf(x), super::kernels::Arg::Buf(out), super::kernels::u32_arg(width, kernel, "width")?];
+        let args = vec![
+            super::kernels::Arg::Buf(x),
+            super::kernels::Arg::Buf(out),
+            super::kernels::u32_arg(width, kernel, "width")?,
+        ];
         self.launch(&Launch::groups(kernel, args, rows, [1, 1]))
     }
 
@@ -245,7 +255,11 @@ impl CudaBackend {
             WeightDType::F32 => self.upload_f32(data),
             WeightDType::BF16 | WeightDType::F16 => {
                 let bits = |x: f32| {
-                    if dtype == WeightDType::F16 { half::f16::from_f32(x).to_bits() } else { half::bf16::from_f32(x).to_bits() }
+                    if dtype == WeightDType::F16 {
+                        half::f16::from_f32(x).to_bits()
+                    } else {
+                        half::bf16::from_f32(x).to_bits()
+                    }
                 };
                 let v: Vec<u16> = data.iter().map(|&x| bits(x)).collect();
                 self.upload_bytes(as_bytes(&v), Contents::Half { dtype, len: data.len() })
@@ -410,26 +424,9 @@ impl Backend for CudaBackend {
     }
 
     fn upload_weight(&self, t: &candle_core::Tensor) -> Result<CuBuffer> {
-        use candle_core::DType;
-        match t.rank() {
-            1 => self.upload_f32(&t.to_dtype(DType::F32)?.to_vec1::<f32>()?),
-            2 => {
-                let (rows, cols) = t.dims2()?;
-                let flat = t.flatten_all()?;
-                let (dtype, v16, v32) = match t.dtype() {
-                    DType::F32 => (WeightDType::F32, Vec::new(), flat.to_vec1::<f32>()?),
-                    DType::BF16 => {
-                        (WeightDType::BF16, flat.to_vec1::<half::bf16>()?.iter().map(|x| x.to_bits()).collect(), Vec::new())
-                    }
-                    DType::F16 => {
-                        (WeightDType::F16, flat.to_vec1::<half::f16>()?.iter().map(|x| x.to_bits()).collect(), Vec::new())
-                    }
-                    other => return Err(be(format!("cuda: weights of dtype {other:?} are not supported"))),
-                };
-                let bytes = if dtype == WeightDType::F32 { as_bytes(&v32) } else { as_bytes(&v16) };
-                self.upload_bytes(bytes, Contents::Matrix { dtype, rows, cols })
-            }
-            r => Err(be(format!("weights must be 1-D or 2-D, got rank {r}"))),
+        match weight_data(t)? {
+            WeightData::Vector(v) => self.upload_f32(&v),
+            WeightData::Matrix { bytes, contents } => self.upload_bytes(&bytes, contents),
         }
     }
 

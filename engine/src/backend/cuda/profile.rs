@@ -124,7 +124,8 @@ impl Profile {
             busy += ms;
             *window.per_op.entry(name).or_default() += ms;
         }
-        let (kind, size) = if decode { (format!("decode batch={}", self.seqs), 64) } else { ("prefill".to_string(), PREFILL_WINDOW) };
+        let (kind, size) =
+            if decode { (format!("decode batch={}", self.seqs), 64) } else { ("prefill".to_string(), PREFILL_WINDOW) };
         if let Some(line) = window.add(self.tokens, wall, busy, size) {
             eprintln!("cuda-profile: {kind} {line}");
         }
@@ -141,7 +142,10 @@ mod tests {
         w.per_op.insert("matmul", 6.0);
         assert!(w.add(2048, 10.0, 8.0, 2).is_none());
         let line = w.add(2048, 30.0, 16.0, 2).expect("full window");
-        assert!(line.contains("steps=2 tokens_per_step=2048 wall_per_step_ms=20.000 gpu_busy_per_step_ms=12.000"), "{line}");
+        assert!(
+            line.contains("steps=2 tokens_per_step=2048 wall_per_step_ms=20.000 gpu_busy_per_step_ms=12.000"),
+            "{line}"
+        );
         assert!(line.contains("busy_share=60.0%") && line.contains("matmul=3.000ms"), "{line}");
         assert_eq!((w.steps, w.tokens, w.per_op.len()), (0, 0, 0));
     }

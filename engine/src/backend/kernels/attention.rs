@@ -50,7 +50,12 @@ struct Prefill<B> {
 }
 
 /// Checks the batch metadata against the cache; returns the number of query rows.
-fn check_meta<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &AttnShape, cache_len: usize) -> Result<usize> {
+fn check_meta<D: KernelDevice>(
+    d: &D,
+    meta: &AttentionMeta<'_, D::Buf>,
+    s: &AttnShape,
+    cache_len: usize,
+) -> Result<usize> {
     let num_seqs = meta.host_context_lens.len();
     let (qs, ctx, tables, max_blocks) =
         (meta.host_query_start, meta.host_context_lens, meta.host_block_tables, meta.max_blocks_per_seq);
@@ -99,11 +104,17 @@ fn check_meta<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &Attn
 /// `query_start` and `context_lens` on the device), prefill tiles `(seq, first pair)`, and the longest context
 /// among the decode rows. Expects metadata `check_meta` accepted (`query_start` has one more entry than
 /// `context_lens`).
-pub fn split_work(query_start: &[u32], context_lens: &[u32], group: usize, head_dim: usize) -> (Vec<u32>, Vec<u32>, usize) {
+pub fn split_work(
+    query_start: &[u32],
+    context_lens: &[u32],
+    group: usize,
+    head_dim: usize,
+) -> (Vec<u32>, Vec<u32>, usize) {
     let tiled_prefill = rserve_kernels::prefill_tiles_head(head_dim);
     let (mut entries, mut tiles, mut max_ctx) = (Vec::new(), Vec::new(), 0usize);
     for seq in 0..context_lens.len() {
-        let (q0, qlen, c) = (query_start[seq], query_start[seq + 1].saturating_sub(query_start[seq]), context_lens[seq]);
+        let (q0, qlen, c) =
+            (query_start[seq], query_start[seq + 1].saturating_sub(query_start[seq]), context_lens[seq]);
         if qlen > 1 && tiled_prefill {
             for first in (0..qlen as usize * group).step_by(PREFILL_ROWS) {
                 tiles.extend([seq as u32, first as u32]);
@@ -126,7 +137,12 @@ fn plan_key<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &AttnSh
     (meta.host_query_start.to_vec(), parts, s.num_heads, s.num_kv_heads, s.head_dim)
 }
 
-fn build_plan<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &AttnShape, key: PlanKey) -> Result<AttnPlan<D::Buf>> {
+fn build_plan<D: KernelDevice>(
+    d: &D,
+    meta: &AttentionMeta<'_, D::Buf>,
+    s: &AttnShape,
+    key: PlanKey,
+) -> Result<AttnPlan<D::Buf>> {
     let t = d.tuning();
     let group = s.num_heads / s.num_kv_heads;
     let (entries, tiles, _) = split_work(meta.host_query_start, meta.host_context_lens, group, s.head_dim);
@@ -148,7 +164,11 @@ fn build_plan<D: KernelDevice>(d: &D, meta: &AttentionMeta<'_, D::Buf>, s: &Attn
         };
         Some(Decode { entries: d.upload_indices(&entries)?, count, parts, scratch })
     };
-    let prefill = if tiles.is_empty() { None } else { Some(Prefill { count: tiles.len() / 2, tiles: d.upload_indices(&tiles)? }) };
+    let prefill = if tiles.is_empty() {
+        None
+    } else {
+        Some(Prefill { count: tiles.len() / 2, tiles: d.upload_indices(&tiles)? })
+    };
     Ok(AttnPlan { key, partition: t.partition_size(count), decode, prefill })
 }
 
@@ -200,11 +220,18 @@ pub(super) fn paged_attention<D: KernelDevice>(
             Arg::U32(out_kind),
             Arg::U32(counters.is_some() as u32),
         ]);
-        d.launch(&Launch::groups(kernel, args, dec.count, [s.num_kv_heads * group.div_ceil(ATTN_HEAD_CHUNK), dec.parts]))?;
+        d.launch(&Launch::groups(
+            kernel,
+            args,
+            dec.count,
+            [s.num_kv_heads * group.div_ceil(ATTN_HEAD_CHUNK), dec.parts],
+        ))?;
         if dec.parts > 1 && counters.is_none() {
             let kernel = names::ATTN_REDUCE;
-            let mut args: Vec<_> =
-                [out, part_out, part_ml, &dec.entries, meta.query_start, meta.context_lens].into_iter().map(Arg::Buf).collect();
+            let mut args: Vec<_> = [out, part_out, part_ml, &dec.entries, meta.query_start, meta.context_lens]
+                .into_iter()
+                .map(Arg::Buf)
+                .collect();
             args.extend([
                 u(s.num_heads, "num_heads")?,
                 u(s.head_dim, "head_dim")?,

@@ -98,3 +98,34 @@ pub fn kv_pair(k: &Contents, v: &Contents, what: &str) -> Result<(usize, ElemTyp
         _ => Err(be(format!("{what}: the K and V caches must be KV-cache buffers of one type"))),
     }
 }
+
+/// A checkpoint tensor as a kernel backend uploads it.
+pub enum WeightData {
+    /// A 1-D weight (norm weight, bias): the kernels read it as f32.
+    Vector(Vec<f32>),
+    /// A row-major 2-D weight in its own dtype: its little-endian bytes and their description.
+    Matrix { bytes: Vec<u8>, contents: Contents },
+}
+
+/// What `upload_weight` puts on a kernel device for `t` (1-D or 2-D; f32, bf16 or f16).
+pub fn weight_data(t: &candle_core::Tensor) -> Result<WeightData> {
+    use candle_core::DType;
+    fn le<T: Copy, const N: usize>(v: Vec<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+        v.into_iter().flat_map(f).collect()
+    }
+    match t.rank() {
+        1 => Ok(WeightData::Vector(t.to_dtype(DType::F32)?.to_vec1::<f32>()?)),
+        2 => {
+            let (rows, cols) = t.dims2()?;
+            let flat = t.flatten_all()?;
+            let (dtype, bytes) = match t.dtype() {
+                DType::F32 => (WeightDType::F32, le(flat.to_vec1::<f32>()?, f32::to_le_bytes)),
+                DType::BF16 => (WeightDType::BF16, le(flat.to_vec1::<half::bf16>()?, half::bf16::to_le_bytes)),
+                DType::F16 => (WeightDType::F16, le(flat.to_vec1::<half::f16>()?, half::f16::to_le_bytes)),
+                other => return Err(be(format!("weights of dtype {other:?} are not supported on this device"))),
+            };
+            Ok(WeightData::Matrix { bytes, contents: Contents::Matrix { dtype, rows, cols } })
+        }
+        r => Err(be(format!("weights must be 1-D or 2-D, got rank {r}"))),
+    }
+}

@@ -52,7 +52,10 @@ pub fn check<D: KernelDevice>(d: &D, c: &MatMulCall<'_, D::Buf>) -> Result<(Weig
     let x16 = match d.contents(c.x) {
         Contents::Half { dtype: xd, len } if *xd == dtype && *len >= c.m * c.k => true,
         Contents::Half { .. } => {
-            return Err(be(format!("matmul x: 16-bit activations must match the weight ({dtype:?}) and hold {}", c.m * c.k)))
+            return Err(be(format!(
+                "matmul x: 16-bit activations must match the weight ({dtype:?}) and hold {}",
+                c.m * c.k
+            )))
         }
         other => {
             other.f32("matmul x", c.m * c.k)?;

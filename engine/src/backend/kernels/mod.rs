@@ -20,7 +20,7 @@ mod tuning;
 use std::cell::{Cell, RefCell};
 
 pub use attention::{split_work, AttnPlan, AttnShape};
-pub use contents::{elem_type, kv_pair, Contents};
+pub use contents::{elem_type, kv_pair, weight_data, Contents, WeightData};
 pub use matmul::{check as matmul_check, MatMulCall};
 pub use tuning::{KernelTuning, MatmulPath, Partition};
 
@@ -117,7 +117,9 @@ pub trait KernelDevice {
 pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
     match op {
         Op::Embedding { table, ids, out, num_tokens, hidden } => ops::embedding(d, table, ids, out, num_tokens, hidden),
-        Op::RmsNorm { x, weight, out, rows, hidden, eps } => ops::rms_norm(d, x, None, weight, out, [rows, hidden], eps),
+        Op::RmsNorm { x, weight, out, rows, hidden, eps } => {
+            ops::rms_norm(d, x, None, weight, out, [rows, hidden], eps)
+        }
         Op::AddRmsNorm { x, residual, weight, out, rows, hidden, eps } => {
             ops::rms_norm(d, x, Some(residual), weight, out, [rows, hidden], eps)
         }

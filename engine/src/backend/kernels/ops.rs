@@ -8,7 +8,14 @@ use super::{u32_arg, Arg, KernelDevice, Launch};
 use crate::backend::cpu::be;
 use crate::error::Result;
 
-pub(super) fn embedding<D: KernelDevice>(d: &D, table: &D::Buf, ids: &D::Buf, out: &D::Buf, n: usize, hidden: usize) -> Result<()> {
+pub(super) fn embedding<D: KernelDevice>(
+    d: &D,
+    table: &D::Buf,
+    ids: &D::Buf,
+    out: &D::Buf,
+    n: usize,
+    hidden: usize,
+) -> Result<()> {
     let (dtype, vocab, cols) = d.contents(table).matrix("embedding table")?;
     if cols != hidden {
         return Err(be(format!("embedding table is [{vocab}, {cols}], op expects width {hidden}")));
@@ -59,7 +66,12 @@ pub(super) struct RopeIo<'a, B> {
 }
 
 /// Rotary embedding of q and k from the fused projection, k and v stored at each token's slot.
-pub(super) fn rope_write_kv<D: KernelDevice>(d: &D, io: &RopeIo<'_, D::Buf>, n: usize, [heads, kv_heads, hd]: [usize; 3]) -> Result<()> {
+pub(super) fn rope_write_kv<D: KernelDevice>(
+    d: &D,
+    io: &RopeIo<'_, D::Buf>,
+    n: usize,
+    [heads, kv_heads, hd]: [usize; 3],
+) -> Result<()> {
     let all_heads = heads + 2 * kv_heads;
     d.contents(io.qkv).f32("rope_write_kv qkv", n * all_heads * hd)?;
     d.contents(io.q_out).f32("rope_write_kv q_out", n * heads * hd)?;
@@ -86,14 +98,27 @@ pub(super) fn rope_write_kv<D: KernelDevice>(d: &D, io: &RopeIo<'_, D::Buf>, n: 
 }
 
 /// `silu(gate) * up` over the fused gate/up rows; `out` is f32 or the 16-bit input of the down projection.
-pub(super) fn silu_mul<D: KernelDevice>(d: &D, gate_up: &D::Buf, out: &D::Buf, rows: usize, width: usize) -> Result<()> {
+pub(super) fn silu_mul<D: KernelDevice>(
+    d: &D,
+    gate_up: &D::Buf,
+    out: &D::Buf,
+    rows: usize,
+    width: usize,
+) -> Result<()> {
     d.contents(gate_up).f32("silu gate_up", rows * 2 * width)?;
     let kernel = d.contents(out).act("silu out", rows * width)?.pick(&names::SILU_MUL);
     let args = vec![Arg::Buf(gate_up), Arg::Buf(out), u32_arg(width, kernel, "width")?];
     d.launch(&Launch::items(kernel, args, width, [rows, 1]))
 }
 
-pub(super) fn gather_rows<D: KernelDevice>(d: &D, x: &D::Buf, rows: &D::Buf, out: &D::Buf, num_rows: usize, width: usize) -> Result<()> {
+pub(super) fn gather_rows<D: KernelDevice>(
+    d: &D,
+    x: &D::Buf,
+    rows: &D::Buf,
+    out: &D::Buf,
+    num_rows: usize,
+    width: usize,
+) -> Result<()> {
     let x_len = d.contents(x).f32("gather x", 0)?;
     for &r in d.contents(rows).u32("gather rows", num_rows)? {
         if (r as usize + 1) * width > x_len {

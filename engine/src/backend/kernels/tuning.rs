@@ -116,11 +116,16 @@ impl KernelTuning {
     pub fn validate(&self) -> Result<()> {
         if let Partition::Fixed(p) = self.partition {
             if !p.is_power_of_two() || !(16..=ATTN_MAX_PARTITION).contains(&p) {
-                return Err(be(format!("kernel tuning: partition {p} must be a power of two in 16..={ATTN_MAX_PARTITION}")));
+                return Err(be(format!(
+                    "kernel tuning: partition {p} must be a power of two in 16..={ATTN_MAX_PARTITION}"
+                )));
             }
         }
         if self.async_gemv_rows > GEMV_PDL_ROWS {
-            return Err(be(format!("kernel tuning: async_gemv_rows {} is above {GEMV_PDL_ROWS}", self.async_gemv_rows)));
+            return Err(be(format!(
+                "kernel tuning: async_gemv_rows {} is above {GEMV_PDL_ROWS}",
+                self.async_gemv_rows
+            )));
         }
         if self.async_gemv_rows > 0 && !self.pdl {
             return Err(be("kernel tuning: async_gemv_rows needs pdl=on"));
@@ -153,7 +158,9 @@ impl KernelTuning {
                 }
             }
             "async_gemv_rows" => next.async_gemv_rows = num()?,
-            "partition" => next.partition = if value == "by-rows" { Partition::ByRows } else { Partition::Fixed(num()?) },
+            "partition" => {
+                next.partition = if value == "by-rows" { Partition::ByRows } else { Partition::Fixed(num()?) }
+            }
             "fused_reduce_above" => next.fused_reduce_above = if value == "off" { None } else { Some(num()?) },
             "latency_rows" => next.latency_rows = num()?,
             _ => return Err(be(format!("kernel tuning: unknown key '{key}'"))),

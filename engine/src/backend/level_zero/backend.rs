@@ -7,7 +7,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 use super::discovery::{DeviceInfo, Selected};
 use super::error::LzError;
@@ -15,8 +15,8 @@ use super::handles::{Context, Kernel, Module};
 use super::loader::api;
 use super::memory::{Contents, LzBuffer, MemPool};
 use super::stream::{Stream, RING_EVENTS};
-use crate::backend::kernels::{self, Arg, KernelDevice, KernelTuning, Launch, PlanCache};
-use crate::backend::{Backend, Op, WeightDType};
+use crate::backend::kernels::{self, weight_data, Arg, KernelDevice, KernelTuning, Launch, PlanCache, WeightData};
+use crate::backend::{Backend, Op};
 use crate::error::{EngineError, Result};
 
 /// Bytes of freed device memory kept for reuse across steps; above it the pool returns memory after a step.
@@ -43,7 +43,8 @@ impl LevelZeroBackend {
     /// Creates the context, the stream and every kernel of `rserve-kernels` on the selected device.
     pub fn new(sel: Selected) -> std::result::Result<Self, LzError> {
         let api = api()?;
-        let largest = rserve_kernels::KERNELS.iter().flat_map(|(_, k)| k.iter()).map(|k| rserve_kernels::work_group(k)).max();
+        let largest =
+            rserve_kernels::KERNELS.iter().flat_map(|(_, k)| k.iter()).map(|k| rserve_kernels::work_group(k)).max();
         if let Some(need) = largest {
             if sel.info.max_group_size != 0 && (sel.info.max_group_size as usize) < need {
                 return Err(LzError::Invalid(format!(
@@ -63,8 +64,9 @@ impl LevelZeroBackend {
         let mut modules = Vec::new();
         let mut kernels = HashMap::new();
         for (module_name, names) in rserve_kernels::KERNELS {
-            let m = rserve_kernels::module(module_name)
-                .ok_or_else(|| LzError::Invalid(format!("rserve-kernels lists module {module_name} but does not embed it")))?;
+            let m = rserve_kernels::module(module_name).ok_or_else(|| {
+                LzError::Invalid(format!("rserve-kernels lists module {module_name} but does not embed it"))
+            })?;
             let module = Module::from_spirv(&ctx, m.name, m.spirv, BUILD_FLAGS)?;
             for &name in names.iter() {
                 let k = Kernel::new(&module, name)?;
@@ -94,7 +96,17 @@ impl LevelZeroBackend {
             sel.hierarchy
         );
         let tuning = Cell::new(KernelTuning::level_zero());
-        Ok(Self { plans: PlanCache::default(), tuning, kernels, _modules: modules, stream: RefCell::new(stream), pool, _ctx: ctx, info: sel.info, label })
+        Ok(Self {
+            plans: PlanCache::default(),
+            tuning,
+            kernels,
+            _modules: modules,
+            stream: RefCell::new(stream),
+            pool,
+            _ctx: ctx,
+            info: sel.info,
+            label,
+        })
     }
 
     /// Total device memory in bytes, for the KV cache budget.
@@ -144,11 +156,15 @@ impl LevelZeroBackend {
         if l.global.contains(&0) {
             return Ok(());
         }
-        if l.local == 0 || l.global[0] % l.local != 0 {
-            return Err(LzError::Invalid(format!("{}: {} work-items are not a multiple of the group size {}", l.kernel, l.global[0], l.local)));
+        if l.local == 0 || !l.global[0].is_multiple_of(l.local) {
+            return Err(LzError::Invalid(format!(
+                "{}: {} work-items are not a multiple of the group size {}",
+                l.kernel, l.global[0], l.local
+            )));
         }
         let dim = |v: usize, what: &str| {
-            u32::try_from(v).map_err(|_| LzError::Invalid(format!("{}: {what} = {v} does not fit in 32 bits", l.kernel)))
+            u32::try_from(v)
+                .map_err(|_| LzError::Invalid(format!("{}: {what} = {v} does not fit in 32 bits", l.kernel)))
         };
         if k.info.num_args != 0 && k.info.num_args as usize != l.args.len() {
             return Err(LzError::Invalid(format!(
@@ -158,7 +174,8 @@ impl LevelZeroBackend {
                 k.info.num_args
             )));
         }
-        let groups = [dim(l.global[0] / l.local, "work-groups")?, dim(l.global[1], "grid y")?, dim(l.global[2], "grid z")?];
+        let groups =
+            [dim(l.global[0] / l.local, "work-groups")?, dim(l.global[1], "grid y")?, dim(l.global[2], "grid z")?];
         for (i, a) in l.args.iter().enumerate() {
             let i = i as u32;
             match a {
@@ -224,21 +241,9 @@ impl Backend for LevelZeroBackend {
     }
 
     fn upload_weight(&self, t: &Tensor) -> Result<LzBuffer> {
-        match t.rank() {
-            // Norm weights and biases: the kernels read them as f32.
-            1 => self.upload_f32(&t.to_dtype(DType::F32)?.to_vec1::<f32>()?),
-            2 => {
-                let (rows, cols) = t.dims2()?;
-                let flat = t.flatten_all()?;
-                let (dtype, bytes) = match t.dtype() {
-                    DType::F32 => (WeightDType::F32, le_bytes(&flat.to_vec1::<f32>()?, f32::to_le_bytes)),
-                    DType::BF16 => (WeightDType::BF16, le_bytes(&flat.to_vec1::<half::bf16>()?, half::bf16::to_le_bytes)),
-                    DType::F16 => (WeightDType::F16, le_bytes(&flat.to_vec1::<half::f16>()?, half::f16::to_le_bytes)),
-                    other => return Err(EngineError::Backend(format!("level-zero: weights of dtype {other:?} are not supported"))),
-                };
-                Ok(self.upload_bytes(bytes, Contents::Matrix { dtype, rows, cols })?)
-            }
-            r => Err(EngineError::Backend(format!("weights must be 1-D or 2-D, got rank {r}"))),
+        match weight_data(t)? {
+            WeightData::Vector(v) => self.upload_f32(&v),
+            WeightData::Matrix { bytes, contents } => Ok(self.upload_bytes(bytes, contents)?),
         }
     }
 

@@ -53,10 +53,10 @@ fn no_device(reason: String) -> LzError {
 
 /// The hierarchy and mask in effect, with warnings logged for masks that cannot mean what they say.
 pub fn settings() -> Result<(Hierarchy, Option<AffinityMask>)> {
-    let h = Hierarchy::parse(std::env::var("ZE_FLAT_DEVICE_HIERARCHY").ok().as_deref())?;
-    let mask = match std::env::var("ZE_AFFINITY_MASK") {
-        Ok(v) => AffinityMask::parse(&v)?,
-        Err(_) => None,
+    let h = Hierarchy::parse(crate::backend::env::var("ZE_FLAT_DEVICE_HIERARCHY").as_deref())?;
+    let mask = match crate::backend::env::var("ZE_AFFINITY_MASK") {
+        Some(v) => AffinityMask::parse(&v)?,
+        None => None,
     };
     if let Some(w) = mask.as_ref().and_then(|m| m.notation_warning(h)) {
         tracing::warn!("{w}");
@@ -123,7 +123,10 @@ fn memory_bytes(api: &Api, device: sys::ze_device_handle_t) -> Result<u64> {
         return Ok(0);
     }
     let mut v = vec![
-        sys::ze_device_memory_properties_t { stype: sys::ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES, ..Default::default() };
+        sys::ze_device_memory_properties_t {
+            stype: sys::ZE_STRUCTURE_TYPE_DEVICE_MEMORY_PROPERTIES,
+            ..Default::default()
+        };
         n as usize
     ];
     // SAFETY: the array holds n structs with stype set.
@@ -244,7 +247,11 @@ pub fn intel_gpu() -> std::result::Result<String, String> {
         None if roots.is_empty() => Err("Level Zero lists no GPU".into()),
         None => Err(format!(
             "Level Zero lists no Intel GPU (found {})",
-            roots.iter().map(|r| format!("{} vendor 0x{:04x}", name_of(&r.props), r.props.vendorId)).collect::<Vec<_>>().join(", ")
+            roots
+                .iter()
+                .map(|r| format!("{} vendor 0x{:04x}", name_of(&r.props), r.props.vendorId))
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
     }
 }

@@ -34,7 +34,11 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 impl Context {
-    pub fn new(api: &'static Api, driver: sys::ze_driver_handle_t, device: sys::ze_device_handle_t) -> Result<Arc<Self>> {
+    pub fn new(
+        api: &'static Api,
+        driver: sys::ze_driver_handle_t,
+        device: sys::ze_device_handle_t,
+    ) -> Result<Arc<Self>> {
         let desc = sys::ze_context_desc_t { stype: sys::ZE_STRUCTURE_TYPE_CONTEXT_DESC, pNext: ptr::null(), flags: 0 };
         let mut raw: sys::ze_context_handle_t = ptr::null_mut();
         // SAFETY: valid driver handle, descriptor and out pointer.
@@ -90,7 +94,8 @@ impl Module {
     /// driver's build log.
     pub fn from_spirv(ctx: &Arc<Context>, name: &str, spirv: &[u8], build_flags: &str) -> Result<Arc<Self>> {
         let api = ctx.api;
-        let flags = CString::new(build_flags).map_err(|_| LzError::Invalid("module build flags contain a NUL".into()))?;
+        let flags =
+            CString::new(build_flags).map_err(|_| LzError::Invalid("module build flags contain a NUL".into()))?;
         let desc = sys::ze_module_desc_t {
             stype: sys::ZE_STRUCTURE_TYPE_MODULE_DESC,
             pNext: ptr::null(),
@@ -167,15 +172,12 @@ impl Kernel {
         };
         let mut raw: sys::ze_kernel_handle_t = ptr::null_mut();
         // SAFETY: valid module, descriptor (name alive for the call) and out pointer.
-        unsafe { ze!(api, zeKernelCreate(module.raw, &desc, &mut raw)) }.map_err(|e| {
-            LzError::Invalid(format!("kernel {name} of module {}: {e}", module.name))
-        })?;
+        unsafe { ze!(api, zeKernelCreate(module.raw, &desc, &mut raw)) }
+            .map_err(|e| LzError::Invalid(format!("kernel {name} of module {}: {e}", module.name)))?;
         counters::created(HandleKind::Kernel);
         let mut kernel = Self { module: module.clone(), raw, name: name.to_string(), info: KernelInfo::default() };
-        let mut props = sys::ze_kernel_properties_t {
-            stype: sys::ZE_STRUCTURE_TYPE_KERNEL_PROPERTIES,
-            ..Default::default()
-        };
+        let mut props =
+            sys::ze_kernel_properties_t { stype: sys::ZE_STRUCTURE_TYPE_KERNEL_PROPERTIES, ..Default::default() };
         // SAFETY: valid kernel and properties struct.
         unsafe { ze!(api, zeKernelGetProperties(raw, &mut props))? };
         kernel.info = KernelInfo {

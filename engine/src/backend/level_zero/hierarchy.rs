@@ -105,11 +105,8 @@ impl AffinityMask {
     /// A warning when the mask's notation does not fit the hierarchy: under FLAT/COMBINED each tile is already a
     /// device with no sub-devices, so `card.tile` entries select nothing.
     pub fn notation_warning(&self, h: Hierarchy) -> Option<String> {
-        let dotted: Vec<String> = self
-            .entries
-            .iter()
-            .filter_map(|e| e.sub_device.map(|s| format!("{}.{s}", e.device)))
-            .collect();
+        let dotted: Vec<String> =
+            self.entries.iter().filter_map(|e| e.sub_device.map(|s| format!("{}.{s}", e.device))).collect();
         if h.tiles_are_devices() && !dotted.is_empty() {
             Some(format!(
                 "ZE_AFFINITY_MASK has device.sub-device entries ({}) but ZE_FLAT_DEVICE_HIERARCHY is {h}: in {h} mode \

@@ -30,9 +30,9 @@ pub const CONSULTED_VARS: &[&str] = &[
 pub fn consulted_vars() -> String {
     CONSULTED_VARS
         .iter()
-        .map(|v| match std::env::var(v) {
-            Ok(val) => format!("{v}={val}"),
-            Err(_) => format!("{v} unset"),
+        .map(|v| match crate::backend::env::var(v) {
+            Some(val) => format!("{v}={val}"),
+            None => format!("{v} unset"),
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -74,7 +74,7 @@ unsafe impl Sync for Api {}
 static API: OnceLock<Result<Api, String>> = OnceLock::new();
 
 fn open() -> Result<Api, LzError> {
-    let library = std::env::var(LOADER_ENV).unwrap_or_else(|_| sys::LOADER_SONAME.to_string());
+    let library = crate::backend::env::var(LOADER_ENV).unwrap_or_else(|| sys::LOADER_SONAME.to_string());
     // SAFETY: opening the loader runs its initialisers, which only read the environment.
     let lib = unsafe { sys::ZeLoader::new(&library) }.map_err(|e| LzError::LoaderMissing {
         library: library.clone(),

@@ -34,9 +34,11 @@ pub fn parse_device_arg(arg: &str) -> Option<Result<Option<usize>, LzError>> {
         return Some(Ok(None));
     }
     let idx = rest.strip_prefix(':')?;
-    Some(idx.parse::<usize>().map(Some).map_err(|_| {
-        LzError::Selection(format!("--device {arg}: the device index must be a number (level-zero:N)"))
-    }))
+    Some(
+        idx.parse::<usize>().map(Some).map_err(|_| {
+            LzError::Selection(format!("--device {arg}: the device index must be a number (level-zero:N)"))
+        }),
+    )
 }
 
 /// Opens the Level Zero device a `--device level-zero[:N]` value names.
@@ -55,7 +57,9 @@ pub fn auto() -> Option<LevelZeroBackend> {
         Ok(name) => match open("level-zero") {
             Ok(b) => Some(b),
             Err(e) => {
-                tracing::warn!("--device auto: found {name} but could not open it through Level Zero ({e}); using the CPU");
+                tracing::warn!(
+                    "--device auto: found {name} but could not open it through Level Zero ({e}); using the CPU"
+                );
                 None
             }
         },

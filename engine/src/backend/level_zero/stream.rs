@@ -50,7 +50,17 @@ impl Stream {
         let list = CommandList::immediate(ctx, ordinal)?;
         let pool = EventPool::new(ctx, ring)?;
         let events = (0..ring).map(|i| Event::new(&pool, i)).collect::<Result<Vec<_>>>()?;
-        Ok(Self { events, _pool: pool, list, next: 0, last: None, staged: Vec::new(), staged_bytes: 0, appended: 0, synchronizations: 0 })
+        Ok(Self {
+            events,
+            _pool: pool,
+            list,
+            next: 0,
+            last: None,
+            staged: Vec::new(),
+            staged_bytes: 0,
+            appended: 0,
+            synchronizations: 0,
+        })
     }
 
     /// (signal event, wait events) for the next command, synchronising first when the ring is used up.
@@ -79,7 +89,9 @@ impl Stream {
             None => (0, ptr::null_mut()),
         };
         // SAFETY: valid list, kernel, group count, events; the arguments were copied into the kernel when set.
-        unsafe { ze!(self.list.ctx.api, zeCommandListAppendLaunchKernel(self.list.raw, kernel.raw, &count, signal, n, wp))? };
+        unsafe {
+            ze!(self.list.ctx.api, zeCommandListAppendLaunchKernel(self.list.raw, kernel.raw, &count, signal, n, wp))?
+        };
         self.appended_one();
         Ok(())
     }
@@ -94,7 +106,9 @@ impl Stream {
             None => (0, ptr::null_mut()),
         };
         // SAFETY: the caller guarantees `dst`/`src` hold `bytes` bytes until the copy completes.
-        unsafe { ze!(self.list.ctx.api, zeCommandListAppendMemoryCopy(self.list.raw, dst, src, bytes, signal, n, wp))? };
+        unsafe {
+            ze!(self.list.ctx.api, zeCommandListAppendMemoryCopy(self.list.raw, dst, src, bytes, signal, n, wp))?
+        };
         self.appended_one();
         Ok(())
     }
@@ -128,7 +142,16 @@ impl Stream {
         unsafe {
             ze!(
                 self.list.ctx.api,
-                zeCommandListAppendMemoryFill(self.list.raw, dst, (&PATTERN as *const u8).cast(), 1, bytes, signal, n, wp)
+                zeCommandListAppendMemoryFill(
+                    self.list.raw,
+                    dst,
+                    (&PATTERN as *const u8).cast(),
+                    1,
+                    bytes,
+                    signal,
+                    n,
+                    wp
+                )
             )?
         };
         self.appended_one();

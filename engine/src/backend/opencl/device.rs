@@ -54,7 +54,8 @@ fn platforms() -> Result<Vec<Platform>> {
 }
 
 fn no_platform() -> EngineError {
-    let vendors = std::env::var("OCL_ICD_VENDORS").unwrap_or_else(|_| "/etc/OpenCL/vendors (OCL_ICD_VENDORS unset)".into());
+    let vendors = crate::backend::env::var("OCL_ICD_VENDORS")
+        .unwrap_or_else(|| "/etc/OpenCL/vendors (OCL_ICD_VENDORS unset)".into());
     EngineError::Backend(format!(
         "opencl: no OpenCL platform found; the ICD loader looked in {vendors}. Install a vendor runtime (Intel's CPU \
          runtime: scripts/setup.d/20-opencl.sh, then `source scripts/env.d/20-opencl.sh`)"

@@ -11,8 +11,8 @@ use opencl3::program::Program;
 use rserve_kernels::work_group;
 
 use super::buffer::ClBuffer;
-use crate::backend::kernels::{Arg, Launch};
 use super::cl_err;
+use crate::backend::kernels::{Arg, Launch};
 use crate::error::{EngineError, Result};
 
 /// Built programs and their kernels by entry-point name.
@@ -30,7 +30,8 @@ impl Kernels {
             let t0 = std::time::Instant::now();
             let m = rserve_kernels::module(module)
                 .ok_or_else(|| EngineError::Backend(format!("opencl: kernel module {module} is not embedded")))?;
-            let mut p = Program::create_from_il(ctx, m.spirv).map_err(|e| cl_err(&format!("loading {module}.spv"), e))?;
+            let mut p =
+                Program::create_from_il(ctx, m.spirv).map_err(|e| cl_err(&format!("loading {module}.spv"), e))?;
             if let Err(e) = p.build(&[dev.id()], "") {
                 let log = p.get_build_log(dev.id()).unwrap_or_default();
                 return Err(EngineError::Backend(format!(
@@ -78,8 +79,10 @@ impl Kernels {
         let local = [l.local, 1, 1];
         // SAFETY: every argument was set above; the grid and work-group sizes are valid for the kernel (checked
         // against its maximum work-group size when it was built).
-        unsafe { queue.enqueue_nd_range_kernel(kernel.get(), 3, std::ptr::null(), l.global.as_ptr(), local.as_ptr(), &[]) }
-            .map(drop)
-            .map_err(|e| cl_err(&format!("launching {}", l.kernel), e))
+        unsafe {
+            queue.enqueue_nd_range_kernel(kernel.get(), 3, std::ptr::null(), l.global.as_ptr(), local.as_ptr(), &[])
+        }
+        .map(drop)
+        .map_err(|e| cl_err(&format!("launching {}", l.kernel), e))
     }
 }

@@ -22,12 +22,12 @@ use opencl3::types::CL_BLOCKING;
 
 pub use buffer::ClBuffer;
 use buffer::{as_bytes, Contents};
-pub use device::{list_devices, OpenClDeviceInfo, OpenClOptions};
 use device::cl_err;
+pub use device::{list_devices, OpenClDeviceInfo, OpenClOptions};
 use kernels::Kernels;
 
-use super::kernels::{KernelDevice, KernelTuning, Launch, PlanCache};
-use super::{Backend, Op, WeightDType};
+use super::kernels::{weight_data, KernelDevice, KernelTuning, Launch, PlanCache, WeightData};
+use super::{Backend, Op};
 use crate::backend::cpu::be;
 use crate::error::Result;
 
@@ -106,27 +106,9 @@ impl Backend for OpenClBackend {
     }
 
     fn upload_weight(&self, t: &candle_core::Tensor) -> Result<ClBuffer> {
-        use candle_core::DType;
-        match t.rank() {
-            1 => self.upload_f32(&t.to_dtype(DType::F32)?.to_vec1::<f32>()?),
-            2 => {
-                let (rows, cols) = t.dims2()?;
-                let flat = t.flatten_all()?;
-                let (dtype, bytes) = match t.dtype() {
-                    DType::F32 => (WeightDType::F32, as_bytes(&flat.to_vec1::<f32>()?).to_vec()),
-                    DType::BF16 => {
-                        let v: Vec<u16> = flat.to_vec1::<half::bf16>()?.iter().map(|x| x.to_bits()).collect();
-                        (WeightDType::BF16, as_bytes(&v).to_vec())
-                    }
-                    DType::F16 => {
-                        let v: Vec<u16> = flat.to_vec1::<half::f16>()?.iter().map(|x| x.to_bits()).collect();
-                        (WeightDType::F16, as_bytes(&v).to_vec())
-                    }
-                    other => return Err(be(format!("opencl: weights of dtype {other:?} are not supported"))),
-                };
-                self.create(bytes.len(), Some(&bytes), Contents::Matrix { dtype, rows, cols })
-            }
-            r => Err(be(format!("weights must be 1-D or 2-D, got rank {r}"))),
+        match weight_data(t)? {
+            WeightData::Vector(v) => self.upload_f32(&v),
+            WeightData::Matrix { bytes, contents } => self.create(bytes.len(), Some(&bytes), contents),
         }
     }
 
