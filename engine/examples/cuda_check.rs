@@ -668,13 +668,13 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
     }
     // Every check with the asynchronous-copy GEMV taking up to GEMV_PDL_ROWS rows (the default is 1), then the checks
     // whose matmuls read 16-bit activations again on cuBLAS alone.
-    let default = gpu.kernel_tuning();
+    let default = gpu.tuning_cell().get();
     let mut all_rows = default;
     all_rows.async_gemv_rows = if default.pdl { rserve_kernels::launch::GEMV_PDL_ROWS } else { 0 };
     let mut cublas = default;
     cublas.async_gemv_rows = 0;
     for (label, tuning, only_x16) in [("", all_rows, false), (" (cublas)", cublas, true)] {
-        gpu.set_tuning(tuning)?;
+        gpu.tuning_cell().set(tuning)?;
         for (name, tol, spec) in &specs {
             let x16 = matches!(
                 spec,
@@ -690,7 +690,7 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
             }
         }
     }
-    gpu.set_tuning(default)?;
+    gpu.tuning_cell().set(default)?;
     Ok(fails)
 }
 
@@ -911,13 +911,13 @@ fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
     // `partition=32` or `async_gemv_rows=0`), graphs captured anew for each, in this one process (one set of weights).
     let mut variants = vec![String::new()];
     variants.extend(tuning_variants.iter().cloned());
-    let default = runner.backend().kernel_tuning();
+    let default = runner.backend().tuning_cell().get();
     for variant in &variants {
         let mut t = default;
         for setting in variant.split(',').filter(|s| !s.is_empty()) {
             t.set(setting)?;
         }
-        runner.backend().set_tuning(t)?;
+        runner.backend().tuning_cell().set(t)?;
         runner.clear_graphs();
         if !variant.is_empty() {
             println!("tuning-variant {variant}");

@@ -281,7 +281,7 @@ impl CudaGraphRunner {
         let mut flat = FlatBatch::new(batch, self.max_blocks);
         flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
         let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
-        let parts = self.backend.kernel_tuning().decode_parts(longest, bucket);
+        let parts = self.backend.tuning_cell().get().decode_parts(longest, bucket);
         let b = &self.backend;
         match self.inputs.get_mut(&bucket) {
             Some(inputs) => inputs.write(b, &flat)?,

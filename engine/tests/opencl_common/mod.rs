@@ -41,7 +41,7 @@ pub fn shared_opencl() -> Option<MutexGuard<'static, OpenClBackend>> {
     let b = SHARED.get_or_init(|| opencl().map(Mutex::new)).as_ref()?;
     // A test that failed while holding the lock leaves a usable backend behind.
     let guard = b.lock().unwrap_or_else(|e| e.into_inner());
-    guard.set_tuning(KernelTuning::opencl(guard.info().is_cpu)).expect("the default tuning is valid");
+    guard.tuning_cell().set(KernelTuning::opencl(guard.info().is_cpu)).expect("the default tuning is valid");
     Some(guard)
 }
 
@@ -119,9 +119,9 @@ macro_rules! op_parity {
             let want = case(&rserve_engine::backend::cpu::CpuBackend::new(), opencl_common::rng(seed));
             let cl = opencl_common::shared_opencl().unwrap();
             $({
-                let mut t = cl.kernel_tuning();
+                let mut t = cl.tuning_cell().get();
                 t.matmul = $kernels;
-                cl.set_tuning(t).unwrap();
+                cl.tuning_cell().set(t).unwrap();
             })?
             let got = case(&*cl, opencl_common::rng(seed));
             drop(cl);

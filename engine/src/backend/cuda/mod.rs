@@ -31,7 +31,9 @@ use buffer::Pool;
 pub use buffer::{Contents, CuBuffer};
 use kernels::Kernels;
 
-use super::kernels::{weight_data, AttnPlan, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache, WeightData};
+use super::kernels::{
+    weight_data, AttnPlan, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache, TuningCell, WeightData,
+};
 use super::{Backend, Op, WeightDType};
 use crate::backend::cpu::be;
 use crate::error::Result;
@@ -41,7 +43,7 @@ pub struct CudaBackend {
     // Field order is drop order: kernels, cached plans and pooled memory go before the context.
     kernels: Kernels,
     plans: PlanCache<CuBuffer>,
-    tuning: Cell<KernelTuning>,
+    tuning: TuningCell,
     /// The per-op profile of eager steps (`set_op_profile`).
     profile: Mutex<Option<profile::Profile>>,
     /// cuBLAS' workspace, set explicitly so cuBLAS allocates nothing while a graph is captured.
@@ -106,7 +108,7 @@ impl CudaBackend {
         Ok(Self {
             kernels,
             plans: PlanCache::default(),
-            tuning: Cell::new(KernelTuning::cuda(cc)),
+            tuning: TuningCell::new(KernelTuning::cuda(cc)),
             profile: Mutex::new(None),
             workspace: RefCell::new(Some(workspace)),
             capturing: Cell::new(false),
@@ -303,16 +305,9 @@ impl CudaBackend {
         self.upload_u32(&vec![0u32; len])
     }
 
-    /// Replaces the kernel variant choices (tools compare variants this way); refused if invalid.
-    pub fn set_tuning(&self, t: KernelTuning) -> Result<()> {
-        t.validate()?;
-        self.tuning.set(t);
-        Ok(())
-    }
-
-    /// The current kernel variant choices.
-    pub fn kernel_tuning(&self) -> KernelTuning {
-        self.tuning.get()
+    /// The kernel variant choices (tools and tests may replace them).
+    pub fn tuning_cell(&self) -> &TuningCell {
+        &self.tuning
     }
 
     /// Turns the per-op profile of eager steps on or off (`--profile ops`): a CUDA event pair around every op, a

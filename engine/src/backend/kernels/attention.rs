@@ -9,7 +9,7 @@ use rserve_kernels::launch::{ATTN_HEAD_CHUNK, PREFILL_ROWS};
 use rserve_kernels::names;
 
 use super::contents::kv_pair;
-use super::{u32_arg, Arg, KernelDevice, Launch};
+use super::{arg_list, u32_arg, Arg, KernelDevice, Launch};
 use crate::backend::cpu::be;
 use crate::backend::AttentionMeta;
 use crate::error::Result;
@@ -194,8 +194,15 @@ pub(super) fn paged_attention<D: KernelDevice>(
     }
     let plan = cached.as_ref().ok_or_else(|| be("paged_attention: no plan"))?;
     let t = d.tuning();
-    let u = |v: usize, what: &str| u32_arg::<D::Buf>(v, "paged_attention", what);
     let group = s.num_heads / s.num_kv_heads;
+    // The arguments after the batch metadata that the decode and prefill kernels share.
+    let shape_args = [
+        (meta.max_blocks_per_seq, "max_blocks"),
+        (s.num_heads, "num_heads"),
+        (s.num_kv_heads, "num_kv_heads"),
+        (s.head_dim, "head_dim"),
+        (s.block_size, "block_size"),
+    ];
     if let Some(dec) = &plan.decode {
         let (part_out, part_ml, counters) = match &dec.scratch {
             Some((o, m, c)) => (o, m, c.as_ref()),
@@ -203,23 +210,11 @@ pub(super) fn paged_attention<D: KernelDevice>(
         };
         let table = if dec.count <= t.latency_rows { &names::ATTN_DECODE_LAT } else { &names::ATTN_DECODE };
         let kernel = kv_ty.pick(table);
-        let mut args: Vec<_> = [q, k_cache, v_cache, out, part_out, part_ml, counters.unwrap_or(part_ml)]
-            .into_iter()
-            .chain([&dec.entries, meta.query_start, meta.context_lens, meta.block_tables])
-            .map(Arg::Buf)
-            .collect();
-        args.extend([
-            u(meta.max_blocks_per_seq, "max_blocks")?,
-            u(s.num_heads, "num_heads")?,
-            u(s.num_kv_heads, "num_kv_heads")?,
-            u(s.head_dim, "head_dim")?,
-            u(s.block_size, "block_size")?,
-            u(plan.partition, "partition_size")?,
-            u(dec.parts, "max_parts")?,
-            Arg::F32(s.scale),
-            Arg::U32(out_kind),
-            Arg::U32(counters.is_some() as u32),
-        ]);
+        let bufs = [q, k_cache, v_cache, out, part_out, part_ml, counters.unwrap_or(part_ml), &dec.entries];
+        let mut args = arg_list(kernel, &bufs, &[])?;
+        args.extend(arg_list(kernel, &[meta.query_start, meta.context_lens, meta.block_tables], &shape_args)?);
+        args.extend(arg_list(kernel, &[], &[(plan.partition, "partition_size"), (dec.parts, "max_parts")])?);
+        args.extend([Arg::F32(s.scale), Arg::U32(out_kind), Arg::U32(counters.is_some() as u32)]);
         d.launch(&Launch::groups(
             kernel,
             args,
@@ -228,36 +223,18 @@ pub(super) fn paged_attention<D: KernelDevice>(
         ))?;
         if dec.parts > 1 && counters.is_none() {
             let kernel = names::ATTN_REDUCE;
-            let mut args: Vec<_> = [out, part_out, part_ml, &dec.entries, meta.query_start, meta.context_lens]
-                .into_iter()
-                .map(Arg::Buf)
-                .collect();
-            args.extend([
-                u(s.num_heads, "num_heads")?,
-                u(s.head_dim, "head_dim")?,
-                u(plan.partition, "partition_size")?,
-                u(dec.parts, "max_parts")?,
-                Arg::U32(out_kind),
-            ]);
+            let bufs = [out, part_out, part_ml, &dec.entries, meta.query_start, meta.context_lens];
+            let nums = [(s.num_heads, "num_heads"), (s.head_dim, "head_dim"), (plan.partition, "partition_size")];
+            let mut args = arg_list(kernel, &bufs, &nums)?;
+            args.extend([u32_arg(dec.parts, kernel, "max_parts")?, Arg::U32(out_kind)]);
             d.launch(&Launch::groups(kernel, args, dec.count, [s.num_heads, 1]))?;
         }
     }
     if let Some(p) = &plan.prefill {
         let kernel = kv_ty.pick(&names::ATTN_PREFILL);
-        let mut args: Vec<_> =
-            [q, k_cache, v_cache, out, &p.tiles, meta.query_start, meta.context_lens, meta.block_tables]
-                .into_iter()
-                .map(Arg::Buf)
-                .collect();
-        args.extend([
-            u(meta.max_blocks_per_seq, "max_blocks")?,
-            u(s.num_heads, "num_heads")?,
-            u(s.num_kv_heads, "num_kv_heads")?,
-            u(s.head_dim, "head_dim")?,
-            u(s.block_size, "block_size")?,
-            Arg::F32(s.scale),
-            Arg::U32(out_kind),
-        ]);
+        let mut args = arg_list(kernel, &[q, k_cache, v_cache, out, &p.tiles], &[])?;
+        args.extend(arg_list(kernel, &[meta.query_start, meta.context_lens, meta.block_tables], &shape_args)?);
+        args.extend([Arg::F32(s.scale), Arg::U32(out_kind)]);
         d.launch(&Launch::groups(kernel, args, p.count, [s.num_kv_heads, 1]))?;
     }
     Ok(())

@@ -22,7 +22,7 @@ use std::cell::{Cell, RefCell};
 pub use attention::{split_work, AttnPlan, AttnShape};
 pub use contents::{elem_type, kv_pair, weight_data, Contents, WeightData};
 pub use matmul::{check as matmul_check, MatMulCall};
-pub use tuning::{KernelTuning, MatmulPath, Partition};
+pub use tuning::{KernelTuning, MatmulPath, Partition, TuningCell};
 
 use crate::backend::cpu::be;
 use crate::backend::Op;
@@ -64,6 +64,15 @@ impl<'a, B> Launch<'a, B> {
 /// A u32 kernel argument, refused when it does not fit.
 pub fn u32_arg<'a, B>(v: usize, kernel: &str, what: &str) -> Result<Arg<'a, B>> {
     u32::try_from(v).map(Arg::U32).map_err(|_| be(format!("{kernel}: {what} = {v} does not fit in 32 bits")))
+}
+
+/// Buffer arguments, then u32 arguments (each named for the error when it does not fit in 32 bits).
+pub fn arg_list<'a, B>(kernel: &str, bufs: &[&'a B], nums: &[(usize, &str)]) -> Result<Vec<Arg<'a, B>>> {
+    let mut args: Vec<_> = bufs.iter().map(|b| Arg::Buf(*b)).collect();
+    for &(v, what) in nums {
+        args.push(u32_arg(v, kernel, what)?);
+    }
+    Ok(args)
 }
 
 /// The attention plan a device keeps between ops, and how often it was built (a plan is reused by every layer of

@@ -10,6 +10,28 @@ use rserve_kernels::launch::{ATTN_MAX_PARTITION, GEMV_PDL_ROWS};
 use crate::backend::cpu::be;
 use crate::error::Result;
 
+/// A device's current tuning: set once when the backend opens; tools and tests may replace it with another valid
+/// one (`set` validates first).
+#[derive(Debug)]
+pub struct TuningCell(std::cell::Cell<KernelTuning>);
+
+impl TuningCell {
+    pub fn new(t: KernelTuning) -> Self {
+        Self(std::cell::Cell::new(t))
+    }
+
+    pub fn get(&self) -> KernelTuning {
+        self.0.get()
+    }
+
+    /// Replaces the tuning; an invalid one is refused and changes nothing.
+    pub fn set(&self, t: KernelTuning) -> Result<()> {
+        t.validate()?;
+        self.0.set(t);
+        Ok(())
+    }
+}
+
 /// Which matrix-multiply kernels run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatmulPath {

@@ -14,8 +14,6 @@ mod buffer;
 mod device;
 mod kernels;
 
-use std::cell::Cell;
-
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::types::CL_BLOCKING;
@@ -26,7 +24,7 @@ use device::cl_err;
 pub use device::{list_devices, OpenClDeviceInfo, OpenClOptions};
 use kernels::Kernels;
 
-use super::kernels::{weight_data, KernelDevice, KernelTuning, Launch, PlanCache, WeightData};
+use super::kernels::{weight_data, KernelDevice, KernelTuning, Launch, PlanCache, TuningCell, WeightData};
 use super::{Backend, Op};
 use crate::backend::cpu::be;
 use crate::error::Result;
@@ -36,7 +34,7 @@ pub struct OpenClBackend {
     // Field order is drop order: kernels and cached buffers before the queue and the context.
     kernels: Kernels,
     plans: PlanCache<ClBuffer>,
-    tuning: Cell<KernelTuning>,
+    tuning: TuningCell,
     queue: CommandQueue,
     context: Context,
     info: OpenClDeviceInfo,
@@ -52,7 +50,7 @@ impl OpenClBackend {
         let t0 = std::time::Instant::now();
         let kernels = Kernels::build(&context, &dev, &info.name)?;
         tracing::info!("OpenCL kernels built for {} in {:.1} s", info.name, t0.elapsed().as_secs_f64());
-        let tuning = Cell::new(KernelTuning::opencl(info.is_cpu));
+        let tuning = TuningCell::new(KernelTuning::opencl(info.is_cpu));
         Ok(Self { kernels, plans: PlanCache::default(), tuning, queue, context, info })
     }
 
@@ -65,16 +63,9 @@ impl OpenClBackend {
         (!self.info.is_cpu).then_some(self.info.global_mem_bytes)
     }
 
-    /// Replaces the kernel variant choices (tests run both matmul families on any device); refused if invalid.
-    pub fn set_tuning(&self, t: KernelTuning) -> Result<()> {
-        t.validate()?;
-        self.tuning.set(t);
-        Ok(())
-    }
-
-    /// The current kernel variant choices.
-    pub fn kernel_tuning(&self) -> KernelTuning {
-        self.tuning.get()
+    /// The kernel variant choices (tools and tests may replace them).
+    pub fn tuning_cell(&self) -> &TuningCell {
+        &self.tuning
     }
 
     /// The attention plans built so far (see `PlanCache`).
