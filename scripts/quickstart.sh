@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# quickstart.sh — set up (see setup.sh) and serve the default model, SmolLM2-135M-Instruct, on the CPU at port
-# 8000 (extra arguments go to `rserve`, e.g. --port 8080).
+# quickstart.sh — set up what serving needs (scripts/setup.sh; the test suite's extras are in setup-tests.sh) and
+# serve the default model, SmolLM2-135M-Instruct, on the CPU at port 8000 (extra arguments go to `rserve`, e.g.
+# --port 8080).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$REPO/scripts/setup.sh"

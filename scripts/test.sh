@@ -4,17 +4,21 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
-bash scripts/setup.sh
-export RSERVE_TEST_MODELS="${RSERVE_TEST_MODELS:-$REPO/models/x}"
-# Environment the device backends' tests need (e.g. OCL_ICD_VENDORS for Intel's OpenCL CPU runtime): one file each.
+bash scripts/setup-tests.sh
+# Environment the device backends' tests need (e.g. OCL_ICD_VENDORS for Intel's OpenCL CPU runtime, the cargo
+# features the binary is built with): one file each.
 for e in scripts/env.d/*.sh; do
   [ -e "$e" ] || continue
   # shellcheck disable=SC1090
   source "$e"
 done
+bash scripts/setup.sh
+export RSERVE_TEST_MODELS="${RSERVE_TEST_MODELS:-$REPO/models/x}"
 # Formatting (rustfmt.toml) and lints, with the same features as the tests.
 cargo fmt --all --check
 cargo clippy --locked --workspace --all-targets ${RSERVE_CARGO_FEATURES:+--features "$RSERVE_CARGO_FEATURES"} -- -D warnings
+# The committed Level Zero bindings equal a fresh bindgen run on the installed headers.
+cargo test --locked -p level-zero-sys --features regenerate --test bindings
 cargo test --locked --workspace ${RSERVE_CARGO_FEATURES:+--features "$RSERVE_CARGO_FEATURES"}
 export RSERVE_BIN="$REPO/target/debug/rserve"
 .venv/bin/python -m pytest -q tests/python

@@ -1,13 +1,21 @@
-//! Generates the Level Zero core bindings from `ze_api.h` with bindgen, in dynamic-loading mode: the functions become
-//! fields of a `ZeLoader` struct filled from `libze_loader.so.1` at run time, so nothing links against the loader and
-//! a host without Level Zero still builds and runs. The header directory comes from `LEVEL_ZERO_INCLUDE_DIR`
-//! (the folder that holds `level_zero/ze_api.h`; default `/usr/include`, where Debian's `libze-dev` puts it).
+//! With the `regenerate` feature: generates the Level Zero core bindings from `ze_api.h` with bindgen, in
+//! dynamic-loading mode (the functions become fields of a `ZeLoader` struct filled from `libze_loader.so.1` at run
+//! time, so nothing links against the loader and a host without Level Zero still builds and runs), into `OUT_DIR`;
+//! `tests/bindings.rs` then checks them against the committed `src/bindings.rs`, and `LEVEL_ZERO_SYS_UPDATE=1`
+//! writes them over it. Without the feature nothing is generated: a plain build needs neither libclang nor the
+//! headers. The header directory comes from `LEVEL_ZERO_INCLUDE_DIR` (the folder that holds `level_zero/ze_api.h`;
+//! default `/usr/include`, where Debian's `libze-dev` puts it).
 
-use std::env;
-use std::path::PathBuf;
+#[cfg(not(feature = "regenerate"))]
+fn main() {}
 
+#[cfg(feature = "regenerate")]
 fn main() {
+    use std::env;
+    use std::path::PathBuf;
+
     println!("cargo:rerun-if-env-changed=LEVEL_ZERO_INCLUDE_DIR");
+    println!("cargo:rerun-if-env-changed=LEVEL_ZERO_SYS_UPDATE");
     println!("cargo:rerun-if-changed=wrapper.h");
     let include = env::var("LEVEL_ZERO_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".to_string());
     let header = PathBuf::from(&include).join("level_zero").join("ze_api.h");
@@ -49,5 +57,12 @@ fn main() {
     if let Err(e) = bindings.write_to_file(&out) {
         eprintln!("level-zero-sys: cannot write {}: {e}", out.display());
         std::process::exit(1);
+    }
+    if env::var("LEVEL_ZERO_SYS_UPDATE").is_ok_and(|v| v == "1") {
+        let committed = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets it")).join("src/bindings.rs");
+        if let Err(e) = std::fs::copy(&out, &committed) {
+            eprintln!("level-zero-sys: cannot update {}: {e}", committed.display());
+            std::process::exit(1);
+        }
     }
 }
