@@ -28,8 +28,6 @@ pub enum EngineError {
     Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
-    #[error(transparent)]
-    LevelZero(#[from] crate::backend::level_zero::LzError),
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -21,3 +21,5 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use error::{EngineError, Result};
+/// The scheduler's default token budget of a step (`--max-num-batched-tokens`), stated once.
+pub use rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS;

@@ -12,6 +12,7 @@ mod convert;
 mod error;
 mod fanout;
 mod generate;
+mod human;
 mod json;
 mod live;
 mod logging;

@@ -8,7 +8,7 @@ use clap::Args;
 use rserve_engine::plan::{self, DTypeChoice, DeviceChoice, PlanOptions, StepShape};
 use rserve_engine::source::ResolveOptions;
 
-use crate::cli::parse_human_int;
+use crate::human::parse_human_int;
 
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
@@ -48,7 +48,7 @@ pub struct PlanArgs {
     #[arg(long, value_parser = parse_human_int)]
     pub kv_cache_memory_bytes: Option<u64>,
     /// Tokens per engine step (bounds the activation estimate).
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = rserve_engine::DEFAULT_MAX_NUM_BATCHED_TOKENS)]
     pub max_num_batched_tokens: usize,
     /// Sequences per engine step (bounds the logits in the activation estimate).
     #[arg(long, default_value_t = 256)]

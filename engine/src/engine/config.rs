@@ -40,7 +40,7 @@ pub struct EngineConfig {
     /// "auto" only for now (the compute dtype).
     pub kv_cache_dtype: String,
     pub max_num_seqs: usize,
-    /// None: max(max_model_len, 2048)-style default chosen by the engine.
+    /// None: the scheduler's default (`rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS`).
     pub max_num_batched_tokens: Option<usize>,
     pub block_size: usize,
     pub enable_prefix_caching: bool,
@@ -49,7 +49,7 @@ pub struct EngineConfig {
     /// `--generation-config`: "auto" (the model's generation_config.json), "vllm" (none), or a folder.
     pub generation_config: String,
     pub seed: u64,
-    /// "auto" or "cpu" today.
+    /// `--device`: auto, cpu, level-zero[:N], opencl, cuda[:N] (`engine::device`).
     pub device: String,
     /// Maximum number of waiting requests before new ones are refused (503).
     pub max_waiting: usize,

@@ -33,7 +33,7 @@ impl Device {
         }
     }
 
-    /// Resolves `--device` (auto picks the best available device; today the CPU).
+    /// Resolves `--device` (auto: a Level Zero GPU if one is found, else the CPU).
     pub fn select(name: &str) -> Result<Self> {
         Self::open(name).map_err(|e| match e {
             EngineError::Backend(msg) => EngineError::Backend(format!("--device {name}: {msg}")),

@@ -200,7 +200,8 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     let mut sched_cfg = SchedulerConfig::new(plan.num_blocks, plan.max_model_len);
     sched_cfg.block_size = cfg.block_size;
     sched_cfg.max_num_seqs = cfg.max_num_seqs;
-    sched_cfg.max_num_batched_tokens = cfg.max_num_batched_tokens.unwrap_or(2048);
+    sched_cfg.max_num_batched_tokens =
+        cfg.max_num_batched_tokens.unwrap_or(rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS);
     sched_cfg.enable_prefix_caching = cfg.enable_prefix_caching;
     let scheduler = Scheduler::new(sched_cfg).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
 

@@ -5,7 +5,7 @@
 //! Activation rule: one engine step holds the activations of one decoder layer for `max_num_batched_tokens`
 //! tokens plus f32 logits for `max_num_seqs` sequences (estimated by `activation_bytes`). They live in the
 //! headroom `--gpu-memory-utilization` leaves (`(1 - U) x memory`); only the part that does not fit there is
-//! taken from the KV budget. With the defaults (2048 tokens, U = 0.9) the estimate is a few hundred MB per device
+//! taken from the KV budget. With the defaults (the scheduler's 2048 tokens, U = 0.9) the estimate is a few hundred MB per device
 //! against GBs of headroom, so the budget is `U x memory - weights`, the rule the server has always used: for
 //! Llama-3.1-405B on 16 PVC tiles that is 16 x 61.85 GB - 811.7 GB = 177.9 GB.
 
@@ -24,9 +24,12 @@ pub struct StepShape {
 }
 
 impl Default for StepShape {
-    /// The engine's defaults: 2048 batched tokens (start.rs), 256 sequences (`EngineConfig::new`).
+    /// The engine's defaults: the scheduler's batched tokens, 256 sequences (`EngineConfig::new`).
     fn default() -> Self {
-        StepShape { max_num_batched_tokens: 2048, max_num_seqs: 256 }
+        StepShape {
+            max_num_batched_tokens: rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            max_num_seqs: rserve_scheduler::DEFAULT_MAX_NUM_SEQS,
+        }
     }
 }
 

@@ -104,3 +104,11 @@ mod tests {
         assert!(check("zeInit", sys::ZE_RESULT_SUCCESS).is_ok());
     }
 }
+
+/// The engine sees a Level Zero failure as a backend error with its full description (the engine's error type
+/// names no backend, so this module depends on it and not the other way round).
+impl From<LzError> for crate::error::EngineError {
+    fn from(e: LzError) -> Self {
+        crate::error::EngineError::Backend(e.to_string())
+    }
+}
