@@ -1,7 +1,7 @@
 //! Choosing the OpenCL platform and device: by index or by part of the platform's name, with errors that list what
 //! exists, and what the engine learns about the device (name, memory rule for CPU devices).
 
-mod opencl_common;
+mod backends;
 
 use rserve_engine::backend::opencl::{list_devices, OpenClBackend, OpenClOptions};
 use rserve_engine::backend::Backend;
@@ -10,7 +10,7 @@ use rserve_engine::engine::EngineConfig;
 
 #[test]
 fn platform_by_name_or_index_and_clear_errors() {
-    let Some(b) = opencl_common::shared_opencl() else { return };
+    let Some(b) = backends::shared_opencl() else { return };
     let all = list_devices().expect("list devices");
     assert!(!all.is_empty() && all.iter().all(|(_, d)| !d.is_empty()), "{all:?}");
     let (platform, devices) = all.iter().find(|(p, _)| *p == b.info().platform).expect("the chosen platform is listed");
@@ -42,7 +42,7 @@ fn platform_by_name_or_index_and_clear_errors() {
 #[test]
 fn engine_selects_opencl_from_its_config() {
     if std::env::var_os("OCL_ICD_VENDORS").is_none() {
-        opencl_common::opencl();
+        backends::opencl();
         return;
     }
     let mut cfg = EngineConfig::new("unused");

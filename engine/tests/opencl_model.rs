@@ -3,8 +3,8 @@
 //! and all prompts together in one ragged batch (prefills of every length in one step, then batched decode; block
 //! size 32).
 
+mod backends;
 mod common;
-mod opencl_common;
 
 use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
@@ -92,7 +92,7 @@ fn ids(v: &Value) -> Vec<u32> {
 
 #[test]
 fn smollm2_greedy_tokens_match_the_cpu_backend() {
-    let Some(cl) = opencl_common::opencl() else { return };
+    let Some(cl) = backends::opencl() else { return };
     let golden: Value =
         serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/smollm2_greedy.json")).unwrap()).unwrap();
     let prompts: Vec<(String, Vec<u32>)> = golden["prompts"]
@@ -120,7 +120,7 @@ fn smollm2_greedy_tokens_match_the_cpu_backend() {
     }
     drop(gpu);
 
-    let cl = opencl_common::opencl().unwrap();
+    let cl = backends::opencl().unwrap();
     let blocks_per_seq = longest.div_ceil(32);
     let mut gpu = ModelRunner::new(cl, &params, &weights, prompts.len() * blocks_per_seq, 32).unwrap();
     let all: Vec<Vec<u32>> = prompts.iter().map(|(_, p)| p.clone()).collect();

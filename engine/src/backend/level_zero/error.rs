@@ -89,6 +89,14 @@ pub fn check(function: &'static str, code: sys::ze_result_t) -> Result<(), LzErr
     }
 }
 
+/// The engine sees a Level Zero failure as a backend error with its full description (the engine's error type
+/// names no backend, so this module depends on it and not the other way round).
+impl From<LzError> for crate::error::EngineError {
+    fn from(e: LzError) -> Self {
+        crate::error::EngineError::Backend(e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,13 +110,5 @@ mod tests {
         let e = check("zeInit", 0x7800_0001).unwrap_err();
         assert_eq!(e.to_string(), "zeInit failed: ZE_RESULT_ERROR_UNINITIALIZED (0x78000001)");
         assert!(check("zeInit", sys::ZE_RESULT_SUCCESS).is_ok());
-    }
-}
-
-/// The engine sees a Level Zero failure as a backend error with its full description (the engine's error type
-/// names no backend, so this module depends on it and not the other way round).
-impl From<LzError> for crate::error::EngineError {
-    fn from(e: LzError) -> Self {
-        crate::error::EngineError::Backend(e.to_string())
     }
 }

@@ -1,10 +1,13 @@
-//! Every `Op` on the OpenCL backend against the CPU reference, on fresh random inputs with NaN-poisoned outputs:
+//! Every `Op` on every backend present (OpenCL on Intel's CPU runtime, CUDA where a GPU is, Level Zero on the null
+//! driver for the call sequence; `backends::op_parity!`) against the CPU reference, on fresh random inputs with
+//! NaN-poisoned outputs:
 //! odd sizes, ragged batches, the first and last slot of a block, block sizes 1 to 128, grouped-query heads
 //! (including groups larger than one work-group's head chunk), prefill chunks over cached prefixes, and contexts
 //! longer than one split-KV partition. Relative error (max |diff| / max |cpu|) under 1e-5 for f32, 1e-2 for 16-bit
 //! weights. Malformed indices are errors, not device writes.
 
-mod opencl_common;
+mod backends;
+mod level_zero_support;
 
 use candle_core::{DType, Device, Tensor};
 use rand::rngs::StdRng;
@@ -13,7 +16,7 @@ use rand::Rng;
 use rserve_engine::backend::kernels::MatmulPath;
 use rserve_engine::backend::{AttentionMeta, Backend, Op};
 
-use opencl_common::{poisoned, random};
+use backends::{poisoned, random};
 
 const F32_TOL: f32 = 1e-5;
 const SG: MatmulPath = MatmulPath::SubGroup;
@@ -27,7 +30,7 @@ fn weight<B: Backend>(b: &B, data: Vec<f32>, rows: usize, cols: usize, dtype: DT
 
 // ------------------------------------------------------------------------------------------------ embedding
 
-fn embedding<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<opencl_common::Output> {
+fn embedding<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Output> {
     let (vocab, hidden, n) = (300, 100, 37);
     let table = weight(b, random(rng, vocab * hidden, 1.0), vocab, hidden, dtype);
     let mut ids: Vec<u32> = (0..n).map(|_| rng.gen_range(0..vocab as u32)).collect();
@@ -45,7 +48,7 @@ op_parity!(embedding_f16, tol = 0.0, |b, rng| { embedding(b, &mut rng, DType::F1
 
 // ------------------------------------------------------------------------------------------------ norms
 
-fn norm<B: Backend>(b: &B, rng: &mut StdRng, fused: bool) -> Vec<opencl_common::Output> {
+fn norm<B: Backend>(b: &B, rng: &mut StdRng, fused: bool) -> Vec<backends::Output> {
     let mut outs = Vec::new();
     // Register path (width a multiple of 4, at most 8192) and the strided loop (1002, 8200).
     for (rows, hidden) in [(7, 576), (3, 1000), (1, 4096), (2, 1002), (1, 8200)] {
@@ -72,7 +75,7 @@ op_parity!(add_rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, true) });
 
 /// Row counts on both sides of the skinny/tiled switch and of the work-item kernel's 4-row groups, k not a
 /// multiple of 4, odd n, with and without a bias.
-fn matmul<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<opencl_common::Output> {
+fn matmul<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Output> {
     let mut outs = Vec::new();
     for (m, k, n, bias) in [
         (1, 576, 1536, false),
@@ -182,7 +185,7 @@ struct Attn {
 }
 
 /// Random caches (every block, used or not), blocks handed out in random order, q random, out poisoned.
-fn attention<B: Backend>(b: &B, rng: &mut StdRng, name: &'static str, c: &Attn) -> opencl_common::Output {
+fn attention<B: Backend>(b: &B, rng: &mut StdRng, name: &'static str, c: &Attn) -> backends::Output {
     let bs = c.block_size;
     let per_seq: Vec<usize> = c.seqs.iter().map(|&(_, ctx)| ctx.div_ceil(bs)).collect();
     let num_blocks = per_seq.iter().sum::<usize>() + 3;
@@ -310,7 +313,7 @@ op_parity!(attention_batch_shape_changes_between_calls, tol = F32_TOL, |b, rng| 
 
 #[test]
 fn out_of_range_indices_are_errors() {
-    let Some(b) = opencl_common::shared_opencl() else { return };
+    let Some(b) = backends::shared_opencl() else { return };
     let b = &*b;
     let table = weight(b, vec![0.5; 40], 10, 4, DType::F32);
     let out = b.alloc_f32(8).unwrap();
