@@ -642,18 +642,7 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
             x[row * width + a] = 50.0;
             x[row * width + b] = 50.0;
         }
-        let want: Vec<u32> = x
-            .chunks(width)
-            .map(|l| {
-                let mut best = 0;
-                for (i, v) in l.iter().enumerate() {
-                    if *v > l[best] {
-                        best = i;
-                    }
-                }
-                best as u32
-            })
-            .collect();
+        let want: Vec<u32> = x.chunks(width).map(rserve_engine::sampling::argmax).collect();
         let xb = gpu.upload_f32(&x)?;
         let ids = gpu.alloc_u32(rows)?;
         gpu.argmax_rows(&xb, rows, width, &ids)?;

@@ -9,6 +9,7 @@ use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::config::ModelParams;
 use rserve_engine::model::{BatchInput, SeqInput};
 use rserve_engine::runner::{ModelRunner, StepRunner};
+use rserve_engine::sampling::argmax;
 use rserve_engine::sampling::logprobs;
 use rserve_engine::source::{resolve_model, ResolveOptions};
 use serde_json::Value;
@@ -29,16 +30,6 @@ fn seq(tokens: &[u32], start: usize, first_block: u32, total_len: usize) -> SeqI
     let table: Vec<u32> = (0..total_len.div_ceil(BS) as u32).map(|b| first_block + b).collect();
     let slots = (start..start + tokens.len()).map(|p| table[p / BS] * BS as u32 + (p % BS) as u32).collect();
     SeqInput { token_ids: tokens.to_vec(), start_position: start, block_table: table, slot_mapping: slots }
-}
-
-fn argmax(l: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, v) in l.iter().enumerate() {
-        if *v > l[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn ids(v: &Value) -> Vec<u32> {

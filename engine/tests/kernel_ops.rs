@@ -245,36 +245,9 @@ fn a_decode_plan_is_built_once_per_batch_shape_not_once_per_step() {
     for tuning in [KernelTuning::level_zero(), KernelTuning::opencl(true), KernelTuning::cuda((9, 0))] {
         let d = Fake::new(tuning);
         let (q, kc, vc, out) = (f(4 * 4 * 16), f(64 * 16 * 2 * 16), f(64 * 16 * 2 * 16), f(4 * 4 * 16));
-        // Four sequences decoding one token a step, contexts growing from 3 to 12 (one partition throughout).
-        for step in 0..10u32 {
-            let b = batch(vec![0, 1, 2, 3, 4], vec![3 + step, 5 + step, 7 + step, 9 + step], 16);
+        let attend = |b: &Batch| {
             let meta = b.meta();
-            for _layer in 0..3 {
-                kernels::run(
-                    &d,
-                    Op::PagedAttention {
-                        q: &q,
-                        k_cache: &kc,
-                        v_cache: &vc,
-                        out: &out,
-                        meta: &meta,
-                        num_heads: 4,
-                        num_kv_heads: 2,
-                        head_dim: 16,
-                        block_size: 16,
-                        scale: 0.25,
-                    },
-                )
-                .unwrap();
-            }
-        }
-        assert_eq!(d.plans().builds(), 1, "{tuning:?}");
-        // A new batch shape builds a new plan.
-        let b = batch(vec![0, 1, 2, 3], vec![20, 21, 22], 16);
-        let meta = b.meta();
-        kernels::run(
-            &d,
-            Op::PagedAttention {
+            let op = Op::PagedAttention {
                 q: &q,
                 k_cache: &kc,
                 v_cache: &vc,
@@ -285,9 +258,18 @@ fn a_decode_plan_is_built_once_per_batch_shape_not_once_per_step() {
                 head_dim: 16,
                 block_size: 16,
                 scale: 0.25,
-            },
-        )
-        .unwrap();
+            };
+            kernels::run(&d, op).unwrap();
+        };
+        // Four sequences decoding one token a step, contexts growing from 3 to 12 (one partition throughout), three
+        // layers a step.
+        for step in 0..10u32 {
+            let b = batch(vec![0, 1, 2, 3, 4], vec![3 + step, 5 + step, 7 + step, 9 + step], 16);
+            (0..3).for_each(|_| attend(&b));
+        }
+        assert_eq!(d.plans().builds(), 1, "{tuning:?}");
+        // A new batch shape builds a new plan.
+        attend(&batch(vec![0, 1, 2, 3], vec![20, 21, 22], 16));
         assert_eq!(d.plans().builds(), 2, "{tuning:?}");
     }
 }

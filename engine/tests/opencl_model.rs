@@ -12,6 +12,7 @@ use rserve_engine::backend::Backend;
 use rserve_engine::config::ModelParams;
 use rserve_engine::model::{BatchInput, SeqInput};
 use rserve_engine::runner::{ModelRunner, StepRunner};
+use rserve_engine::sampling::argmax;
 use rserve_engine::source::{resolve_model, ResolveOptions};
 use rserve_engine::weights::Weights;
 use serde_json::Value;
@@ -32,16 +33,6 @@ fn seq(tokens: &[u32], start: usize, first_block: u32, blocks: usize, bs: usize)
     let table: Vec<u32> = (0..blocks as u32).map(|b| first_block + b).collect();
     let slots = (start..start + tokens.len()).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect();
     SeqInput { token_ids: tokens.to_vec(), start_position: start, block_table: table, slot_mapping: slots }
-}
-
-fn argmax(l: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, v) in l.iter().enumerate() {
-        if *v > l[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// Greedy tokens of one prompt alone; also the first step's logits.

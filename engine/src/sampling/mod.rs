@@ -6,4 +6,4 @@ pub mod logprobs;
 pub mod penalties;
 pub mod sampler;
 
-pub use sampler::{sample, Sampled};
+pub use sampler::{argmax, sample, Sampled};

@@ -23,7 +23,8 @@ pub fn sample(logits: &mut [f32], p: &SamplingParams, prompt: &[u32], output: &[
     Sampled { token, logprob }
 }
 
-fn argmax(l: &[f32]) -> u32 {
+/// The greedy token: the lowest index among equal maxima (`argmax_rows` on the GPU follows the same rule).
+pub fn argmax(l: &[f32]) -> u32 {
     let mut best = 0;
     for (i, v) in l.iter().enumerate() {
         if *v > l[best] {
