@@ -9,7 +9,7 @@ use candle_core::DType;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rserve_benches::models::smollm2_gguf;
 use rserve_engine::backend::cpu::CpuBackend;
-use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::model::{BlockId, ScheduledSeq};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::source::{resolve_model, ResolveOptions};
 
@@ -18,10 +18,8 @@ const PROMPT_LEN: usize = 128;
 const MAX_BATCH: usize = 16;
 
 /// Sequence `i` owns blocks `i * blocks_per_seq ..`; `tokens` start at `start`.
-fn seq(i: usize, tokens: &[u32], start: usize, blocks_per_seq: usize) -> SeqInput {
-    let table: Vec<u32> = (0..blocks_per_seq).map(|b| (i * blocks_per_seq + b) as u32).collect();
-    let slots = (start..start + tokens.len()).map(|p| table[p / BS] * BS as u32 + (p % BS) as u32).collect();
-    SeqInput { token_ids: tokens.to_vec(), start_position: start, block_table: table, slot_mapping: slots }
+fn seq(i: usize, tokens: &[u32], start: usize, blocks_per_seq: usize) -> ScheduledSeq {
+    ScheduledSeq::new(tokens.to_vec(), start, BlockId::run((i * blocks_per_seq) as u32, blocks_per_seq), BS)
 }
 
 fn bench_decode(c: &mut Criterion) {
@@ -37,13 +35,13 @@ fn bench_decode(c: &mut Criterion) {
     let prompts: Vec<Vec<u32>> = (0..MAX_BATCH)
         .map(|i| (0..PROMPT_LEN as u32).map(|t| 200 + (i as u32 * 131 + t * 17) % 40_000).collect())
         .collect();
-    let prefill = BatchInput { seqs: prompts.iter().enumerate().map(|(i, p)| seq(i, p, 0, blocks_per_seq)).collect() };
+    let prefill: Vec<ScheduledSeq> = prompts.iter().enumerate().map(|(i, p)| seq(i, p, 0, blocks_per_seq)).collect();
     runner.execute(&prefill).expect("prefill");
 
     let mut g = c.benchmark_group("decode_step");
     g.sample_size(20).warm_up_time(Duration::from_secs(2)).measurement_time(Duration::from_secs(8));
     for batch in [1usize, MAX_BATCH] {
-        let step = BatchInput { seqs: (0..batch).map(|i| seq(i, &[42], PROMPT_LEN, blocks_per_seq)).collect() };
+        let step: Vec<ScheduledSeq> = (0..batch).map(|i| seq(i, &[42], PROMPT_LEN, blocks_per_seq)).collect();
         g.throughput(Throughput::Elements(batch as u64));
         g.bench_function(BenchmarkId::new("smollm2_ctx129", format!("batch{batch}")), |b| {
             b.iter(|| runner.execute(&step).expect("decode step"))

@@ -17,7 +17,7 @@ use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::cuda::CudaBackend;
 use rserve_engine::backend::{AttentionMeta, Backend, Op};
 use rserve_engine::graph_runner::{CudaGraphRunner, GraphOptions};
-use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::model::{BlockId, ScheduledSeq};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -337,16 +337,7 @@ fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
                 block_size: *bs,
             })?;
             let (qsb, cb, tb) = (b.upload_u32(qs)?, b.upload_u32(ctx)?, b.upload_u32(tables)?);
-            let meta = AttentionMeta {
-                num_seqs: ctx.len(),
-                query_start: &qsb,
-                context_lens: &cb,
-                block_tables: &tb,
-                max_blocks_per_seq: *max_blocks,
-                host_query_start: qs,
-                host_context_lens: ctx,
-                host_block_tables: tables,
-            };
+            let meta = AttentionMeta::new([&qsb, &cb, &tb], [qs, ctx, tables], *max_blocks, *bs)?;
             let wo = match o_proj {
                 Some((w, dt, n_out)) => Some((
                     b.upload_weight(
@@ -685,32 +676,15 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
 
 fn greedy<S: StepRunner + ?Sized>(r: &mut S, prompt: &[u32], steps: usize, bs: usize) -> R<Vec<u32>> {
     let total = prompt.len() + steps;
-    let table: Vec<u32> = (0..total.div_ceil(bs) as u32).collect();
-    let slots = |from: usize, to: usize| -> Vec<u32> {
-        (from..to).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect()
-    };
+    let table = BlockId::run(0, total.div_ceil(bs));
     let mut out = Vec::new();
-    let mut seq = SeqInput {
-        token_ids: prompt.to_vec(),
-        start_position: 0,
-        block_table: table.clone(),
-        slot_mapping: slots(0, prompt.len()),
-    };
+    let mut seq = ScheduledSeq::new(prompt.to_vec(), 0, table.clone(), bs);
     for _ in 0..steps {
-        let logits = r.execute(&BatchInput { seqs: vec![seq.clone()] })?;
-        let next = logits
-            .iter()
-            .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b })
-            .0 as u32;
+        let logits = r.execute(std::slice::from_ref(&seq))?;
+        let next = rserve_engine::sampling::argmax(&logits);
         out.push(next);
         let pos = seq.start_position + seq.token_ids.len();
-        seq = SeqInput {
-            token_ids: vec![next],
-            start_position: pos,
-            block_table: table.clone(),
-            slot_mapping: slots(pos, pos + 1),
-        };
+        seq = ScheduledSeq::new(vec![next], pos, table.clone(), bs);
     }
     Ok(out)
 }
@@ -797,31 +771,16 @@ fn golden_check(golden: &str, gguf: &str) -> R<usize> {
 /// Greedy decoding of several prompts at once through `execute_greedy` (ids picked on the device).
 fn greedy_device(r: &mut CudaGraphRunner, prompts: &[Vec<u32>], steps: usize, bs: usize) -> R<Vec<Vec<u32>>> {
     let per_seq = (prompts.iter().map(|p| p.len()).max().unwrap_or(0) + steps).div_ceil(bs);
-    let tables: Vec<Vec<u32>> =
-        (0..prompts.len()).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
-    let slot = |t: &[u32], p: usize| t[p / bs] * bs as u32 + (p % bs) as u32;
-    let mut seqs: Vec<SeqInput> = prompts
-        .iter()
-        .zip(&tables)
-        .map(|(p, t)| SeqInput {
-            token_ids: p.clone(),
-            start_position: 0,
-            block_table: t.clone(),
-            slot_mapping: (0..p.len()).map(|i| slot(t, i)).collect(),
-        })
-        .collect();
+    let tables: Vec<Vec<BlockId>> = (0..prompts.len()).map(|i| BlockId::run((i * per_seq) as u32, per_seq)).collect();
+    let mut seqs: Vec<ScheduledSeq> =
+        prompts.iter().zip(&tables).map(|(p, t)| ScheduledSeq::new(p.clone(), 0, t.clone(), bs)).collect();
     let mut out = vec![Vec::new(); prompts.len()];
     for _ in 0..steps {
-        let ids = r.execute_greedy(&BatchInput { seqs: seqs.clone() })?.ok_or("no device greedy")?;
+        let ids = r.execute_greedy(&seqs)?.ok_or("no device greedy")?;
         for (i, s) in seqs.iter_mut().enumerate() {
             out[i].push(ids[i]);
             let pos = s.start_position + s.token_ids.len();
-            *s = SeqInput {
-                token_ids: vec![ids[i]],
-                start_position: pos,
-                block_table: tables[i].clone(),
-                slot_mapping: vec![slot(&tables[i], pos)],
-            };
+            *s = ScheduledSeq::new(vec![ids[i]], pos, tables[i].clone(), bs);
         }
     }
     Ok(out)
@@ -914,21 +873,16 @@ fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
         for &batch in &batches {
             for &eager in modes {
                 runner.set_enforce_eager(eager);
-                let tables: Vec<Vec<u32>> =
-                    (0..batch).map(|i| ((i * per_seq) as u32..((i + 1) * per_seq) as u32).collect()).collect();
+                let tables: Vec<Vec<BlockId>> =
+                    (0..batch).map(|i| BlockId::run((i * per_seq) as u32, per_seq)).collect();
                 let mut pos = ctx;
                 let mut step = |pos: usize| -> R<()> {
-                    let seqs = tables
+                    let seqs: Vec<ScheduledSeq> = tables
                         .iter()
                         .enumerate()
-                        .map(|(i, t)| SeqInput {
-                            token_ids: vec![(i * 7 + pos) as u32 % 1000],
-                            start_position: pos,
-                            block_table: t.clone(),
-                            slot_mapping: vec![t[pos / bs] * bs as u32 + (pos % bs) as u32],
-                        })
+                        .map(|(i, t)| ScheduledSeq::new(vec![(i * 7 + pos) as u32 % 1000], pos, t.clone(), bs))
                         .collect();
-                    runner.execute_greedy(&BatchInput { seqs })?.ok_or("no greedy")?;
+                    runner.execute_greedy(&seqs)?.ok_or("no greedy")?;
                     Ok(())
                 };
                 for _ in 0..3 {
@@ -959,18 +913,12 @@ fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
     println!("prefill | seqs x tokens | ms per step | prompt tok/s");
     for (nseq, len) in [(16usize, 128usize), (4, 512)] {
         let nb = len.div_ceil(bs);
-        let tables: Vec<Vec<u32>> = (0..nseq).map(|i| ((i * nb) as u32..((i + 1) * nb) as u32).collect()).collect();
-        let seqs: Vec<SeqInput> = tables
-            .iter()
-            .enumerate()
-            .map(|(i, t)| SeqInput {
-                token_ids: (0..len).map(|j| ((j * 31 + i * 7) % 1000) as u32).collect(),
-                start_position: 0,
-                block_table: t.clone(),
-                slot_mapping: (0..len).map(|p| t[p / bs] * bs as u32 + (p % bs) as u32).collect(),
+        let batch: Vec<ScheduledSeq> = (0..nseq)
+            .map(|i| {
+                let tokens = (0..len).map(|j| ((j * 31 + i * 7) % 1000) as u32).collect();
+                ScheduledSeq::new(tokens, 0, BlockId::run((i * nb) as u32, nb), bs)
             })
             .collect();
-        let batch = BatchInput { seqs };
         for _ in 0..2 {
             runner.execute_greedy(&batch)?.ok_or("no greedy")?;
         }

@@ -20,7 +20,7 @@ use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
 use crate::model::shard::NoComm;
-use crate::model::{BatchInput, DeviceBatch, DeviceOutput, FlatBatch, LlamaModel, PagedKvCache};
+use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, LlamaModel, PagedKvCache, ScheduledSeq};
 use crate::runner::StepRunner;
 use crate::weights::Weights;
 
@@ -209,45 +209,41 @@ impl CudaGraphRunner {
     }
 
     /// The bucket a decode batch replays in, if it takes the graph path.
-    fn bucket_for(&self, batch: &BatchInput) -> Option<usize> {
-        if self.opts.enforce_eager || batch.seqs.is_empty() || batch.seqs.iter().any(|s| s.token_ids.len() != 1) {
+    fn bucket_for(&self, batch: &[ScheduledSeq]) -> Option<usize> {
+        if self.opts.enforce_eager || batch.is_empty() || batch.iter().any(|s| s.token_ids.len() != 1) {
             return None;
         }
-        if batch.seqs.iter().any(|s| s.block_table.len() > self.max_blocks) {
+        if batch.iter().any(|s| s.block_table.len() > self.max_blocks) {
             return None;
         }
-        self.buckets.iter().copied().find(|&b| b >= batch.seqs.len())
+        self.buckets.iter().copied().find(|&b| b >= batch.len())
     }
 
-    fn check(&self, batch: &BatchInput) -> Result<()> {
-        batch.validate(self.cache.block_size, self.usable_blocks)?;
-        let vocab = self.model.params().vocab_size;
-        if let Some(t) = batch.seqs.iter().flat_map(|s| &s.token_ids).find(|&&t| t as usize >= vocab) {
-            return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
-        }
-        Ok(())
-    }
-
-    fn run(&mut self, batch: &BatchInput, want: Want) -> Result<Got> {
-        self.check(batch)?;
-        if batch.num_tokens() == 0 {
+    /// Checks and flattens the step (once: a replayed graph checks nothing), then runs it through a graph or op by op.
+    fn run(&mut self, batch: &[ScheduledSeq], want: Want) -> Result<Got> {
+        if batch.is_empty() {
             return Ok(match want {
                 Want::Logits => Got::Logits(Vec::new()),
                 Want::Argmax => Got::Ids(Vec::new()),
             });
         }
-        match self.bucket_for(batch) {
-            Some(bucket) => self.run_graph(batch, bucket, want),
-            None => self.run_eager(batch, want),
+        let bucket = self.bucket_for(batch);
+        let width = if bucket.is_some() { self.max_blocks } else { 0 };
+        let flat = FlatBatch::new(batch, self.cache.block_size, self.usable_blocks, width)?;
+        let vocab = self.model.params().vocab_size;
+        if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
+        }
+        match bucket {
+            Some(bucket) => self.run_graph(flat, bucket, want),
+            None => self.run_eager(&flat, want),
         }
     }
 
-    fn run_eager(&mut self, batch: &BatchInput, want: Want) -> Result<Got> {
+    fn run_eager(&mut self, flat: &FlatBatch, want: Want) -> Result<Got> {
         let b = &self.backend;
-        let flat = FlatBatch::new(batch, 0);
-        let dev = DeviceBatch::upload(b, &flat)?;
-        let DeviceOutput::Logits(logits) = self.model.forward_device(b, &flat, &dev, &self.cache, &NoComm, None)?
-        else {
+        let dev = DeviceBatch::upload(b, flat)?;
+        let DeviceOutput::Logits(logits) = self.model.forward_device(b, flat, &dev, &self.cache, &NoComm, None)? else {
             return Err(EngineError::Backend("cuda: the model has no LM head".into()));
         };
         self.read(&logits, None, flat.num_seqs(), flat.num_seqs(), want)
@@ -276,9 +272,8 @@ impl CudaGraphRunner {
         }
     }
 
-    fn run_graph(&mut self, batch: &BatchInput, bucket: usize, want: Want) -> Result<Got> {
-        let real = batch.seqs.len();
-        let mut flat = FlatBatch::new(batch, self.max_blocks);
+    fn run_graph(&mut self, mut flat: FlatBatch, bucket: usize, want: Want) -> Result<Got> {
+        let real = flat.num_seqs();
         flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
         let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
         let parts = self.backend.tuning_cell().get().decode_parts(longest, bucket);
@@ -378,14 +373,14 @@ impl CudaGraphRunner {
 }
 
 impl StepRunner for CudaGraphRunner {
-    fn execute(&mut self, batch: &BatchInput) -> Result<Vec<f32>> {
+    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
         match self.run(batch, Want::Logits)? {
             Got::Logits(l) => Ok(l),
             Got::Ids(_) => Err(EngineError::Backend("cuda: expected logits".into())),
         }
     }
 
-    fn execute_greedy(&mut self, batch: &BatchInput) -> Result<Option<Vec<u32>>> {
+    fn execute_greedy(&mut self, batch: &[ScheduledSeq]) -> Result<Option<Vec<u32>>> {
         match self.run(batch, Want::Argmax)? {
             Got::Ids(ids) => Ok(Some(ids)),
             Got::Logits(_) => Err(EngineError::Backend("cuda: expected ids".into())),

@@ -4,17 +4,18 @@
 use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::error::Result;
-use crate::model::{BatchInput, LlamaModel, PagedKvCache};
+use crate::model::{LlamaModel, PagedKvCache, ScheduledSeq};
 use crate::weights::Weights;
 
 /// What the engine thread needs from a runner.
 pub trait StepRunner: Send {
-    /// Runs one step; returns `[num_seqs, vocab]` logits of each sequence's last token.
-    fn execute(&mut self, batch: &BatchInput) -> Result<Vec<f32>>;
+    /// Runs one step over the scheduler's sequences as they are (checked and flattened once, here); returns
+    /// `[num_seqs, vocab]` logits of each sequence's last token.
+    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>>;
     /// Runs one step and picks each sequence's most likely next token on the device (the lowest id among equal
     /// maxima, as the host sampler does), so only ids are read back. None: this runner cannot (nothing was run);
     /// call `execute` and sample on the host.
-    fn execute_greedy(&mut self, batch: &BatchInput) -> Result<Option<Vec<u32>>> {
+    fn execute_greedy(&mut self, batch: &[ScheduledSeq]) -> Result<Option<Vec<u32>>> {
         let _ = batch;
         Ok(None)
     }
@@ -61,7 +62,7 @@ impl<B: Backend + Send> StepRunner for ModelRunner<B>
 where
     B::Buffer: Send,
 {
-    fn execute(&mut self, batch: &BatchInput) -> Result<Vec<f32>> {
+    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
         self.model.forward(&self.backend, batch, &self.cache)
     }
 

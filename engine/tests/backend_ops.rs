@@ -212,16 +212,8 @@ fn attention<B: Backend>(b: &B, rng: &mut StdRng, name: &'static str, c: &Attn) 
     let out = poisoned(b, rows * c.heads * c.head_dim);
     let (qs_buf, ctx_buf, bt_buf) =
         (b.upload_u32(&query_start).unwrap(), b.upload_u32(&context_lens).unwrap(), b.upload_u32(&tables).unwrap());
-    let meta = AttentionMeta {
-        num_seqs: c.seqs.len(),
-        query_start: &qs_buf,
-        context_lens: &ctx_buf,
-        block_tables: &bt_buf,
-        max_blocks_per_seq: max_blocks,
-        host_query_start: &query_start,
-        host_context_lens: &context_lens,
-        host_block_tables: &tables,
-    };
+    let meta = AttentionMeta::new([&qs_buf, &ctx_buf, &bt_buf], [&query_start, &context_lens, &tables], max_blocks, bs)
+        .unwrap();
     b.run(Op::PagedAttention {
         q: &q,
         k_cache: &kc,
@@ -351,16 +343,7 @@ fn out_of_range_indices_are_errors() {
 
     // A block table entry past the cache.
     let (qs, ctx, bt) = (b.upload_u32(&[0, 1]).unwrap(), b.upload_u32(&[3]).unwrap(), b.upload_u32(&[0, 9]).unwrap());
-    let meta = AttentionMeta {
-        num_seqs: 1,
-        query_start: &qs,
-        context_lens: &ctx,
-        block_tables: &bt,
-        max_blocks_per_seq: 2,
-        host_query_start: &[0, 1],
-        host_context_lens: &[3],
-        host_block_tables: &[0, 9],
-    };
+    let meta = AttentionMeta::new([&qs, &ctx, &bt], [&[0, 1], &[3], &[0, 9]], 2, 2).unwrap();
     let op = Op::PagedAttention {
         q: &x,
         k_cache: &cache,

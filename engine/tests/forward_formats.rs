@@ -5,7 +5,7 @@ mod common;
 
 use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
-use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::model::{BlockId, ScheduledSeq};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::source::{resolve_model, ResolveOptions};
 use serde_json::Value;
@@ -24,15 +24,13 @@ fn argmax(l: &[f32]) -> u32 {
 }
 
 fn greedy(r: &mut ModelRunner<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32> {
-    let table: Vec<u32> = (0..16).collect();
+    let table = BlockId::run(0, 16);
     let mut toks = prompt.to_vec();
     let mut start = 0;
     let mut out = Vec::new();
     while out.len() < n {
-        let chunk = toks[start..].to_vec();
-        let slots = (start..toks.len()).map(|p| p as u32).collect();
-        let seq = SeqInput { token_ids: chunk, start_position: start, block_table: table.clone(), slot_mapping: slots };
-        let logits = r.execute(&BatchInput { seqs: vec![seq] }).unwrap();
+        let seq = ScheduledSeq::new(toks[start..].to_vec(), start, table.clone(), BS);
+        let logits = r.execute(&[seq]).unwrap();
         start = toks.len();
         let t = argmax(&logits);
         out.push(t);

@@ -7,7 +7,7 @@ mod common;
 use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::config::ModelParams;
-use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::model::{BlockId, ScheduledSeq};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::sampling::argmax;
 use rserve_engine::sampling::logprobs;
@@ -26,10 +26,8 @@ fn runner(num_blocks: usize) -> (ModelRunner<CpuBackend>, ModelParams) {
 }
 
 /// A sequence using blocks `first_block..` contiguously.
-fn seq(tokens: &[u32], start: usize, first_block: u32, total_len: usize) -> SeqInput {
-    let table: Vec<u32> = (0..total_len.div_ceil(BS) as u32).map(|b| first_block + b).collect();
-    let slots = (start..start + tokens.len()).map(|p| table[p / BS] * BS as u32 + (p % BS) as u32).collect();
-    SeqInput { token_ids: tokens.to_vec(), start_position: start, block_table: table, slot_mapping: slots }
+fn seq(tokens: &[u32], start: usize, first_block: u32, total_len: usize) -> ScheduledSeq {
+    ScheduledSeq::new(tokens.to_vec(), start, BlockId::run(first_block, total_len.div_ceil(BS)), BS)
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -48,7 +46,7 @@ fn greedy_tokens_and_first_logprobs_match_transformers() {
         let prompt = ids(&p["prompt_token_ids"]);
         let want = ids(&p["greedy_token_ids"]);
         let total = prompt.len() + want.len();
-        let mut logits = r.execute(&BatchInput { seqs: vec![seq(&prompt, 0, 0, total)] }).unwrap();
+        let mut logits = r.execute(&[seq(&prompt, 0, 0, total)]).unwrap();
         assert_eq!(logits.len(), params.vocab_size);
         let lp = logprobs::log_softmax(&logits);
         for pair in p["first_step_top20"].as_array().unwrap() {
@@ -61,7 +59,7 @@ fn greedy_tokens_and_first_logprobs_match_transformers() {
             got.push(t);
             if step + 1 < want.len() {
                 let pos = prompt.len() + step;
-                logits = r.execute(&BatchInput { seqs: vec![seq(&[t], pos, 0, total)] }).unwrap();
+                logits = r.execute(&[seq(&[t], pos, 0, total)]).unwrap();
             }
         }
         assert_eq!(got, want, "{name}: greedy tokens differ");
@@ -75,17 +73,15 @@ fn mixed_batch_equals_one_at_a_time() {
     let b: Vec<u32> = (0..25).map(|i| 300 + i * 11).collect();
     let c: Vec<u32> = (0..9).map(|i| 50 + i).collect();
     // Alone: a fully, b's first 20 then 5, c fully (each in its own blocks).
-    let alone_a = r.execute(&BatchInput { seqs: vec![seq(&a, 0, 0, 48)] }).unwrap();
-    r.execute(&BatchInput { seqs: vec![seq(&b[..20], 0, 10, 32)] }).unwrap();
-    let alone_b = r.execute(&BatchInput { seqs: vec![seq(&b[20..], 20, 10, 32)] }).unwrap();
-    let alone_c = r.execute(&BatchInput { seqs: vec![seq(&c, 0, 20, 16)] }).unwrap();
+    let alone_a = r.execute(&[seq(&a, 0, 0, 48)]).unwrap();
+    r.execute(&[seq(&b[..20], 0, 10, 32)]).unwrap();
+    let alone_b = r.execute(&[seq(&b[20..], 20, 10, 32)]).unwrap();
+    let alone_c = r.execute(&[seq(&c, 0, 20, 16)]).unwrap();
     // Mixed: b's prefix first (as a previous step), then one step holding a decode token of a (next position),
     // b's second chunk and c whole, written to fresh blocks.
-    r.execute(&BatchInput { seqs: vec![seq(&a, 0, 30, 48), seq(&b[..20], 0, 40, 32)] }).unwrap();
+    r.execute(&[seq(&a, 0, 30, 48), seq(&b[..20], 0, 40, 32)]).unwrap();
     let next_a = argmax(&alone_a);
-    let mixed = r
-        .execute(&BatchInput { seqs: vec![seq(&[next_a], 40, 30, 48), seq(&b[20..], 20, 40, 32), seq(&c, 0, 50, 16)] })
-        .unwrap();
+    let mixed = r.execute(&[seq(&[next_a], 40, 30, 48), seq(&b[20..], 20, 40, 32), seq(&c, 0, 50, 16)]).unwrap();
     let v = alone_b.len();
     let close = |x: &[f32], y: &[f32], what: &str| {
         for (i, (p, q)) in x.iter().zip(y).enumerate() {
@@ -95,6 +91,6 @@ fn mixed_batch_equals_one_at_a_time() {
     close(&mixed[v..2 * v], &alone_b, "chunked b");
     close(&mixed[2 * v..], &alone_c, "c");
     // a's decode step alone, in its original blocks, for the first row.
-    let alone_a2 = r.execute(&BatchInput { seqs: vec![seq(&[next_a], 40, 0, 48)] }).unwrap();
+    let alone_a2 = r.execute(&[seq(&[next_a], 40, 0, 48)]).unwrap();
     close(&mixed[..v], &alone_a2, "decode a");
 }

@@ -39,7 +39,7 @@ impl KernelDevice for Fake {
         Ok(Contents::F32 { len })
     }
     fn upload_indices(&self, data: &[u32]) -> rserve_engine::Result<FakeBuf> {
-        Ok(Contents::U32 { host: data.to_vec() })
+        Ok(Contents::u32_of(data))
     }
     fn launch(&self, l: &Launch<'_, FakeBuf>) -> rserve_engine::Result<()> {
         self.launches.borrow_mut().push((l.kernel.to_string(), l.args.len(), l.global, l.local));
@@ -93,7 +93,7 @@ fn f(len: usize) -> FakeBuf {
 }
 
 fn u(v: Vec<u32>) -> FakeBuf {
-    Contents::U32 { host: v }
+    Contents::u32_of(&v)
 }
 
 fn mat(dtype: WeightDType, rows: usize, cols: usize) -> FakeBuf {
@@ -110,6 +110,7 @@ struct Batch {
     ctx: Vec<u32>,
     tables: Vec<u32>,
     max_blocks: usize,
+    bs: usize,
     bufs: [FakeBuf; 3],
 }
 
@@ -117,21 +118,13 @@ fn batch(qs: Vec<u32>, ctx: Vec<u32>, bs: usize) -> Batch {
     let max_blocks = (*ctx.iter().max().unwrap() as usize).div_ceil(bs);
     let tables: Vec<u32> = (0..ctx.len() * max_blocks).map(|i| (i % 60) as u32).collect();
     let bufs = [u(qs.clone()), u(ctx.clone()), u(tables.clone())];
-    Batch { qs, ctx, tables, max_blocks, bufs }
+    Batch { qs, ctx, tables, max_blocks, bs, bufs }
 }
 
 impl Batch {
     fn meta(&self) -> AttentionMeta<'_, FakeBuf> {
-        AttentionMeta {
-            num_seqs: self.ctx.len(),
-            query_start: &self.bufs[0],
-            context_lens: &self.bufs[1],
-            block_tables: &self.bufs[2],
-            max_blocks_per_seq: self.max_blocks,
-            host_query_start: &self.qs,
-            host_context_lens: &self.ctx,
-            host_block_tables: &self.tables,
-        }
+        let [qs, ctx, tables] = &self.bufs;
+        AttentionMeta::new([qs, ctx, tables], [&self.qs, &self.ctx, &self.tables], self.max_blocks, self.bs).unwrap()
     }
 }
 

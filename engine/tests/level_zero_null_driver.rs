@@ -14,17 +14,15 @@ use candle_core::DType;
 use level_zero_support as lz;
 use rserve_engine::backend::level_zero::{handle_counts, loader_components, HandleKind};
 use rserve_engine::engine::device::Device;
-use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::model::{BlockId, ScheduledSeq};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::source::{resolve_model, ResolveOptions};
 
 const BS: usize = 16;
 
-fn seq(tokens: Vec<u32>, start: usize, first_block: u32) -> SeqInput {
-    let total = start + tokens.len();
-    let table: Vec<u32> = (0..total.div_ceil(BS) as u32).map(|b| first_block + b).collect();
-    let slots = (start..total).map(|p| table[p / BS] * BS as u32 + (p % BS) as u32).collect();
-    SeqInput { token_ids: tokens, start_position: start, block_table: table, slot_mapping: slots }
+fn seq(tokens: Vec<u32>, start: usize, first_block: u32) -> ScheduledSeq {
+    let blocks = (start + tokens.len()).div_ceil(BS);
+    ScheduledSeq::new(tokens, start, BlockId::run(first_block, blocks), BS)
 }
 
 fn forward_step_in_child() {
@@ -40,11 +38,11 @@ fn forward_step_in_child() {
     let mut runner = device.build_runner(&params, &weights, 64, BS).unwrap();
     // 20 prompt tokens (tiled matmul, prefill attention), one decode token at position 40, and one at position 700
     // (two key partitions: the decode kernel's split-KV path and the reduce kernel).
-    let batch = BatchInput { seqs: vec![seq((1..=20).collect(), 0, 0), seq(vec![42], 40, 2), seq(vec![7], 700, 5)] };
+    let batch = [seq((1..=20).collect(), 0, 0), seq(vec![42], 40, 2), seq(vec![7], 700, 5)];
     let logits = runner.execute(&batch).unwrap();
     assert_eq!(logits.len(), 3 * params.vocab_size);
     // A decode-only step as well (row-streaming matmul everywhere).
-    let logits = runner.execute(&BatchInput { seqs: vec![seq(vec![9], 20, 0)] }).unwrap();
+    let logits = runner.execute(&[seq(vec![9], 20, 0)]).unwrap();
     assert_eq!(logits.len(), params.vocab_size);
     drop(runner);
     // Ten decode steps of a batch of three, contexts growing by one token a step: one attention plan for them all.
@@ -52,9 +50,7 @@ fn forward_step_in_child() {
     let mut runner = ModelRunner::new(backend, &params, &weights, 64, BS).unwrap();
     let before = runner.backend().attention_plan_builds();
     for step in 0..10 {
-        let batch = BatchInput {
-            seqs: vec![seq(vec![5], 30 + step, 0), seq(vec![6], 50 + step, 8), seq(vec![7], 90 + step, 16)],
-        };
+        let batch = [seq(vec![5], 30 + step, 0), seq(vec![6], 50 + step, 8), seq(vec![7], 90 + step, 16)];
         runner.execute(&batch).unwrap();
     }
     println!("LZ-PLANS: {}", runner.backend().attention_plan_builds() - before);

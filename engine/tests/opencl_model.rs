@@ -10,7 +10,7 @@ use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::Backend;
 use rserve_engine::config::ModelParams;
-use rserve_engine::model::{BatchInput, SeqInput};
+use rserve_engine::model::{BlockId, ScheduledSeq};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::sampling::argmax;
 use rserve_engine::source::{resolve_model, ResolveOptions};
@@ -29,23 +29,21 @@ fn load() -> (ModelParams, Weights) {
 }
 
 /// Sequence input over blocks `first_block..` (contiguous), positions `start..start + tokens.len()`.
-fn seq(tokens: &[u32], start: usize, first_block: u32, blocks: usize, bs: usize) -> SeqInput {
-    let table: Vec<u32> = (0..blocks as u32).map(|b| first_block + b).collect();
-    let slots = (start..start + tokens.len()).map(|p| table[p / bs] * bs as u32 + (p % bs) as u32).collect();
-    SeqInput { token_ids: tokens.to_vec(), start_position: start, block_table: table, slot_mapping: slots }
+fn seq(tokens: &[u32], start: usize, first_block: u32, blocks: usize, bs: usize) -> ScheduledSeq {
+    ScheduledSeq::new(tokens.to_vec(), start, BlockId::run(first_block, blocks), bs)
 }
 
 /// Greedy tokens of one prompt alone; also the first step's logits.
 fn greedy_alone(r: &mut dyn StepRunner, prompt: &[u32], bs: usize) -> (Vec<u32>, Vec<f32>) {
     let blocks = (prompt.len() + STEPS).div_ceil(bs);
-    let first = r.execute(&BatchInput { seqs: vec![seq(prompt, 0, 0, blocks, bs)] }).unwrap();
+    let first = r.execute(&[seq(prompt, 0, 0, blocks, bs)]).unwrap();
     let mut logits = first.clone();
     let mut out = Vec::new();
     for step in 0..STEPS {
         let t = argmax(&logits);
         out.push(t);
         if step + 1 < STEPS {
-            logits = r.execute(&BatchInput { seqs: vec![seq(&[t], prompt.len() + step, 0, blocks, bs)] }).unwrap();
+            logits = r.execute(&[seq(&[t], prompt.len() + step, 0, blocks, bs)]).unwrap();
         }
     }
     (out, first)
@@ -54,9 +52,8 @@ fn greedy_alone(r: &mut dyn StepRunner, prompt: &[u32], bs: usize) -> (Vec<u32>,
 /// Greedy tokens of all prompts decoded together in one batch.
 fn greedy_batched(r: &mut dyn StepRunner, prompts: &[Vec<u32>], bs: usize, blocks_per_seq: usize) -> Vec<Vec<u32>> {
     let block0 = |i: usize| (i * blocks_per_seq) as u32;
-    let batch = BatchInput {
-        seqs: prompts.iter().enumerate().map(|(i, p)| seq(p, 0, block0(i), blocks_per_seq, bs)).collect(),
-    };
+    let batch: Vec<ScheduledSeq> =
+        prompts.iter().enumerate().map(|(i, p)| seq(p, 0, block0(i), blocks_per_seq, bs)).collect();
     let mut logits = r.execute(&batch).unwrap();
     let vocab = r.vocab_size();
     let mut out = vec![Vec::new(); prompts.len()];
@@ -66,12 +63,12 @@ fn greedy_batched(r: &mut dyn StepRunner, prompts: &[Vec<u32>], bs: usize, block
             o.push(*t);
         }
         if step + 1 < STEPS {
-            let seqs = prompts
+            let seqs: Vec<ScheduledSeq> = prompts
                 .iter()
                 .enumerate()
                 .map(|(i, p)| seq(&[next[i]], p.len() + step, block0(i), blocks_per_seq, bs))
                 .collect();
-            logits = r.execute(&BatchInput { seqs }).unwrap();
+            logits = r.execute(&seqs).unwrap();
         }
     }
     out

@@ -12,6 +12,11 @@ pub struct RequestId(pub u64);
 pub struct BlockId(pub u32);
 
 impl BlockId {
+    /// `n` consecutive ids from `first` (a block table for runners driven without a scheduler).
+    pub fn run(first: u32, n: usize) -> Vec<BlockId> {
+        (first..first + n as u32).map(BlockId).collect()
+    }
+
     /// The block's index into per-block arrays.
     #[inline]
     pub fn index(self) -> usize {

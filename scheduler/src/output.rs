@@ -26,9 +26,47 @@ pub struct ScheduledSeq {
 }
 
 impl ScheduledSeq {
+    /// A step that computes `token_ids` at positions `start_position..` of a sequence whose blocks are
+    /// `block_table`, with the slot mapping that table implies, and samples after them. The scheduler fills its
+    /// own (recycled) entries; this is for runners driven without one (tests, benchmarks, other MPI ranks).
+    pub fn new(token_ids: Vec<u32>, start_position: usize, block_table: Vec<BlockId>, block_size: usize) -> Self {
+        let mut slot_mapping = Vec::with_capacity(token_ids.len());
+        push_slots(&mut slot_mapping, &block_table, start_position..start_position + token_ids.len(), block_size);
+        Self {
+            request_id: RequestId(0),
+            token_ids,
+            start_position,
+            block_table,
+            slot_mapping,
+            sample: true,
+            num_cached_tokens: 0,
+            is_first_schedule: false,
+        }
+    }
+
     /// Number of tokens computed for this request in the step.
     pub fn num_tokens(&self) -> usize {
         self.token_ids.len()
+    }
+}
+
+/// Appends the cache slot of each position in `positions` (`block * block_size + offset`, the block from `table`),
+/// walking block by block instead of dividing per token. `table` must cover the positions.
+pub(crate) fn push_slots(
+    slots: &mut Vec<u32>,
+    table: &[BlockId],
+    positions: std::ops::Range<usize>,
+    block_size: usize,
+) {
+    slots.reserve(positions.len());
+    let (mut block, mut offset) = (positions.start / block_size, positions.start % block_size);
+    for _ in positions {
+        slots.push(table[block].0 * block_size as u32 + offset as u32);
+        offset += 1;
+        if offset == block_size {
+            offset = 0;
+            block += 1;
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use crate::error::SchedulerError;
 use crate::id_map::IdSet;
 use crate::ids::{BlockId, RequestId};
 use crate::kv_cache_manager::KvCacheManager;
-use crate::output::{RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
+use crate::output::{push_slots, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
 use crate::request::{NewRequest, Request, RequestStatus};
 
 /// The continuous-batching scheduler. One owner (the engine thread) drives it.
@@ -351,17 +351,7 @@ fn fill_seq(s: &mut ScheduledSeq, req: &mut Request, table: &[BlockId], num_new:
     s.block_table.clear();
     s.block_table.extend_from_slice(table);
     s.slot_mapping.clear();
-    // Walk block by block instead of dividing per token.
-    s.slot_mapping.reserve(num_new);
-    let (mut block, mut offset) = (start / block_size, start % block_size);
-    for _ in start..end {
-        s.slot_mapping.push(table[block].0 * block_size as u32 + offset as u32);
-        offset += 1;
-        if offset == block_size {
-            offset = 0;
-            block += 1;
-        }
-    }
+    push_slots(&mut s.slot_mapping, table, start..end, block_size);
     s.sample = end == req.num_tokens();
     s.num_cached_tokens = req.num_cached_tokens.unwrap_or(0);
     s.is_first_schedule = std::mem::replace(&mut req.first_schedule_pending, false);

@@ -4,24 +4,102 @@
 //! head_dim]`; the paged KV cache of one layer `[num_blocks, block_size, kv_heads, head_dim]` (vLLM's XPU layout),
 //! addressed by slot = block * block_size + offset.
 
+use crate::backend::cpu::be;
+use crate::error::{EngineError, Result};
+
 /// Where each sequence of a flattened batch lives, for attention.
 ///
 /// Sequence `s` owns query rows `query_start[s]..query_start[s + 1]`; its tokens sit at positions
 /// `context_lens[s] - query_len .. context_lens[s]`; cached keys of positions `< context_lens[s] - query_len` are read
 /// from the paged cache through row `s` of `block_tables` (`max_blocks_per_seq` entries, unused ones 0).
+///
+/// Built once per step by [`AttentionMeta::new`], which checks that the host copies agree with each other; every
+/// layer's `PagedAttention` then checks only what depends on the op (the cache it reads, in O(1)).
 pub struct AttentionMeta<'a, B> {
-    pub num_seqs: usize,
-    pub query_start: &'a B,
-    pub context_lens: &'a B,
-    pub block_tables: &'a B,
-    pub max_blocks_per_seq: usize,
+    pub(crate) num_seqs: usize,
+    pub(crate) query_start: &'a B,
+    pub(crate) context_lens: &'a B,
+    pub(crate) block_tables: &'a B,
+    pub(crate) max_blocks_per_seq: usize,
     /// Host copies of the same values, for launch sizes and the CPU backend.
-    pub host_query_start: &'a [u32],
-    pub host_context_lens: &'a [u32],
-    pub host_block_tables: &'a [u32],
+    pub(crate) host_query_start: &'a [u32],
+    pub(crate) host_context_lens: &'a [u32],
+    pub(crate) host_block_tables: &'a [u32],
+    /// Tokens per cache block the tables were checked against.
+    pub(crate) block_size: usize,
+    /// One past the highest block id any sequence reads: the cache must hold that many blocks.
+    pub(crate) blocks_read: usize,
 }
 
-impl<B> AttentionMeta<'_, B> {
+impl<'a, B> AttentionMeta<'a, B> {
+    /// `device` and `host` are `[query_start, context_lens, block_tables]`; the device buffers must hold the host
+    /// copies (the kernel backends also bound the device copies' values before a launch). Checks that
+    /// `query_start` has one entry more than `context_lens` and does not decrease, that each sequence's query fits
+    /// its context and its context its table row, and that the tables hold `max_blocks_per_seq` entries a sequence.
+    pub fn new(device: [&'a B; 3], host: [&'a [u32]; 3], max_blocks_per_seq: usize, block_size: usize) -> Result<Self> {
+        let [qs, ctx, tables] = host;
+        let num_seqs = ctx.len();
+        let bad = |m: String| Err(EngineError::InvalidArgument(format!("attention metadata: {m}")));
+        if qs.len() != num_seqs + 1 || tables.len() < num_seqs * max_blocks_per_seq {
+            return bad(format!(
+                "{} query starts, {} context lengths and {} table entries of {max_blocks_per_seq} a sequence",
+                qs.len(),
+                num_seqs,
+                tables.len()
+            ));
+        }
+        if block_size == 0 {
+            return bad("block size 0".into());
+        }
+        let mut blocks_read = 0;
+        for seq in 0..num_seqs {
+            let Some(qlen) = qs[seq + 1].checked_sub(qs[seq]) else {
+                return bad(format!("query_start decreases at sequence {seq}"));
+            };
+            let (c, blocks) = (ctx[seq] as usize, (ctx[seq] as usize).div_ceil(block_size));
+            if qlen as usize > c || blocks > max_blocks_per_seq {
+                return bad(format!("sequence {seq}: {qlen} query rows and context {c} do not fit its block table"));
+            }
+            let row = &tables[seq * max_blocks_per_seq..seq * max_blocks_per_seq + blocks];
+            blocks_read = row.iter().fold(blocks_read, |m, &b| m.max(b as usize + 1));
+        }
+        let [query_start, context_lens, block_tables] = device;
+        Ok(Self {
+            num_seqs,
+            query_start,
+            context_lens,
+            block_tables,
+            max_blocks_per_seq,
+            host_query_start: qs,
+            host_context_lens: ctx,
+            host_block_tables: tables,
+            block_size,
+            blocks_read,
+        })
+    }
+
+    /// Number of query rows of the batch.
+    pub fn num_rows(&self) -> usize {
+        self.host_query_start[self.num_seqs] as usize
+    }
+
+    /// Checks the op's shape against this metadata and a cache of `cache_blocks` blocks.
+    pub(crate) fn check_op(&self, block_size: usize, cache_blocks: usize) -> Result<()> {
+        if block_size != self.block_size {
+            return Err(be(format!(
+                "paged_attention: block size {block_size}, the metadata was built for {}",
+                self.block_size
+            )));
+        }
+        if self.blocks_read > cache_blocks {
+            return Err(be(format!(
+                "paged_attention: block {} outside the cache of {cache_blocks} blocks",
+                self.blocks_read - 1
+            )));
+        }
+        Ok(())
+    }
+
     /// The longest context among the rows the per-row decode kernel serves: one-token rows, and every row when
     /// heads are too large for the tiled prefill kernel (`tiled_prefill` false); 0 when there are none. A decode
     /// work split needs this (its partition count), never the other context lengths.
@@ -99,27 +177,35 @@ mod tests {
     #[test]
     fn longest_decode_context_counts_only_rows_of_the_decode_kernel() {
         let (qs, ctx) = ([0u32, 37, 38, 40, 41], [37u32, 5, 12, 2000]);
-        let meta = AttentionMeta::<()> {
-            num_seqs: 4,
-            query_start: &(),
-            context_lens: &(),
-            block_tables: &(),
-            max_blocks_per_seq: 1,
-            host_query_start: &qs,
-            host_context_lens: &ctx,
-            host_block_tables: &[],
-        };
+        let tables = [0u32; 4];
+        let meta = AttentionMeta::<()>::new([&(); 3], [&qs, &ctx, &tables], 1, 2000).unwrap();
         // One-token rows (sequences 1 and 3) go to the decode kernel; prefill chunks to the tiled kernel.
         assert_eq!(meta.longest_decode_context(true), 2000);
         assert_eq!(meta.decode_rows(true), 2);
         assert_eq!(meta.decode_rows(false), 41);
         // Without the tiled kernel every row is a decode row.
-        let short =
-            AttentionMeta::<()> { host_query_start: &qs[..3], host_context_lens: &ctx[..2], num_seqs: 2, ..meta };
+        let short = AttentionMeta::<()>::new([&(); 3], [&qs[..3], &ctx[..2], &tables], 1, 2000).unwrap();
         assert_eq!(short.longest_decode_context(true), 5);
         assert_eq!(short.longest_decode_context(false), 37);
-        let none =
-            AttentionMeta::<()> { host_query_start: &qs[..2], host_context_lens: &ctx[..1], num_seqs: 1, ..meta };
+        let none = AttentionMeta::<()>::new([&(); 3], [&qs[..2], &ctx[..1], &tables], 1, 2000).unwrap();
         assert_eq!(none.longest_decode_context(true), 0);
+    }
+
+    #[test]
+    fn metadata_is_checked_once_when_built() {
+        let new = |qs: &[u32], ctx: &[u32], tables: &[u32], max_blocks| {
+            AttentionMeta::<()>::new([&(); 3], [qs, ctx, tables], max_blocks, 16).map(|m| m.blocks_read)
+        };
+        // Blocks read: those covering each context, not the unused table entries.
+        assert_eq!(new(&[0, 3, 4], &[3, 17], &[5, 9, 2, 7], 2).unwrap(), 8);
+        let err = |r: crate::error::Result<usize>| r.unwrap_err().to_string();
+        assert!(err(new(&[0, 3], &[3, 17], &[0; 4], 2)).contains("2 query starts, 2 context lengths"));
+        assert!(err(new(&[0, 3, 2], &[3, 17], &[0; 4], 2)).contains("query_start decreases at sequence 1"));
+        assert!(err(new(&[0, 4], &[3], &[0; 2], 2)).contains("sequence 0: 4 query rows and context 3"));
+        assert!(err(new(&[0, 1], &[33], &[0; 2], 2)).contains("context 33 do not fit its block table"));
+        let meta = AttentionMeta::<()>::new([&(); 3], [&[0, 1], &[20], &[3, 6]], 2, 16).unwrap();
+        assert!(meta.check_op(16, 7).is_ok());
+        assert!(meta.check_op(16, 6).unwrap_err().to_string().contains("block 6 outside the cache of 6 blocks"));
+        assert!(meta.check_op(8, 7).unwrap_err().to_string().contains("block size 8"));
     }
 }

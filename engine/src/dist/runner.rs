@@ -11,14 +11,14 @@ use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
 use crate::model::shard::Shard;
-use crate::model::{BatchInput, LlamaModel, PagedKvCache, StageOutput};
+use crate::model::{LlamaModel, PagedKvCache, ScheduledSeq, StageOutput};
 use crate::runner::StepRunner;
 use crate::weights::Weights;
 
 /// One rank's part of a step, whatever its device.
 pub trait RankStep: Send {
     /// This rank's part of a step; Some(logits) on the rank that must deliver them to rank 0.
-    fn step(&self, batch: &BatchInput) -> Result<Option<Vec<f32>>>;
+    fn step(&self, batch: &[ScheduledSeq]) -> Result<Option<Vec<f32>>>;
     fn comm(&self) -> &MpiComm;
     fn device_name(&self) -> String;
 }
@@ -54,7 +54,7 @@ where
     LlamaModel<B>: Send,
     PagedKvCache<B>: Send,
 {
-    fn step(&self, batch: &BatchInput) -> Result<Option<Vec<f32>>> {
+    fn step(&self, batch: &[ScheduledSeq]) -> Result<Option<Vec<f32>>> {
         let l = self.comm.layout;
         let input = if l.stage() > 0 { Some(self.comm.recv(l.rank_of(l.stage() - 1, l.tp_rank()))) } else { None };
         match self.model.forward_stage(&self.backend, batch, &self.cache, &self.comm, input.as_deref())? {
@@ -95,7 +95,7 @@ impl DistRunner {
 }
 
 impl StepRunner for DistRunner {
-    fn execute(&mut self, batch: &BatchInput) -> Result<Vec<f32>> {
+    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
         let mut msg = wire::encode(batch);
         self.rank.comm().broadcast(&mut msg);
         let l = self.rank.comm().layout;
@@ -103,7 +103,7 @@ impl StepRunner for DistRunner {
             Some(logits) => Ok(logits),
             None => {
                 let logits = self.rank.comm().recv(l.logits_rank());
-                if logits.len() != batch.seqs.len() * self.vocab {
+                if logits.len() != batch.len() * self.vocab {
                     return Err(EngineError::Backend(format!("rank {} returned malformed logits", l.logits_rank())));
                 }
                 Ok(logits)

@@ -1,21 +1,23 @@
-//! The wire format of one step broadcast from rank 0: a `BatchInput` flattened into `u32`s.
+//! The wire format of one step broadcast from rank 0: the scheduler's sequences flattened into `u32`s (what a
+//! forward step reads of them; the other ranks sample nothing).
 //! Layout: `[num_seqs, then per sequence: n_tokens, start_position, n_blocks, tokens.., blocks.., slots..]`.
 
-use crate::error::{EngineError, Result};
-use crate::model::{BatchInput, SeqInput};
+use rserve_scheduler::{BlockId, ScheduledSeq};
 
-pub fn encode(batch: &BatchInput) -> Vec<u32> {
-    let mut out = vec![batch.seqs.len() as u32];
-    for s in &batch.seqs {
+use crate::error::{EngineError, Result};
+
+pub fn encode(batch: &[ScheduledSeq]) -> Vec<u32> {
+    let mut out = vec![batch.len() as u32];
+    for s in batch {
         out.extend([s.token_ids.len() as u32, s.start_position as u32, s.block_table.len() as u32]);
         out.extend(&s.token_ids);
-        out.extend(&s.block_table);
+        out.extend(s.block_table.iter().map(|b| b.0));
         out.extend(&s.slot_mapping);
     }
     out
 }
 
-pub fn decode(data: &[u32]) -> Result<BatchInput> {
+pub fn decode(data: &[u32]) -> Result<Vec<ScheduledSeq>> {
     let bad = || EngineError::Backend("malformed step message".into());
     let mut it = data.iter().copied();
     let mut take = |n: usize| -> Result<Vec<u32>> {
@@ -31,14 +33,17 @@ pub fn decode(data: &[u32]) -> Result<BatchInput> {
     for _ in 0..num {
         let h = take(3)?;
         let (n, start, nb) = (h[0] as usize, h[1] as usize, h[2] as usize);
-        seqs.push(SeqInput {
-            token_ids: take(n)?,
-            start_position: start,
-            block_table: take(nb)?,
-            slot_mapping: take(n)?,
+        let token_ids = take(n)?;
+        let block_table = take(nb)?.into_iter().map(BlockId).collect();
+        let slot_mapping = take(n)?;
+        seqs.push(ScheduledSeq {
+            token_ids,
+            block_table,
+            slot_mapping,
+            ..ScheduledSeq::new(Vec::new(), start, Vec::new(), 1)
         });
     }
-    Ok(BatchInput { seqs })
+    Ok(seqs)
 }
 
 #[cfg(test)]
@@ -47,17 +52,10 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        let b = BatchInput {
-            seqs: vec![
-                SeqInput {
-                    token_ids: vec![1, 2, 3],
-                    start_position: 0,
-                    block_table: vec![4],
-                    slot_mapping: vec![64, 65, 66],
-                },
-                SeqInput { token_ids: vec![9], start_position: 17, block_table: vec![0, 2], slot_mapping: vec![33] },
-            ],
-        };
+        let b = [
+            ScheduledSeq::new(vec![1, 2, 3], 0, vec![BlockId(4)], 16),
+            ScheduledSeq::new(vec![9], 17, vec![BlockId(0), BlockId(2)], 16),
+        ];
         assert_eq!(decode(&encode(&b)).unwrap(), b);
         assert!(decode(&encode(&b)[..5]).is_err());
     }

@@ -15,7 +15,6 @@ use super::handle::Command;
 use super::metrics::EngineMetrics;
 use super::output::TextOutput;
 use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, TokenLogprob, Usage};
-use crate::model::{BatchInput, SeqInput};
 use crate::runner::StepRunner;
 use crate::sampling;
 use crate::tokenizer::Tokenizer;
@@ -149,27 +148,15 @@ impl EngineLoop {
             self.publish_gauges();
             return;
         }
-        let batch = BatchInput {
-            seqs: out
-                .seqs
-                .iter()
-                .map(|s| SeqInput {
-                    token_ids: s.token_ids.clone(),
-                    start_position: s.start_position,
-                    block_table: s.block_table.iter().map(|b| b.0).collect(),
-                    slot_mapping: s.slot_mapping.clone(),
-                })
-                .collect(),
-        };
         // Every sequence that samples this step is plain greedy: let the device pick the tokens when it can.
         let greedy = out
             .seqs
             .iter()
             .all(|s| !s.sample || self.live.get(&s.request_id).is_none_or(|l| l.sampling.is_plain_greedy()));
-        let ids = if greedy { self.runner.execute_greedy(&batch) } else { Ok(None) };
+        let ids = if greedy { self.runner.execute_greedy(&out.seqs) } else { Ok(None) };
         let sampled = match ids {
             Ok(Some(ids)) => self.take_ids(&out, &ids),
-            Ok(None) => match self.runner.execute(&batch) {
+            Ok(None) => match self.runner.execute(&out.seqs) {
                 Ok(logits) => self.sample(&out, logits),
                 Err(e) => return self.fail_step(&out, &e.to_string()),
             },

@@ -1,10 +1,16 @@
-//! A step's batch as the kernels read it: `FlatBatch` (host vectors: token ids, positions, slots, query starts,
-//! context lengths, block tables, last rows) and `DeviceBatch` (the same on a backend). `forward_stage` flattens and
-//! uploads each step; the CUDA graph runner keeps one `DeviceBatch` per batch-size bucket and overwrites it in place,
-//! padding a decode batch to its bucket with rows that only touch a reserved KV block.
+//! A step's batch as the kernels read it. Runners take the scheduler's `ScheduledSeq`s as they are; `FlatBatch`
+//! checks them against the cache and flattens them in one pass into the host vectors the kernels read (token ids,
+//! positions, slots, query starts, context lengths, block tables, last rows), and `DeviceBatch` is the same on a
+//! backend. `forward_stage` flattens and uploads each step; the CUDA graph runner keeps one `DeviceBatch` per
+//! batch-size bucket and overwrites it in place, padding a decode batch to its bucket with rows that only touch a
+//! reserved KV block.
+//!
+//! The batch is checked here once a step: the ops of every layer then bound their indices in O(1).
+
+use rserve_scheduler::ScheduledSeq;
 
 use crate::backend::{AttentionMeta, Backend};
-use crate::model::batch::BatchInput;
+use crate::error::{EngineError, Result};
 
 /// Host side of one flattened step.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -23,11 +29,13 @@ pub struct FlatBatch {
 }
 
 impl FlatBatch {
-    /// Flattens `batch` with block tables `max_blocks` wide (at least the longest table; 0: exactly that).
-    pub fn new(batch: &BatchInput, max_blocks: usize) -> Self {
-        let n = batch.num_tokens();
-        let num_seqs = batch.seqs.len();
-        let longest = batch.seqs.iter().map(|s| s.block_table.len()).max().unwrap_or(0).max(1);
+    /// Checks `seqs` against a cache of `num_blocks` blocks of `block_size` tokens (tokens to compute, one slot
+    /// each, at the place the block table gives their position, tables long enough and inside the cache) and
+    /// flattens them with block tables `max_blocks` wide (at least the longest table; 0: exactly that).
+    pub fn new(seqs: &[ScheduledSeq], block_size: usize, num_blocks: usize, max_blocks: usize) -> Result<Self> {
+        let n = seqs.iter().map(|s| s.token_ids.len()).sum();
+        let num_seqs = seqs.len();
+        let longest = seqs.iter().map(|s| s.block_table.len()).max().unwrap_or(0).max(1);
         let max_blocks = max_blocks.max(longest);
         let mut f = FlatBatch {
             ids: Vec::with_capacity(n),
@@ -40,16 +48,19 @@ impl FlatBatch {
             last_rows: Vec::with_capacity(num_seqs),
         };
         f.query_start.push(0);
-        for (i, s) in batch.seqs.iter().enumerate() {
+        for (i, s) in seqs.iter().enumerate() {
+            check_seq(s, block_size, num_blocks)
+                .map_err(|m| EngineError::InvalidArgument(format!("batch sequence {i}: {m}")))?;
             f.ids.extend_from_slice(&s.token_ids);
             f.positions.extend((0..s.token_ids.len()).map(|t| (s.start_position + t) as u32));
             f.slots.extend_from_slice(&s.slot_mapping);
             f.query_start.push(f.ids.len() as u32);
             f.context_lens.push((s.start_position + s.token_ids.len()) as u32);
-            f.tables[i * max_blocks..i * max_blocks + s.block_table.len()].copy_from_slice(&s.block_table);
+            let row = &mut f.tables[i * max_blocks..i * max_blocks + s.block_table.len()];
+            row.iter_mut().zip(&s.block_table).for_each(|(t, b)| *t = b.0);
             f.last_rows.push(f.ids.len() as u32 - 1);
         }
-        f
+        Ok(f)
     }
 
     pub fn num_tokens(&self) -> usize {
@@ -91,7 +102,7 @@ pub struct DeviceBatch<B: Backend> {
 }
 
 impl<B: Backend> DeviceBatch<B> {
-    pub fn upload(b: &B, f: &FlatBatch) -> crate::error::Result<Self> {
+    pub fn upload(b: &B, f: &FlatBatch) -> Result<Self> {
         Ok(Self {
             ids: b.upload_u32(&f.ids)?,
             positions: b.upload_u32(&f.positions)?,
@@ -103,37 +114,59 @@ impl<B: Backend> DeviceBatch<B> {
         })
     }
 
-    /// The attention metadata of this batch (device buffers plus the host copies in `f`).
-    pub fn meta<'a>(&'a self, f: &'a FlatBatch) -> AttentionMeta<'a, B::Buffer> {
-        AttentionMeta {
-            num_seqs: f.num_seqs(),
-            query_start: &self.query_start,
-            context_lens: &self.context_lens,
-            block_tables: &self.block_tables,
-            max_blocks_per_seq: f.max_blocks,
-            host_query_start: &f.query_start,
-            host_context_lens: &f.context_lens,
-            host_block_tables: &f.tables,
+    /// The attention metadata of this batch (device buffers plus the host copies in `f`), built once a step.
+    pub fn meta<'a>(&'a self, f: &'a FlatBatch, block_size: usize) -> Result<AttentionMeta<'a, B::Buffer>> {
+        AttentionMeta::new(
+            [&self.query_start, &self.context_lens, &self.block_tables],
+            [&f.query_start, &f.context_lens, &f.tables],
+            f.max_blocks,
+            block_size,
+        )
+    }
+}
+
+/// The shapes the kernels rely on for one sequence: tokens to compute, one slot each where the block table puts its
+/// position, a table that holds the context and lies inside the cache.
+fn check_seq(s: &ScheduledSeq, block_size: usize, num_blocks: usize) -> std::result::Result<(), String> {
+    if s.token_ids.is_empty() {
+        return Err("no tokens".into());
+    }
+    if s.slot_mapping.len() != s.token_ids.len() {
+        return Err(format!("{} slots for {} tokens", s.slot_mapping.len(), s.token_ids.len()));
+    }
+    let ctx = s.start_position + s.token_ids.len();
+    if s.block_table.len() * block_size < ctx {
+        return Err(format!("block table of {} blocks cannot hold {ctx} tokens", s.block_table.len()));
+    }
+    if let Some(b) = s.block_table.iter().find(|b| b.index() >= num_blocks) {
+        return Err(format!("{b} is outside the cache of {num_blocks} blocks"));
+    }
+    for (t, &slot) in s.slot_mapping.iter().enumerate() {
+        let pos = s.start_position + t;
+        let want = s.block_table[pos / block_size].index() * block_size + pos % block_size;
+        if slot as usize != want {
+            return Err(format!("slot {slot} of position {pos} disagrees with the block table ({want})"));
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::batch::SeqInput;
+    use rserve_scheduler::BlockId;
+
+    fn seq(tokens: &[u32], start: usize, table: &[u32]) -> ScheduledSeq {
+        ScheduledSeq::new(tokens.to_vec(), start, table.iter().map(|&b| BlockId(b)).collect(), 16)
+    }
 
     #[test]
     fn flattens_and_pads_a_decode_batch() {
-        let batch = BatchInput {
-            seqs: vec![
-                SeqInput { token_ids: vec![5, 6], start_position: 0, block_table: vec![3], slot_mapping: vec![48, 49] },
-                SeqInput { token_ids: vec![7], start_position: 20, block_table: vec![1, 2], slot_mapping: vec![36] },
-            ],
-        };
-        let mut f = FlatBatch::new(&batch, 4);
+        let batch = [seq(&[5, 6], 0, &[3]), seq(&[7], 20, &[1, 2])];
+        let mut f = FlatBatch::new(&batch, 16, 10, 4).unwrap();
         assert_eq!(f.ids, vec![5, 6, 7]);
         assert_eq!(f.positions, vec![0, 1, 20]);
+        assert_eq!(f.slots, vec![48, 49, 36]);
         assert_eq!(f.query_start, vec![0, 2, 3]);
         assert_eq!(f.context_lens, vec![2, 21]);
         assert_eq!(f.tables, vec![3, 0, 0, 0, 1, 2, 0, 0]);
@@ -146,6 +179,21 @@ mod tests {
         assert_eq!(f.tables[8..], [9, 0, 0, 0, 9, 0, 0, 0]);
         assert_eq!(f.last_rows, vec![1, 2, 3, 4]);
         // Tables are at least as wide as the longest one.
-        assert_eq!(FlatBatch::new(&batch, 0).max_blocks, 2);
+        assert_eq!(FlatBatch::new(&batch, 16, 10, 0).unwrap().max_blocks, 2);
+    }
+
+    #[test]
+    fn refuses_a_batch_the_cache_cannot_hold() {
+        let err = |seqs: &[ScheduledSeq]| FlatBatch::new(seqs, 16, 4, 0).unwrap_err().to_string();
+        assert!(err(&[seq(&[1], 0, &[4])]).contains("block-4 is outside the cache of 4 blocks"));
+        assert!(err(&[seq(&[1], 0, &[0]), seq(&[], 3, &[1])]).contains("batch sequence 1: no tokens"));
+        let mut short = seq(&[1; 3], 15, &[0, 1]);
+        short.block_table.pop();
+        assert!(err(&[short]).contains("block table of 1 blocks cannot hold 18 tokens"));
+        let mut s = seq(&[1, 2], 0, &[2]);
+        s.slot_mapping[1] = 7;
+        assert!(err(&[s.clone()]).contains("slot 7 of position 1 disagrees with the block table (33)"));
+        s.slot_mapping.pop();
+        assert!(err(&[s]).contains("1 slots for 2 tokens"));
     }
 }

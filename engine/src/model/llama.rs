@@ -5,12 +5,12 @@
 use crate::backend::{Backend, Op};
 use crate::config::{Architecture, ModelParams};
 use crate::error::{EngineError, Result};
-use crate::model::batch::BatchInput;
 use crate::model::flat::{DeviceBatch, FlatBatch};
 use crate::model::kv_cache::PagedKvCache;
 use crate::model::rope;
 use crate::model::shard::{apply_cut, NoComm, Shard, TpCollective};
 use crate::weights::Weights;
+use rserve_scheduler::ScheduledSeq;
 use candle_core::Tensor;
 use std::ops::Range;
 
@@ -165,7 +165,7 @@ impl<B: Backend> LlamaModel<B> {
 
     /// Runs one step of the whole model: writes the batch's K/V into `cache` and returns `[num_seqs, vocab]` logits
     /// (row-major) of the last token of each sequence.
-    pub fn forward(&self, b: &B, batch: &BatchInput, cache: &PagedKvCache<B>) -> Result<Vec<f32>> {
+    pub fn forward(&self, b: &B, batch: &[ScheduledSeq], cache: &PagedKvCache<B>) -> Result<Vec<f32>> {
         match self.forward_stage(b, batch, cache, &NoComm, None)? {
             StageOutput::Logits(l) => Ok(l),
             StageOutput::Hidden(_) => {
@@ -179,18 +179,17 @@ impl<B: Backend> LlamaModel<B> {
     pub fn forward_stage(
         &self,
         b: &B,
-        batch: &BatchInput,
+        batch: &[ScheduledSeq],
         cache: &PagedKvCache<B>,
         comm: &dyn TpCollective,
         input: Option<&[f32]>,
     ) -> Result<StageOutput> {
-        batch.validate(cache.block_size, cache.num_blocks)?;
         let p = &self.params;
-        let num_seqs = batch.seqs.len();
-        if batch.num_tokens() == 0 {
+        let num_seqs = batch.len();
+        if num_seqs == 0 {
             return Ok(StageOutput::Logits(Vec::new()));
         }
-        let flat = FlatBatch::new(batch, 0);
+        let flat = FlatBatch::new(batch, cache.block_size, cache.num_blocks, 0)?;
         let dev = DeviceBatch::upload(b, &flat)?;
         let logits = match self.forward_device(b, &flat, &dev, cache, comm, input)? {
             DeviceOutput::Hidden { residual, delta } => {
@@ -225,7 +224,7 @@ impl<B: Backend> LlamaModel<B> {
     /// The device part of one step over an already uploaded batch: every op of this shard's layers, and on the last
     /// stage the final norm and LM head. Nothing here copies between host and device except the TP collectives
     /// (`comm`) and a pipeline stage's input, so with one process and the first stage the whole call can be
-    /// captured into a CUDA graph. The batch must have been checked (`BatchInput::validate`).
+    /// captured into a CUDA graph. `flat` was checked against `cache` when it was built (`FlatBatch::new`).
     pub fn forward_device(
         &self,
         b: &B,
@@ -240,7 +239,7 @@ impl<B: Backend> LlamaModel<B> {
         let num_seqs = flat.num_seqs();
         let (h, hd) = (p.hidden_size, p.head_dim);
         let eps = p.rms_norm_eps as f32;
-        let meta = dev.meta(flat);
+        let meta = dev.meta(flat, cache.block_size)?;
         let (ids_buf, pos_buf, slot_buf) = (&dev.ids, &dev.positions, &dev.slots);
         let (hq, hkv) = (self.shard.heads(p), self.shard.kv_heads(p));
         let inter = self.shard.intermediate(p).len();

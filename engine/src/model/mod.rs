@@ -1,14 +1,14 @@
 //! Models written once against the `Backend` ops: the llama family (Llama 3.x, SmolLM2, Mistral, Qwen2), its rotary
-//! tables, the paged KV cache buffers, and the flattened batch a forward step takes.
+//! tables, the paged KV cache buffers, and the flattened batch a forward step takes (from the scheduler's
+//! `ScheduledSeq`s, re-exported here for runners driven without a scheduler).
 
-pub mod batch;
 pub mod flat;
 pub mod kv_cache;
 pub mod llama;
 pub mod rope;
 pub mod shard;
 
-pub use batch::{BatchInput, SeqInput};
 pub use flat::{DeviceBatch, FlatBatch};
 pub use kv_cache::PagedKvCache;
 pub use llama::{DeviceOutput, LlamaModel, StageOutput};
+pub use rserve_scheduler::{BlockId, ScheduledSeq};

@@ -166,17 +166,22 @@ impl Backend for CpuBackend {
                 head_dim,
                 block_size,
                 scale,
-            } => attention::paged_attention(
-                &q.f32()?,
-                &k_cache.f32()?,
-                &v_cache.f32()?,
-                &mut out.f32_mut()?,
-                &attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale },
-                meta.host_query_start,
-                meta.host_context_lens,
-                meta.host_block_tables,
-                meta.max_blocks_per_seq,
-            ),
+            } => {
+                let (k, v) = (k_cache.f32()?, v_cache.f32()?);
+                let block_elems = (block_size * num_kv_heads * head_dim).max(1);
+                meta.check_op(block_size, k.len().min(v.len()) / block_elems)?;
+                attention::paged_attention(
+                    &q.f32()?,
+                    &k,
+                    &v,
+                    &mut out.f32_mut()?,
+                    &attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale },
+                    meta.host_query_start,
+                    meta.host_context_lens,
+                    meta.host_block_tables,
+                    meta.max_blocks_per_seq,
+                )
+            }
             Op::GatherRows { x, rows, out, num_rows, width } => {
                 elementwise::gather_rows(&x.f32()?, rows.u32()?, &mut out.f32_mut()?, num_rows, width)
             }

@@ -119,12 +119,11 @@ impl CuBuffer {
         &self.contents
     }
 
-    /// Replaces the host copy of a u32 buffer (after its device memory was written).
-    pub(super) fn set_host_u32(&mut self, data: &[u32]) -> Result<()> {
+    /// Describes a u32 buffer's new values (after its device memory was written).
+    pub(super) fn set_u32(&mut self, data: &[u32]) -> Result<()> {
         match &mut self.contents {
-            Contents::U32 { host } if data.len() * 4 <= self.bytes => {
-                host.clear();
-                host.extend_from_slice(data);
+            Contents::U32 { .. } if data.len() * 4 <= self.bytes => {
+                self.contents = Contents::u32_of(data);
                 Ok(())
             }
             Contents::U32 { .. } => {

@@ -197,7 +197,7 @@ impl CudaBackend {
         let mut views = Vec::with_capacity(parts.len());
         let mut at = 0;
         for size in &sizes {
-            views.push(CuBuffer::view(&owner, at, *size, Contents::U32 { host: Vec::new() })?);
+            views.push(CuBuffer::view(&owner, at, *size, Contents::U32 { len: 0, bound: 0 })?);
             at += size;
         }
         let mut refs: Vec<&mut CuBuffer> = views.iter_mut().collect();
@@ -217,7 +217,7 @@ impl CudaBackend {
             let off =
                 view.ptr().checked_sub(owner.ptr()).map(|o| o as usize).filter(|o| o + view.bytes() <= owner.bytes());
             let off = off.ok_or_else(|| be("write_u32_packed: a view outside its owner"))?;
-            view.set_host_u32(part)?;
+            view.set_u32(part)?;
             let src = as_bytes(part);
             bytes[off..off + src.len()].copy_from_slice(src);
             end = end.max(off + src.len());
@@ -297,7 +297,7 @@ impl CudaBackend {
     /// A u32 buffer of `len` values that a kernel fills (no copy, so it may be taken while capturing).
     pub fn alloc_u32_output(&self, len: usize) -> Result<CuBuffer> {
         self.bind()?;
-        CuBuffer::new(&self.pool, len * 4, Contents::U32 { host: vec![0; len] })
+        CuBuffer::new(&self.pool, len * 4, Contents::U32 { len, bound: u32::MAX })
     }
 
     /// A u32 buffer of `len` zeros (an output a kernel fills, or counters a kernel keeps).
@@ -464,7 +464,7 @@ impl Backend for CudaBackend {
     }
 
     fn upload_u32(&self, data: &[u32]) -> Result<CuBuffer> {
-        self.upload_bytes(as_bytes(data), Contents::U32 { host: data.to_vec() })
+        self.upload_bytes(as_bytes(data), Contents::u32_of(data))
     }
 
     fn download_f32(&self, buf: &CuBuffer) -> Result<Vec<f32>> {

@@ -49,19 +49,14 @@ struct Prefill<B> {
     count: usize,
 }
 
-/// Checks the batch metadata against the cache; returns the number of query rows.
+/// Checks one layer's op against metadata `AttentionMeta::new` accepted, in O(1): the shape, the cache the tables
+/// point into, and the device copies' values (the kernels index with those); returns the number of query rows.
 fn check_meta<D: KernelDevice>(
     d: &D,
     meta: &AttentionMeta<'_, D::Buf>,
     s: &AttnShape,
     cache_len: usize,
 ) -> Result<usize> {
-    let num_seqs = meta.host_context_lens.len();
-    let (qs, ctx, tables, max_blocks) =
-        (meta.host_query_start, meta.host_context_lens, meta.host_block_tables, meta.max_blocks_per_seq);
-    if meta.num_seqs != num_seqs || qs.len() != num_seqs + 1 || tables.len() < num_seqs * max_blocks {
-        return Err(be("paged_attention: metadata lengths disagree"));
-    }
     if s.num_kv_heads == 0 || !s.num_heads.is_multiple_of(s.num_kv_heads) {
         return Err(be("paged_attention: heads must be a multiple of kv heads"));
     }
@@ -74,30 +69,20 @@ fn check_meta<D: KernelDevice>(
             s.head_dim
         )));
     }
-    // The kernels read the device copies: they must hold what the host copies say.
-    let same = |b: &D::Buf, host: &[u32], what: &str| -> Result<()> {
-        if d.contents(b).u32(what, host.len())? != host {
-            return Err(be(format!("paged_attention: device {what} differ from the host copy")));
+    let cache_blocks = cache_len / (s.block_size * s.num_kv_heads * s.head_dim);
+    meta.check_op(s.block_size, cache_blocks)?;
+    let (num_seqs, num_rows, max_blocks) = (meta.num_seqs, meta.num_rows(), meta.max_blocks_per_seq);
+    // Whatever the device copies hold, a kernel stays inside q, its table row and the cache.
+    let bounded = |b: &D::Buf, what: &str, len: usize, limit: usize| -> Result<()> {
+        if d.contents(b).u32(what, len)? > limit {
+            return Err(be(format!("paged_attention: device {what} exceed {}", limit.saturating_sub(1))));
         }
         Ok(())
     };
-    same(meta.query_start, qs, "query starts")?;
-    same(meta.context_lens, ctx, "context lengths")?;
-    same(meta.block_tables, &tables[..num_seqs * max_blocks], "block tables")?;
-    let block_elems = s.block_size * s.num_kv_heads * s.head_dim;
-    for seq in 0..num_seqs {
-        let qlen = qs[seq + 1].checked_sub(qs[seq]).ok_or_else(|| be("paged_attention: query_start not increasing"))?;
-        let c = ctx[seq] as usize;
-        if qlen as usize > c || c.div_ceil(s.block_size) > max_blocks {
-            return Err(be("paged_attention: context does not fit its block table"));
-        }
-        for b in &tables[seq * max_blocks..seq * max_blocks + c.div_ceil(s.block_size)] {
-            if (*b as usize + 1) * block_elems > cache_len {
-                return Err(be(format!("paged_attention: block {b} outside the cache")));
-            }
-        }
-    }
-    Ok(qs[num_seqs] as usize)
+    bounded(meta.query_start, "query starts", num_seqs + 1, num_rows + 1)?;
+    bounded(meta.context_lens, "context lengths", num_seqs, max_blocks * s.block_size + 1)?;
+    bounded(meta.block_tables, "block tables", num_seqs * max_blocks, cache_blocks)?;
+    Ok(num_rows)
 }
 
 /// The host side of the work split: decode entries `(row, seq)` (the kernels derive each row's visible keys from

@@ -1,8 +1,9 @@
 //! What a device buffer holds, as the host knows it: the one description every kernel-launching backend tags its
 //! buffers with, and the checks the op layer runs on it before a kernel touches device memory.
 //!
-//! u32 buffers (token ids, positions, slot mappings, block tables) keep a host copy: they are small, written once,
-//! and the ops validate every index against it (an out-of-range slot must be an error, not a write past the cache).
+//! u32 buffers (token ids, positions, slot mappings, block tables) record their length and one past their largest
+//! value when they are written, so an op bounds every index they hold in O(1) (an out-of-range slot must be an
+//! error, not a write past the cache) however many layers read the same step's buffers.
 
 use rserve_kernels::ElemType;
 
@@ -15,8 +16,8 @@ use crate::error::Result;
 pub enum Contents {
     /// `len` f32 values (activations, an f32 KV cache, 1-D weights, tables).
     F32 { len: usize },
-    /// u32 values, with the host copy every index check reads.
-    U32 { host: Vec<u32> },
+    /// `len` u32 values, all below `bound` (values the host did not write are bounded by `u32::MAX`).
+    U32 { len: usize, bound: u32 },
     /// A row-major 2-D weight `[rows, cols]` in its dtype.
     Matrix { dtype: WeightDType, rows: usize, cols: usize },
     /// `len` values of a 16-bit type: the activations a 16-bit matrix multiply reads (`Backend::alloc_matmul_input`)
@@ -44,11 +45,16 @@ impl Contents {
         }
     }
 
-    /// The first `need` values of a u32 buffer's host copy.
-    pub fn u32(&self, what: &str, need: usize) -> Result<&[u32]> {
+    /// The description of a u32 buffer holding `data`.
+    pub fn u32_of(data: &[u32]) -> Self {
+        Contents::U32 { len: data.len(), bound: data.iter().max().map_or(0, |&m| m.saturating_add(1)) }
+    }
+
+    /// Checks a u32 buffer of at least `need` values; returns the bound of its values (each is below it).
+    pub fn u32(&self, what: &str, need: usize) -> Result<usize> {
         match self {
-            Contents::U32 { host } if host.len() >= need => Ok(&host[..need]),
-            Contents::U32 { host } => Err(be(format!("{what}: buffer holds {} values, op needs {need}", host.len()))),
+            Contents::U32 { len, bound } if *len >= need => Ok(*bound as usize),
+            Contents::U32 { len, .. } => Err(be(format!("{what}: buffer holds {len} values, op needs {need}"))),
             _ => Err(be(format!("{what}: expected a u32 buffer"))),
         }
     }

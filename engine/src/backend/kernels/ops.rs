@@ -20,8 +20,9 @@ pub(super) fn embedding<D: KernelDevice>(
     if cols != hidden {
         return Err(be(format!("embedding table is [{vocab}, {cols}], op expects width {hidden}")));
     }
-    if let Some(bad) = d.contents(ids).u32("embedding ids", n)?.iter().find(|&&i| i as usize >= vocab) {
-        return Err(be(format!("token id {bad} is outside the vocabulary of {vocab}")));
+    let bound = d.contents(ids).u32("embedding ids", n)?;
+    if bound > vocab {
+        return Err(be(format!("token id {} is outside the vocabulary of {vocab}", bound - 1)));
     }
     d.contents(out).f32("embedding out", n * hidden)?;
     let kernel = elem_type(dtype).pick(&names::EMBEDDING);
@@ -78,10 +79,9 @@ pub(super) fn rope_write_kv<D: KernelDevice>(
     d.contents(io.positions).u32("rope_write_kv positions", n)?;
     d.contents(io.inv_freq).f32("rope_write_kv inv_freq", hd / 2)?;
     let (cache_len, ty) = kv_pair(d.contents(io.k_cache), d.contents(io.v_cache), "rope_write_kv")?;
-    for &slot in d.contents(io.slot_mapping).u32("rope_write_kv slot mapping", n)? {
-        if (slot as usize + 1) * kv_heads * hd > cache_len {
-            return Err(be(format!("rope_write_kv: slot {slot} outside the cache")));
-        }
+    let bound = d.contents(io.slot_mapping).u32("rope_write_kv slot mapping", n)?;
+    if bound * kv_heads * hd > cache_len {
+        return Err(be(format!("rope_write_kv: slot {} outside the cache", bound - 1)));
     }
     let kernel = ty.pick(&names::ROPE_WRITE_KV);
     let mut args: Vec<_> = [io.qkv, io.positions, io.inv_freq, io.q_out, io.k_cache, io.v_cache, io.slot_mapping]
@@ -120,10 +120,9 @@ pub(super) fn gather_rows<D: KernelDevice>(
     width: usize,
 ) -> Result<()> {
     let x_len = d.contents(x).f32("gather x", 0)?;
-    for &r in d.contents(rows).u32("gather rows", num_rows)? {
-        if (r as usize + 1) * width > x_len {
-            return Err(be(format!("gather x: row {r} is outside a buffer of {x_len} values")));
-        }
+    let bound = d.contents(rows).u32("gather rows", num_rows)?;
+    if bound * width > x_len {
+        return Err(be(format!("gather x: row {} is outside a buffer of {x_len} values", bound - 1)));
     }
     d.contents(out).f32("gather out", num_rows * width)?;
     let kernel = names::GATHER_ROWS;

@@ -217,7 +217,7 @@ impl KernelDevice for LevelZeroBackend {
     }
 
     fn upload_indices(&self, data: &[u32]) -> Result<LzBuffer> {
-        Ok(self.upload_bytes(le_bytes(data, u32::to_le_bytes), Contents::U32 { host: data.to_vec() })?)
+        Ok(self.upload_bytes(le_bytes(data, u32::to_le_bytes), Contents::u32_of(data))?)
     }
 
     fn launch(&self, l: &Launch<'_, LzBuffer>) -> Result<()> {

@@ -117,7 +117,7 @@ impl Backend for OpenClBackend {
     }
 
     fn upload_u32(&self, data: &[u32]) -> Result<ClBuffer> {
-        self.create(data.len() * 4, Some(as_bytes(data)), Contents::U32 { host: data.to_vec() })
+        self.create(data.len() * 4, Some(as_bytes(data)), Contents::u32_of(data))
     }
 
     fn download_f32(&self, buf: &ClBuffer) -> Result<Vec<f32>> {
