@@ -10,8 +10,8 @@ use crate::model::kv_cache::PagedKvCache;
 use crate::model::rope;
 use crate::model::shard::{apply_cut, NoComm, Shard, TpCollective};
 use crate::weights::Weights;
-use rserve_scheduler::ScheduledSeq;
 use candle_core::Tensor;
+use rserve_scheduler::ScheduledSeq;
 use std::ops::Range;
 
 struct Linear<B: Backend> {
