@@ -9,7 +9,8 @@ use rserve_engine::api::RequestEvent;
 
 use crate::cli::GenerateArgs;
 use crate::live::LiveEngine;
-use crate::openai::validate::{self, CommonFields};
+use crate::openai::types::SamplingFields;
+use crate::openai::validate;
 use crate::port::{ChatTurn, Engine};
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
@@ -26,7 +27,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
 
 fn generate(engine: &LiveEngine, args: &GenerateArgs) -> anyhow::Result<()> {
     let max_tokens = i64::try_from(args.max_tokens).context("--max-tokens is too large")?;
-    let fields = CommonFields {
+    let fields = SamplingFields {
         temperature: args.temperature,
         top_p: args.top_p,
         top_k: args.top_k,
@@ -35,7 +36,7 @@ fn generate(engine: &LiveEngine, args: &GenerateArgs) -> anyhow::Result<()> {
         seed: Some(args.engine.model.seed as i64),
         max_tokens: Some(max_tokens),
         ignore_eos: Some(args.ignore_eos),
-        ..CommonFields::default()
+        ..SamplingFields::default()
     };
     let common = validate::common(&fields, engine.info(), &engine.default_sampling())?;
     let prompt = if args.chat {

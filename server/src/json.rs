@@ -65,7 +65,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai::types::ChatCompletionRequest;
+    use crate::openai::types::{ChatCompletionRequest, CompletionRequest};
 
     #[test]
     fn parse_errors_name_the_field() {
@@ -80,6 +80,34 @@ mod tests {
         assert!(matches!(parse::<ChatCompletionRequest>(b"{not json"), Err(ApiError::InvalidJson { .. })));
         assert!(matches!(parse::<ChatCompletionRequest>(b"{} x"), Err(ApiError::InvalidJson { .. })));
         assert!(matches!(parse::<ChatCompletionRequest>(b""), Err(ApiError::InvalidJson { .. })));
+    }
+
+    #[test]
+    fn parse_errors_in_the_shared_sampling_fields_name_the_field() {
+        let param = |body: &[u8]| match parse::<CompletionRequest>(body) {
+            Err(ApiError::InvalidJson { param, .. }) => param,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(param(br#"{"prompt": "x", "seed": "a"}"#).as_deref(), Some("seed"));
+        assert_eq!(param(br#"{"prompt": "x", "top_k": 1.5}"#).as_deref(), Some("top_k"));
+        assert_eq!(param(br#"{"prompt": "x", "stop_token_ids": [1, "a"]}"#).as_deref(), Some("stop_token_ids[1]"));
+        assert_eq!(param(br#"{"prompt": "x", "logit_bias": {"5": "a"}}"#).as_deref(), Some("logit_bias.5"));
+        assert_eq!(
+            param(br#"{"prompt": "x", "stream_options": {"include_usage": 1}}"#).as_deref(),
+            Some("stream_options.include_usage")
+        );
+        assert_eq!(param(br#"{"prompt": 5}"#).as_deref(), Some("prompt"));
+    }
+
+    #[test]
+    fn the_shared_sampling_fields_are_read_from_the_top_level() {
+        let r: CompletionRequest =
+            parse(br#"{"prompt": "x", "temperature": 1, "max_tokens": 3, "echo": true}"#).expect("parses");
+        assert_eq!(r.sampling.temperature, Some(1.0), "an integer is read as a float");
+        assert_eq!(r.sampling.max_tokens, Some(3));
+        assert_eq!(r.echo, Some(true));
+        let e = parse::<ChatCompletionRequest>(b"5").unwrap_err();
+        assert!(e.to_string().contains("expected struct ChatCompletionRequest"), "{e}");
     }
 
     #[test]

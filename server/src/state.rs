@@ -97,8 +97,14 @@ impl AppState {
         waiting.max(self.in_flight().saturating_sub(running))
     }
 
-    /// Submits all choices of one API request, or none of them.
-    pub fn submit_all(&self, requests: Vec<GenerateRequest>) -> Result<Vec<Admitted>, ApiError> {
+    /// Logs one API request (`id`, with `--enable-log-requests`), then submits all its choices, or none of them.
+    pub fn submit_all(
+        &self,
+        id: &str,
+        prompt_tokens: usize,
+        requests: Vec<GenerateRequest>,
+    ) -> Result<Vec<Admitted>, ApiError> {
+        self.log_request(id, prompt_tokens, &requests);
         if self.shutting_down.load(Ordering::SeqCst) {
             return Err(ApiError::ShuttingDown);
         }
@@ -124,7 +130,7 @@ impl AppState {
 
 impl AppState {
     /// One log line per accepted request (with `--enable-log-requests`).
-    pub fn log_request(&self, id: &str, prompt_tokens: usize, requests: &[GenerateRequest]) {
+    fn log_request(&self, id: &str, prompt_tokens: usize, requests: &[GenerateRequest]) {
         if !self.settings.log_requests {
             return;
         }

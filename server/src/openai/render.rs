@@ -12,7 +12,7 @@ use crate::fanout::ChoiceOutput;
 use crate::openai::logprobs;
 use crate::openai::types::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse, ChatDelta, ChunkUsage,
-    CompletionChoice, CompletionLogprobs, CompletionResponse, UsageOut,
+    CompletionChoice, CompletionLogprobs, CompletionResponse, ResponseHead, UsageOut,
 };
 use crate::openai::validate::ValidPrompt;
 use crate::sse::StreamRenderer;
@@ -30,6 +30,11 @@ impl ResponseMeta {
     pub fn new(prefix: &str, model: String) -> Self {
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         Self { id: format!("{prefix}-{:032x}", rand::random::<u128>()), created, model }
+    }
+
+    /// The head of a response or chunk of kind `object`.
+    pub fn head(&self, object: &'static str) -> ResponseHead {
+        ResponseHead { id: self.id.clone(), object, created: self.created, model: self.model.clone() }
     }
 }
 
@@ -80,10 +85,7 @@ pub fn chat_response(
         })
         .collect();
     ChatCompletionResponse {
-        id: meta.id,
-        object: "chat.completion",
-        created: meta.created,
-        model: meta.model,
+        head: meta.head("chat.completion"),
         choices,
         usage: UsageOut::new(prompt_tokens, completion, cached),
     }
@@ -119,14 +121,7 @@ pub fn completion_response(
             stop_reason: o.stop_reason,
         });
     }
-    CompletionResponse {
-        id: meta.id,
-        object: "text_completion",
-        created: meta.created,
-        model: meta.model,
-        choices,
-        usage: Some(Some(usage.out())),
-    }
+    CompletionResponse { head: meta.head("text_completion"), choices, usage: Some(Some(usage.out())) }
 }
 
 /// Renders a chat stream: a role chunk per choice, content chunks, a finish chunk per choice, then usage.
@@ -146,14 +141,7 @@ impl ChatStream {
     }
 
     fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: ChunkUsage) -> String {
-        to_json(&ChatCompletionChunk {
-            id: self.meta.id.clone(),
-            object: "chat.completion.chunk",
-            created: self.meta.created,
-            model: self.meta.model.clone(),
-            choices,
-            usage,
-        })
+        to_json(&ChatCompletionChunk { head: self.meta.head("chat.completion.chunk"), choices, usage })
     }
 
     fn null_usage(&self) -> ChunkUsage {
@@ -248,10 +236,7 @@ impl CompletionStream {
 
     fn chunk(&self, choice: CompletionChoice) -> String {
         to_json(&CompletionResponse {
-            id: self.meta.id.clone(),
-            object: "text_completion",
-            created: self.meta.created,
-            model: self.meta.model.clone(),
+            head: self.meta.head("text_completion"),
             choices: vec![choice],
             usage: self.include_usage.then_some(None),
         })
@@ -315,10 +300,7 @@ impl StreamRenderer for CompletionStream {
     fn finish(&mut self) -> Vec<String> {
         if self.include_usage && !self.failed {
             vec![to_json(&CompletionResponse {
-                id: self.meta.id.clone(),
-                object: "text_completion",
-                created: self.meta.created,
-                model: self.meta.model.clone(),
+                head: self.meta.head("text_completion"),
                 choices: Vec::new(),
                 usage: Some(Some(self.usage.out())),
             })]

@@ -199,3 +199,19 @@ fn ids_have_openai_prefixes() {
     assert_ne!(a.id, b.id);
     assert!(a.created > 1_600_000_000);
 }
+
+#[test]
+fn the_head_comes_first_and_in_order() {
+    let choice =
+        CompletionChoice { index: 0, text: "a".into(), logprobs: None, finish_reason: None, stop_reason: None };
+    let chunk = CompletionResponse { head: meta().head("text_completion"), choices: vec![choice], usage: None };
+    assert_eq!(
+        to_json(&chunk),
+        r#"{"id":"chatcmpl-1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"a","logprobs":null,"finish_reason":null,"stop_reason":null}]}"#
+    );
+    let v = to_json(&chat_response(meta(), 1, Vec::new(), false));
+    assert_eq!(
+        v,
+        r#"{"id":"chatcmpl-1","object":"chat.completion","created":7,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":0,"total_tokens":1,"prompt_tokens_details":{"cached_tokens":0}}}"#
+    );
+}

@@ -1,5 +1,6 @@
 //! OpenAI (and vLLM-extension) wire types: request bodies as clients send them (lenient: unknown fields are ignored,
-//! values are checked later in `validate`), and response bodies / stream chunks exactly as OpenAI shapes them.
+//! values are checked later in `validate`; the sampling fields chat and completions share are one `SamplingFields`),
+//! and response bodies / stream chunks exactly as OpenAI shapes them.
 
 use std::collections::HashMap;
 
@@ -55,45 +56,6 @@ pub struct ChatMessageIn {
     pub tool_calls: Option<Value>,
 }
 
-/// `POST /v1/chat/completions`.
-#[derive(Debug, Clone, Default, Deserialize)]
-/// (`user` and other fields not listed are accepted and ignored, as OpenAI does.)
-pub struct ChatCompletionRequest {
-    pub model: Option<String>,
-    #[serde(default)]
-    pub messages: Vec<ChatMessageIn>,
-    pub max_tokens: Option<i64>,
-    pub max_completion_tokens: Option<i64>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f64>,
-    pub n: Option<i64>,
-    pub stop: Option<StopField>,
-    pub stop_token_ids: Option<Vec<i64>>,
-    pub seed: Option<i64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    pub repetition_penalty: Option<f64>,
-    pub logit_bias: Option<HashMap<String, f64>>,
-    pub logprobs: Option<bool>,
-    pub top_logprobs: Option<i64>,
-    pub ignore_eos: Option<bool>,
-    pub min_tokens: Option<i64>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    /// vLLM extension (default true).
-    pub skip_special_tokens: Option<bool>,
-    /// vLLM extension (default true).
-    pub add_generation_prompt: Option<bool>,
-    // Known but not supported (refused when set).
-    pub tools: Option<Value>,
-    pub tool_choice: Option<Value>,
-    pub functions: Option<Value>,
-    pub function_call: Option<Value>,
-    pub response_format: Option<ResponseFormat>,
-}
-
 /// A completions `prompt`: a string, strings, token ids, or lists of token ids.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
@@ -104,36 +66,122 @@ pub enum PromptField {
     TokenLists(Vec<Vec<i64>>),
 }
 
-/// `POST /v1/completions`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct CompletionRequest {
-    pub model: Option<String>,
-    pub prompt: PromptField,
-    pub max_tokens: Option<i64>,
-    pub max_completion_tokens: Option<i64>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f64>,
-    pub n: Option<i64>,
-    pub best_of: Option<i64>,
-    pub stop: Option<StopField>,
-    pub stop_token_ids: Option<Vec<i64>>,
-    pub seed: Option<i64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    pub repetition_penalty: Option<f64>,
-    pub logit_bias: Option<HashMap<String, f64>>,
-    pub logprobs: Option<i64>,
-    pub echo: Option<bool>,
-    pub ignore_eos: Option<bool>,
-    pub min_tokens: Option<i64>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<StreamOptions>,
-    pub suffix: Option<String>,
-    /// vLLM extensions.
-    pub skip_special_tokens: Option<bool>,
-    pub add_special_tokens: Option<bool>,
+/// Declares `SamplingFields` and the request bodies that embed it. Each request type gets the fields listed for it plus
+/// `sampling: SamplingFields`, and a `Deserialize` that reads one flat JSON object (the shared fields sit at the top
+/// level, as in OpenAI's API) through a derived wire struct holding all of them.
+///
+/// Not `#[serde(flatten)]`: a flattened struct is deserialized from serde's buffered `Content`, out of
+/// serde_path_to_error's sight, so a bad value (`"temperature": "hot"`) would be reported at path `.` and the 400's
+/// `param` would no longer name the field. The wire struct here is an ordinary derived struct, named like the request
+/// type, so paths and serde's messages (even "expected struct ChatCompletionRequest") are exactly those of one struct
+/// with every field. Fields of a request may carry doc comments and then `#[serde(...)]` attributes; shared fields
+/// doc comments only.
+macro_rules! requests_with_sampling_fields {
+    (
+        $(#[$meta:meta])*
+        pub struct SamplingFields { $($shared:tt)* }
+        $($requests:tt)*
+    ) => {
+        $(#[$meta])*
+        pub struct SamplingFields { $($shared)* }
+        requests_with_sampling_fields!(@requests [$($shared)*] $($requests)*);
+    };
+    (@requests [$($shared:tt)*]) => {};
+    (
+        @requests [$($shared:tt)*]
+        $(#[$meta:meta])*
+        pub struct $name:ident { $($own:tt)* }
+        $($rest:tt)*
+    ) => {
+        requests_with_sampling_fields!(@request [$($shared)*] $(#[$meta])* $name { $($own)* });
+        requests_with_sampling_fields!(@requests [$($shared)*] $($rest)*);
+    };
+    (
+        @request [$($(#[doc = $sdoc:literal])* pub $sfield:ident: $sty:ty,)*]
+        $(#[$meta:meta])*
+        $name:ident { $($(#[doc = $doc:literal])* $(#[serde($($serde:tt)*)])* pub $field:ident: $ty:ty,)* }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $($(#[doc = $doc])* pub $field: $ty,)*
+            /// The shared sampling and stopping fields (top-level fields on the wire).
+            pub sampling: SamplingFields,
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                // The wire form, named like the request type so that serde's messages are unchanged.
+                #[derive(serde::Deserialize)]
+                struct $name {
+                    $($(#[serde($($serde)*)])* $field: $ty,)*
+                    $($sfield: $sty,)*
+                }
+                let wire = <$name as serde::Deserialize>::deserialize(deserializer)?;
+                Ok(Self { $($field: wire.$field,)* sampling: SamplingFields { $($sfield: wire.$sfield,)* } })
+            }
+        }
+    };
+}
+
+requests_with_sampling_fields! {
+    /// The sampling and stopping fields that chat and completions share (and `rserve generate` fills from its flags);
+    /// `validate::common` checks them all.
+    #[derive(Debug, Clone, Default)]
+    pub struct SamplingFields {
+        pub max_tokens: Option<i64>,
+        /// Wins over `max_tokens` when both are set.
+        pub max_completion_tokens: Option<i64>,
+        pub temperature: Option<f64>,
+        pub top_p: Option<f64>,
+        pub top_k: Option<i64>,
+        pub min_p: Option<f64>,
+        pub n: Option<i64>,
+        pub stop: Option<StopField>,
+        pub stop_token_ids: Option<Vec<i64>>,
+        pub seed: Option<i64>,
+        pub presence_penalty: Option<f64>,
+        pub frequency_penalty: Option<f64>,
+        pub repetition_penalty: Option<f64>,
+        pub logit_bias: Option<HashMap<String, f64>>,
+        pub ignore_eos: Option<bool>,
+        pub min_tokens: Option<i64>,
+        pub stream: Option<bool>,
+        pub stream_options: Option<StreamOptions>,
+        /// vLLM extension (default true).
+        pub skip_special_tokens: Option<bool>,
+    }
+
+    /// `POST /v1/chat/completions`.
+    /// (`user` and other fields not listed are accepted and ignored, as OpenAI does.)
+    #[derive(Debug, Clone, Default)]
+    pub struct ChatCompletionRequest {
+        pub model: Option<String>,
+        #[serde(default)]
+        pub messages: Vec<ChatMessageIn>,
+        pub logprobs: Option<bool>,
+        pub top_logprobs: Option<i64>,
+        /// vLLM extension (default true).
+        pub add_generation_prompt: Option<bool>,
+        // Known but not supported (refused when set).
+        pub tools: Option<Value>,
+        pub tool_choice: Option<Value>,
+        pub functions: Option<Value>,
+        pub function_call: Option<Value>,
+        pub response_format: Option<ResponseFormat>,
+    }
+
+    /// `POST /v1/completions`.
+    #[derive(Debug, Clone)]
+    pub struct CompletionRequest {
+        pub model: Option<String>,
+        pub prompt: PromptField,
+        pub best_of: Option<i64>,
+        pub logprobs: Option<i64>,
+        pub echo: Option<bool>,
+        pub suffix: Option<String>,
+        /// vLLM extension.
+        pub add_special_tokens: Option<bool>,
+    }
 }
 
 /// `POST /tokenize` (vLLM): either `prompt` or `messages`.
@@ -229,6 +277,16 @@ pub struct CompletionLogprobs {
     pub text_offset: Vec<usize>,
 }
 
+/// The fields every generation response and stream chunk starts with; `object` names its kind (`chat.completion`,
+/// `chat.completion.chunk`, `text_completion`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResponseHead {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
@@ -247,10 +305,8 @@ pub struct ChatChoice {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChatCompletionResponse {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
+    #[serde(flatten)]
+    pub head: ResponseHead,
     pub choices: Vec<ChatChoice>,
     pub usage: UsageOut,
 }
@@ -276,10 +332,8 @@ pub type ChunkUsage = Option<Option<UsageOut>>;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChatCompletionChunk {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
+    #[serde(flatten)]
+    pub head: ResponseHead,
     pub choices: Vec<ChatChunkChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: ChunkUsage,
@@ -297,10 +351,8 @@ pub struct CompletionChoice {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CompletionResponse {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
+    #[serde(flatten)]
+    pub head: ResponseHead,
     pub choices: Vec<CompletionChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: ChunkUsage,

@@ -2,12 +2,10 @@
 //! `ValidationError`. One variant per rule; each message names the field and the allowed range. After this, nothing
 //! re-reads the JSON.
 
-use std::collections::HashMap;
-
 use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams, StopParams};
 
 use crate::openai::types::{
-    ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField, StopField, StreamOptions,
+    ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField, SamplingFields, StopField,
 };
 use crate::port::{ChatTurn, Engine};
 
@@ -147,30 +145,6 @@ impl ValidationError {
 
 type Result<T> = std::result::Result<T, ValidationError>;
 
-/// The fields chat and completions share, borrowed from either request type.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CommonFields<'a> {
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f64>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    pub repetition_penalty: Option<f64>,
-    pub seed: Option<i64>,
-    pub logit_bias: Option<&'a HashMap<String, f64>>,
-    pub n: Option<i64>,
-    pub max_tokens: Option<i64>,
-    pub max_completion_tokens: Option<i64>,
-    pub min_tokens: Option<i64>,
-    pub stop: Option<&'a StopField>,
-    pub stop_token_ids: Option<&'a [i64]>,
-    pub ignore_eos: Option<bool>,
-    pub skip_special_tokens: Option<bool>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<&'a StreamOptions>,
-}
-
 /// The checked shared settings; one `GenerateRequest` per choice is made from them per prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Common {
@@ -197,8 +171,8 @@ fn token_id(param: &'static str, value: i64, vocab_size: usize) -> Result<u32> {
     }
 }
 
-/// Checks every shared rule, starting from the engine's sampling defaults.
-pub fn common(f: &CommonFields<'_>, info: &EngineInfo, defaults: &SamplingParams) -> Result<Common> {
+/// Checks every rule on the shared `SamplingFields`, starting from the engine's sampling defaults.
+pub fn common(f: &SamplingFields, info: &EngineInfo, defaults: &SamplingParams) -> Result<Common> {
     use ValidationError as V;
     let mut s = defaults.clone();
     s.logprobs = None;
@@ -235,7 +209,7 @@ pub fn common(f: &CommonFields<'_>, info: &EngineInfo, defaults: &SamplingParams
     }
     // Any 64-bit integer is a valid seed; negative ones keep their bits.
     s.seed = f.seed.map(|x| x as u64);
-    if let Some(bias) = f.logit_bias {
+    if let Some(bias) = &f.logit_bias {
         let max_id = info.vocab_size.saturating_sub(1);
         let mut pairs = Vec::with_capacity(bias.len());
         for (key, &value) in bias {
@@ -280,7 +254,7 @@ pub fn common(f: &CommonFields<'_>, info: &EngineInfo, defaults: &SamplingParams
         }
     }
 
-    let stop: Vec<String> = match f.stop {
+    let stop: Vec<String> = match &f.stop {
         None => Vec::new(),
         Some(StopField::One(s)) => vec![s.clone()],
         Some(StopField::Many(v)) => v.clone(),
@@ -293,6 +267,7 @@ pub fn common(f: &CommonFields<'_>, info: &EngineInfo, defaults: &SamplingParams
     }
     let stop_token_ids = f
         .stop_token_ids
+        .as_deref()
         .unwrap_or(&[])
         .iter()
         .map(|&id| token_id("stop_token_ids", id, info.vocab_size))
@@ -302,7 +277,7 @@ pub fn common(f: &CommonFields<'_>, info: &EngineInfo, defaults: &SamplingParams
     if f.stream_options.is_some() && !stream {
         return Err(V::StreamOptionsWithoutStream);
     }
-    let include_usage = f.stream_options.and_then(|o| o.include_usage).unwrap_or(false);
+    let include_usage = f.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false);
 
     Ok(Common {
         sampling: s,
@@ -451,28 +426,7 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine) -> Result<ValidCha
         }
     }
     let info = engine.info();
-    let fields = CommonFields {
-        temperature: req.temperature,
-        top_p: req.top_p,
-        top_k: req.top_k,
-        min_p: req.min_p,
-        presence_penalty: req.presence_penalty,
-        frequency_penalty: req.frequency_penalty,
-        repetition_penalty: req.repetition_penalty,
-        seed: req.seed,
-        logit_bias: req.logit_bias.as_ref(),
-        n: req.n,
-        max_tokens: req.max_tokens,
-        max_completion_tokens: req.max_completion_tokens,
-        min_tokens: req.min_tokens,
-        stop: req.stop.as_ref(),
-        stop_token_ids: req.stop_token_ids.as_deref(),
-        ignore_eos: req.ignore_eos,
-        skip_special_tokens: req.skip_special_tokens,
-        stream: req.stream,
-        stream_options: req.stream_options.as_ref(),
-    };
-    let mut c = common(&fields, info, &engine.default_sampling())?;
+    let mut c = common(&req.sampling, info, &engine.default_sampling())?;
     let top = match req.top_logprobs {
         Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => return Err(ValidationError::TopLogprobsOutOfRange(k)),
         Some(k) => k as usize,
@@ -534,28 +488,7 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(unsupported("suffix", "suffix (insertion)"));
     }
-    let fields = CommonFields {
-        temperature: req.temperature,
-        top_p: req.top_p,
-        top_k: req.top_k,
-        min_p: req.min_p,
-        presence_penalty: req.presence_penalty,
-        frequency_penalty: req.frequency_penalty,
-        repetition_penalty: req.repetition_penalty,
-        seed: req.seed,
-        logit_bias: req.logit_bias.as_ref(),
-        n: req.n,
-        max_tokens: req.max_tokens,
-        max_completion_tokens: req.max_completion_tokens,
-        min_tokens: req.min_tokens,
-        stop: req.stop.as_ref(),
-        stop_token_ids: req.stop_token_ids.as_deref(),
-        ignore_eos: req.ignore_eos,
-        skip_special_tokens: req.skip_special_tokens,
-        stream: req.stream,
-        stream_options: req.stream_options.as_ref(),
-    };
-    let mut c = common(&fields, info, &engine.default_sampling())?;
+    let mut c = common(&req.sampling, info, &engine.default_sampling())?;
     if let Some(b) = req.best_of {
         let n = c.n as i64;
         if b < n {

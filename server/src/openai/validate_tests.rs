@@ -131,21 +131,14 @@ fn rule_min_p() {
 
 #[test]
 fn rule_penalties() {
-    refused(
-        chat_with(json!({"presence_penalty": 3})),
-        ValidationError::PresencePenaltyOutOfRange(3.0),
-        "presence_penalty",
-    );
-    refused(
-        chat_with(json!({"frequency_penalty": -2.5})),
-        ValidationError::FrequencyPenaltyOutOfRange(-2.5),
-        "frequency_penalty",
-    );
-    refused(
-        chat_with(json!({"repetition_penalty": 0})),
-        ValidationError::RepetitionPenaltyOutOfRange(0.0),
-        "repetition_penalty",
-    );
+    use ValidationError as V;
+    for (body, want, param) in [
+        (json!({"presence_penalty": 3}), V::PresencePenaltyOutOfRange(3.0), "presence_penalty"),
+        (json!({"frequency_penalty": -2.5}), V::FrequencyPenaltyOutOfRange(-2.5), "frequency_penalty"),
+        (json!({"repetition_penalty": 0}), V::RepetitionPenaltyOutOfRange(0.0), "repetition_penalty"),
+    ] {
+        refused(chat_with(body), want, param);
+    }
 }
 
 #[test]
@@ -156,16 +149,9 @@ fn rule_n() {
 
 #[test]
 fn rule_max_tokens() {
-    refused(
-        chat_with(json!({"max_tokens": 0})),
-        ValidationError::MaxTokensTooSmall { field: "max_tokens", value: 0 },
-        "max_tokens",
-    );
-    refused(
-        chat_with(json!({"max_completion_tokens": -3})),
-        ValidationError::MaxTokensTooSmall { field: "max_completion_tokens", value: -3 },
-        "max_completion_tokens",
-    );
+    for (field, value) in [("max_tokens", 0), ("max_completion_tokens", -3)] {
+        refused(chat_with(json!({ field: value })), ValidationError::MaxTokensTooSmall { field, value }, field);
+    }
 }
 
 #[test]
@@ -183,22 +169,15 @@ fn rule_min_tokens() {
 
 #[test]
 fn rule_logit_bias() {
+    use ValidationError as V;
     let max_id = VOCAB - 1;
-    refused(
-        chat_with(json!({"logit_bias": {"abc": 1}})),
-        ValidationError::LogitBiasKeyInvalid { key: "abc".into(), max_id },
-        "logit_bias",
-    );
-    refused(
-        chat_with(json!({"logit_bias": {"259": 1}})),
-        ValidationError::LogitBiasKeyInvalid { key: "259".into(), max_id },
-        "logit_bias",
-    );
-    refused(
-        chat_with(json!({"logit_bias": {"5": 101}})),
-        ValidationError::LogitBiasValueOutOfRange { key: "5".into(), value: 101.0 },
-        "logit_bias",
-    );
+    for (bias, want) in [
+        (json!({"abc": 1}), V::LogitBiasKeyInvalid { key: "abc".into(), max_id }),
+        (json!({"259": 1}), V::LogitBiasKeyInvalid { key: "259".into(), max_id }),
+        (json!({"5": 101}), V::LogitBiasValueOutOfRange { key: "5".into(), value: 101.0 }),
+    ] {
+        refused(chat_with(json!({ "logit_bias": bias })), want, "logit_bias");
+    }
 }
 
 #[test]

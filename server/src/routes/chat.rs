@@ -21,8 +21,7 @@ pub async fn create(
     let valid = validate::chat(&req, state.engine.as_ref())?;
     let meta = ResponseMeta::new("chatcmpl", model);
     let n = valid.requests.len();
-    state.log_request(&meta.id, valid.prompt_tokens, &valid.requests);
-    let merged = fanout::merge(state.submit_all(valid.requests)?);
+    let merged = fanout::merge(state.submit_all(&meta.id, valid.prompt_tokens, valid.requests)?);
     if valid.stream {
         let renderer = ChatStream::new(meta, n, valid.prompt_tokens, valid.include_usage, valid.logprobs.is_some());
         Ok(sse::response(renderer, merged))

@@ -22,8 +22,7 @@ pub async fn create(
     let meta = ResponseMeta::new("cmpl", model);
     let total = valid.requests.len();
     let prompt_tokens = valid.prompts.iter().map(|p| p.token_count).sum();
-    state.log_request(&meta.id, prompt_tokens, &valid.requests);
-    let merged = fanout::merge(state.submit_all(valid.requests)?);
+    let merged = fanout::merge(state.submit_all(&meta.id, prompt_tokens, valid.requests)?);
     if valid.stream {
         let renderer =
             CompletionStream::new(meta, &valid.prompts, valid.n, valid.include_usage, valid.logprobs.is_some());
