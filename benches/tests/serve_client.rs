@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use rserve_benches::serve::client::{ApiKind, Client, RequestSettings, RequestSpec};
+use rserve_benches::serve::metrics::RequestOutcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -67,25 +68,33 @@ fn spec() -> RequestSpec {
     RequestSpec { prompt: "hi".into(), prompt_len: 2, max_tokens: 3 }
 }
 
+/// One server-sent event: `data: {payload}` and a blank line.
+fn data(payload: &str) -> String {
+    format!("data: {payload}\n\n")
+}
+
+/// Sends one streaming request of `api` to a server that answers it with an event stream of `parts`; checks that it
+/// succeeded.
+async fn stream_ok(api: ApiKind, parts: Vec<(u64, String)>) -> RequestOutcome {
+    let base = serve(vec![Script { head: sse_head(), parts }]).await;
+    let client = Client::new(&base, Duration::from_secs(10)).expect("client");
+    let out = client.stream_request(&settings(&base, api), &spec(), Instant::now()).await;
+    assert!(out.success, "{}", out.error);
+    out
+}
+
 #[tokio::test]
 async fn a_timed_stream_gives_ttft_itl_text_and_usage() {
-    let chunk =
-        |t: &str| format!("data: {{\"choices\":[{{\"index\":0,\"text\":\"{t}\",\"finish_reason\":null}}]}}\n\n");
-    let base = serve(vec![Script {
-        head: sse_head(),
-        parts: vec![
-            (150, chunk("Hel")),
-            (100, chunk("lo")),
-            (200, chunk("!")),
-            (0, "data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n".into()),
-            (0, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":3}}\n\n".into()),
-            (0, "data: [DONE]\n\n".into()),
-        ],
-    }])
-    .await;
-    let client = Client::new(&base, Duration::from_secs(10)).expect("client");
-    let out = client.stream_request(&settings(&base, ApiKind::Completions), &spec(), Instant::now()).await;
-    assert!(out.success, "{}", out.error);
+    let chunk = |t: &str| data(&format!(r#"{{"choices":[{{"index":0,"text":"{t}","finish_reason":null}}]}}"#));
+    let parts = vec![
+        (150, chunk("Hel")),
+        (100, chunk("lo")),
+        (200, chunk("!")),
+        (0, data(r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#)),
+        (0, data(r#"{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3}}"#)),
+        (0, data("[DONE]")),
+    ];
+    let out = stream_ok(ApiKind::Completions, parts).await;
     assert_eq!(out.generated_text, "Hello!");
     assert_eq!(out.num_chunks, 3);
     assert_eq!((out.usage_prompt_tokens, out.usage_completion_tokens), (Some(2), Some(3)));
@@ -98,18 +107,13 @@ async fn a_timed_stream_gives_ttft_itl_text_and_usage() {
 
 #[tokio::test]
 async fn chat_streams_read_the_delta_content() {
-    let base = serve(vec![Script {
-        head: sse_head(),
-        parts: vec![
-            (0, "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".into()),
-            (20, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n".into()),
-            (20, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\ndata: [DONE]\n\n".into()),
-        ],
-    }])
-    .await;
-    let client = Client::new(&base, Duration::from_secs(10)).expect("client");
-    let out = client.stream_request(&settings(&base, ApiKind::Chat), &spec(), Instant::now()).await;
-    assert!(out.success, "{}", out.error);
+    let parts = vec![
+        (0, data(r#"{"choices":[{"index":0,"delta":{"role":"assistant"}}]}"#)),
+        (20, data(r#"{"choices":[{"index":0,"delta":{"content":"a"}}]}"#)),
+        // The last event and the end marker in one write.
+        (20, data(r#"{"choices":[{"index":0,"delta":{"content":"b"}}]}"#) + &data("[DONE]")),
+    ];
+    let out = stream_ok(ApiKind::Chat, parts).await;
     assert_eq!(out.generated_text, "ab");
     assert_eq!((out.num_chunks, out.itl.len(), out.usage_completion_tokens), (2, 1, None));
 }
@@ -123,9 +127,9 @@ async fn errors_become_failed_outcomes() {
         },
         Script {
             head: sse_head(),
-            parts: vec![(0, "data: {\"error\":{\"message\":\"engine died\"}}\n\n".into())],
+            parts: vec![(0, data(r#"{"error":{"message":"engine died"}}"#))],
         },
-        Script { head: sse_head(), parts: vec![(0, "data: [DONE]\n\n".into())] },
+        Script { head: sse_head(), parts: vec![(0, data("[DONE]"))] },
     ])
     .await;
     let client = Client::new(&base, Duration::from_secs(10)).expect("client");

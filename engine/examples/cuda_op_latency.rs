@@ -11,34 +11,162 @@
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cuda::CudaBackend;
-use rserve_engine::backend::{AttentionMeta, Backend, Op, WeightDType};
+use rserve_engine::backend::{AttentionMeta, Backend, Op, RopeIo, WeightDType};
 
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+type Buf = <CudaBackend as Backend>::Buffer;
 
 const REPS: usize = 64;
+/// Tokens per KV-cache block.
+const BS: usize = 16;
 
-/// µs per op of `f` (one op per call) replayed from a graph of `REPS` calls.
-fn time(gpu: &CudaBackend, name: &str, rows: usize, f: &dyn Fn(usize) -> R<()>) -> R<f64> {
-    f(0)?; // eager first: builds any cached work split the capture needs
+/// Captures `calls` calls of `f` (given 0, 1, ...) into one CUDA graph, replays it 3 times, then times `replays`
+/// replays; returns ms per replay. `f` first runs eagerly for 0..`eager`: that builds any cached work split the
+/// capture needs.
+fn replay_ms(gpu: &CudaBackend, eager: usize, calls: usize, replays: usize, f: &dyn Fn(usize) -> R<()>) -> R<f64> {
+    (0..eager).try_for_each(f)?;
     gpu.synchronize()?;
     gpu.begin_capture()?;
-    let captured = (0..REPS).try_for_each(f);
+    let captured = (0..calls).try_for_each(f);
     let graph = gpu.end_capture()?;
     captured?;
     for _ in 0..3 {
         gpu.replay(&graph)?;
     }
     gpu.synchronize()?;
-    let replays = 10;
     let t0 = gpu.record_event()?;
     for _ in 0..replays {
         gpu.replay(&graph)?;
     }
     let t1 = gpu.record_event()?;
     gpu.synchronize()?;
-    let us = t0.elapsed_ms(&t1)? as f64 * 1e3 / (replays * REPS) as f64;
+    Ok(t0.elapsed_ms(&t1)? as f64 / replays as f64)
+}
+
+/// µs per op of `f` (one op per call) replayed from a graph of `REPS` calls.
+fn time(gpu: &CudaBackend, name: &str, rows: usize, f: &dyn Fn(usize) -> R<()>) -> R<f64> {
+    let us = replay_ms(gpu, 1, REPS, 10, f)? * 1e3 / REPS as f64;
     println!("op | {rows} | {name} | {us:.2}");
     Ok(us)
+}
+
+/// The model's shape at `rows` rows (one per sequence), and the ops of a decode step at that shape.
+#[derive(Clone, Copy)]
+struct Shape {
+    rows: usize,
+    h: usize,
+    hd: usize,
+    hq: usize,
+    hkv: usize,
+}
+
+impl Shape {
+    fn add_rms_norm<'a>(&self, x: &'a Buf, residual: &'a Buf, weight: &'a Buf, out: &'a Buf) -> Op<'a, Buf> {
+        Op::AddRmsNorm { x, residual, weight, out, rows: self.rows, hidden: self.h, eps: 1e-5 }
+    }
+
+    /// `out[rows, n] = x[rows, k] . w^T`.
+    fn matmul<'a>(&self, x: &'a Buf, w: &'a Buf, out: &'a Buf, k: usize, n: usize) -> Op<'a, Buf> {
+        Op::MatMul { x, w, bias: None, out, m: self.rows, k, n }
+    }
+
+    /// A zeroed bf16 K or V cache for `rows` sequences at context `ctx`.
+    fn kv_cache(&self, gpu: &CudaBackend, ctx: usize) -> R<Buf> {
+        Ok(gpu.alloc_kv_cache(self.rows * ctx.div_ceil(BS) * BS * self.hkv * self.hd, WeightDType::BF16)?)
+    }
+
+    fn rope_write_kv<'a>(
+        &self,
+        t: &'a NewTokens,
+        inv_freq: &'a Buf,
+        qkv: &'a Buf,
+        q: &'a Buf,
+        kc: &'a Buf,
+        vc: &'a Buf,
+    ) -> Op<'a, Buf> {
+        Op::RopeWriteKv {
+            io: RopeIo {
+                qkv,
+                positions: &t.positions,
+                inv_freq,
+                q_out: q,
+                k_cache: kc,
+                v_cache: vc,
+                slot_mapping: &t.slot_mapping,
+            },
+            num_tokens: self.rows,
+            num_heads: self.hq,
+            num_kv_heads: self.hkv,
+            head_dim: self.hd,
+            block_size: BS,
+        }
+    }
+
+    fn paged_attention<'a>(
+        &self,
+        meta: &'a AttentionMeta<'a, Buf>,
+        q: &'a Buf,
+        kc: &'a Buf,
+        vc: &'a Buf,
+        out: &'a Buf,
+    ) -> Op<'a, Buf> {
+        Op::PagedAttention {
+            q,
+            k_cache: kc,
+            v_cache: vc,
+            out,
+            meta,
+            num_heads: self.hq,
+            num_kv_heads: self.hkv,
+            head_dim: self.hd,
+            block_size: BS,
+            scale: 1.0 / (self.hd as f32).sqrt(),
+        }
+    }
+}
+
+/// `rows` sequences at context `ctx`, each with its last token new and blocks of its own, in sequence order: the
+/// positions and cache slots of the new tokens (what `rope_write_kv` reads besides activations and caches).
+struct NewTokens {
+    slot_mapping: Buf,
+    positions: Buf,
+}
+
+impl NewTokens {
+    fn new(gpu: &CudaBackend, rows: usize, ctx: usize) -> R<Self> {
+        let nb = ctx.div_ceil(BS);
+        let slots: Vec<u32> = (0..rows).map(|seq| (seq * nb * BS + ctx - 1) as u32).collect();
+        let positions = gpu.upload_u32(&vec![(ctx - 1) as u32; rows])?;
+        Ok(NewTokens { slot_mapping: gpu.upload_u32(&slots)?, positions })
+    }
+}
+
+/// The attention metadata of the same sequences: query starts, context lengths and block tables, on the host and on
+/// the device.
+struct Tables {
+    /// Blocks per sequence.
+    nb: usize,
+    qs: Vec<u32>,
+    ctxs: Vec<u32>,
+    tables: Vec<u32>,
+    tab_b: Buf,
+    ctx_b: Buf,
+    qs_b: Buf,
+}
+
+impl Tables {
+    fn new(gpu: &CudaBackend, rows: usize, ctx: usize) -> R<Self> {
+        let nb = ctx.div_ceil(BS);
+        let tables: Vec<u32> = (0..(rows * nb) as u32).collect();
+        let (qs, ctxs) = ((0..=rows as u32).collect::<Vec<_>>(), vec![ctx as u32; rows]);
+        let (qs_b, ctx_b, tab_b) = (gpu.upload_u32(&qs)?, gpu.upload_u32(&ctxs)?, gpu.upload_u32(&tables)?);
+        Ok(Tables { nb, qs, ctxs, tables, tab_b, ctx_b, qs_b })
+    }
+
+    fn meta(&self) -> AttentionMeta<'_, Buf> {
+        let (device, host) = ([&self.qs_b, &self.ctx_b, &self.tab_b], [&self.qs[..], &self.ctxs, &self.tables]);
+        AttentionMeta::new(device, host, self.nb, BS).expect("the sequences' metadata is consistent")
+    }
 }
 
 fn main() -> R<()> {
@@ -70,12 +198,16 @@ fn main() -> R<()> {
     let norm_w = gpu.upload_weight(&Tensor::from_vec(vec![1.0f32; h], h, &Device::Cpu)?)?;
     let inv: Vec<f32> = (0..hd / 2).map(|i| 1.0 / (p.rope_theta as f32).powf(2.0 * i as f32 / hd as f32)).collect();
     let inv = gpu.upload_f32(&inv)?;
-    let bs = 16usize;
     println!("op | rows | name | us per op (graph replay)");
     for rows in row_list {
+        let s = Shape { rows, h, hd, hq, hkv };
         let mut rand_vec = {
             let mut rng = rand::rngs::StdRng::seed_from_u64(rows as u64);
             move |n: usize| -> Vec<f32> { (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect() }
+        };
+        // One matmul per call, cycling through the copies of its weight.
+        let time_matmul = |name: &str, x: &Buf, ws: &[Buf], out: &Buf, k: usize, n: usize| {
+            time(&gpu, name, rows, &|i| Ok(gpu.run(s.matmul(x, &ws[i % ws.len()], out, k, n))?))
         };
         let idx = gpu.upload_u32(&[0])?;
         let tiny = gpu.upload_f32(&rand_vec(64))?;
@@ -85,80 +217,27 @@ fn main() -> R<()> {
         })?;
         let (x, res) = (gpu.upload_f32(&rand_vec(rows * h))?, gpu.upload_f32(&rand_vec(rows * h))?);
         let normed = gpu.alloc_matmul_input(rows * h, &w_qkv[0])?;
-        time(&gpu, "add_rms_norm -> bf16", rows, &|_| {
-            Ok(gpu.run(Op::AddRmsNorm {
-                x: &x,
-                residual: &res,
-                weight: &norm_w,
-                out: &normed,
-                rows,
-                hidden: h,
-                eps: 1e-5,
-            })?)
-        })?;
+        time(&gpu, "add_rms_norm -> bf16", rows, &|_| Ok(gpu.run(s.add_rms_norm(&x, &res, &norm_w, &normed))?))?;
         let qkv_out = gpu.alloc_f32(rows * qkv_w)?;
-        time(&gpu, "matmul q/k/v (bf16 in)", rows, &|i| {
-            let w = &w_qkv[i % w_qkv.len()];
-            Ok(gpu.run(Op::MatMul { x: &normed, w, bias: None, out: &qkv_out, m: rows, k: h, n: qkv_w })?)
-        })?;
-        // Every sequence at context `ctx` (its last token new), blocks of its own.
+        time_matmul("matmul q/k/v (bf16 in)", &normed, &w_qkv, &qkv_out, h, qkv_w)?;
         for ctx in [256usize, 512] {
-            let nb = ctx.div_ceil(bs);
-            let cache_len = rows * nb * bs * hkv * hd;
-            let kc = gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?;
-            let vc = gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?;
-            let tables: Vec<u32> = (0..(rows * nb) as u32).collect();
-            let slots: Vec<u32> = (0..rows).map(|s| (s * nb * bs + ctx - 1) as u32).collect();
-            let (pos, slots_b) = (gpu.upload_u32(&vec![(ctx - 1) as u32; rows])?, gpu.upload_u32(&slots)?);
+            let (kc, vc) = (s.kv_cache(&gpu, ctx)?, s.kv_cache(&gpu, ctx)?);
+            let new = NewTokens::new(&gpu, rows, ctx)?;
             let qkv = gpu.upload_f32(&rand_vec(rows * qkv_w))?;
             let q = gpu.alloc_f32(rows * hq * hd)?;
             if ctx == 256 {
                 time(&gpu, "rope_write_kv (bf16 cache)", rows, &|_| {
-                    Ok(gpu.run(Op::RopeWriteKv {
-                        qkv: &qkv,
-                        positions: &pos,
-                        inv_freq: &inv,
-                        q_out: &q,
-                        k_cache: &kc,
-                        v_cache: &vc,
-                        slot_mapping: &slots_b,
-                        num_tokens: rows,
-                        num_heads: hq,
-                        num_kv_heads: hkv,
-                        head_dim: hd,
-                        block_size: bs,
-                    })?)
+                    Ok(gpu.run(s.rope_write_kv(&new, &inv, &qkv, &q, &kc, &vc))?)
                 })?;
             }
-            let (qs, ctxs) = ((0..=rows as u32).collect::<Vec<_>>(), vec![ctx as u32; rows]);
-            let (qs_b, ctx_b, tab_b) = (gpu.upload_u32(&qs)?, gpu.upload_u32(&ctxs)?, gpu.upload_u32(&tables)?);
-            let meta = AttentionMeta {
-                num_seqs: rows,
-                query_start: &qs_b,
-                context_lens: &ctx_b,
-                block_tables: &tab_b,
-                max_blocks_per_seq: nb,
-                host_query_start: &qs,
-                host_context_lens: &ctxs,
-                host_block_tables: &tables,
-            };
+            let tables = Tables::new(&gpu, rows, ctx)?;
+            let meta = tables.meta();
             for (label, out) in [
                 ("f32 out", gpu.alloc_f32(rows * hq * hd)?),
                 ("matmul-input out", gpu.alloc_matmul_input(rows * hq * hd, &w_o[0])?),
             ] {
                 let r = time(&gpu, &format!("paged_attention ctx {ctx} ({label})"), rows, &|_| {
-                    Ok(gpu.run(Op::PagedAttention {
-                        q: &q,
-                        k_cache: &kc,
-                        v_cache: &vc,
-                        out: &out,
-                        meta: &meta,
-                        num_heads: hq,
-                        num_kv_heads: hkv,
-                        head_dim: hd,
-                        block_size: bs,
-                        scale: 1.0 / (hd as f32).sqrt(),
-                    })?)
+                    Ok(gpu.run(s.paged_attention(&meta, &q, &kc, &vc, &out))?)
                 });
                 if let Err(e) = r {
                     println!("op | {rows} | paged_attention ctx {ctx} ({label}) | n/a ({e})");
@@ -168,85 +247,24 @@ fn main() -> R<()> {
         let attn = gpu.upload_f32(&rand_vec(rows * hq * hd))?;
         let attn16 = gpu.alloc_matmul_input(rows * hq * hd, &w_o[0])?;
         let o_out = gpu.alloc_f32(rows * h)?;
-        time(&gpu, "matmul o (f32 in: conversion + gemm)", rows, &|i| {
-            Ok(gpu.run(Op::MatMul {
-                x: &attn,
-                w: &w_o[i % w_o.len()],
-                bias: None,
-                out: &o_out,
-                m: rows,
-                k: hq * hd,
-                n: h,
-            })?)
-        })?;
-        time(&gpu, "matmul o (bf16 in)", rows, &|i| {
-            Ok(gpu.run(Op::MatMul {
-                x: &attn16,
-                w: &w_o[i % w_o.len()],
-                bias: None,
-                out: &o_out,
-                m: rows,
-                k: hq * hd,
-                n: h,
-            })?)
-        })?;
+        time_matmul("matmul o (f32 in: conversion + gemm)", &attn, &w_o, &o_out, hq * hd, h)?;
+        time_matmul("matmul o (bf16 in)", &attn16, &w_o, &o_out, hq * hd, h)?;
         let normed2 = gpu.alloc_matmul_input(rows * h, &w_gu[0])?;
         let gu = gpu.upload_f32(&rand_vec(rows * 2 * inter))?;
-        time(&gpu, "matmul gate/up (bf16 in)", rows, &|i| {
-            Ok(gpu.run(Op::MatMul {
-                x: &normed2,
-                w: &w_gu[i % w_gu.len()],
-                bias: None,
-                out: &gu,
-                m: rows,
-                k: h,
-                n: 2 * inter,
-            })?)
-        })?;
+        time_matmul("matmul gate/up (bf16 in)", &normed2, &w_gu, &gu, h, 2 * inter)?;
         let act = gpu.alloc_matmul_input(rows * inter, &w_down[0])?;
         time(&gpu, "silu_mul -> bf16", rows, &|_| {
             Ok(gpu.run(Op::SiluMul { gate_up: &gu, out: &act, rows, width: inter })?)
         })?;
         let down = gpu.alloc_f32(rows * h)?;
-        time(&gpu, "matmul down (bf16 in)", rows, &|i| {
-            Ok(gpu.run(Op::MatMul {
-                x: &act,
-                w: &w_down[i % w_down.len()],
-                bias: None,
-                out: &down,
-                m: rows,
-                k: inter,
-                n: h,
-            })?)
-        })?;
+        time_matmul("matmul down (bf16 in)", &act, &w_down, &down, inter, h)?;
 
         // Whole steps: every layer in sequence, with op classes left out.
-        let ctx = 256usize;
-        let nb = ctx.div_ceil(bs);
-        let cache_len = rows * nb * bs * hkv * hd;
-        let caches = (0..p.num_layers)
-            .map(|_| {
-                Ok((
-                    gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?,
-                    gpu.alloc_kv_cache(cache_len, WeightDType::BF16)?,
-                ))
-            })
-            .collect::<R<Vec<_>>>()?;
-        let tables: Vec<u32> = (0..(rows * nb) as u32).collect();
-        let slots: Vec<u32> = (0..rows).map(|s| (s * nb * bs + ctx - 1) as u32).collect();
-        let (pos, slots_b) = (gpu.upload_u32(&vec![(ctx - 1) as u32; rows])?, gpu.upload_u32(&slots)?);
-        let (qs, ctxs) = ((0..=rows as u32).collect::<Vec<_>>(), vec![ctx as u32; rows]);
-        let (qs_b, ctx_b, tab_b) = (gpu.upload_u32(&qs)?, gpu.upload_u32(&ctxs)?, gpu.upload_u32(&tables)?);
-        let meta = AttentionMeta {
-            num_seqs: rows,
-            query_start: &qs_b,
-            context_lens: &ctx_b,
-            block_tables: &tab_b,
-            max_blocks_per_seq: nb,
-            host_query_start: &qs,
-            host_context_lens: &ctxs,
-            host_block_tables: &tables,
-        };
+        let ctx = 256;
+        let caches =
+            (0..p.num_layers).map(|_| Ok((s.kv_cache(&gpu, ctx)?, s.kv_cache(&gpu, ctx)?))).collect::<R<Vec<_>>>()?;
+        let (new, tables) = (NewTokens::new(&gpu, rows, ctx)?, Tables::new(&gpu, rows, ctx)?);
+        let meta = tables.meta();
         let (qkv, q) = (gpu.upload_f32(&rand_vec(rows * qkv_w))?, gpu.alloc_f32(rows * hq * hd)?);
         let (wq, wo, wg, wd) = (&w_qkv[0], &w_o[0], &w_gu[0], &w_down[0]);
         // (norms, rope + attention, matmuls)
@@ -260,90 +278,35 @@ fn main() -> R<()> {
         for (label, norms, attention, matmuls) in variants {
             let layer = |li: usize| -> R<()> {
                 if norms {
-                    gpu.run(Op::AddRmsNorm {
-                        x: &down,
-                        residual: &res,
-                        weight: &norm_w,
-                        out: &normed,
-                        rows,
-                        hidden: h,
-                        eps: 1e-5,
-                    })?;
+                    gpu.run(s.add_rms_norm(&down, &res, &norm_w, &normed))?;
                 }
                 if matmuls {
-                    gpu.run(Op::MatMul { x: &normed, w: wq, bias: None, out: &qkv_out, m: rows, k: h, n: qkv_w })?;
+                    gpu.run(s.matmul(&normed, wq, &qkv_out, h, qkv_w))?;
                 }
                 let (kc, vc) = &caches[li];
                 if attention {
-                    gpu.run(Op::RopeWriteKv {
-                        qkv: &qkv,
-                        positions: &pos,
-                        inv_freq: &inv,
-                        q_out: &q,
-                        k_cache: kc,
-                        v_cache: vc,
-                        slot_mapping: &slots_b,
-                        num_tokens: rows,
-                        num_heads: hq,
-                        num_kv_heads: hkv,
-                        head_dim: hd,
-                        block_size: bs,
-                    })?;
-                    gpu.run(Op::PagedAttention {
-                        q: &q,
-                        k_cache: kc,
-                        v_cache: vc,
-                        out: &attn16,
-                        meta: &meta,
-                        num_heads: hq,
-                        num_kv_heads: hkv,
-                        head_dim: hd,
-                        block_size: bs,
-                        scale: 1.0 / (hd as f32).sqrt(),
-                    })?;
+                    gpu.run(s.rope_write_kv(&new, &inv, &qkv, &q, kc, vc))?;
+                    gpu.run(s.paged_attention(&meta, &q, kc, vc, &attn16))?;
                 }
                 if matmuls {
-                    gpu.run(Op::MatMul { x: &attn16, w: wo, bias: None, out: &o_out, m: rows, k: hq * hd, n: h })?;
+                    gpu.run(s.matmul(&attn16, wo, &o_out, hq * hd, h))?;
                 }
                 if norms {
-                    gpu.run(Op::AddRmsNorm {
-                        x: &o_out,
-                        residual: &res,
-                        weight: &norm_w,
-                        out: &normed2,
-                        rows,
-                        hidden: h,
-                        eps: 1e-5,
-                    })?;
+                    gpu.run(s.add_rms_norm(&o_out, &res, &norm_w, &normed2))?;
                 }
                 if matmuls {
-                    gpu.run(Op::MatMul { x: &normed2, w: wg, bias: None, out: &gu, m: rows, k: h, n: 2 * inter })?;
+                    gpu.run(s.matmul(&normed2, wg, &gu, h, 2 * inter))?;
                 }
                 if norms || attention {
                     gpu.run(Op::SiluMul { gate_up: &gu, out: &act, rows, width: inter })?;
                 }
                 if matmuls {
-                    gpu.run(Op::MatMul { x: &act, w: wd, bias: None, out: &down, m: rows, k: inter, n: h })?;
+                    gpu.run(s.matmul(&act, wd, &down, inter, h))?;
                 }
                 Ok(())
             };
-            (0..p.num_layers).try_for_each(&layer)?;
-            gpu.synchronize()?;
-            gpu.begin_capture()?;
-            let captured = (0..p.num_layers).try_for_each(&layer);
-            let graph = gpu.end_capture()?;
-            captured?;
-            for _ in 0..3 {
-                gpu.replay(&graph)?;
-            }
-            gpu.synchronize()?;
-            let t0 = gpu.record_event()?;
-            for _ in 0..20 {
-                gpu.replay(&graph)?;
-            }
-            let t1 = gpu.record_event()?;
-            gpu.synchronize()?;
-            println!("step | {rows} | {} layers {label} | {:.3} ms", p.num_layers, t0.elapsed_ms(&t1)? as f64 / 20.0);
+            let ms = replay_ms(&gpu, p.num_layers, p.num_layers, 20, &layer)?;
+            println!("step | {rows} | {} layers {label} | {ms:.3} ms", p.num_layers);
         }
     }
     Ok(())
