@@ -1,10 +1,15 @@
-//! The resolved model configuration every component reads: `ModelParams`.
+//! The resolved model configuration every component reads: `ModelParams`, and `ModelDims`, its sizes (hidden, layers,
+//! heads, ...) as one type, which the planner's `ModelShape` embeds.
 //!
 //! Raw formats (`config.json`, GGUF metadata) are parsed in `config/` into serde structs that mirror the files, then
-//! checked into this one type. Code outside `config/` never looks at raw config keys.
+//! checked into `ModelParams`. Code outside `config/` never looks at raw config keys, except the planner's own
+//! any-architecture readers (`plan::shape`, `plan::shape_gguf`).
 
 pub mod gguf_meta;
 pub mod hf;
+
+use serde::Serialize;
+use std::ops::Deref;
 
 /// Model families the llama forward pass implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,10 +31,10 @@ pub struct Llama3RopeScaling {
     pub original_max_position_embeddings: usize,
 }
 
-/// The checked model configuration. Invariants: `num_heads % num_kv_heads == 0`, `head_dim > 0`, all sizes > 0.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelParams {
-    pub architecture: Architecture,
+/// The sizes that fix every weight and KV-cache shape of a decoder; `ModelParams` and the planner's `ModelShape`
+/// embed them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ModelDims {
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -38,6 +43,14 @@ pub struct ModelParams {
     pub num_kv_heads: usize,
     /// Explicit `head_dim`, or `hidden_size / num_heads` when absent.
     pub head_dim: usize,
+}
+
+/// The checked model configuration. Invariants: `num_heads % num_kv_heads == 0`, `head_dim > 0`, all sizes > 0.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelParams {
+    pub architecture: Architecture,
+    /// The sizes; read through `Deref` as `params.hidden_size`.
+    pub dims: ModelDims,
     pub rms_norm_eps: f64,
     pub rope_theta: f64,
     pub rope_scaling: Option<Llama3RopeScaling>,
@@ -51,4 +64,12 @@ pub struct ModelParams {
     pub torch_dtype: Option<String>,
     /// Mistral-style sliding window, if the config sets one.
     pub sliding_window: Option<usize>,
+}
+
+impl Deref for ModelParams {
+    type Target = ModelDims;
+
+    fn deref(&self) -> &ModelDims {
+        &self.dims
+    }
 }

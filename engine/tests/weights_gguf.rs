@@ -108,25 +108,25 @@ fn permutation_moves_rows_as_llama_cpp_documents() {
     assert!(unpermute_rows(&big, 7).is_err());
 }
 
+/// Storage of each projection in layer 0 and in the other layers: every GGML type appears at least once.
+const PROJ_STORAGE: [(&str, [GgmlDType; 2]); 7] = [
+    ("q_proj", [GgmlDType::Q4K, GgmlDType::Q4_0]),
+    ("k_proj", [GgmlDType::Q6K, GgmlDType::Q8_0]),
+    ("v_proj", [GgmlDType::Q4_1, GgmlDType::F16]),
+    ("o_proj", [GgmlDType::BF16, GgmlDType::Q4K]),
+    ("gate_proj", [GgmlDType::F16, GgmlDType::Q6K]),
+    ("up_proj", [GgmlDType::Q8_0, GgmlDType::BF16]),
+    ("down_proj", [GgmlDType::Q4_0, GgmlDType::Q4_1]),
+];
+
 fn storage_for(name: &str) -> GgmlDType {
-    let by_layer = |l0: GgmlDType, l1: GgmlDType| if name.contains("layers.0.") { l0 } else { l1 };
     if name.ends_with("norm.weight") || name.ends_with(".bias") {
-        GgmlDType::F32
-    } else if name.contains("q_proj") {
-        by_layer(GgmlDType::Q4K, GgmlDType::Q4_0)
-    } else if name.contains("k_proj") {
-        by_layer(GgmlDType::Q6K, GgmlDType::Q8_0)
-    } else if name.contains("v_proj") {
-        by_layer(GgmlDType::Q4_1, GgmlDType::F16)
-    } else if name.contains("o_proj") {
-        by_layer(GgmlDType::BF16, GgmlDType::Q4K)
-    } else if name.contains("gate_proj") {
-        by_layer(GgmlDType::F16, GgmlDType::Q6K)
-    } else if name.contains("up_proj") {
-        by_layer(GgmlDType::Q8_0, GgmlDType::BF16)
-    } else if name.contains("down_proj") {
-        by_layer(GgmlDType::Q4_0, GgmlDType::Q4_1)
-    } else if name == "model.embed_tokens.weight" {
+        return GgmlDType::F32;
+    }
+    if let Some((_, [l0, rest])) = PROJ_STORAGE.iter().find(|(proj, _)| name.contains(proj)) {
+        return if name.contains("layers.0.") { *l0 } else { *rest };
+    }
+    if name == "model.embed_tokens.weight" {
         GgmlDType::Q8_0
     } else {
         GgmlDType::F32
@@ -167,7 +167,7 @@ fn shape_and_name_errors_are_clear() {
     write_gguf(&path, "llama", &params, &hf, |_| GgmlDType::F32);
 
     let mut wrong = params.clone();
-    wrong.intermediate_size = 768;
+    wrong.dims.intermediate_size = 768;
     let err = load_gguf(&path, &wrong, DType::F32).unwrap_err().to_string();
     assert!(err.contains("model.layers.0.mlp.gate_proj.weight") && err.contains("[512, 256]"), "{err}");
     assert!(err.contains("blk.0.ffn_gate.weight"), "{err}");

@@ -123,7 +123,7 @@ fn wrong_shapes_and_dtypes_are_reported() {
     let path = dir.path().join("model.safetensors");
 
     let mut more_heads = params.clone();
-    more_heads.num_kv_heads = 4;
+    more_heads.dims.num_kv_heads = 4;
     save(&path, &hf, DType::F32);
     let err = load_safetensors(std::slice::from_ref(&path), &more_heads, DType::F32).unwrap_err().to_string();
     assert!(err.contains("model.layers.0.self_attn.k_proj.weight") && err.contains("[128, 256]"), "{err}");

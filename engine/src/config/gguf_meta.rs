@@ -8,7 +8,7 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
-use super::{Architecture, ModelParams};
+use super::{Architecture, ModelDims, ModelParams};
 use crate::{EngineError, Result};
 
 /// The metadata of a GGUF file that describes the model shape, as stored.
@@ -40,6 +40,7 @@ pub struct GgufMeta {
     pub token_embd_shape: Option<Vec<usize>>,
 }
 
+/// An unsigned integer key (any integer type the file stores it as).
 fn meta_u64(content: &Content, key: &str) -> Result<Option<u64>> {
     match content.metadata.get(key) {
         None => Ok(None),
@@ -69,9 +70,10 @@ fn meta_f32(content: &Content, key: &str) -> Result<Option<f32>> {
     }
 }
 
-fn meta_u32(content: &Content, key: &str) -> Result<Option<u32>> {
+/// An unsigned integer key that must fit `T` (`u32` token ids, `usize` sizes).
+pub(crate) fn meta_uint<T: TryFrom<u64>>(content: &Content, key: &str) -> Result<Option<T>> {
     meta_u64(content, key)?
-        .map(|v| u32::try_from(v).map_err(|_| EngineError::Config(format!("GGUF metadata `{key}` is out of range"))))
+        .map(|v| T::try_from(v).map_err(|_| EngineError::Config(format!("GGUF metadata `{key}` is out of range"))))
         .transpose()
 }
 
@@ -107,14 +109,27 @@ impl GgufMeta {
             context_length: meta_u64(content, &key("context_length"))?,
             vocab_size: meta_u64(content, &key("vocab_size"))?,
             token_count,
-            bos_token_id: meta_u32(content, "tokenizer.ggml.bos_token_id")?,
-            eos_token_id: meta_u32(content, "tokenizer.ggml.eos_token_id")?,
-            eot_token_id: meta_u32(content, "tokenizer.ggml.eot_token_id")?,
-            eom_token_id: meta_u32(content, "tokenizer.ggml.eom_token_id")?,
+            bos_token_id: meta_uint(content, "tokenizer.ggml.bos_token_id")?,
+            eos_token_id: meta_uint(content, "tokenizer.ggml.eos_token_id")?,
+            eot_token_id: meta_uint(content, "tokenizer.ggml.eot_token_id")?,
+            eom_token_id: meta_uint(content, "tokenizer.ggml.eom_token_id")?,
             has_output_weight: content.tensor_infos.contains_key("output.weight"),
             token_embd_shape: content.tensor_infos.get("token_embd.weight").map(|t| t.shape.dims().to_vec()),
             architecture: arch,
         })
+    }
+
+    /// The full name of a per-architecture key: `{architecture}.{suffix}`.
+    pub fn key(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.architecture)
+    }
+
+    /// `attention.head_count_kv`, or `num_heads` when absent (no grouped-query attention).
+    pub(crate) fn kv_heads(&self, num_heads: usize) -> Result<usize> {
+        match self.head_count_kv {
+            None => Ok(num_heads),
+            some => required(some, &self.key("attention.head_count_kv")),
+        }
     }
 }
 
@@ -124,7 +139,8 @@ fn f32_to_f64_decimal(x: f32) -> f64 {
     x.to_string().parse::<f64>().unwrap_or(x as f64)
 }
 
-fn required(value: Option<u64>, key: &str) -> Result<usize> {
+/// A size the metadata must give, greater than 0.
+pub(crate) fn required(value: Option<u64>, key: &str) -> Result<usize> {
     match value {
         None => Err(EngineError::Config(format!("GGUF metadata has no `{key}`"))),
         Some(0) => Err(EngineError::Config(format!("GGUF metadata `{key}` must be greater than 0"))),
@@ -164,22 +180,18 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         "qwen2" => Architecture::Qwen2,
         other => return Err(EngineError::UnsupportedArchitecture(format!("{other} (GGUF general.architecture)"))),
     };
-    let k = |suffix: &str| format!("{arch}.{suffix}");
-    let hidden_size = required(meta.embedding_length, &k("embedding_length"))?;
-    let intermediate_size = required(meta.feed_forward_length, &k("feed_forward_length"))?;
-    let num_layers = required(meta.block_count, &k("block_count"))?;
-    let num_heads = required(meta.head_count, &k("attention.head_count"))?;
-    let num_kv_heads = match meta.head_count_kv {
-        None => num_heads,
-        some => required(some, &k("attention.head_count_kv"))?,
-    };
+    let hidden_size = required(meta.embedding_length, &meta.key("embedding_length"))?;
+    let intermediate_size = required(meta.feed_forward_length, &meta.key("feed_forward_length"))?;
+    let num_layers = required(meta.block_count, &meta.key("block_count"))?;
+    let num_heads = required(meta.head_count, &meta.key("attention.head_count"))?;
+    let num_kv_heads = meta.kv_heads(num_heads)?;
     if num_heads % num_kv_heads != 0 {
         return Err(EngineError::Config(format!(
             "GGUF head_count ({num_heads}) must be a multiple of head_count_kv ({num_kv_heads})"
         )));
     }
     let head_dim = match meta.key_length {
-        Some(_) => required(meta.key_length, &k("attention.key_length"))?,
+        Some(_) => required(meta.key_length, &meta.key("attention.key_length"))?,
         None => {
             if hidden_size % num_heads != 0 {
                 return Err(EngineError::Config(format!(
@@ -196,7 +208,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         if rot as usize != head_dim {
             return Err(EngineError::Config(format!(
                 "partial rotary embeddings are not supported ({} = {rot}, head dimension {head_dim})",
-                k("rope.dimension_count")
+                meta.key("rope.dimension_count")
             )));
         }
     }
@@ -208,14 +220,14 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         (_, _, Some(n)) if n > 0 => n as usize,
         _ => return Err(EngineError::Config("GGUF file gives no vocabulary size (no tokenizer.ggml.tokens)".into())),
     };
-    let max_position_embeddings = required(meta.context_length, &k("context_length"))?;
+    let max_position_embeddings = required(meta.context_length, &meta.key("context_length"))?;
     let rms_norm_eps = match meta.rms_epsilon {
         Some(e) if e.is_finite() && e > 0.0 => f32_to_f64_decimal(e),
         Some(e) => return Err(EngineError::Config(format!("GGUF rms epsilon ({e}) must be positive"))),
         None => {
             return Err(EngineError::Config(format!(
                 "GGUF metadata has no `{}`",
-                k("attention.layer_norm_rms_epsilon")
+                meta.key("attention.layer_norm_rms_epsilon")
             )))
         }
     };
@@ -239,13 +251,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
     }
     Ok(ModelParams {
         architecture,
-        vocab_size,
-        hidden_size,
-        intermediate_size,
-        num_layers,
-        num_heads,
-        num_kv_heads,
-        head_dim,
+        dims: ModelDims { vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim },
         rms_norm_eps,
         rope_theta,
         rope_scaling: None,

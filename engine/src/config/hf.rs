@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{Architecture, Llama3RopeScaling, ModelParams};
+use super::{Architecture, Llama3RopeScaling, ModelDims, ModelParams};
 use crate::{EngineError, Result};
 
 /// `config.json` as written by transformers, limited to the keys the llama family uses.
@@ -105,8 +105,13 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option
 
 /// Reads and parses a `config.json` file.
 pub fn parse_config_file(path: &Path) -> Result<ModelParams> {
+    read_config_file(path, parse_config_json)
+}
+
+/// Reads a `config.json` and parses its text with `parse`; configuration errors name the file.
+pub(crate) fn read_config_file<T>(path: &Path, parse: impl FnOnce(&str) -> Result<T>) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
-    parse_config_json(&text).map_err(|e| match e {
+    parse(&text).map_err(|e| match e {
         EngineError::Config(msg) => EngineError::Config(format!("{}: {msg}", path.display())),
         other => other,
     })
@@ -140,12 +145,17 @@ fn architecture(raw: &RawConfig) -> Result<Architecture> {
     }
 }
 
-fn required(value: Option<usize>, field: &str) -> Result<usize> {
+/// A size that may be absent but is never 0.
+pub(crate) fn positive(value: Option<usize>, field: &str) -> Result<Option<usize>> {
     match value {
         Some(0) => Err(EngineError::Config(format!("`{field}` must be greater than 0"))),
-        Some(v) => Ok(v),
-        None => Err(EngineError::Config(format!("`{field}` is missing"))),
+        other => Ok(other),
     }
+}
+
+/// A size that must be present and greater than 0.
+pub(crate) fn required(value: Option<usize>, field: &str) -> Result<usize> {
+    positive(value, field)?.ok_or_else(|| EngineError::Config(format!("`{field}` is missing")))
 }
 
 /// Resolves `rope_scaling` into the one scaling type the model implements (`llama3`), or none.
@@ -195,18 +205,13 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
     let intermediate_size = required(raw.intermediate_size, "intermediate_size")?;
     let num_layers = required(raw.num_hidden_layers, "num_hidden_layers")?;
     let num_heads = required(raw.num_attention_heads, "num_attention_heads")?;
-    let num_kv_heads = match raw.num_key_value_heads {
-        Some(0) => return Err(EngineError::Config("`num_key_value_heads` must be greater than 0".into())),
-        Some(n) => n,
-        None => num_heads,
-    };
+    let num_kv_heads = positive(raw.num_key_value_heads, "num_key_value_heads")?.unwrap_or(num_heads);
     if num_heads % num_kv_heads != 0 {
         return Err(EngineError::Config(format!(
             "`num_attention_heads` ({num_heads}) must be a multiple of `num_key_value_heads` ({num_kv_heads})"
         )));
     }
-    let head_dim = match raw.head_dim {
-        Some(0) => return Err(EngineError::Config("`head_dim` must be greater than 0".into())),
+    let head_dim = match positive(raw.head_dim, "head_dim")? {
         Some(d) => d,
         None => {
             if hidden_size % num_heads != 0 {
@@ -227,11 +232,8 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         Architecture::Mistral => (4096 * 32, Some(4096)),
         Architecture::Llama | Architecture::Qwen2 => (2048, None),
     };
-    let max_position_embeddings = match raw.max_position_embeddings {
-        Some(0) => return Err(EngineError::Config("`max_position_embeddings` must be greater than 0".into())),
-        Some(n) => n,
-        None => default_max_pos,
-    };
+    let max_position_embeddings =
+        positive(raw.max_position_embeddings, "max_position_embeddings")?.unwrap_or(default_max_pos);
     let rope_theta =
         raw.rope_theta.or_else(|| raw.rope_parameters.as_ref().and_then(|p| p.rope_theta)).unwrap_or(10_000.0);
     if !(rope_theta.is_finite() && rope_theta > 0.0) {
@@ -260,13 +262,7 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
     };
     Ok(ModelParams {
         architecture,
-        vocab_size,
-        hidden_size,
-        intermediate_size,
-        num_layers,
-        num_heads,
-        num_kv_heads,
-        head_dim,
+        dims: ModelDims { vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim },
         rms_norm_eps,
         rope_theta,
         rope_scaling,

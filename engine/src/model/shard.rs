@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use crate::config::ModelParams;
+use crate::config::{ModelDims, ModelParams};
 use crate::error::{EngineError, Result};
 
 /// Sums and gathers across the tensor-parallel ranks of one pipeline stage.
@@ -89,7 +89,8 @@ impl Shard {
 
     /// The parameters of this shard's KV cache: its KV heads and its layers.
     pub fn kv_params(&self, p: &ModelParams) -> ModelParams {
-        ModelParams { num_kv_heads: self.kv_heads(p), num_layers: self.layers.len(), ..p.clone() }
+        let dims = ModelDims { num_kv_heads: self.kv_heads(p), num_layers: self.layers.len(), ..p.dims };
+        ModelParams { dims, ..p.clone() }
     }
 }
 

@@ -104,8 +104,9 @@ fn warnings(shape: &ModelShape, plan_len: usize, kv_seq: u64, windowed: Option<u
     w
 }
 
-/// Builds the plan.
-pub(super) fn plan(
+/// Plans an already-read shape (`headers`: a parameter count from the weight files, if any). Public as
+/// `plan::plan_shape`.
+pub fn plan(
     model: &str,
     source: &str,
     shape: ModelShape,

@@ -40,27 +40,32 @@ pub fn host_available_bytes() -> Option<u64> {
 }
 
 impl DeviceProfile {
+    /// A GPU-like device: TP groups of 1, 2, 4 or 8 inside a node of `devices_per_node`.
+    fn accelerator(name: &str, memory_bytes: u64, devices_per_node: usize, source: &str) -> Self {
+        DeviceProfile {
+            name: name.into(),
+            memory_bytes,
+            tp_sizes: vec![1, 2, 4, 8],
+            devices_per_node,
+            host: false,
+            source: source.into(),
+        }
+    }
+
     /// A named profile.
     pub fn named(name: &str) -> Result<Self> {
         match name {
-            "intel-max-1550-tile" | "pvc-tile" => Ok(DeviceProfile {
-                name: "intel-max-1550-tile".into(),
-                memory_bytes: PVC_TILE_BYTES,
-                // 12 tiles per node, but TP groups of 2, 4 or 8 (never 12: it divides no usual head count
-                // and crosses the node's Xe Link groups).
-                tp_sizes: vec![1, 2, 4, 8],
-                devices_per_node: 12,
-                host: false,
-                source: "64 GiB HBM2e per tile".into(),
-            }),
-            "nvidia-h200" | "h200" => Ok(DeviceProfile {
-                name: "nvidia-h200".into(),
-                memory_bytes: H200_BYTES,
-                tp_sizes: vec![1, 2, 4, 8],
-                devices_per_node: 8,
-                host: false,
-                source: "143156 MiB usable per GPU (nvidia-smi: 143771 MiB total, 616 MiB reserved)".into(),
-            }),
+            // 12 tiles per node, but TP groups of 2, 4 or 8 (never 12: it divides no usual head count and crosses the
+            // node's Xe Link groups).
+            "intel-max-1550-tile" | "pvc-tile" => {
+                Ok(Self::accelerator("intel-max-1550-tile", PVC_TILE_BYTES, 12, "64 GiB HBM2e per tile"))
+            }
+            "nvidia-h200" | "h200" => Ok(Self::accelerator(
+                "nvidia-h200",
+                H200_BYTES,
+                8,
+                "143156 MiB usable per GPU (nvidia-smi: 143771 MiB total, 616 MiB reserved)",
+            )),
             "cpu" => {
                 let (memory_bytes, source) = match host_available_bytes() {
                     Some(b) => (b, "MemAvailable of this host (/proc/meminfo)".to_string()),
@@ -87,14 +92,7 @@ impl DeviceProfile {
         if bytes == 0 {
             return Err(EngineError::InvalidArgument("--device-memory must be positive".into()));
         }
-        Ok(DeviceProfile {
-            name: "custom".into(),
-            memory_bytes: bytes,
-            tp_sizes: vec![1, 2, 4, 8],
-            devices_per_node: 8,
-            host: false,
-            source: "--device-memory".into(),
-        })
+        Ok(Self::accelerator("custom", bytes, 8, "--device-memory"))
     }
 
     /// The largest TP size a node allows.

@@ -23,6 +23,7 @@ pub mod source;
 
 use serde::Serialize;
 
+pub use build::plan as plan_shape;
 pub use device::DeviceProfile;
 pub use dtype::{DTypeChoice, Precision};
 pub use layout::LayoutPlan;
@@ -162,12 +163,7 @@ impl Plan {
 pub fn read_source(source: &ConfigSource) -> Result<(ModelShape, Option<(u64, ParamSource)>)> {
     match source {
         ConfigSource::Json { config, safetensors } => {
-            let text = std::fs::read_to_string(config)
-                .map_err(|e| crate::EngineError::Io { path: config.clone(), source: e })?;
-            let shape = ModelShape::from_config_json(&text).map_err(|e| match e {
-                crate::EngineError::Config(m) => crate::EngineError::Config(format!("{}: {m}", config.display())),
-                other => other,
-            })?;
+            let shape = crate::config::hf::read_config_file(config, ModelShape::from_config_json)?;
             let headers = if safetensors.is_empty() {
                 None
             } else {
@@ -188,15 +184,4 @@ pub fn plan_model(spec: &str, opts: &PlanOptions, resolve: &ResolveOptions) -> R
     let source = source::locate(spec, resolve)?;
     let (shape, headers) = read_source(&source)?;
     build::plan(spec, &source.path().display().to_string(), shape, headers, opts)
-}
-
-/// Plans an already-read shape (`headers`: a parameter count from the weight files, if any).
-pub fn plan_shape(
-    model: &str,
-    source: &str,
-    shape: ModelShape,
-    headers: Option<(u64, ParamSource)>,
-    opts: &PlanOptions,
-) -> Result<Plan> {
-    build::plan(model, source, shape, headers, opts)
 }

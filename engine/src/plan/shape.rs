@@ -1,5 +1,6 @@
-//! `ModelShape`: the sizes the planner reads, taken from any decoder `config.json` (the raw JSON: standard keys and
-//! their common aliases), from a checked `ModelParams`, or (in `shape_gguf`) from GGUF metadata.
+//! `ModelShape`: the sizes the planner reads (the model's `ModelDims` plus what the layers look like), taken from any
+//! decoder `config.json` (the raw JSON: standard keys and their common aliases), from a checked `ModelParams`, or (in
+//! `shape_gguf`) from GGUF metadata.
 //!
 //! Unlike `config::hf`, this reader refuses no architecture: it needs only the hidden size, layer count, head count
 //! and vocabulary size, and records what the per-token KV formula does not fit — multi-head latent attention,
@@ -7,11 +8,13 @@
 //! of printing a wrong number. Boundary: sizes only; no arithmetic on memory happens here.
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::config::ModelParams;
+use crate::config::hf::{positive, required as required_size};
+use crate::config::{ModelDims, ModelParams};
 use crate::{EngineError, Result};
 
 /// How the attention layers cache keys and values.
@@ -58,19 +61,15 @@ pub struct Moe {
     pub routed: Vec<bool>,
 }
 
-/// The model sizes the planner works from.
+/// The model sizes the planner works from. It reads as its `dims` (`shape.num_heads`) through `Deref`, and its JSON
+/// lists their fields inline.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelShape {
     /// `architectures[0]`, else `model_type`, else the GGUF architecture.
     pub architecture: String,
     pub model_type: String,
-    pub vocab_size: usize,
-    pub hidden_size: usize,
-    pub intermediate_size: usize,
-    pub num_layers: usize,
-    pub num_heads: usize,
-    pub num_kv_heads: usize,
-    pub head_dim: usize,
+    #[serde(flatten)]
+    pub dims: ModelDims,
     pub max_position_embeddings: Option<usize>,
     pub tie_word_embeddings: bool,
     /// `dtype` / `torch_dtype` as written in the config.
@@ -126,11 +125,17 @@ fn get_usize(cfg: &Map<String, Value>, keys: &[&str]) -> Result<Option<usize>> {
     Ok(None)
 }
 
+/// The first of `keys` that is present, which must be greater than 0; errors name `keys[0]`.
 fn required(cfg: &Map<String, Value>, keys: &[&str]) -> Result<usize> {
-    match get_usize(cfg, keys)? {
-        Some(0) => Err(EngineError::Config(format!("`{}` must be greater than 0", keys[0]))),
-        Some(n) => Ok(n),
-        None => Err(EngineError::Config(format!("`{}` is missing", keys[0]))),
+    required_size(get_usize(cfg, keys)?, keys[0])
+}
+
+/// RMS norms per decoder layer: 4 for Gemma 2 and 3 (before and after both attention and the MLP), else 2.
+pub(super) fn norms_per_layer(model_type: &str) -> usize {
+    if model_type.starts_with("gemma2") || model_type.starts_with("gemma3") {
+        4
+    } else {
+        2
     }
 }
 
@@ -174,29 +179,33 @@ impl ModelShape {
         let hidden_size = required(cfg, HIDDEN)?;
         let num_layers = required(cfg, LAYERS)?;
         let num_heads = required(cfg, HEADS)?;
-        let vocab_size = required(cfg, VOCAB)?;
-        let num_kv_heads = match get_usize(cfg, KV_HEADS)? {
-            Some(0) => return Err(EngineError::Config("`num_key_value_heads` must be greater than 0".into())),
-            Some(n) => n,
-            None if get_bool(cfg, "multi_query") == Some(true) => 1,
-            None => num_heads,
-        };
-        let head_dim = match get_usize(cfg, &["head_dim"])? {
-            Some(0) => return Err(EngineError::Config("`head_dim` must be greater than 0".into())),
-            Some(d) => d,
-            None => hidden_size / num_heads,
-        };
-        if head_dim == 0 {
-            return Err(EngineError::Config(format!(
-                "`hidden_size` ({hidden_size}) is smaller than `num_attention_heads` ({num_heads}) and no `head_dim` is given"
-            )));
-        }
-        let intermediate_size = match get_usize(cfg, INTERMEDIATE)? {
-            Some(n) => n,
-            None => {
-                notes.push(format!("no `intermediate_size`: assumed 4 x hidden = {}", 4 * hidden_size));
-                4 * hidden_size
-            }
+        let dims = ModelDims {
+            vocab_size: required(cfg, VOCAB)?,
+            num_kv_heads: match positive(get_usize(cfg, KV_HEADS)?, "num_key_value_heads")? {
+                Some(n) => n,
+                None if get_bool(cfg, "multi_query") == Some(true) => 1,
+                None => num_heads,
+            },
+            head_dim: match positive(get_usize(cfg, &["head_dim"])?, "head_dim")? {
+                Some(d) => d,
+                None if hidden_size < num_heads => {
+                    return Err(EngineError::Config(format!(
+                        "`hidden_size` ({hidden_size}) is smaller than `num_attention_heads` ({num_heads}) and no \
+                         `head_dim` is given"
+                    )))
+                }
+                None => hidden_size / num_heads,
+            },
+            intermediate_size: match get_usize(cfg, INTERMEDIATE)? {
+                Some(n) => n,
+                None => {
+                    notes.push(format!("no `intermediate_size`: assumed 4 x hidden = {}", 4 * hidden_size));
+                    4 * hidden_size
+                }
+            },
+            hidden_size,
+            num_layers,
+            num_heads,
         };
         let tie_word_embeddings = get_bool(cfg, "tie_word_embeddings")
             .or_else(|| get_bool(top, "tie_word_embeddings"))
@@ -205,7 +214,7 @@ impl ModelShape {
         let qwen = matches!(model_type.as_str(), "qwen2" | "qwen2_moe");
         let attention = latent_attention(cfg)?.map_or(Attention::Standard, Attention::Latent);
         let (sliding, other_layers) = sliding_layers(cfg, &model_type, num_layers, &mut notes)?;
-        let moe = moe(cfg, num_layers, intermediate_size)?;
+        let moe = moe(cfg, num_layers, dims.intermediate_size)?;
         let torch_dtype = get_str(cfg, "dtype")
             .or_else(|| get_str(cfg, "torch_dtype"))
             .or_else(|| get_str(top, "dtype"))
@@ -217,13 +226,7 @@ impl ModelShape {
             .map(|q| q.get("quant_method").and_then(Value::as_str).unwrap_or("unknown").to_string());
         Ok(ModelShape {
             architecture,
-            vocab_size,
-            hidden_size,
-            intermediate_size,
-            num_layers,
-            num_heads,
-            num_kv_heads,
-            head_dim,
+            dims,
             max_position_embeddings: get_usize(cfg, MAX_POS)?.filter(|n| *n > 0),
             tie_word_embeddings,
             torch_dtype,
@@ -231,7 +234,7 @@ impl ModelShape {
             qkv_bias: attention_bias || qwen || get_bool(cfg, "qkv_bias") == Some(true),
             o_bias: attention_bias,
             mlp_bias: get_bool(cfg, "mlp_bias").unwrap_or(false),
-            norms_per_layer: if model_type.starts_with("gemma2") || model_type.starts_with("gemma3") { 4 } else { 2 },
+            norms_per_layer: norms_per_layer(&model_type),
             qk_norm: matches!(model_type.as_str(), "qwen3" | "qwen3_moe" | "gemma3" | "gemma3_text"),
             attention,
             sliding,
@@ -249,13 +252,7 @@ impl ModelShape {
         ModelShape {
             model_type: architecture.to_lowercase(),
             architecture,
-            vocab_size: p.vocab_size,
-            hidden_size: p.hidden_size,
-            intermediate_size: p.intermediate_size,
-            num_layers: p.num_layers,
-            num_heads: p.num_heads,
-            num_kv_heads: p.num_kv_heads,
-            head_dim: p.head_dim,
+            dims: p.dims,
             max_position_embeddings: Some(p.max_position_embeddings),
             tie_word_embeddings: p.tie_word_embeddings,
             torch_dtype: p.torch_dtype.clone(),
@@ -283,6 +280,14 @@ impl ModelShape {
             .map(|(_, n)| n)
             .sum();
         self.num_layers.saturating_sub(without_cache)
+    }
+}
+
+impl Deref for ModelShape {
+    type Target = ModelDims;
+
+    fn deref(&self) -> &ModelDims {
+        &self.dims
     }
 }
 

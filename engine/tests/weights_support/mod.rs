@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use rserve_engine::config::{Architecture, ModelParams};
+use rserve_engine::config::{Architecture, ModelDims, ModelParams};
 use rserve_engine::weights::{expected_tensors, gguf::permute_rows, names::hf_to_gguf};
 
 /// `$RSERVE_TEST_MODELS`, else `<repo>/models/x`.
@@ -35,13 +35,15 @@ pub fn smollm2_gguf() -> PathBuf {
 pub fn tiny_params(architecture: Architecture, tie: bool) -> ModelParams {
     ModelParams {
         architecture,
-        vocab_size: 64,
-        hidden_size: 256,
-        intermediate_size: 512,
-        num_layers: 2,
-        num_heads: 4,
-        num_kv_heads: 2,
-        head_dim: 64,
+        dims: ModelDims {
+            vocab_size: 64,
+            hidden_size: 256,
+            intermediate_size: 512,
+            num_layers: 2,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 64,
+        },
         rms_norm_eps: 1e-5,
         rope_theta: 10000.0,
         rope_scaling: None,
