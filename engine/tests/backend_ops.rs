@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rserve_engine::backend::kernels::MatmulPath;
-use rserve_engine::backend::{AttentionMeta, Backend, Op};
+use rserve_engine::backend::{AttentionMeta, Backend, Op, RopeIo};
 
 use backends::{poisoned, random};
 
@@ -152,13 +152,15 @@ op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {
         let (pos, freq, slots) =
             (b.upload_u32(&pos).unwrap(), b.upload_f32(&freq).unwrap(), b.upload_u32(&slots).unwrap());
         b.run(Op::RopeWriteKv {
-            qkv: &qkv,
-            positions: &pos,
-            inv_freq: &freq,
-            q_out: &q,
-            k_cache: &kc,
-            v_cache: &vc,
-            slot_mapping: &slots,
+            io: RopeIo {
+                qkv: &qkv,
+                positions: &pos,
+                inv_freq: &freq,
+                q_out: &q,
+                k_cache: &kc,
+                v_cache: &vc,
+                slot_mapping: &slots,
+            },
             num_tokens: n,
             num_heads: heads,
             num_kv_heads: kv_heads,
@@ -231,26 +233,16 @@ fn attention<B: Backend>(b: &B, rng: &mut StdRng, name: &'static str, c: &Attn) 
 }
 
 op_parity!(attention_decode_ragged_gqa, tol = F32_TOL, |b, rng| {
-    let c = Attn {
-        heads: 9,
-        kv_heads: 3,
-        head_dim: 64,
-        block_size: 16,
-        seqs: &[(1, 1), (1, 15), (1, 16), (1, 17), (1, 33), (1, 200)],
-    };
+    let seqs = &[(1, 1), (1, 15), (1, 16), (1, 17), (1, 33), (1, 200)];
+    let c = Attn { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, seqs };
     vec![attention(b, &mut rng, "out", &c)]
 });
 
 op_parity!(attention_decode_split_kv, tol = F32_TOL, |b, rng| {
     // Partitions of ATTN_MAX_PARTITION (256) keys: 512 fill two exactly; 513, 1100 and 1300 need 3, 5 and 6 (the
     // last one partial).
-    let c = Attn {
-        heads: 32,
-        kv_heads: 8,
-        head_dim: 128,
-        block_size: 32,
-        seqs: &[(1, 512), (1, 513), (1, 1100), (1, 7), (1, 1300)],
-    };
+    let seqs = &[(1, 512), (1, 513), (1, 1100), (1, 7), (1, 1300)];
+    let c = Attn { heads: 32, kv_heads: 8, head_dim: 128, block_size: 32, seqs };
     vec![attention(b, &mut rng, "out", &c)]
 });
 
@@ -263,13 +255,8 @@ op_parity!(attention_decode_group_larger_than_a_chunk, tol = F32_TOL, |b, rng| {
 
 op_parity!(attention_prefill_chunks_over_cached_prefixes, tol = F32_TOL, |b, rng| {
     // Whole prompts, chunks after a cached prefix, a long prefix past one partition, and decode rows, mixed.
-    let c = Attn {
-        heads: 9,
-        kv_heads: 3,
-        head_dim: 64,
-        block_size: 16,
-        seqs: &[(37, 37), (20, 100), (1, 50), (5, 5), (16, 48), (2, 700), (1, 1)],
-    };
+    let seqs = &[(37, 37), (20, 100), (1, 50), (5, 5), (16, 48), (2, 700), (1, 1)];
+    let c = Attn { heads: 9, kv_heads: 3, head_dim: 64, block_size: 16, seqs };
     vec![attention(b, &mut rng, "out", &c)]
 });
 
@@ -317,13 +304,15 @@ fn out_of_range_indices_are_errors() {
     let (slots, pos, freq) =
         (b.upload_u32(&[4]).unwrap(), b.upload_u32(&[0]).unwrap(), b.upload_f32(&[1.0; 4]).unwrap());
     let op = Op::RopeWriteKv {
-        qkv: &qkv,
-        positions: &pos,
-        inv_freq: &freq,
-        q_out: &q,
-        k_cache: &cache,
-        v_cache: &cache,
-        slot_mapping: &slots,
+        io: RopeIo {
+            qkv: &qkv,
+            positions: &pos,
+            inv_freq: &freq,
+            q_out: &q,
+            k_cache: &cache,
+            v_cache: &cache,
+            slot_mapping: &slots,
+        },
         num_tokens: 1,
         num_heads: 1,
         num_kv_heads: 1,

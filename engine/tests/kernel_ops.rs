@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use rserve_engine::backend::kernels::{
     self, split_work, Contents, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache,
 };
-use rserve_engine::backend::{AttentionMeta, Op, WeightDType};
+use rserve_engine::backend::{AttentionMeta, Op, RopeIo, WeightDType};
 use rserve_kernels::launch::{ATTN_MAX_PARTITION, PREFILL_ROWS};
 
 type FakeBuf = Contents;
@@ -88,6 +88,15 @@ fn spirv_params() -> HashMap<String, usize> {
     out
 }
 
+/// `Op::PagedAttention` on buffers q, k cache, v cache, out with [heads, kv heads, head dim, block size].
+fn attention<'a>(
+    [q, k_cache, v_cache, out]: [&'a FakeBuf; 4],
+    meta: &'a AttentionMeta<'a, FakeBuf>,
+    [num_heads, num_kv_heads, head_dim, block_size]: [usize; 4],
+) -> Op<'a, FakeBuf> {
+    Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale: 0.25 }
+}
+
 fn f(len: usize) -> FakeBuf {
     Contents::F32 { len }
 }
@@ -160,13 +169,15 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     kernels::run(
         d,
         Op::RopeWriteKv {
-            qkv: &f(40 * (heads + 2 * kvh) * hd),
-            positions: &pos,
-            inv_freq: &f(hd / 2),
-            q_out: &q,
-            k_cache: &kc,
-            v_cache: &vc,
-            slot_mapping: &slots,
+            io: RopeIo {
+                qkv: &f(40 * (heads + 2 * kvh) * hd),
+                positions: &pos,
+                inv_freq: &f(hd / 2),
+                q_out: &q,
+                k_cache: &kc,
+                v_cache: &vc,
+                slot_mapping: &slots,
+            },
             num_tokens: 40,
             num_heads: heads,
             num_kv_heads: kvh,
@@ -184,19 +195,7 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     let many = batch((0..=20).collect(), (0..20).map(|i| 300 + 7 * i).collect(), bs);
     for b in [&mixed, &many] {
         let meta = b.meta();
-        let op = Op::PagedAttention {
-            q: &q,
-            k_cache: &kc,
-            v_cache: &vc,
-            out: &out,
-            meta: &meta,
-            num_heads: heads,
-            num_kv_heads: kvh,
-            head_dim: hd,
-            block_size: bs,
-            scale: 0.25,
-        };
-        kernels::run(d, op).unwrap();
+        kernels::run(d, attention([&q, &kc, &vc, &out], &meta, [heads, kvh, hd, bs])).unwrap();
     }
 }
 
@@ -240,19 +239,7 @@ fn a_decode_plan_is_built_once_per_batch_shape_not_once_per_step() {
         let (q, kc, vc, out) = (f(4 * 4 * 16), f(64 * 16 * 2 * 16), f(64 * 16 * 2 * 16), f(4 * 4 * 16));
         let attend = |b: &Batch| {
             let meta = b.meta();
-            let op = Op::PagedAttention {
-                q: &q,
-                k_cache: &kc,
-                v_cache: &vc,
-                out: &out,
-                meta: &meta,
-                num_heads: 4,
-                num_kv_heads: 2,
-                head_dim: 16,
-                block_size: 16,
-                scale: 0.25,
-            };
-            kernels::run(&d, op).unwrap();
+            kernels::run(&d, attention([&q, &kc, &vc, &out], &meta, [4, 2, 16, 16])).unwrap();
         };
         // Four sequences decoding one token a step, contexts growing from 3 to 12 (one partition throughout), three
         // layers a step.
@@ -309,13 +296,15 @@ fn indices_outside_their_buffers_are_refused() {
     assert!(e.contains("token id 10") && e.contains("vocabulary of 10"), "{e}");
     let (pos, slots) = (u(vec![0]), u(vec![4]));
     let op = Op::RopeWriteKv {
-        qkv: &f(24),
-        positions: &pos,
-        inv_freq: &f(4),
-        q_out: &f(8),
-        k_cache: &f(32),
-        v_cache: &f(32),
-        slot_mapping: &slots,
+        io: RopeIo {
+            qkv: &f(24),
+            positions: &pos,
+            inv_freq: &f(4),
+            q_out: &f(8),
+            k_cache: &f(32),
+            v_cache: &f(32),
+            slot_mapping: &slots,
+        },
         num_tokens: 1,
         num_heads: 1,
         num_kv_heads: 1,

@@ -70,6 +70,13 @@ fn check_specials(tok: &Tokenizer, reference: &Value) {
     assert_eq!(tok.adds_bos_token(), reference_adds_bos, "adds BOS");
 }
 
+/// `tok` against a Hugging Face fixture: special tokens, then every line.
+fn matches_reference(what: &str, tok: &Tokenizer, fixture_name: &str) {
+    let reference = fixture(fixture_name);
+    check_specials(tok, &reference);
+    assert_clean(what, check_against(tok, &reference), &reference);
+}
+
 fn assert_clean(what: &str, bad: Vec<String>, reference: &Value) {
     let n = reference["cases"].as_array().unwrap().len();
     assert!(bad.is_empty(), "{what}: {} mismatches over {n} lines:\n{}", bad.len(), bad.join("\n"));
@@ -78,26 +85,21 @@ fn assert_clean(what: &str, bad: Vec<String>, reference: &Value) {
 
 #[test]
 fn smollm2_from_gguf_matches_hugging_face() {
-    let reference = fixture("smollm2_gguf.json");
-    let tok = smollm2();
-    check_specials(&tok, &reference);
-    assert_clean("SmolLM2 (GGUF)", check_against(&tok, &reference), &reference);
+    matches_reference("SmolLM2 (GGUF)", &smollm2(), "smollm2_gguf.json");
 }
 
 #[test]
 fn llama3_tokenizer_json_matches_hugging_face() {
-    let reference = fixture("llama3.json");
-    let tok = llama3();
-    check_specials(&tok, &reference);
-    assert_clean("Llama 3 (tokenizer.json)", check_against(&tok, &reference), &reference);
+    matches_reference("Llama 3 (tokenizer.json)", &llama3(), "llama3.json");
 }
 
 #[test]
 fn llama3_described_as_gguf_llama_bpe_matches_hugging_face() {
-    let reference = fixture("llama3.json");
-    let tok = Tokenizer::from_gguf(&llama3_as_gguf_content()).expect("Llama 3 from GGUF metadata");
-    check_specials(&tok, &reference);
-    assert_clean("Llama 3 (GGUF llama-bpe)", check_against(&tok, &reference), &reference);
+    matches_reference(
+        "Llama 3 (GGUF llama-bpe)",
+        &Tokenizer::from_gguf(&llama3_as_gguf_content()).expect("Llama 3 from GGUF metadata"),
+        "llama3.json",
+    );
 }
 
 #[test]

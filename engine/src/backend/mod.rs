@@ -14,7 +14,7 @@ pub mod level_zero;
 pub mod opencl;
 mod ops;
 
-pub use ops::{AttentionMeta, Op};
+pub use ops::{AttentionMeta, Op, RopeIo};
 
 use crate::error::Result;
 

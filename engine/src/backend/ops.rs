@@ -121,6 +121,18 @@ impl<'a, B> AttentionMeta<'a, B> {
     }
 }
 
+/// The buffers of `Op::RopeWriteKv`: the fused projection and each token's position and cache slot in; roped q and
+/// the paged k/v cache out.
+pub struct RopeIo<'a, B> {
+    pub qkv: &'a B,
+    pub positions: &'a B,
+    pub inv_freq: &'a B,
+    pub q_out: &'a B,
+    pub k_cache: &'a B,
+    pub v_cache: &'a B,
+    pub slot_mapping: &'a B,
+}
+
 /// One backend operation. Matched exhaustively: a backend missing an op does not compile.
 pub enum Op<'a, B> {
     /// `out[t] = table[ids[t]]`; table `[vocab, hidden]`.
@@ -136,13 +148,7 @@ pub enum Op<'a, B> {
     /// `inv_freq[head_dim / 2]` already holds any llama3 scaling) of q into `q_out[tokens, num_heads, head_dim]`, and
     /// of k; k and v are stored into the paged cache at `slot_mapping[t]`.
     RopeWriteKv {
-        qkv: &'a B,
-        positions: &'a B,
-        inv_freq: &'a B,
-        q_out: &'a B,
-        k_cache: &'a B,
-        v_cache: &'a B,
-        slot_mapping: &'a B,
+        io: RopeIo<'a, B>,
         num_tokens: usize,
         num_heads: usize,
         num_kv_heads: usize,

@@ -2,7 +2,7 @@
 //! embeddings and grouped-query heads reading the paged KV cache, a SwiGLU MLP, and logits for the last token of each
 //! sequence of a flattened batch.
 
-use crate::backend::{Backend, Op};
+use crate::backend::{Backend, Op, RopeIo};
 use crate::config::{Architecture, ModelParams};
 use crate::error::{EngineError, Result};
 use crate::model::flat::{DeviceBatch, FlatBatch};
@@ -283,13 +283,15 @@ impl<B: Backend> LlamaModel<B> {
             let q = b.alloc_f32_scratch(n * hq * hd)?;
             let (kc, vc) = &cache.layers[li];
             b.run(Op::RopeWriteKv {
-                qkv: &qkv,
-                positions: pos_buf,
-                inv_freq: &self.inv_freq,
-                q_out: &q,
-                k_cache: kc,
-                v_cache: vc,
-                slot_mapping: slot_buf,
+                io: RopeIo {
+                    qkv: &qkv,
+                    positions: pos_buf,
+                    inv_freq: &self.inv_freq,
+                    q_out: &q,
+                    k_cache: kc,
+                    v_cache: vc,
+                    slot_mapping: slot_buf,
+                },
                 num_tokens: n,
                 num_heads: hq,
                 num_kv_heads: hkv,

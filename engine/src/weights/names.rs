@@ -95,28 +95,29 @@ fn split_kind(name: &str) -> Option<(&str, &str)> {
 
 /// The llama.cpp name of a Hugging Face tensor name, e.g. `model.layers.3.mlp.up_proj.weight` -> `blk.3.ffn_up.weight`.
 pub fn hf_to_gguf(name: &str) -> Option<String> {
-    let (base, kind) = split_kind(name)?;
-    if let Some((_, g)) = GLOBAL_NAMES.iter().find(|(h, _)| *h == base) {
-        return Some(format!("{g}.{kind}"));
-    }
-    let rest = base.strip_prefix("model.layers.")?;
-    let (layer, suffix) = rest.split_once('.')?;
-    let layer: usize = layer.parse().ok()?;
-    let (_, g) = LAYER_NAMES.iter().find(|(h, _)| *h == suffix)?;
-    Some(format!("blk.{layer}.{g}.{kind}"))
+    translate(name, ["model.layers.", "blk."], |&(hf, gguf)| (hf, gguf))
 }
 
 /// The Hugging Face name of a llama.cpp tensor name, e.g. `blk.0.attn_q.weight` -> `model.layers.0.self_attn.q_proj.weight`.
 pub fn gguf_to_hf(name: &str) -> Option<String> {
+    translate(name, ["blk.", "model.layers."], |&(hf, gguf)| (gguf, hf))
+}
+
+/// One direction of the name tables: `side` orders each (Hugging Face, llama.cpp) pair as (from, to);
+/// `[from_prefix, to_prefix]` are the per-layer prefixes.
+fn translate(
+    name: &str,
+    [from_prefix, to_prefix]: [&str; 2],
+    side: fn(&(&'static str, &'static str)) -> (&'static str, &'static str),
+) -> Option<String> {
     let (base, kind) = split_kind(name)?;
-    if let Some((h, _)) = GLOBAL_NAMES.iter().find(|(_, g)| *g == base) {
-        return Some(format!("{h}.{kind}"));
+    if let Some((_, to)) = GLOBAL_NAMES.iter().map(side).find(|(from, _)| *from == base) {
+        return Some(format!("{to}.{kind}"));
     }
-    let rest = base.strip_prefix("blk.")?;
-    let (layer, suffix) = rest.split_once('.')?;
+    let (layer, suffix) = base.strip_prefix(from_prefix)?.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    let (h, _) = LAYER_NAMES.iter().find(|(_, g)| *g == suffix)?;
-    Some(format!("model.layers.{layer}.{h}.{kind}"))
+    let (_, to) = LAYER_NAMES.iter().map(side).find(|(from, _)| *from == suffix)?;
+    Some(format!("{to_prefix}{layer}.{to}.{kind}"))
 }
 
 #[cfg(test)]

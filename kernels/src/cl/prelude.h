@@ -145,20 +145,17 @@ INLINE float half_bits(uint h) {
 INLINE float4 f16_pairs(uint a, uint b) {
     return make_float4(half_bits(a & 0xffffu), half_bits(a >> 16), half_bits(b & 0xffffu), half_bits(b >> 16));
 }
-INLINE f32x8 load8_bf16(GLOBAL const ushort* p, ulong i) {
-    uint4 u = *(const uint4*)(p + i);
-    f32x8 r;
-    r.lo = bf16_pairs(u.x, u.y);
-    r.hi = bf16_pairs(u.z, u.w);
-    return r;
-}
-INLINE f32x8 load8_f16(GLOBAL const ushort* p, ulong i) {
-    uint4 u = *(const uint4*)(p + i);
-    f32x8 r;
-    r.lo = f16_pairs(u.x, u.y);
-    r.hi = f16_pairs(u.z, u.w);
-    return r;
-}
+// Eight 16-bit values in one 16-byte load, widened two at a time by PAIRS.
+#define DEFINE_LOAD8(NAME, PAIRS)                                \
+    INLINE f32x8 NAME(GLOBAL const ushort* p, ulong i) {         \
+        uint4 u = *(const uint4*)(p + i);                        \
+        f32x8 r;                                                 \
+        r.lo = PAIRS(u.x, u.y);                                  \
+        r.hi = PAIRS(u.z, u.w);                                  \
+        return r;                                                \
+    }
+DEFINE_LOAD8(load8_bf16, bf16_pairs)
+DEFINE_LOAD8(load8_f16, f16_pairs)
 INLINE float4 load4a_f32(GLOBAL const float* p, ulong i) { return *(const float4*)(p + i); }
 INLINE void store4a_f32(GLOBAL float* p, ulong i, float4 v) { *(float4*)(p + i) = v; }
 #else

@@ -128,30 +128,19 @@ impl Backend for CpuBackend {
                     n,
                 )
             }
-            Op::RopeWriteKv {
-                qkv,
-                positions,
-                inv_freq,
-                q_out,
-                k_cache,
-                v_cache,
-                slot_mapping,
-                num_tokens,
-                num_heads,
-                num_kv_heads,
-                head_dim,
-                block_size: _,
-            } => elementwise::rope_write_kv(
-                &qkv.f32()?,
-                positions.u32()?,
-                &inv_freq.f32()?,
-                &mut q_out.f32_mut()?,
-                &mut k_cache.f32_mut()?,
-                &mut v_cache.f32_mut()?,
-                slot_mapping.u32()?,
-                num_tokens,
-                &elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim },
-            ),
+            Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _ } => {
+                elementwise::rope_write_kv(
+                    &io.qkv.f32()?,
+                    io.positions.u32()?,
+                    &io.inv_freq.f32()?,
+                    &mut io.q_out.f32_mut()?,
+                    &mut io.k_cache.f32_mut()?,
+                    &mut io.v_cache.f32_mut()?,
+                    io.slot_mapping.u32()?,
+                    num_tokens,
+                    &elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim },
+                )
+            }
             Op::SiluMul { gate_up, out, rows, width } => {
                 elementwise::silu_mul(&gate_up.f32()?, &mut out.f32_mut()?, rows, width)
             }

@@ -133,21 +133,7 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
             ops::rms_norm(d, x, Some(residual), weight, out, [rows, hidden], eps)
         }
         Op::MatMul { x, w, bias, out, m, k, n } => matmul::matmul(d, &MatMulCall { x, w, bias, out, m, k, n }),
-        Op::RopeWriteKv {
-            qkv,
-            positions,
-            inv_freq,
-            q_out,
-            k_cache,
-            v_cache,
-            slot_mapping,
-            num_tokens,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            block_size: _,
-        } => {
-            let io = ops::RopeIo { qkv, positions, inv_freq, q_out, k_cache, v_cache, slot_mapping };
+        Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _ } => {
             ops::rope_write_kv(d, &io, num_tokens, [num_heads, num_kv_heads, head_dim])
         }
         Op::SiluMul { gate_up, out, rows, width } => ops::silu_mul(d, gate_up, out, rows, width),

@@ -6,6 +6,7 @@ use rserve_kernels::names;
 use super::contents::{elem_type, kv_pair};
 use super::{u32_arg, Arg, KernelDevice, Launch};
 use crate::backend::cpu::be;
+use crate::backend::RopeIo;
 use crate::error::Result;
 
 pub(super) fn embedding<D: KernelDevice>(
@@ -53,17 +54,6 @@ pub(super) fn rms_norm<D: KernelDevice>(
     };
     args.extend([Arg::Buf(w), Arg::Buf(out), u32_arg(hidden, kernel, "hidden")?, Arg::F32(eps)]);
     d.launch(&Launch::groups(kernel, args, rows, [1, 1]))
-}
-
-/// The buffers of `Op::RopeWriteKv`.
-pub(super) struct RopeIo<'a, B> {
-    pub qkv: &'a B,
-    pub positions: &'a B,
-    pub inv_freq: &'a B,
-    pub q_out: &'a B,
-    pub k_cache: &'a B,
-    pub v_cache: &'a B,
-    pub slot_mapping: &'a B,
 }
 
 /// Rotary embedding of q and k from the fused projection, k and v stored at each token's slot.

@@ -64,43 +64,32 @@ pub fn settings() -> Result<(Hierarchy, Option<AffinityMask>)> {
     Ok((h, mask))
 }
 
-fn drivers(api: &Api) -> Result<Vec<sys::ze_driver_handle_t>> {
+/// Level Zero's two-call enumeration: `get(count, null)` reports the count, `get(count, array)` fills the array
+/// with at most `count` handles and says how many it wrote.
+fn enumerate<T>(mut get: impl FnMut(&mut u32, *mut *mut T) -> Result<()>) -> Result<Vec<*mut T>> {
     let mut n = 0u32;
-    // SAFETY: a null array asks for the count.
-    unsafe { ze!(api, zeDriverGet(&mut n, ptr::null_mut()))? };
+    get(&mut n, ptr::null_mut())?;
     let mut v = vec![ptr::null_mut(); n as usize];
     if n > 0 {
-        // SAFETY: the array holds n handles.
-        unsafe { ze!(api, zeDriverGet(&mut n, v.as_mut_ptr()))? };
+        get(&mut n, v.as_mut_ptr())?;
         v.truncate(n as usize);
     }
     Ok(v)
+}
+
+fn drivers(api: &Api) -> Result<Vec<sys::ze_driver_handle_t>> {
+    // SAFETY: `enumerate` passes a null array or one that holds `n` handles.
+    enumerate(|n, v| unsafe { ze!(api, zeDriverGet(n, v)) })
 }
 
 fn devices(api: &Api, driver: sys::ze_driver_handle_t) -> Result<Vec<sys::ze_device_handle_t>> {
-    let mut n = 0u32;
-    // SAFETY: a null array asks for the count.
-    unsafe { ze!(api, zeDeviceGet(driver, &mut n, ptr::null_mut()))? };
-    let mut v = vec![ptr::null_mut(); n as usize];
-    if n > 0 {
-        // SAFETY: the array holds n handles.
-        unsafe { ze!(api, zeDeviceGet(driver, &mut n, v.as_mut_ptr()))? };
-        v.truncate(n as usize);
-    }
-    Ok(v)
+    // SAFETY: as in `drivers`.
+    enumerate(|n, v| unsafe { ze!(api, zeDeviceGet(driver, n, v)) })
 }
 
 fn sub_devices(api: &Api, device: sys::ze_device_handle_t) -> Result<Vec<sys::ze_device_handle_t>> {
-    let mut n = 0u32;
-    // SAFETY: a null array asks for the count.
-    unsafe { ze!(api, zeDeviceGetSubDevices(device, &mut n, ptr::null_mut()))? };
-    let mut v = vec![ptr::null_mut(); n as usize];
-    if n > 0 {
-        // SAFETY: the array holds n handles.
-        unsafe { ze!(api, zeDeviceGetSubDevices(device, &mut n, v.as_mut_ptr()))? };
-        v.truncate(n as usize);
-    }
-    Ok(v)
+    // SAFETY: as in `drivers`.
+    enumerate(|n, v| unsafe { ze!(api, zeDeviceGetSubDevices(device, n, v)) })
 }
 
 fn properties(api: &Api, device: sys::ze_device_handle_t) -> Result<sys::ze_device_properties_t> {
