@@ -161,6 +161,22 @@ def test_known_but_unsupported_completion_fields(server, extra, param):
     assert error_body(r)["param"] == param
 
 
+@pytest.mark.parametrize("extra", [
+    {"guided_json": {"type": "object"}}, {"guided_regex": "[0-9]+"}, {"guided_choice": ["yes", "no"]},
+    {"guided_grammar": "start: \"a\""}, {"structured_outputs": {"choice": ["a", "b"]}},
+    {"response_format": {"type": "json_object"}}, {"allowed_token_ids": [1]}, {"bad_words": ["x"]},
+    {"truncate_prompt_tokens": 3}, {"prompt_logprobs": 0}, {"include_stop_str_in_output": True},
+])
+def test_vllm_output_options_are_refused_on_both_routes(client, extra):
+    # vLLM acts on these; a server that ignored them would answer with text the client did not ask for.
+    (field,) = extra
+    for call in (lambda: client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, extra_body=extra),
+                 lambda: client.completions.create(model=MODEL_NAME, prompt="Hi", extra_body=extra)):
+        with pytest.raises(openai.BadRequestError) as e:
+            call()
+        assert e.value.param == field and "not supported" in e.value.message
+
+
 def test_unknown_fields_are_ignored(server):
     r = post(server, "/v1/chat/completions", {"model": MODEL_NAME, "messages": MESSAGES, "max_tokens": 2,
                                               "metadata": {"x": 1}, "frobnicate": True, "user": "me"})

@@ -149,6 +149,22 @@ requests_with_sampling_fields! {
         pub stream_options: Option<StreamOptions>,
         /// vLLM extension (default true).
         pub skip_special_tokens: Option<bool>,
+        /// Only `{"type": "text"}` is served; other formats are refused.
+        pub response_format: Option<ResponseFormat>,
+        // vLLM fields that change the output and are not implemented here: refused with 400 when set to anything
+        // that changes something (`validate::refuse_unimplemented`), never ignored.
+        pub guided_json: Option<Value>,
+        pub guided_regex: Option<Value>,
+        pub guided_choice: Option<Value>,
+        pub guided_grammar: Option<Value>,
+        pub structured_outputs: Option<Value>,
+        pub allowed_token_ids: Option<Value>,
+        pub bad_words: Option<Value>,
+        pub truncate_prompt_tokens: Option<Value>,
+        pub prompt_logprobs: Option<Value>,
+        pub include_stop_str_in_output: Option<Value>,
+        pub use_beam_search: Option<Value>,
+        pub logits_processors: Option<Value>,
     }
 
     /// `POST /v1/chat/completions`.
@@ -167,7 +183,11 @@ requests_with_sampling_fields! {
         pub tool_choice: Option<Value>,
         pub functions: Option<Value>,
         pub function_call: Option<Value>,
-        pub response_format: Option<ResponseFormat>,
+        pub continue_final_message: Option<Value>,
+        pub chat_template: Option<Value>,
+        pub chat_template_kwargs: Option<Value>,
+        pub documents: Option<Value>,
+        pub echo: Option<Value>,
     }
 
     /// `POST /v1/completions`.

@@ -323,6 +323,10 @@ fn rule_unsupported_fields() {
         (json!({"function_call": "auto"}), "function_call"),
         (json!({"response_format": {"type": "json_object"}}), "response_format"),
         (json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "x"}]}]}), "messages"),
+        (json!({"continue_final_message": true}), "continue_final_message"),
+        (json!({"chat_template": "{{ messages }}"}), "chat_template"),
+        (json!({"chat_template_kwargs": {"enable_thinking": false}}), "chat_template_kwargs"),
+        (json!({"echo": true}), "echo"),
     ];
     for (body, param) in cases {
         let e = chat_with(body.clone()).expect_err("unsupported");
@@ -336,6 +340,37 @@ fn rule_unsupported_fields() {
     assert_eq!(e.param().as_deref(), Some("suffix"));
     let e = compl_with(json!({"echo": true, "logprobs": 1})).expect_err("unsupported");
     assert_eq!(e.param().as_deref(), Some("echo"));
+}
+
+#[test]
+fn rule_vllm_output_options_are_refused_not_ignored() {
+    let cases = [
+        json!({"guided_json": {"type": "object"}}),
+        json!({"guided_regex": "[0-9]+"}),
+        json!({"guided_choice": ["yes", "no"]}),
+        json!({"guided_grammar": "start: \"a\""}),
+        json!({"structured_outputs": {"choice": ["a", "b"]}}),
+        json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}),
+        json!({"allowed_token_ids": [1, 2]}),
+        json!({"bad_words": ["x"]}),
+        json!({"truncate_prompt_tokens": 3}),
+        json!({"prompt_logprobs": 0}),
+        json!({"include_stop_str_in_output": true}),
+        json!({"use_beam_search": true}),
+        json!({"logits_processors": ["p"]}),
+    ];
+    for body in cases {
+        let field = body.as_object().unwrap().keys().next().unwrap().clone();
+        for e in [chat_with(body.clone()).expect_err("chat"), compl_with(body.clone()).expect_err("completion")] {
+            assert!(matches!(e, ValidationError::Unsupported { .. }), "{body}: {e:?}");
+            assert_eq!(e.param().as_deref(), Some(field.as_str()), "{body}");
+        }
+    }
+    // The values that ask for nothing are accepted, as the defaults they are.
+    let neutral = json!({"guided_json": null, "bad_words": [], "include_stop_str_in_output": false,
+        "use_beam_search": false, "response_format": {"type": "text"}});
+    assert!(chat_with(neutral.clone()).is_ok());
+    assert!(compl_with(neutral).is_ok());
 }
 
 #[test]
