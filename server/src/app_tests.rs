@@ -146,6 +146,7 @@ async fn models_health_version_metrics() {
     assert_eq!(v["data"][1]["id"], "alias");
     assert_eq!(v["data"][0]["object"], "model");
     assert_eq!(v["data"][0]["max_model_len"], 128);
+    assert_eq!(v["data"][0]["owned_by"], "vllm");
     let (s, body) = send(&app, Request::get("/health").body(Body::empty()).expect("req")).await;
     assert_eq!((s, body.len()), (StatusCode::OK, 0));
     let (s, v) = send_json(&app, Request::get("/version").body(Body::empty()).expect("req")).await;

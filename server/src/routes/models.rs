@@ -17,7 +17,8 @@ pub async fn list(State(state): State<AppState>) -> Json<ModelList> {
             id: name.clone(),
             object: "model",
             created,
-            owned_by: "rserve",
+            // What vLLM writes; clients that check the server kind look for it.
+            owned_by: "vllm",
             root: info.model_path.clone(),
             parent: None,
             max_model_len: info.max_model_len,
