@@ -11,7 +11,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use rserve_scheduler::{
-    BlockHash, BlockPool, KvCacheManager, NewRequest, Request, RequestId, Scheduler, SchedulerConfig,
+    BlockHash, BlockPool, KvCacheManager, NewRequest, Request, RequestId, Scheduler, SchedulerConfig, TokenId,
 };
 
 const NUM_BLOCKS: usize = 4096;
@@ -21,7 +21,7 @@ const PROMPT_LEN: usize = 512;
 fn new_request(id: u64) -> NewRequest {
     NewRequest {
         id: RequestId(id),
-        prompt_token_ids: (0..PROMPT_LEN as u32).map(|t| t * 7 + 3).collect(),
+        prompt_token_ids: (0..PROMPT_LEN as u32).map(|t| TokenId(t * 7 + 3)).collect(),
         max_tokens: 1,
         min_tokens: 0,
         stop_token_ids: vec![],
@@ -81,7 +81,7 @@ fn bench_manager(c: &mut Criterion) {
     sched.add_request(new_request(1)).expect("valid request");
     while sched.has_unfinished() {
         let out = sched.schedule();
-        let sampled: Vec<_> = out.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, 11)).collect();
+        let sampled: Vec<_> = out.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, TokenId(11))).collect();
         sched.update_from_output(&out, &sampled);
     }
     let mut mgr = sched.kv_cache().clone();

@@ -9,7 +9,7 @@ use candle_core::DType;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rserve_benches::models::smollm2_gguf;
 use rserve_engine::backend::cpu::CpuBackend;
-use rserve_engine::model::{BlockId, ScheduledSeq};
+use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::source::{resolve_model, ResolveOptions};
 
@@ -19,7 +19,12 @@ const MAX_BATCH: usize = 16;
 
 /// Sequence `i` owns blocks `i * blocks_per_seq ..`; `tokens` start at `start`.
 fn seq(i: usize, tokens: &[u32], start: usize, blocks_per_seq: usize) -> ScheduledSeq {
-    ScheduledSeq::new(tokens.to_vec(), start, BlockId::run((i * blocks_per_seq) as u32, blocks_per_seq), BS)
+    ScheduledSeq::new(
+        tokens.iter().copied().map(TokenId).collect(),
+        start,
+        BlockId::run((i * blocks_per_seq) as u32, blocks_per_seq),
+        BS,
+    )
 }
 
 fn bench_decode(c: &mut Criterion) {

@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use rserve_scheduler::{NewRequest, RequestId, Scheduler, SchedulerConfig};
+use rserve_scheduler::{NewRequest, RequestId, Scheduler, SchedulerConfig, TokenId};
 
 const NUM_REQUESTS: u64 = 256;
 const PROMPT_LEN: u32 = 512;
@@ -24,21 +24,21 @@ fn steady_state_scheduler() -> Scheduler {
     cfg.max_num_batched_tokens = 8192;
     let mut sched = Scheduler::new(cfg).expect("valid config");
     for id in 0..NUM_REQUESTS {
-        let prompt = (0..PROMPT_LEN).map(|t| (id as u32) * 1_000 + t).collect();
+        let prompt = (0..PROMPT_LEN).map(|t| TokenId((id as u32) * 1_000 + t)).collect();
         sched
             .add_request(NewRequest {
                 id: RequestId(id),
                 prompt_token_ids: prompt,
                 max_tokens: 1 << 30,
                 min_tokens: 0,
-                stop_token_ids: vec![u32::MAX],
+                stop_token_ids: vec![TokenId(u32::MAX)],
             })
             .expect("valid request");
     }
     loop {
         let out = sched.schedule();
         let decode_only = out.seqs.len() == NUM_REQUESTS as usize && out.seqs.iter().all(|s| s.token_ids.len() == 1);
-        let sampled: Vec<_> = out.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, 7)).collect();
+        let sampled: Vec<_> = out.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, TokenId(7))).collect();
         sched.update_from_output(&out, &sampled);
         if decode_only {
             break;
@@ -52,7 +52,7 @@ fn bench_schedule_update(c: &mut Criterion) {
     for (name, recycle) in [("schedule_update_256", true), ("schedule_update_256_no_recycle", false)] {
         let mut sched = steady_state_scheduler();
         let mut steps = 0usize;
-        let mut sampled: Vec<(RequestId, u32)> = Vec::with_capacity(NUM_REQUESTS as usize);
+        let mut sampled: Vec<(RequestId, TokenId)> = Vec::with_capacity(NUM_REQUESTS as usize);
         c.bench_function(name, |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -64,7 +64,9 @@ fn bench_schedule_update(c: &mut Criterion) {
                     let start = Instant::now();
                     let out = sched.schedule();
                     sampled.clear();
-                    sampled.extend(out.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, (steps % 1000) as u32)));
+                    sampled.extend(
+                        out.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, TokenId((steps % 1000) as u32))),
+                    );
                     let results = sched.update_from_output(&out, &sampled);
                     black_box(&results);
                     drop(results);

@@ -21,7 +21,7 @@ use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::cuda::CudaBackend;
 use rserve_engine::backend::{AttentionMeta, Backend, Op, RopeIo};
 use rserve_engine::graph_runner::{CudaGraphRunner, GraphOptions};
-use rserve_engine::model::{BlockId, ScheduledSeq};
+use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -521,13 +521,13 @@ fn greedy<S: StepRunner + ?Sized>(r: &mut S, prompt: &[u32], steps: usize, bs: u
     let total = prompt.len() + steps;
     let table = BlockId::run(0, total.div_ceil(bs));
     let mut out = Vec::new();
-    let mut seq = ScheduledSeq::new(prompt.to_vec(), 0, table.clone(), bs);
+    let mut seq = ScheduledSeq::new(prompt.iter().copied().map(TokenId).collect(), 0, table.clone(), bs);
     for _ in 0..steps {
         let logits = r.execute(std::slice::from_ref(&seq))?;
         let next = rserve_engine::sampling::argmax(&logits);
         out.push(next);
         let pos = seq.start_position + seq.token_ids.len();
-        seq = ScheduledSeq::new(vec![next], pos, table.clone(), bs);
+        seq = ScheduledSeq::new(vec![TokenId(next)], pos, table.clone(), bs);
     }
     Ok(out)
 }
@@ -615,15 +615,18 @@ fn golden_check(golden: &str, gguf: &str) -> R<usize> {
 fn greedy_device(r: &mut CudaGraphRunner, prompts: &[Vec<u32>], steps: usize, bs: usize) -> R<Vec<Vec<u32>>> {
     let per_seq = (prompts.iter().map(|p| p.len()).max().unwrap_or(0) + steps).div_ceil(bs);
     let tables: Vec<Vec<BlockId>> = (0..prompts.len()).map(|i| BlockId::run((i * per_seq) as u32, per_seq)).collect();
-    let mut seqs: Vec<ScheduledSeq> =
-        prompts.iter().zip(&tables).map(|(p, t)| ScheduledSeq::new(p.clone(), 0, t.clone(), bs)).collect();
+    let mut seqs: Vec<ScheduledSeq> = prompts
+        .iter()
+        .zip(&tables)
+        .map(|(p, t)| ScheduledSeq::new(p.iter().copied().map(TokenId).collect(), 0, t.clone(), bs))
+        .collect();
     let mut out = vec![Vec::new(); prompts.len()];
     for _ in 0..steps {
         let ids = r.execute_greedy(&seqs)?.ok_or("no device greedy")?;
         for (i, s) in seqs.iter_mut().enumerate() {
             out[i].push(ids[i]);
             let pos = s.start_position + s.token_ids.len();
-            *s = ScheduledSeq::new(vec![ids[i]], pos, tables[i].clone(), bs);
+            *s = ScheduledSeq::new(vec![TokenId(ids[i])], pos, tables[i].clone(), bs);
         }
     }
     Ok(out)
@@ -723,7 +726,7 @@ fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
                     let seqs: Vec<ScheduledSeq> = tables
                         .iter()
                         .enumerate()
-                        .map(|(i, t)| ScheduledSeq::new(vec![(i * 7 + pos) as u32 % 1000], pos, t.clone(), bs))
+                        .map(|(i, t)| ScheduledSeq::new(vec![TokenId((i * 7 + pos) as u32 % 1000)], pos, t.clone(), bs))
                         .collect();
                     runner.execute_greedy(&seqs)?.ok_or("no greedy")?;
                     Ok(())
@@ -758,7 +761,7 @@ fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
         let nb = len.div_ceil(bs);
         let batch: Vec<ScheduledSeq> = (0..nseq)
             .map(|i| {
-                let tokens = (0..len).map(|j| ((j * 31 + i * 7) % 1000) as u32).collect();
+                let tokens = (0..len).map(|j| TokenId(((j * 31 + i * 7) % 1000) as u32)).collect();
                 ScheduledSeq::new(tokens, 0, BlockId::run((i * nb) as u32, nb), bs)
             })
             .collect();

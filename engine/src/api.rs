@@ -1,7 +1,9 @@
 //! The engine's public request/response types: what the server hands in and gets back.
 //!
 //! A request is validated by the server into a `GenerateRequest` (token ids, sampling and stop settings); the engine
-//! answers with a stream of `RequestEvent`s. Nothing here parses JSON.
+//! answers with a stream of `RequestEvent`s. Nothing here parses JSON. Token ids are [`TokenId`]s, not bare numbers.
+
+use crate::TokenId;
 
 /// Sampling settings of one request (already validated: ranges hold).
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +22,7 @@ pub struct SamplingParams {
     /// 1.0 disables.
     pub repetition_penalty: f32,
     /// (token id, bias) pairs added to the logits before sampling.
-    pub logit_bias: Vec<(u32, f32)>,
+    pub logit_bias: Vec<(TokenId, f32)>,
     /// Return the sampled token's log-probability and this many top alternatives (None: no log-probs).
     pub logprobs: Option<usize>,
 }
@@ -62,7 +64,7 @@ pub struct StopParams {
     pub max_tokens: usize,
     pub min_tokens: usize,
     /// Extra stop token ids (the model's EOS ids are added unless `ignore_eos`).
-    pub stop_token_ids: Vec<u32>,
+    pub stop_token_ids: Vec<TokenId>,
     pub ignore_eos: bool,
     /// Stop strings, matched across token boundaries; the matched string is not part of the output.
     pub stop: Vec<String>,
@@ -73,7 +75,7 @@ pub struct StopParams {
 /// One generation request, as the engine takes it.
 #[derive(Debug, Clone)]
 pub struct GenerateRequest {
-    pub prompt_token_ids: Vec<u32>,
+    pub prompt_token_ids: Vec<TokenId>,
     pub sampling: SamplingParams,
     pub stop: StopParams,
 }
@@ -102,11 +104,11 @@ impl FinishReason {
 /// Log-probability of one token and its top alternatives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenLogprob {
-    pub token_id: u32,
+    pub token_id: TokenId,
     pub token: String,
     pub logprob: f32,
     /// Top alternatives, highest first: (id, text, logprob).
-    pub top: Vec<(u32, String, f32)>,
+    pub top: Vec<(TokenId, String, f32)>,
 }
 
 /// Token counts of a finished request.
@@ -122,7 +124,7 @@ pub struct Usage {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RequestEvent {
     /// New output: the text is safe to show (complete UTF-8, not part of a possible stop string).
-    Delta { text: String, token_ids: Vec<u32>, logprobs: Vec<TokenLogprob> },
+    Delta { text: String, token_ids: Vec<TokenId>, logprobs: Vec<TokenLogprob> },
     /// The request ended; `text` is any text held back until now.
     Finished { reason: FinishReason, usage: Usage, stop_reason: Option<String> },
     /// The engine failed to run this request (internal error); no more events follow.
@@ -142,5 +144,5 @@ pub struct EngineInfo {
     pub dtype: String,
     pub device: String,
     pub max_num_seqs: usize,
-    pub eos_token_ids: Vec<u32>,
+    pub eos_token_ids: Vec<TokenId>,
 }

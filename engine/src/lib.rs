@@ -21,5 +21,8 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use error::{EngineError, Result};
+/// Token ids as they cross the crate boundaries (scheduler -> engine -> server); re-exported so that the server
+/// needs no dependency on the scheduler crate.
+pub use rserve_scheduler::TokenId;
 /// The scheduler's default token budget of a step (`--max-num-batched-tokens`), stated once.
 pub use rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use rserve_engine::chat_template::{ChatMessage, ChatTemplate, TemplateOrigin, TemplateSources};
 use rserve_engine::tokenizer::Tokenizer;
+use rserve_engine::TokenId;
 use serde_json::Value;
 use tokenizer_support::*;
 
@@ -61,8 +62,8 @@ fn renders_match_hugging_face_apply_chat_template() {
                 }
                 // Tokenized as the caller must: BOS written by the template is not added again.
                 let ids = tokenizer.encode_chat_prompt(got).unwrap();
-                let hf_ids: Vec<u32> =
-                    case["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+                let hf_ids: Vec<TokenId> =
+                    case["ids"].as_array().unwrap().iter().map(|x| TokenId(x.as_u64().unwrap() as u32)).collect();
                 let bos = tokenizer.bos_token().unwrap_or_default();
                 let expected = if got.starts_with(&bos) || !tokenizer.adds_bos_token() {
                     hf_ids

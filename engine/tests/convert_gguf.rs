@@ -12,6 +12,7 @@ use rserve_engine::convert::gguf_to_hf_dir;
 use rserve_engine::source::{resolve_model, ResolveOptions, ResolvedModel};
 use rserve_engine::tokenizer::Tokenizer;
 use rserve_engine::weights;
+use rserve_engine::TokenId;
 use support::*;
 
 fn gguf_string(content: &candle_core::quantized::gguf_file::Content, key: &str) -> String {
@@ -82,8 +83,11 @@ fn smollm2_converts_to_an_identical_hf_folder() {
         {
             assert_eq!(from_file.encode(text, true).unwrap(), from_meta.encode(text, true).unwrap(), "{text:?}");
         }
-        assert_eq!(from_file.bos_token_id(), direct_params.bos_token_id);
-        assert_eq!(from_file.eos_token_ids(), direct_params.eos_token_ids);
+        assert_eq!(from_file.bos_token_id(), direct_params.bos_token_id.map(TokenId));
+        assert_eq!(
+            from_file.eos_token_ids(),
+            direct_params.eos_token_ids.iter().copied().map(TokenId).collect::<Vec<_>>()
+        );
     }
 }
 

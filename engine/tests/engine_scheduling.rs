@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use rserve_engine::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopParams};
 use rserve_engine::engine::{start, EngineConfig, EngineHandle};
+use rserve_engine::TokenId;
 
 const PER_TOKEN_KV_BYTES: u64 = 30 * 2 * 3 * 64 * 4;
 
@@ -19,7 +20,7 @@ fn config(max_model_len: usize, kv_tokens: u64, batched: usize) -> EngineConfig 
     c
 }
 
-fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
+fn greedy(prompt: Vec<TokenId>, max_tokens: usize) -> GenerateRequest {
     GenerateRequest {
         prompt_token_ids: prompt,
         sampling: SamplingParams { temperature: 0.0, ..Default::default() },
@@ -28,7 +29,7 @@ fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
 }
 
 /// Submits all requests at once; returns each one's tokens and cached-token count.
-fn run_all(engine: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<(Vec<u32>, usize)> {
+fn run_all(engine: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<(Vec<TokenId>, usize)> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let mut streams: Vec<_> = reqs.into_iter().map(|r| engine.submit(r).unwrap()).collect();
@@ -52,11 +53,11 @@ fn run_all(engine: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<(Vec<u32>, 
     })
 }
 
-fn prompt(seed: u32, len: usize) -> Vec<u32> {
-    (0..len as u32).map(|i| 200 + (seed * 7919 + i * 104_729) % 40_000).collect()
+fn prompt(seed: u32, len: usize) -> Vec<TokenId> {
+    (0..len as u32).map(|i| TokenId(200 + (seed * 7919 + i * 104_729) % 40_000)).collect()
 }
 
-fn tokens(r: Vec<(Vec<u32>, usize)>) -> Vec<Vec<u32>> {
+fn tokens(r: Vec<(Vec<TokenId>, usize)>) -> Vec<Vec<TokenId>> {
     r.into_iter().map(|(t, _)| t).collect()
 }
 

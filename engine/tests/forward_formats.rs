@@ -5,7 +5,7 @@ mod common;
 
 use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
-use rserve_engine::model::{BlockId, ScheduledSeq};
+use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::source::{resolve_model, ResolveOptions};
 use serde_json::Value;
@@ -29,7 +29,7 @@ fn greedy(r: &mut ModelRunner<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32>
     let mut start = 0;
     let mut out = Vec::new();
     while out.len() < n {
-        let seq = ScheduledSeq::new(toks[start..].to_vec(), start, table.clone(), BS);
+        let seq = ScheduledSeq::new(toks[start..].iter().copied().map(TokenId).collect(), start, table.clone(), BS);
         let logits = r.execute(&[seq]).unwrap();
         start = toks.len();
         let t = argmax(&logits);

@@ -7,7 +7,7 @@ mod common;
 use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::config::ModelParams;
-use rserve_engine::model::{BlockId, ScheduledSeq};
+use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::sampling::argmax;
 use rserve_engine::sampling::logprobs;
@@ -27,7 +27,12 @@ fn runner(num_blocks: usize) -> (ModelRunner<CpuBackend>, ModelParams) {
 
 /// A sequence using blocks `first_block..` contiguously.
 fn seq(tokens: &[u32], start: usize, first_block: u32, total_len: usize) -> ScheduledSeq {
-    ScheduledSeq::new(tokens.to_vec(), start, BlockId::run(first_block, total_len.div_ceil(BS)), BS)
+    ScheduledSeq::new(
+        tokens.iter().copied().map(TokenId).collect(),
+        start,
+        BlockId::run(first_block, total_len.div_ceil(BS)),
+        BS,
+    )
 }
 
 fn ids(v: &Value) -> Vec<u32> {

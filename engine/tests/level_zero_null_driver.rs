@@ -14,7 +14,7 @@ use candle_core::DType;
 use level_zero_support as lz;
 use rserve_engine::backend::level_zero::{handle_counts, loader_components, HandleKind};
 use rserve_engine::engine::device::Device;
-use rserve_engine::model::{BlockId, ScheduledSeq};
+use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::source::{resolve_model, ResolveOptions};
 
@@ -22,7 +22,7 @@ const BS: usize = 16;
 
 fn seq(tokens: Vec<u32>, start: usize, first_block: u32) -> ScheduledSeq {
     let blocks = (start + tokens.len()).div_ceil(BS);
-    ScheduledSeq::new(tokens, start, BlockId::run(first_block, blocks), BS)
+    ScheduledSeq::new(tokens.into_iter().map(TokenId).collect(), start, BlockId::run(first_block, blocks), BS)
 }
 
 fn forward_step_in_child() {

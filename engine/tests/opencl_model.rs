@@ -10,7 +10,7 @@ use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::Backend;
 use rserve_engine::config::ModelParams;
-use rserve_engine::model::{BlockId, ScheduledSeq};
+use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::sampling::argmax;
 use rserve_engine::source::{resolve_model, ResolveOptions};
@@ -30,7 +30,7 @@ fn load() -> (ModelParams, Weights) {
 
 /// Sequence input over blocks `first_block..` (contiguous), positions `start..start + tokens.len()`.
 fn seq(tokens: &[u32], start: usize, first_block: u32, blocks: usize, bs: usize) -> ScheduledSeq {
-    ScheduledSeq::new(tokens.to_vec(), start, BlockId::run(first_block, blocks), bs)
+    ScheduledSeq::new(tokens.iter().copied().map(TokenId).collect(), start, BlockId::run(first_block, blocks), bs)
 }
 
 /// Greedy tokens of one prompt alone; also the first step's logits.

@@ -9,31 +9,34 @@ use std::sync::{Arc, OnceLock};
 
 use proptest::prelude::*;
 use rserve_engine::tokenizer::{IncrementalDetokenizer, Tokenizer};
+use rserve_engine::TokenId;
 use tokenizer_support::*;
 
 /// Id pools to draw from: any id, ids that are only part of a UTF-8 character, ids of emoji/CJK text, special ids.
 struct Pools {
     tokenizer: Arc<Tokenizer>,
-    partial: Vec<u32>,
-    multibyte: Vec<u32>,
-    special: Vec<u32>,
+    partial: Vec<TokenId>,
+    multibyte: Vec<TokenId>,
+    special: Vec<TokenId>,
 }
 
 impl Pools {
     fn new(tokenizer: Arc<Tokenizer>) -> Self {
         let n = tokenizer.vocab_size() as u32;
-        let partial: Vec<u32> =
-            (0..n).filter(|&id| tokenizer.token_bytes(id).is_some_and(|b| std::str::from_utf8(&b).is_err())).collect();
+        let partial: Vec<TokenId> = (0..n)
+            .map(TokenId)
+            .filter(|&id| tokenizer.token_bytes(id).is_some_and(|b| std::str::from_utf8(&b).is_err()))
+            .collect();
         let multibyte = tokenizer.encode("👋🌍 😀👍🏽🧑‍💻👨‍👩‍👧‍👦🇫🇷 你好，世界！한국어 ∑∫√ 𝔘𝔫𝔦 ภาษาไทย", false).expect("encode");
-        let special: Vec<u32> = (0..n).filter(|&id| tokenizer.is_special_token(id)).take(64).collect();
+        let special: Vec<TokenId> = (0..n).map(TokenId).filter(|&id| tokenizer.is_special_token(id)).take(64).collect();
         assert!(partial.len() > 10 && !special.is_empty(), "pools too small");
         Self { tokenizer, partial, multibyte, special }
     }
 
-    fn strategy(&'static self) -> impl Strategy<Value = Vec<u32>> {
+    fn strategy(&'static self) -> impl Strategy<Value = Vec<TokenId>> {
         let n = self.tokenizer.vocab_size() as u32;
         let id = prop_oneof![
-            4 => 0..n,
+            4 => (0..n).prop_map(TokenId),
             3 => proptest::sample::select(self.partial.clone()),
             3 => proptest::sample::select(self.multibyte.clone()),
             1 => proptest::sample::select(self.special.clone()),
@@ -43,7 +46,7 @@ impl Pools {
 }
 
 /// Streams `ids` and checks the invariants; returns the streamed text.
-fn stream(tok: &Arc<Tokenizer>, ids: &[u32], skip: bool) -> Result<(), TestCaseError> {
+fn stream(tok: &Arc<Tokenizer>, ids: &[TokenId], skip: bool) -> Result<(), TestCaseError> {
     let full = tok.decode(ids, skip).expect("decode");
     let mut detok = IncrementalDetokenizer::new(tok.clone(), skip);
     let mut out = String::new();
@@ -113,15 +116,15 @@ fn byte_fallback_tokenizer() -> Arc<Tokenizer> {
     .clone()
 }
 
-fn byte_fallback_strategy() -> impl Strategy<Value = Vec<u32>> {
+fn byte_fallback_strategy() -> impl Strategy<Value = Vec<TokenId>> {
     let tok = byte_fallback_tokenizer();
     let n = tok.vocab_size() as u32;
     // Bytes of multibyte characters (é, €, 😀) and their pieces, so runs form, break and complete.
-    let bytes: Vec<u32> = [0xC3u8, 0xA9, 0xE2, 0x82, 0xAC, 0xF0, 0x9F, 0x98, 0x80, 0x41, 0x20, 0xFF]
+    let bytes: Vec<TokenId> = [0xC3u8, 0xA9, 0xE2, 0x82, 0xAC, 0xF0, 0x9F, 0x98, 0x80, 0x41, 0x20, 0xFF]
         .iter()
         .map(|b| tok.token_to_id(&format!("<0x{b:02X}>")).expect("byte token"))
         .collect();
-    let id = prop_oneof![3 => 0..n, 5 => proptest::sample::select(bytes)];
+    let id = prop_oneof![3 => (0..n).prop_map(TokenId), 5 => proptest::sample::select(bytes)];
     proptest::collection::vec(id, 0..60)
 }
 
@@ -174,7 +177,7 @@ fn prompt_context_keeps_the_leading_space_of_the_first_generated_token() {
     let generated = [id("▁world"), id("!")];
     let mut detok = IncrementalDetokenizer::with_prompt(tok.clone(), &prompt, true).unwrap();
     let out = format!("{}{}", detok.push_all(&generated).unwrap(), detok.finish().unwrap());
-    let all: Vec<u32> = prompt.iter().chain(&generated).copied().collect();
+    let all: Vec<TokenId> = prompt.iter().chain(&generated).copied().collect();
     let whole = tok.decode(&all, true).unwrap();
     let prompt_text = tok.decode(&prompt, true).unwrap();
     assert_eq!(out, whole[prompt_text.len()..]);
@@ -203,7 +206,7 @@ fn window_stays_small_over_a_long_stream() {
 }
 
 /// Streams `ids`, checking the prefix invariant; returns (text sent before `finish`, widest window, all text).
-fn stream_measured(tok: &Arc<Tokenizer>, ids: &[u32]) -> (String, usize, String) {
+fn stream_measured(tok: &Arc<Tokenizer>, ids: &[TokenId]) -> (String, usize, String) {
     let full = tok.decode(ids, false).unwrap();
     let mut detok = IncrementalDetokenizer::new(tok.clone(), false);
     let (mut out, mut widest) = (String::new(), 0);
@@ -222,7 +225,7 @@ fn long_runs_of_invalid_bytes_are_sent_with_a_bounded_window() {
     let tok = smollm2();
     // Tokens made only of UTF-8 continuation bytes: every prefix of their text ends in U+FFFD. A "€" (three bytes,
     // three tokens) every 37 tokens gives cuts that would split a character and must be skipped.
-    let continuation: Vec<u32> = smollm2_pools()
+    let continuation: Vec<TokenId> = smollm2_pools()
         .partial
         .iter()
         .copied()
@@ -246,8 +249,8 @@ fn long_runs_of_invalid_bytes_are_sent_with_a_bounded_window() {
 #[test]
 fn long_valid_byte_fallback_runs_stream_before_finish() {
     let tok = byte_fallback_tokenizer();
-    let euro: Vec<u32> = "€".bytes().map(|b| tok.token_to_id(&format!("<0x{b:02X}>")).unwrap()).collect();
-    let ids: Vec<u32> = euro.iter().copied().cycle().take(300).collect();
+    let euro: Vec<TokenId> = "€".bytes().map(|b| tok.token_to_id(&format!("<0x{b:02X}>")).unwrap()).collect();
+    let ids: Vec<TokenId> = euro.iter().copied().cycle().take(300).collect();
     let (before_finish, widest, out) = stream_measured(&tok, &ids);
     assert_eq!(out, tok.decode(&ids, false).unwrap());
     assert!(!before_finish.is_empty(), "a long valid run must not wait for the end");

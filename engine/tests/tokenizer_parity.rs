@@ -7,11 +7,12 @@
 mod tokenizer_support;
 
 use rserve_engine::tokenizer::Tokenizer;
+use rserve_engine::TokenId;
 use serde_json::Value;
 use tokenizer_support::*;
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().expect("id list").iter().map(|x| x.as_u64().expect("id") as u32).collect()
+fn ids(v: &Value) -> Vec<TokenId> {
+    v.as_array().expect("id list").iter().map(|x| TokenId(x.as_u64().expect("id") as u32)).collect()
 }
 
 /// Checks every corpus line and every token's text/bytes; returns all mismatches at once.
@@ -39,7 +40,7 @@ fn check_against(tok: &Tokenizer, reference: &Value) -> Vec<String> {
         }
     }
     for (id, detail) in reference["tokens"].as_object().expect("tokens") {
-        let id: u32 = id.parse().expect("id");
+        let id = TokenId(id.parse().expect("id"));
         let want_text = detail["decode"].as_str().expect("decode");
         let want_token = detail["token"].as_str().expect("token");
         let want_hex = detail["bytes_hex"].as_str().expect("bytes_hex");
@@ -61,8 +62,8 @@ fn check_specials(tok: &Tokenizer, reference: &Value) {
     assert_eq!(tok.vocab_size() as u64, reference["vocab_size"].as_u64().unwrap(), "vocab size");
     assert_eq!(tok.bos_token().as_deref(), reference["bos_token"].as_str(), "bos token");
     assert_eq!(tok.eos_token().as_deref(), reference["eos_token"].as_str(), "eos token");
-    assert_eq!(tok.bos_token_id().map(u64::from), reference["bos_token_id"].as_u64(), "bos id");
-    let eos = reference["eos_token_id"].as_u64().unwrap() as u32;
+    assert_eq!(tok.bos_token_id().map(|id| u64::from(id.0)), reference["bos_token_id"].as_u64(), "bos id");
+    let eos = TokenId(reference["eos_token_id"].as_u64().unwrap() as u32);
     assert_eq!(tok.eos_token_ids().first(), Some(&eos), "first eos id");
     // Whether BOS is added must agree with the reference's own encodings of a non-empty line.
     let case = &reference["cases"][0];

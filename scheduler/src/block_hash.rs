@@ -8,7 +8,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 
-use crate::ids::BlockHash;
+use crate::ids::{BlockHash, TokenId};
 
 /// Hashes full blocks of token ids into [`BlockHash`]es.
 #[derive(Debug, Clone, Default)]
@@ -23,7 +23,7 @@ impl BlockHasher {
     }
 
     /// The key of a block holding `tokens` whose preceding block has key `parent` (`None` for the first block).
-    pub fn hash_block(&self, parent: Option<BlockHash>, tokens: &[u32]) -> BlockHash {
+    pub fn hash_block(&self, parent: Option<BlockHash>, tokens: &[TokenId]) -> BlockHash {
         let mut h = self.state.build_hasher();
         match parent {
             Some(p) => {
@@ -36,17 +36,17 @@ impl BlockHasher {
         // Two tokens per word halves the hasher calls; the length written above keeps the encoding unambiguous.
         let mut pairs = tokens.chunks_exact(2);
         for pair in &mut pairs {
-            h.write_u64(u64::from(pair[0]) | (u64::from(pair[1]) << 32));
+            h.write_u64(u64::from(pair[0].0) | (u64::from(pair[1].0) << 32));
         }
         if let [last] = pairs.remainder() {
-            h.write_u32(*last);
+            h.write_u32(last.0);
         }
         BlockHash(h.finish())
     }
 
     /// Extends `hashes` (the keys of the first `hashes.len()` blocks of `tokens`) so that it holds one key per full
     /// block of `tokens`. Only the blocks not hashed yet are hashed.
-    pub fn extend_hashes(&self, hashes: &mut Vec<BlockHash>, tokens: &[u32], block_size: usize) {
+    pub fn extend_hashes(&self, hashes: &mut Vec<BlockHash>, tokens: &[TokenId], block_size: usize) {
         if block_size == 0 {
             return;
         }
@@ -64,22 +64,26 @@ impl BlockHasher {
 mod tests {
     use super::*;
 
+    fn t(ids: &[u32]) -> Vec<TokenId> {
+        ids.iter().copied().map(TokenId).collect()
+    }
+
     #[test]
     fn chained_hash_depends_on_parent_and_tokens() {
         let h = BlockHasher::new();
-        let a = h.hash_block(None, &[1, 2, 3, 4]);
-        assert_eq!(a, h.hash_block(None, &[1, 2, 3, 4]));
-        assert_ne!(a, h.hash_block(None, &[1, 2, 3, 5]));
-        let b1 = h.hash_block(Some(a), &[5, 6, 7, 8]);
-        let other_parent = h.hash_block(None, &[9, 9, 9, 9]);
-        assert_ne!(b1, h.hash_block(Some(other_parent), &[5, 6, 7, 8]));
-        assert_ne!(b1, h.hash_block(None, &[5, 6, 7, 8]));
+        let a = h.hash_block(None, &t(&[1, 2, 3, 4]));
+        assert_eq!(a, h.hash_block(None, &t(&[1, 2, 3, 4])));
+        assert_ne!(a, h.hash_block(None, &t(&[1, 2, 3, 5])));
+        let b1 = h.hash_block(Some(a), &t(&[5, 6, 7, 8]));
+        let other_parent = h.hash_block(None, &t(&[9, 9, 9, 9]));
+        assert_ne!(b1, h.hash_block(Some(other_parent), &t(&[5, 6, 7, 8])));
+        assert_ne!(b1, h.hash_block(None, &t(&[5, 6, 7, 8])));
     }
 
     #[test]
     fn extend_hashes_covers_full_blocks_only_and_is_incremental() {
         let h = BlockHasher::new();
-        let tokens: Vec<u32> = (0..10).collect();
+        let tokens: Vec<TokenId> = (0..10).map(TokenId).collect();
         let mut hashes = Vec::new();
         h.extend_hashes(&mut hashes, &tokens[..7], 4);
         assert_eq!(hashes.len(), 1);

@@ -220,12 +220,13 @@ impl KvCacheManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::TokenId;
     use crate::request::NewRequest;
 
     fn request(id: u64, tokens: Vec<u32>, mgr: &KvCacheManager) -> Request {
         let new = NewRequest {
             id: RequestId(id),
-            prompt_token_ids: tokens,
+            prompt_token_ids: tokens.into_iter().map(TokenId).collect(),
             max_tokens: 8,
             min_tokens: 0,
             stop_token_ids: vec![],

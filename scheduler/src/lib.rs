@@ -4,15 +4,19 @@
 //! The crate is pure bookkeeping: no async, IO, devices or serde. The engine thread owns one [`Scheduler`] and
 //! drives it:
 //! ```
-//! use rserve_scheduler::{NewRequest, RequestId, Scheduler, SchedulerConfig};
+//! use rserve_scheduler::{NewRequest, RequestId, Scheduler, SchedulerConfig, TokenId};
 //! let mut sched = Scheduler::new(SchedulerConfig::new(64, 512)).unwrap();
 //! sched.add_request(NewRequest {
-//!     id: RequestId(1), prompt_token_ids: vec![1, 2, 3], max_tokens: 2, min_tokens: 0, stop_token_ids: vec![0],
+//!     id: RequestId(1),
+//!     prompt_token_ids: vec![TokenId(1), TokenId(2), TokenId(3)],
+//!     max_tokens: 2,
+//!     min_tokens: 0,
+//!     stop_token_ids: vec![TokenId(0)],
 //! }).unwrap();
 //! while sched.has_unfinished() {
 //!     let step = sched.schedule();
 //!     // ... run the model on `step`, sample one token per seq with `sample == true` ...
-//!     let sampled: Vec<_> = step.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, 7)).collect();
+//!     let sampled: Vec<_> = step.seqs.iter().filter(|s| s.sample).map(|s| (s.request_id, TokenId(7))).collect();
 //!     for out in sched.update_from_output(&step, &sampled) {
 //!         println!("{:?}", out);
 //!     }
@@ -41,7 +45,7 @@ pub use block_hash::BlockHasher;
 pub use block_pool::BlockPool;
 pub use config::{SchedulerConfig, DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS};
 pub use error::SchedulerError;
-pub use ids::{BlockHash, BlockId, RequestId};
+pub use ids::{BlockHash, BlockId, RequestId, TokenId};
 pub use kv_cache_manager::KvCacheManager;
 pub use output::{FinishStatus, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
 pub use request::{NewRequest, Request, RequestStatus};

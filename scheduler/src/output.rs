@@ -2,14 +2,14 @@
 //! model runner), `RequestOutput` / `FinishStatus` (per-request results of `update_from_output`) and
 //! `SchedulerStats` (gauges and counters for metrics).
 
-use crate::ids::{BlockId, RequestId};
+use crate::ids::{BlockId, RequestId, TokenId};
 
 /// One request's part of a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduledSeq {
     pub request_id: RequestId,
     /// The tokens to compute this step: a prompt chunk, recomputed tokens after preemption, or the last sampled token.
-    pub token_ids: Vec<u32>,
+    pub token_ids: Vec<TokenId>,
     /// Equals the request's `num_computed_tokens` before this step; the tokens sit at positions
     /// `start_position..start_position + token_ids.len()`.
     pub start_position: usize,
@@ -29,7 +29,7 @@ impl ScheduledSeq {
     /// A step that computes `token_ids` at positions `start_position..` of a sequence whose blocks are
     /// `block_table`, with the slot mapping that table implies, and samples after them. The scheduler fills its
     /// own (recycled) entries; this is for runners driven without one (tests, benchmarks, other MPI ranks).
-    pub fn new(token_ids: Vec<u32>, start_position: usize, block_table: Vec<BlockId>, block_size: usize) -> Self {
+    pub fn new(token_ids: Vec<TokenId>, start_position: usize, block_table: Vec<BlockId>, block_size: usize) -> Self {
         let mut slot_mapping = Vec::with_capacity(token_ids.len());
         push_slots(&mut slot_mapping, &block_table, start_position..start_position + token_ids.len(), block_size);
         Self {
@@ -99,7 +99,7 @@ impl SchedulerOutput {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FinishStatus {
     /// A stop token (EOS or a user stop token id) was sampled after `min_tokens`; the token is included in the output.
-    StopToken(u32),
+    StopToken(TokenId),
     /// `max_tokens` generated or `max_model_len` reached.
     Length,
 }
@@ -109,7 +109,7 @@ pub enum FinishStatus {
 pub struct RequestOutput {
     pub request_id: RequestId,
     /// The token sampled this step (also when it is the stop token that finished the request).
-    pub new_token: Option<u32>,
+    pub new_token: Option<TokenId>,
     /// Set when the request finished; its blocks are already freed.
     pub finished: Option<FinishStatus>,
 }

@@ -2,20 +2,20 @@
 //! of them have KV computed, its stop conditions and the prefix-cache keys of its full blocks).
 
 use crate::error::SchedulerError;
-use crate::ids::{BlockHash, RequestId};
+use crate::ids::{BlockHash, RequestId, TokenId};
 use crate::output::FinishStatus;
 
 /// A request as the engine submits it to [`crate::Scheduler::add_request`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRequest {
     pub id: RequestId,
-    pub prompt_token_ids: Vec<u32>,
+    pub prompt_token_ids: Vec<TokenId>,
     /// Most tokens to generate (at least 1).
     pub max_tokens: usize,
     /// Stop tokens are ignored until this many tokens were generated.
     pub min_tokens: usize,
     /// Tokens that end the request; already includes EOS unless the user asked to ignore it.
-    pub stop_token_ids: Vec<u32>,
+    pub stop_token_ids: Vec<TokenId>,
 }
 
 /// Where a request is in its life.
@@ -34,11 +34,11 @@ pub enum RequestStatus {
 pub struct Request {
     pub(crate) id: RequestId,
     /// Prompt followed by the generated tokens.
-    pub(crate) token_ids: Vec<u32>,
+    pub(crate) token_ids: Vec<TokenId>,
     pub(crate) prompt_len: usize,
     pub(crate) max_tokens: usize,
     pub(crate) min_tokens: usize,
-    pub(crate) stop_token_ids: Vec<u32>,
+    pub(crate) stop_token_ids: Vec<TokenId>,
     /// Tokens whose KV is in the cache (positions `0..num_computed_tokens`).
     pub(crate) num_computed_tokens: usize,
     /// Prefix-cache key of every full block of `token_ids`.
@@ -94,7 +94,7 @@ impl Request {
     }
 
     /// Prompt followed by generated tokens.
-    pub fn token_ids(&self) -> &[u32] {
+    pub fn token_ids(&self) -> &[TokenId] {
         &self.token_ids
     }
 
@@ -112,7 +112,7 @@ impl Request {
     }
 
     /// Generated tokens.
-    pub fn output_token_ids(&self) -> &[u32] {
+    pub fn output_token_ids(&self) -> &[TokenId] {
         &self.token_ids[self.prompt_len..]
     }
 
@@ -136,7 +136,7 @@ impl Request {
     }
 
     /// Appends one generated token.
-    pub(crate) fn append_output(&mut self, token: u32) {
+    pub(crate) fn append_output(&mut self, token: TokenId) {
         self.token_ids.push(token);
     }
 
@@ -164,10 +164,10 @@ mod tests {
     fn new_req(prompt: usize, max_tokens: usize, min_tokens: usize) -> NewRequest {
         NewRequest {
             id: RequestId(1),
-            prompt_token_ids: (0..prompt as u32).collect(),
+            prompt_token_ids: (0..prompt as u32).map(TokenId).collect(),
             max_tokens,
             min_tokens,
-            stop_token_ids: vec![99],
+            stop_token_ids: vec![TokenId(99)],
         }
     }
 
@@ -183,19 +183,19 @@ mod tests {
     #[test]
     fn stop_rules() {
         let mut r = Request::new(new_req(3, 4, 2), 100).unwrap();
-        r.append_output(99);
+        r.append_output(TokenId(99));
         assert_eq!(r.check_stop(100), None, "stop token ignored below min_tokens");
-        r.append_output(99);
-        assert_eq!(r.check_stop(100), Some(FinishStatus::StopToken(99)));
+        r.append_output(TokenId(99));
+        assert_eq!(r.check_stop(100), Some(FinishStatus::StopToken(TokenId(99))));
         let mut r = Request::new(new_req(3, 2, 0), 100).unwrap();
-        r.append_output(5);
+        r.append_output(TokenId(5));
         assert_eq!(r.check_stop(100), None);
-        r.append_output(99);
+        r.append_output(TokenId(99));
         assert_eq!(r.check_stop(100), Some(FinishStatus::Length), "length is checked first, as in vLLM");
         let mut r = Request::new(new_req(3, 10, 0), 5).unwrap();
-        r.append_output(5);
+        r.append_output(TokenId(5));
         assert_eq!(r.check_stop(5), None);
-        r.append_output(6);
+        r.append_output(TokenId(6));
         assert_eq!(r.check_stop(5), Some(FinishStatus::Length), "max_model_len reached");
     }
 }

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use crate::config::SchedulerConfig;
 use crate::error::SchedulerError;
 use crate::id_map::IdSet;
-use crate::ids::{BlockId, RequestId};
+use crate::ids::{BlockId, RequestId, TokenId};
 use crate::kv_cache_manager::KvCacheManager;
 use crate::output::{push_slots, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
 use crate::request::{NewRequest, Request, RequestStatus};
@@ -213,7 +213,11 @@ impl Scheduler {
     /// full, appends each sampled token and checks the stop conditions. Finished requests are freed and reported.
     /// `sampled` holds one `(id, token)` per seq of `out` with `sample == true`, ideally in the same order. Entries of
     /// requests aborted since `schedule()` are ignored.
-    pub fn update_from_output(&mut self, out: &SchedulerOutput, sampled: &[(RequestId, u32)]) -> Vec<RequestOutput> {
+    pub fn update_from_output(
+        &mut self,
+        out: &SchedulerOutput,
+        sampled: &[(RequestId, TokenId)],
+    ) -> Vec<RequestOutput> {
         let mut outputs = Vec::with_capacity(sampled.len());
         let mut any_finished = false;
         let mut sample_cursor = 0;
@@ -368,7 +372,7 @@ fn find_running(running: &[Request], from: usize, id: RequestId) -> Option<usize
 }
 
 /// The sampled token of `id`: the entry at `cursor` when the order matches (the common case), else a search.
-fn find_sample(sampled: &[(RequestId, u32)], cursor: &mut usize, id: RequestId) -> Option<u32> {
+fn find_sample(sampled: &[(RequestId, TokenId)], cursor: &mut usize, id: RequestId) -> Option<TokenId> {
     if let Some(&(sid, tok)) = sampled.get(*cursor) {
         if sid == id {
             *cursor += 1;

@@ -199,7 +199,7 @@ fn check_outcomes(w: &Workload, r: &Run) -> Result<(), String> {
             return Err(format!("{id}: {n} tokens for max_tokens {}", a.max_tokens));
         }
         // The first eligible stop token must end the request; none may appear earlier (from min_tokens on).
-        let first_stop = o.tokens.iter().enumerate().position(|(i, t)| i + 1 >= a.min_tokens && Some(*t) == a.stop);
+        let first_stop = o.tokens.iter().enumerate().position(|(i, t)| i + 1 >= a.min_tokens && Some(t.0) == a.stop);
         let length_hit = n == a.max_tokens || prompt_len + n >= w.max_model_len;
         match o.finish {
             None => return Err(format!("{id} never finished")),
@@ -212,7 +212,7 @@ fn check_outcomes(w: &Workload, r: &Run) -> Result<(), String> {
                 }
             }
             Some(FinishStatus::StopToken(t)) => {
-                if Some(t) != a.stop || first_stop != Some(n - 1) || length_hit {
+                if Some(t.0) != a.stop || first_stop != Some(n - 1) || length_hit {
                     return Err(format!("{id}: StopToken({t}) with tokens {:?}, {a:?}", o.tokens));
                 }
             }

@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::HashMap;
 
-use rserve_scheduler::{FinishStatus, Request, RequestId, Scheduler, SchedulerConfig, SchedulerError};
+use rserve_scheduler::{FinishStatus, Request, RequestId, Scheduler, SchedulerConfig, SchedulerError, TokenId};
 use support::{check_step, new_request, sample_step, step, Outcome};
 
 const VOCAB: u32 = 1000;
@@ -113,6 +113,7 @@ fn chunked_prefill_splits_a_long_prompt() {
     let mut sched = Scheduler::new(c).unwrap();
     let prompt: Vec<u32> = (0..100).collect();
     sched.add_request(new_request(1, prompt.clone(), 2, 0, vec![])).unwrap();
+    let prompt = support::toks(prompt);
     let mut outcomes = HashMap::new();
     let mut chunks = Vec::new();
     while sched.has_unfinished() {
@@ -221,8 +222,8 @@ fn stop_token_respects_min_tokens_and_is_reported() {
     let stop = free_run[1];
     assert!(free_run[..1].iter().all(|&t| t != stop), "pick a prompt whose first output differs");
 
-    sched.add_request(new_request(2, vec![1, 2, 3], 5, 0, vec![stop])).unwrap();
-    sched.add_request(new_request(3, vec![1, 2, 3], 5, 3, vec![stop])).unwrap();
+    sched.add_request(new_request(2, vec![1, 2, 3], 5, 0, vec![stop.0])).unwrap();
+    sched.add_request(new_request(3, vec![1, 2, 3], 5, 3, vec![stop.0])).unwrap();
     run_to_end(&mut sched, &mut outcomes);
     assert_eq!(outcomes[&RequestId(2)].tokens, free_run[..2].to_vec());
     assert_eq!(outcomes[&RequestId(2)].finish, Some(FinishStatus::StopToken(stop)));
@@ -305,7 +306,10 @@ fn missing_sample_recomputes_the_last_token_instead_of_stalling() {
     sched.check_invariants().unwrap();
     let out = sched.schedule();
     check_step(&sched, &out).unwrap();
-    assert_eq!((out.seqs[0].start_position, out.seqs[0].token_ids.clone(), out.seqs[0].sample), (4, vec![5], true));
+    assert_eq!(
+        (out.seqs[0].start_position, out.seqs[0].token_ids.clone(), out.seqs[0].sample),
+        (4, vec![TokenId(5)], true)
+    );
     let mut outcomes = HashMap::new();
     support::record(&sched.update_from_output(&out, &sample_step(&out, VOCAB)), &mut outcomes).unwrap();
     run_to_end(&mut sched, &mut outcomes);

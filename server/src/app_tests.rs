@@ -128,7 +128,7 @@ async fn completions_json_stream_and_token_prompts() {
         send_json(&app, post("/v1/completions", json!({"prompt": [5, 6, 7], "max_tokens": 2, "logprobs": 1}))).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["choices"][0]["logprobs"]["tokens"], json!(["H", "e"]));
-    assert_eq!(engine.submitted().last().map(|r| r.prompt_token_ids.clone()), Some(vec![5, 6, 7]));
+    assert_eq!(engine.submitted().last().map(|r| r.prompt_token_ids.clone()), Some(crate::testing::ids(&[5, 6, 7])));
     let (s, bytes) = send(&app, post("/v1/completions", json!({"prompt": "a", "max_tokens": 2, "stream": true}))).await;
     assert_eq!(s, StatusCode::OK);
     let data = sse_data(&bytes);

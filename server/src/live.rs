@@ -4,7 +4,7 @@
 use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams};
 use rserve_engine::chat_template::ChatMessage;
 use rserve_engine::engine::{EngineConfig, EngineHandle, EngineMetrics};
-use rserve_engine::EngineError;
+use rserve_engine::{EngineError, TokenId};
 
 use crate::port::{ChatTurn, Engine, Events};
 
@@ -34,11 +34,11 @@ impl Engine for LiveEngine {
         self.handle.default_sampling()
     }
 
-    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, EngineError> {
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<TokenId>, EngineError> {
         self.handle.tokenizer().encode(text, add_special_tokens)
     }
 
-    fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, EngineError> {
+    fn decode(&self, ids: &[TokenId], skip_special_tokens: bool) -> Result<String, EngineError> {
         self.handle.tokenizer().decode(ids, skip_special_tokens)
     }
 

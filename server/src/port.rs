@@ -4,7 +4,7 @@
 
 use rserve_engine::api::{EngineInfo, GenerateRequest, RequestEvent, SamplingParams};
 use rserve_engine::engine::{EngineMetrics, RequestStream};
-use rserve_engine::EngineError;
+use rserve_engine::{EngineError, TokenId};
 
 /// One chat message, already reduced to plain text (content parts joined).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,9 +22,9 @@ pub trait Engine: Send + Sync + 'static {
     /// Sampling defaults (the model's generation_config.json over OpenAI's defaults).
     fn default_sampling(&self) -> SamplingParams;
     /// Text to token ids.
-    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, EngineError>;
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<TokenId>, EngineError>;
     /// Token ids to text.
-    fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, EngineError>;
+    fn decode(&self, ids: &[TokenId], skip_special_tokens: bool) -> Result<String, EngineError>;
     /// The tokenizer's BOS token string, if any.
     fn bos_token(&self) -> Option<String>;
     /// Renders a conversation with the chat template; `None` when the model has no template.

@@ -10,7 +10,7 @@ use rserve_engine::api::{
     EngineInfo, FinishReason, GenerateRequest, RequestEvent, SamplingParams, TokenLogprob, Usage,
 };
 use rserve_engine::engine::EngineMetrics;
-use rserve_engine::EngineError;
+use rserve_engine::{EngineError, TokenId};
 use tokio::sync::mpsc;
 
 use crate::port::{ChatTurn, Engine, Events};
@@ -46,7 +46,7 @@ pub fn info(max_model_len: usize) -> EngineInfo {
         dtype: "float32".into(),
         device: "cpu".into(),
         max_num_seqs: 8,
-        eos_token_ids: vec![1],
+        eos_token_ids: vec![TokenId(1)],
     }
 }
 
@@ -69,7 +69,12 @@ impl FakeEngine {
     }
 }
 
-fn token_text(id: u32) -> String {
+/// Token ids from bare numbers.
+pub fn ids(ids: &[u32]) -> Vec<TokenId> {
+    ids.iter().copied().map(TokenId).collect()
+}
+
+fn token_text(TokenId(id): TokenId) -> String {
     match id {
         0 => "<s>".into(),
         1 => "</s>".into(),
@@ -100,14 +105,16 @@ pub fn script(req: &GenerateRequest) -> Vec<RequestEvent> {
     let mut events: Vec<RequestEvent> = text
         .bytes()
         .map(|b| {
-            let id = b as u32 + 3;
+            let id = TokenId(b as u32 + 3);
             let logprobs = match req.sampling.logprobs {
                 None => Vec::new(),
                 Some(k) => vec![TokenLogprob {
                     token_id: id,
                     token: token_text(id),
                     logprob: -0.5,
-                    top: (0..k as u32).map(|j| (id + j, token_text(id + j), -0.5 - j as f32)).collect(),
+                    top: (0..k as u32)
+                        .map(|j| (TokenId(id.0 + j), token_text(TokenId(id.0 + j)), -0.5 - j as f32))
+                        .collect(),
                 }],
             };
             RequestEvent::Delta { text: token_text(id), token_ids: vec![id], logprobs }
@@ -134,16 +141,16 @@ impl Engine for FakeEngine {
         SamplingParams { temperature: 0.7, top_p: 0.9, ..SamplingParams::default() }
     }
 
-    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, EngineError> {
-        let mut ids: Vec<u32> = if add_special_tokens { vec![0] } else { Vec::new() };
-        ids.extend(text.bytes().map(|b| b as u32 + 3));
+    fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<TokenId>, EngineError> {
+        let mut ids: Vec<TokenId> = if add_special_tokens { vec![TokenId(0)] } else { Vec::new() };
+        ids.extend(text.bytes().map(|b| TokenId(b as u32 + 3)));
         Ok(ids)
     }
 
-    fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, EngineError> {
+    fn decode(&self, ids: &[TokenId], skip_special_tokens: bool) -> Result<String, EngineError> {
         let mut bytes = Vec::new();
         for &id in ids {
-            match id {
+            match id.0 {
                 0..=2 if skip_special_tokens => {}
                 0..=2 => bytes.extend(token_text(id).bytes()),
                 b if (b as usize) < VOCAB => bytes.push((b - 3) as u8),

@@ -1,12 +1,14 @@
 //! The tokenizer `bench serve` uses to build prompts of exact lengths and to count tokens: a local one
 //! (`--tokenizer`: a `.gguf` file, a `tokenizer.json`, or a folder holding one) or the server's own
-//! `/tokenize` + `/detokenize` endpoints.
+//! `/tokenize` + `/detokenize` endpoints. Ids are bare `u32`s here, as the HTTP API carries them; a local tokenizer's
+//! `TokenId`s are converted at its calls.
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use rserve_engine::config::gguf_meta::read_gguf_header;
 use rserve_engine::tokenizer::Tokenizer;
+use rserve_engine::TokenId;
 
 use super::client::Client;
 use super::error::BenchError;
@@ -35,7 +37,8 @@ impl BenchTokenizer {
             let config = json.with_file_name("tokenizer_config.json");
             Tokenizer::from_file(&json, config.exists().then_some(config.as_path())).map_err(err)?
         };
-        let special = (0..tokenizer.vocab_size() as u32).filter(|&id| tokenizer.is_special_token(id)).collect();
+        let special =
+            (0..tokenizer.vocab_size() as u32).filter(|&id| tokenizer.is_special_token(TokenId(id))).collect();
         Ok(BenchTokenizer::Local { tokenizer: Box::new(tokenizer), special })
     }
 
@@ -43,7 +46,8 @@ impl BenchTokenizer {
     pub async fn encode(&self, text: &str) -> Result<Vec<u32>, BenchError> {
         match self {
             BenchTokenizer::Local { tokenizer, .. } => {
-                tokenizer.encode(text, false).map_err(|e| BenchError::Tokenizer(e.to_string()))
+                let ids = tokenizer.encode(text, false).map_err(|e| BenchError::Tokenizer(e.to_string()))?;
+                Ok(ids.into_iter().map(|t| t.0).collect())
             }
             BenchTokenizer::Server(c) => c.tokenize(text).await,
         }
@@ -53,7 +57,8 @@ impl BenchTokenizer {
     pub async fn decode(&self, ids: &[u32]) -> Result<String, BenchError> {
         match self {
             BenchTokenizer::Local { tokenizer, .. } => {
-                tokenizer.decode(ids, false).map_err(|e| BenchError::Tokenizer(e.to_string()))
+                let ids: Vec<TokenId> = ids.iter().copied().map(TokenId).collect();
+                tokenizer.decode(&ids, false).map_err(|e| BenchError::Tokenizer(e.to_string()))
             }
             BenchTokenizer::Server(c) => c.detokenize(ids).await,
         }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::tokenizer::{IncrementalDetokenizer, Tokenizer};
+use crate::TokenId;
 
 pub(crate) struct TextOutput {
     detok: IncrementalDetokenizer,
@@ -30,7 +31,7 @@ fn held_back(text: &str, stop: &[String]) -> usize {
 impl TextOutput {
     pub(crate) fn new(
         tokenizer: Arc<Tokenizer>,
-        prompt: &[u32],
+        prompt: &[TokenId],
         skip_special: bool,
         stop: Vec<String>,
     ) -> Result<Self> {
@@ -44,7 +45,7 @@ impl TextOutput {
     }
 
     /// Feeds a token; returns the text now safe to show and the stop string if one matched (the request then ends).
-    pub(crate) fn push(&mut self, token: u32) -> Result<(String, Option<String>)> {
+    pub(crate) fn push(&mut self, token: TokenId) -> Result<(String, Option<String>)> {
         let new = self.detok.push(token)?;
         self.pending.push_str(&new);
         Ok(self.drain(false))

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use candle_core::DType;
-use rserve_scheduler::{Scheduler, SchedulerConfig};
+use rserve_scheduler::{Scheduler, SchedulerConfig, TokenId};
 
 use super::budget::{self, GIB};
 use super::config::{DTypeArg, EngineConfig};
@@ -205,7 +205,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     sched_cfg.enable_prefix_caching = cfg.enable_prefix_caching;
     let scheduler = Scheduler::new(sched_cfg).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
 
-    let mut eos = params.eos_token_ids.clone();
+    let mut eos: Vec<TokenId> = params.eos_token_ids.iter().copied().map(TokenId).collect();
     for id in tokenizer.eos_token_ids() {
         if !eos.contains(&id) {
             eos.push(id);

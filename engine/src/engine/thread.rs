@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use rserve_scheduler::{FinishStatus, NewRequest, RequestId, Scheduler, SchedulerOutput};
+use rserve_scheduler::{FinishStatus, NewRequest, RequestId, Scheduler, SchedulerOutput, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::handle::Command;
@@ -22,8 +22,8 @@ use crate::tokenizer::Tokenizer;
 /// State of one request while it lives in the engine.
 struct Live {
     events: UnboundedSender<RequestEvent>,
-    prompt: Vec<u32>,
-    output: Vec<u32>,
+    prompt: Vec<TokenId>,
+    output: Vec<TokenId>,
     sampling: SamplingParams,
     rng: StdRng,
     text: TextOutput,
@@ -39,7 +39,7 @@ pub(crate) struct EngineLoop {
     pub(crate) runner: Box<dyn StepRunner>,
     pub(crate) tokenizer: Arc<Tokenizer>,
     pub(crate) metrics: Arc<EngineMetrics>,
-    pub(crate) eos_token_ids: Vec<u32>,
+    pub(crate) eos_token_ids: Vec<TokenId>,
     pub(crate) seed: u64,
     live: HashMap<RequestId, Live>,
     shutting_down: bool,
@@ -51,7 +51,7 @@ impl EngineLoop {
         runner: Box<dyn StepRunner>,
         tokenizer: Arc<Tokenizer>,
         metrics: Arc<EngineMetrics>,
-        eos_token_ids: Vec<u32>,
+        eos_token_ids: Vec<TokenId>,
         seed: u64,
     ) -> Self {
         Self { scheduler, runner, tokenizer, metrics, eos_token_ids, seed, live: HashMap::new(), shutting_down: false }
@@ -173,21 +173,21 @@ impl EngineLoop {
     }
 
     /// The device's greedy picks (one id per sequence of the step) for the sequences that sample.
-    fn take_ids(&mut self, out: &SchedulerOutput, ids: &[u32]) -> Vec<(RequestId, u32)> {
+    fn take_ids(&mut self, out: &SchedulerOutput, ids: &[u32]) -> Vec<(RequestId, TokenId)> {
         let mut sampled = Vec::new();
         for (i, s) in out.seqs.iter().enumerate() {
             let Some(live) = self.live.get_mut(&s.request_id) else { continue };
             live.cached_tokens = live.cached_tokens.max(s.num_cached_tokens);
             if s.sample {
                 if let Some(&t) = ids.get(i) {
-                    sampled.push((s.request_id, t));
+                    sampled.push((s.request_id, TokenId(t)));
                 }
             }
         }
         sampled
     }
 
-    fn sample(&mut self, out: &SchedulerOutput, mut logits: Vec<f32>) -> Vec<(RequestId, u32)> {
+    fn sample(&mut self, out: &SchedulerOutput, mut logits: Vec<f32>) -> Vec<(RequestId, TokenId)> {
         let vocab = self.runner.vocab_size();
         let mut sampled = Vec::new();
         for (i, s) in out.seqs.iter().enumerate() {
@@ -199,7 +199,7 @@ impl EngineLoop {
             let Some(row) = logits.get_mut(i * vocab..(i + 1) * vocab) else { continue };
             let r = sampling::sample(row, &live.sampling, &live.prompt, &live.output, &mut live.rng);
             if let Some((lp, top)) = r.logprob {
-                let name = |id: u32| self.tokenizer.token_to_string(id).unwrap_or_default();
+                let name = |id: TokenId| self.tokenizer.token_to_string(id).unwrap_or_default();
                 live.logprobs.push(TokenLogprob {
                     token_id: r.token,
                     token: name(r.token),
@@ -212,7 +212,7 @@ impl EngineLoop {
         sampled
     }
 
-    fn on_output(&mut self, id: RequestId, token: Option<u32>, finished: Option<FinishStatus>) {
+    fn on_output(&mut self, id: RequestId, token: Option<TokenId>, finished: Option<FinishStatus>) {
         let now = Instant::now();
         let Some(live) = self.live.get_mut(&id) else { return };
         let mut text = String::new();

@@ -51,7 +51,7 @@ impl FlatBatch {
         for (i, s) in seqs.iter().enumerate() {
             check_seq(s, block_size, num_blocks)
                 .map_err(|m| EngineError::InvalidArgument(format!("batch sequence {i}: {m}")))?;
-            f.ids.extend_from_slice(&s.token_ids);
+            f.ids.extend(s.token_ids.iter().map(|t| t.0));
             f.positions.extend((0..s.token_ids.len()).map(|t| (s.start_position + t) as u32));
             f.slots.extend_from_slice(&s.slot_mapping);
             f.query_start.push(f.ids.len() as u32);
@@ -154,10 +154,15 @@ fn check_seq(s: &ScheduledSeq, block_size: usize, num_blocks: usize) -> std::res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rserve_scheduler::BlockId;
+    use rserve_scheduler::{BlockId, TokenId};
 
     fn seq(tokens: &[u32], start: usize, table: &[u32]) -> ScheduledSeq {
-        ScheduledSeq::new(tokens.to_vec(), start, table.iter().map(|&b| BlockId(b)).collect(), 16)
+        ScheduledSeq::new(
+            tokens.iter().copied().map(TokenId).collect(),
+            start,
+            table.iter().map(|&b| BlockId(b)).collect(),
+            16,
+        )
     }
 
     #[test]

@@ -11,4 +11,4 @@ pub mod shard;
 pub use flat::{DeviceBatch, FlatBatch};
 pub use kv_cache::PagedKvCache;
 pub use llama::{DeviceOutput, LlamaModel, StageOutput};
-pub use rserve_scheduler::{BlockId, ScheduledSeq};
+pub use rserve_scheduler::{BlockId, ScheduledSeq, TokenId};

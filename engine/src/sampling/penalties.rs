@@ -4,13 +4,14 @@
 use std::collections::HashMap;
 
 use crate::api::SamplingParams;
+use crate::TokenId;
 
 /// Applies penalties and bias to `logits` in place.
-pub fn apply(logits: &mut [f32], p: &SamplingParams, prompt: &[u32], output: &[u32]) {
+pub fn apply(logits: &mut [f32], p: &SamplingParams, prompt: &[TokenId], output: &[TokenId]) {
     if p.repetition_penalty != 1.0 {
         let r = p.repetition_penalty;
         let mut seen = vec![false; logits.len()];
-        for &t in prompt.iter().chain(output) {
+        for &TokenId(t) in prompt.iter().chain(output) {
             if let Some(s) = seen.get_mut(t as usize) {
                 if !*s {
                     *s = true;
@@ -22,7 +23,7 @@ pub fn apply(logits: &mut [f32], p: &SamplingParams, prompt: &[u32], output: &[u
     }
     if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
         let mut counts: HashMap<u32, u32> = HashMap::new();
-        for &t in output {
+        for &TokenId(t) in output {
             *counts.entry(t).or_default() += 1;
         }
         for (t, c) in counts {
@@ -31,7 +32,7 @@ pub fn apply(logits: &mut [f32], p: &SamplingParams, prompt: &[u32], output: &[u
             }
         }
     }
-    for &(t, b) in &p.logit_bias {
+    for &(TokenId(t), b) in &p.logit_bias {
         if let Some(l) = logits.get_mut(t as usize) {
             *l += b;
         }
@@ -46,7 +47,7 @@ mod tests {
     fn repetition_penalty_divides_positive_and_multiplies_negative_once() {
         let mut l = vec![2.0, -2.0, 1.0];
         let p = SamplingParams { repetition_penalty: 2.0, ..Default::default() };
-        apply(&mut l, &p, &[0, 1, 0], &[1]);
+        apply(&mut l, &p, &[TokenId(0), TokenId(1), TokenId(0)], &[TokenId(1)]);
         assert_eq!(l, vec![1.0, -4.0, 1.0]);
     }
 
@@ -54,14 +55,14 @@ mod tests {
     fn presence_and_frequency_count_output_only() {
         let mut l = vec![0.0; 3];
         let p = SamplingParams { presence_penalty: 0.5, frequency_penalty: 0.25, ..Default::default() };
-        apply(&mut l, &p, &[2], &[0, 0, 1]);
+        apply(&mut l, &p, &[TokenId(2)], &[TokenId(0), TokenId(0), TokenId(1)]);
         assert_eq!(l, vec![-1.0, -0.75, 0.0]);
     }
 
     #[test]
     fn logit_bias_adds_and_ignores_out_of_range_ids() {
         let mut l = vec![0.0; 2];
-        let p = SamplingParams { logit_bias: vec![(1, 5.0), (9, 1.0)], ..Default::default() };
+        let p = SamplingParams { logit_bias: vec![(TokenId(1), 5.0), (TokenId(9), 1.0)], ..Default::default() };
         apply(&mut l, &p, &[], &[]);
         assert_eq!(l, vec![0.0, 5.0]);
     }

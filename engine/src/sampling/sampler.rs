@@ -6,21 +6,31 @@ use rand::Rng;
 
 use super::{logprobs, penalties};
 use crate::api::SamplingParams;
+use crate::TokenId;
 
 /// The sampled token and, when asked for, its log-prob and the top alternatives (raw distribution).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sampled {
-    pub token: u32,
-    pub logprob: Option<(f32, Vec<(u32, f32)>)>,
+    pub token: TokenId,
+    pub logprob: Option<(f32, Vec<(TokenId, f32)>)>,
 }
 
 /// Samples one token from `logits` (one sequence, full vocabulary). `logits` is used as scratch.
-pub fn sample(logits: &mut [f32], p: &SamplingParams, prompt: &[u32], output: &[u32], rng: &mut StdRng) -> Sampled {
+pub fn sample(
+    logits: &mut [f32],
+    p: &SamplingParams,
+    prompt: &[TokenId],
+    output: &[TokenId],
+    rng: &mut StdRng,
+) -> Sampled {
     let raw = p.logprobs.map(|k| (logprobs::log_softmax(logits), k));
     penalties::apply(logits, p, prompt, output);
     let token = if p.temperature < 1e-5 { argmax(logits) } else { draw(logits, p, rng) };
-    let logprob = raw.map(|(lp, k)| (lp[token as usize], logprobs::top_k(&lp, k)));
-    Sampled { token, logprob }
+    let logprob = raw.map(|(lp, k)| {
+        let top = logprobs::top_k(&lp, k).into_iter().map(|(id, l)| (TokenId(id), l)).collect();
+        (lp[token as usize], top)
+    });
+    Sampled { token: TokenId(token), logprob }
 }
 
 /// The greedy token: the lowest index among equal maxima (`argmax_rows` on the GPU follows the same rule).
@@ -87,9 +97,9 @@ mod tests {
     #[test]
     fn greedy_takes_argmax_after_bias() {
         let mut rng = StdRng::seed_from_u64(0);
-        let p = SamplingParams { logit_bias: vec![(0, 10.0)], ..params(0.0) };
-        assert_eq!(sample(&mut [1.0, 3.0, 2.0], &params(0.0), &[], &[], &mut rng).token, 1);
-        assert_eq!(sample(&mut [1.0, 3.0, 2.0], &p, &[], &[], &mut rng).token, 0);
+        let p = SamplingParams { logit_bias: vec![(TokenId(0), 10.0)], ..params(0.0) };
+        assert_eq!(sample(&mut [1.0, 3.0, 2.0], &params(0.0), &[], &[], &mut rng).token, TokenId(1));
+        assert_eq!(sample(&mut [1.0, 3.0, 2.0], &p, &[], &[], &mut rng).token, TokenId(0));
     }
 
     #[test]
@@ -97,7 +107,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(7);
         let p = SamplingParams { top_k: 1, ..params(5.0) };
         for _ in 0..50 {
-            assert_eq!(sample(&mut [0.0, 0.1, 0.2, 0.05], &p, &[], &[], &mut rng).token, 2);
+            assert_eq!(sample(&mut [0.0, 0.1, 0.2, 0.05], &p, &[], &[], &mut rng).token, TokenId(2));
         }
     }
 
@@ -108,8 +118,8 @@ mod tests {
         let p = SamplingParams { top_p: 0.9, ..params(1.0) };
         let q = SamplingParams { min_p: 0.5, ..params(1.0) };
         for _ in 0..200 {
-            assert!(sample(&mut logits.clone(), &p, &[], &[], &mut rng).token < 2);
-            assert!(sample(&mut logits.clone(), &q, &[], &[], &mut rng).token < 2);
+            assert!(sample(&mut logits.clone(), &p, &[], &[], &mut rng).token < TokenId(2));
+            assert!(sample(&mut logits.clone(), &q, &[], &[], &mut rng).token < TokenId(2));
         }
     }
 
@@ -128,10 +138,10 @@ mod tests {
     fn logprobs_come_from_the_raw_distribution() {
         let mut rng = StdRng::seed_from_u64(0);
         let p = SamplingParams { logprobs: Some(2), repetition_penalty: 2.0, ..params(0.0) };
-        let s = sample(&mut [1.0, 2.0, 3.0], &p, &[2], &[], &mut rng);
+        let s = sample(&mut [1.0, 2.0, 3.0], &p, &[TokenId(2)], &[], &mut rng);
         let lp = logprobs::log_softmax(&[1.0, 2.0, 3.0]);
         let (chosen, top) = s.logprob.unwrap();
-        assert_eq!(chosen, lp[s.token as usize]);
-        assert_eq!(top[0], (2, lp[2]));
+        assert_eq!(chosen, lp[s.token.0 as usize]);
+        assert_eq!(top[0], (TokenId(2), lp[2]));
     }
 }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use super::Tokenizer;
 use crate::error::Result;
+use crate::TokenId;
 
 /// How many tokens may wait unsent before the detokenizer tries to cut the window (only a run of bytes that never
 /// forms a character gets this long; real text sends every few tokens).
@@ -35,7 +36,8 @@ const PROMPT_CONTEXT_TOKENS: usize = 6;
 pub struct IncrementalDetokenizer {
     tokenizer: Arc<Tokenizer>,
     skip_special_tokens: bool,
-    /// The window: context ids (already sent) first, then ids not yet sent, starting at `read`.
+    /// The window: context ids (already sent) first, then ids not yet sent, starting at `read` (bare ids, as the
+    /// wrapped tokenizer decodes them).
     ids: Vec<u32>,
     read: usize,
     /// `decode(ids[..read])`, cached.
@@ -51,23 +53,27 @@ impl IncrementalDetokenizer {
     /// A detokenizer whose first piece is decoded after the last few `prompt_ids`, so a sentencepiece-style leading
     /// space of the first generated token is kept (as it would be in `decode(prompt + generated)`). The prompt's
     /// text is not returned.
-    pub fn with_prompt(tokenizer: Arc<Tokenizer>, prompt_ids: &[u32], skip_special_tokens: bool) -> Result<Self> {
-        let mut context: Vec<u32> =
-            prompt_ids.iter().copied().filter(|&id| !(skip_special_tokens && tokenizer.is_special_token(id))).collect();
+    pub fn with_prompt(tokenizer: Arc<Tokenizer>, prompt_ids: &[TokenId], skip_special_tokens: bool) -> Result<Self> {
+        let mut context: Vec<u32> = prompt_ids
+            .iter()
+            .copied()
+            .filter(|&id| !(skip_special_tokens && tokenizer.is_special_token(id)))
+            .map(|id| id.0)
+            .collect();
         context.drain(..context.len().saturating_sub(PROMPT_CONTEXT_TOKENS));
-        let prefix_text = tokenizer.decode(&context, skip_special_tokens)?;
+        let prefix_text = tokenizer.decode_raw(&context, skip_special_tokens)?;
         let read = context.len();
         Ok(Self { tokenizer, skip_special_tokens, ids: context, read, prefix_text })
     }
 
     /// Feeds one generated id; returns the text that became final (often empty).
-    pub fn push(&mut self, id: u32) -> Result<String> {
+    pub fn push(&mut self, id: TokenId) -> Result<String> {
         // Skipped special tokens never enter the window: they decode to nothing, and leaving them out keeps
         // sentencepiece decoders from treating the next token as the first one.
         if self.skip_special_tokens && self.tokenizer.is_special_token(id) {
             return Ok(String::new());
         }
-        self.ids.push(id);
+        self.ids.push(id.0);
         let text = self.decode(&self.ids)?;
         let pending = self.ids.len() - self.read;
         // A byte-fallback run decodes as a whole (valid UTF-8, or one U+FFFD per byte), so it is final only once a
@@ -80,7 +86,7 @@ impl IncrementalDetokenizer {
             // A long run that keeps ending in U+FFFD: send the part that later ids can no longer change, if the
             // window splits cleanly there (decoding both halves apart gives the same text as decoding them together).
             let cut = self.ids.len() - SETTLE_TOKENS;
-            if self.tokenizer.is_byte_fallback_token(self.ids[cut]) {
+            if self.tokenizer.is_byte_fallback_token(TokenId(self.ids[cut])) {
                 // Cutting would split a byte-fallback run, which only decodes as a whole.
                 return Ok(String::new());
             }
@@ -94,7 +100,7 @@ impl IncrementalDetokenizer {
     }
 
     /// Feeds several ids; returns the text that became final.
-    pub fn push_all(&mut self, ids: &[u32]) -> Result<String> {
+    pub fn push_all(&mut self, ids: &[TokenId]) -> Result<String> {
         let mut out = String::new();
         for &id in ids {
             out.push_str(&self.push(id)?);
@@ -137,7 +143,7 @@ impl IncrementalDetokenizer {
     }
 
     fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.tokenizer.decode(ids, self.skip_special_tokens)
+        self.tokenizer.decode_raw(ids, self.skip_special_tokens)
     }
 }
 

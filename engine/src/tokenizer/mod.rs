@@ -6,6 +6,8 @@
 //!
 //! Invariant: `decode` is the one definition of "the text of these ids"; `token_to_string` and the incremental
 //! detokenizer are defined in terms of it, so streamed text always equals the final text.
+//!
+//! The public API speaks [`TokenId`]; the wrapped `tokenizers` crate and the fields here keep bare `u32`s.
 
 mod byte_level;
 pub mod detok;
@@ -21,6 +23,7 @@ use tokenizers::DecoderWrapper;
 pub use detok::IncrementalDetokenizer;
 
 use crate::error::{EngineError, Result};
+use crate::TokenId;
 use hf_config::HfTokenizerConfig;
 
 /// A model's tokenizer. Cheap to share behind an `Arc`; all methods take `&self`.
@@ -176,40 +179,46 @@ impl Tokenizer {
 
     /// Token ids of `text`. `add_special_tokens` runs the post-processor (BOS/EOS as the tokenizer defines them).
     /// Special-token strings inside `text` (like `<|im_start|>`) always become their single ids, as in Hugging Face.
-    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<TokenId>> {
         self.inner
             .encode_fast(text, add_special_tokens)
-            .map(|e| e.get_ids().to_vec())
+            .map(|e| e.get_ids().iter().copied().map(TokenId).collect())
             .map_err(|e| EngineError::Tokenizer(format!("encode: {e}")))
     }
 
     /// Encodes a prompt rendered by a chat template without doubling BOS: when the text already starts with the BOS
     /// string the template wrote it, so special tokens are not added; otherwise they are (a tokenizer that adds BOS
     /// gets it, one that does not gets nothing).
-    pub fn encode_chat_prompt(&self, rendered: &str) -> Result<Vec<u32>> {
+    pub fn encode_chat_prompt(&self, rendered: &str) -> Result<Vec<TokenId>> {
         let starts_with_bos = self.bos_token.as_deref().is_some_and(|bos| !bos.is_empty() && rendered.starts_with(bos));
         self.encode(rendered, !starts_with_bos)
     }
 
     /// The text of `ids`. Ids outside the vocabulary are skipped (as `tokenizers` does); with `skip_special_tokens`
     /// special added tokens are dropped.
-    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+    pub fn decode(&self, ids: &[TokenId], skip_special_tokens: bool) -> Result<String> {
+        let raw: Vec<u32> = ids.iter().map(|t| t.0).collect();
+        self.decode_raw(&raw, skip_special_tokens)
+    }
+
+    /// `decode` over bare ids (the incremental detokenizer's window), without copying them.
+    pub(crate) fn decode_raw(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.inner.decode(ids, skip_special_tokens).map_err(|e| EngineError::Tokenizer(format!("decode: {e}")))
     }
 
     /// The decoded text of one token (for log-prob display); `None` for an id outside the vocabulary. A token that
     /// is only part of a UTF-8 character shows as U+FFFD; `token_bytes` gives its exact bytes.
-    pub fn token_to_string(&self, id: u32) -> Option<String> {
-        self.inner.id_to_token(id)?;
-        self.inner.decode(&[id], false).ok()
+    pub fn token_to_string(&self, id: TokenId) -> Option<String> {
+        self.inner.id_to_token(id.0)?;
+        self.inner.decode(&[id.0], false).ok()
     }
 
     /// The exact bytes one token stands for, when they are known: byte-level vocabularies map each character back
     /// to its byte, `<0xNN>` byte-fallback tokens are that byte, special tokens are their text. Other vocabularies
     /// give the UTF-8 of the decoded token. `None` for an id outside the vocabulary.
-    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
-        let raw = self.inner.id_to_token(id)?;
-        if self.special_ids.contains(&id) {
+    pub fn token_bytes(&self, id: TokenId) -> Option<Vec<u8>> {
+        let raw = self.inner.id_to_token(id.0)?;
+        if self.special_ids.contains(&id.0) {
             return Some(raw.into_bytes());
         }
         if self.byte_level_decoder {
@@ -228,13 +237,13 @@ impl Tokenizer {
     }
 
     /// The token's raw vocabulary string (byte-level spelling, `▁` and so on), as `convert_ids_to_tokens` gives.
-    pub fn id_to_token(&self, id: u32) -> Option<String> {
-        self.inner.id_to_token(id)
+    pub fn id_to_token(&self, id: TokenId) -> Option<String> {
+        self.inner.id_to_token(id.0)
     }
 
     /// The id of a vocabulary string or added token.
-    pub fn token_to_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
+    pub fn token_to_id(&self, token: &str) -> Option<TokenId> {
+        self.inner.token_to_id(token).map(TokenId)
     }
 
     /// Number of ids, added tokens included (the size the embedding must cover at least).
@@ -242,19 +251,19 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    pub fn bos_token_id(&self) -> Option<u32> {
-        self.bos_token_id
+    pub fn bos_token_id(&self) -> Option<TokenId> {
+        self.bos_token_id.map(TokenId)
     }
 
     /// Every id that ends generation: the EOS first, then extra end-of-turn ids (GGUF `eot`/`eom`, or ones the
     /// caller merged in from `generation_config.json` through `with_extra_eos_token_ids`).
-    pub fn eos_token_ids(&self) -> Vec<u32> {
-        self.eos_token_ids.clone()
+    pub fn eos_token_ids(&self) -> Vec<TokenId> {
+        self.eos_token_ids.iter().copied().map(TokenId).collect()
     }
 
     /// Adds stop ids (e.g. `generation_config.json`'s `eos_token_id` list) to the EOS set, keeping order, no repeats.
-    pub fn with_extra_eos_token_ids(mut self, ids: &[u32]) -> Self {
-        for &id in ids {
+    pub fn with_extra_eos_token_ids(mut self, ids: &[TokenId]) -> Self {
+        for &TokenId(id) in ids {
             if !self.eos_token_ids.contains(&id) {
                 self.eos_token_ids.push(id);
             }
@@ -286,14 +295,14 @@ impl Tokenizer {
     }
 
     /// Whether `id` is a special added token (dropped by `decode(.., true)`).
-    pub fn is_special_token(&self, id: u32) -> bool {
-        self.special_ids.contains(&id)
+    pub fn is_special_token(&self, id: TokenId) -> bool {
+        self.special_ids.contains(&id.0)
     }
 
     /// Whether `id` is a `<0xNN>` byte-fallback token: a run of them decodes as one unit (all valid UTF-8, or one
     /// U+FFFD per byte), so a streaming decoder must not send text while such a run may still grow.
-    pub fn is_byte_fallback_token(&self, id: u32) -> bool {
-        self.byte_fallback_ids.contains(&id)
+    pub fn is_byte_fallback_token(&self, id: TokenId) -> bool {
+        self.byte_fallback_ids.contains(&id.0)
     }
 
     /// The wrapped tokenizer (e.g. to `.save()` it as `tokenizer.json`).

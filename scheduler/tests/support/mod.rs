@@ -4,19 +4,21 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rserve_scheduler::{BlockId, FinishStatus, NewRequest, RequestId, RequestOutput, Scheduler, SchedulerOutput};
+use rserve_scheduler::{
+    BlockId, FinishStatus, NewRequest, RequestId, RequestOutput, Scheduler, SchedulerOutput, TokenId,
+};
 
 /// Next token of the fake model: a mix of the last computed token and its position, reduced to `vocab`.
-pub fn fake_token(last: u32, position: usize, vocab: u32) -> u32 {
-    let mut x = (u64::from(last) << 32) ^ position as u64 ^ 0x5851_F42D_4C95_7F2D;
+pub fn fake_token(last: TokenId, position: usize, vocab: u32) -> TokenId {
+    let mut x = (u64::from(last.0) << 32) ^ position as u64 ^ 0x5851_F42D_4C95_7F2D;
     x ^= x >> 33;
     x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
     x ^= x >> 33;
-    (x % u64::from(vocab)) as u32
+    TokenId((x % u64::from(vocab)) as u32)
 }
 
 /// The fake model's samples for a step: one per seq with `sample`, from the seq's last token and position.
-pub fn sample_step(out: &SchedulerOutput, vocab: u32) -> Vec<(RequestId, u32)> {
+pub fn sample_step(out: &SchedulerOutput, vocab: u32) -> Vec<(RequestId, TokenId)> {
     out.seqs
         .iter()
         .filter(|s| s.sample)
@@ -27,8 +29,14 @@ pub fn sample_step(out: &SchedulerOutput, vocab: u32) -> Vec<(RequestId, u32)> {
         .collect()
 }
 
+/// Token ids from bare numbers.
+pub fn toks(ids: impl IntoIterator<Item = u32>) -> Vec<TokenId> {
+    ids.into_iter().map(TokenId).collect()
+}
+
+/// A request with prompt and stop tokens given as bare numbers.
 pub fn new_request(id: u64, prompt: Vec<u32>, max_tokens: usize, min_tokens: usize, stop: Vec<u32>) -> NewRequest {
-    NewRequest { id: RequestId(id), prompt_token_ids: prompt, max_tokens, min_tokens, stop_token_ids: stop }
+    NewRequest { id: RequestId(id), prompt_token_ids: toks(prompt), max_tokens, min_tokens, stop_token_ids: toks(stop) }
 }
 
 /// Checks one step's output against the scheduler's limits and the KV cache: the token budget and sequence cap, slot
@@ -88,7 +96,7 @@ pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String
 /// What happened to one request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
-    pub tokens: Vec<u32>,
+    pub tokens: Vec<TokenId>,
     pub finish: Option<FinishStatus>,
 }
 

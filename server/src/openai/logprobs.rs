@@ -58,14 +58,16 @@ pub fn completion(tokens: &[TokenLogprob], mut offset: usize, out: &mut Completi
 
 #[cfg(test)]
 mod tests {
+    use rserve_engine::TokenId;
+
     use super::*;
 
     fn tl(id: u32, token: &str, lp: f32, top: &[(u32, &str, f32)]) -> TokenLogprob {
         TokenLogprob {
-            token_id: id,
+            token_id: TokenId(id),
             token: token.into(),
             logprob: lp,
-            top: top.iter().map(|(i, s, l)| (*i, s.to_string(), *l)).collect(),
+            top: top.iter().map(|(i, s, l)| (TokenId(*i), s.to_string(), *l)).collect(),
         }
     }
 

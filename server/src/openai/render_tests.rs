@@ -4,6 +4,7 @@
 
 use futures_util::StreamExt;
 use rserve_engine::api::{FinishReason, RequestEvent, TokenLogprob, Usage};
+use rserve_engine::TokenId;
 use serde_json::{json, Value};
 
 use super::*;
@@ -14,7 +15,7 @@ fn meta() -> ResponseMeta {
 }
 
 fn delta(text: &str) -> RequestEvent {
-    RequestEvent::Delta { text: text.into(), token_ids: vec![1], logprobs: Vec::new() }
+    RequestEvent::Delta { text: text.into(), token_ids: vec![TokenId(1)], logprobs: Vec::new() }
 }
 
 fn finished(reason: FinishReason, completion_tokens: usize) -> RequestEvent {
@@ -74,8 +75,13 @@ async fn chat_stream_shape() {
 
 #[tokio::test]
 async fn chat_stream_usage_and_logprobs() {
-    let lp = TokenLogprob { token_id: 3, token: "Hi".into(), logprob: -0.1, top: vec![(3, "Hi".into(), -0.1)] };
-    let ev = RequestEvent::Delta { text: "Hi".into(), token_ids: vec![3], logprobs: vec![lp] };
+    let lp = TokenLogprob {
+        token_id: TokenId(3),
+        token: "Hi".into(),
+        logprob: -0.1,
+        top: vec![(TokenId(3), "Hi".into(), -0.1)],
+    };
+    let ev = RequestEvent::Delta { text: "Hi".into(), token_ids: vec![TokenId(3)], logprobs: vec![lp] };
     let r = ChatStream::new(meta(), 1, 5, true, true);
     let out = run(r, vec![(0, ev), (0, delta("")), (0, finished(FinishReason::Stop, 2))]).await;
     // role, "Hi", finish, usage, [DONE]: the empty delta without log-probs is not sent.
@@ -113,8 +119,13 @@ async fn stream_error_stops_the_stream() {
 async fn completion_stream_shape_with_echo_and_logprobs() {
     let m = ResponseMeta { id: "cmpl-1".into(), created: 7, model: "m".into() };
     let prompts = vec![ValidPrompt { token_count: 3, echo: Some("ab".into()) }];
-    let lp = TokenLogprob { token_id: 9, token: "c".into(), logprob: -0.5, top: vec![(8, "d".into(), -0.25)] };
-    let ev = RequestEvent::Delta { text: "c".into(), token_ids: vec![9], logprobs: vec![lp] };
+    let lp = TokenLogprob {
+        token_id: TokenId(9),
+        token: "c".into(),
+        logprob: -0.5,
+        top: vec![(TokenId(8), "d".into(), -0.25)],
+    };
+    let ev = RequestEvent::Delta { text: "c".into(), token_ids: vec![TokenId(9)], logprobs: vec![lp] };
     let stop = RequestEvent::Finished {
         reason: FinishReason::Stop,
         usage: Usage { prompt_tokens: 3, completion_tokens: 1, cached_tokens: 0 },

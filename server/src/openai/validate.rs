@@ -3,6 +3,7 @@
 //! re-reads the JSON.
 
 use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams, StopParams};
+use rserve_engine::TokenId;
 
 use crate::openai::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField, SamplingFields, StopField,
@@ -164,9 +165,9 @@ fn check_range(v: Option<f64>, lo: f64, hi: f64, err: fn(f64) -> ValidationError
     }
 }
 
-fn token_id(param: &'static str, value: i64, vocab_size: usize) -> Result<u32> {
+fn token_id(param: &'static str, value: i64, vocab_size: usize) -> Result<TokenId> {
     match u32::try_from(value) {
-        Ok(id) if (id as usize) < vocab_size => Ok(id),
+        Ok(id) if (id as usize) < vocab_size => Ok(TokenId(id)),
         _ => Err(ValidationError::TokenIdOutOfRange { param, value, max_id: vocab_size.saturating_sub(1) }),
     }
 }
@@ -223,7 +224,7 @@ pub fn common(f: &SamplingFields, info: &EngineInfo, defaults: &SamplingParams) 
             if !(-100.0..=100.0).contains(&value) {
                 return Err(V::LogitBiasValueOutOfRange { key: key.clone(), value });
             }
-            pairs.push((id, value as f32));
+            pairs.push((TokenId(id), value as f32));
         }
         pairs.sort_by_key(|p| p.0);
         s.logit_bias = pairs;
@@ -272,7 +273,7 @@ pub fn common(f: &SamplingFields, info: &EngineInfo, defaults: &SamplingParams) 
         .unwrap_or(&[])
         .iter()
         .map(|&id| token_id("stop_token_ids", id, info.vocab_size))
-        .collect::<Result<Vec<u32>>>()?;
+        .collect::<Result<Vec<TokenId>>>()?;
 
     let stream = f.stream.unwrap_or(false);
     if f.stream_options.is_some() && !stream {
@@ -300,7 +301,7 @@ pub fn common(f: &SamplingFields, info: &EngineInfo, defaults: &SamplingParams) 
 /// The `n` engine requests of one prompt: checks the context length, fills `max_tokens`, derives per-choice seeds.
 pub fn requests_for_prompt(
     c: &Common,
-    prompt: Vec<u32>,
+    prompt: Vec<TokenId>,
     info: &EngineInfo,
     param: &'static str,
 ) -> Result<Vec<GenerateRequest>> {
@@ -430,7 +431,7 @@ pub fn chat_turns(messages: &[ChatMessageIn]) -> Result<Vec<ChatTurn>> {
 }
 
 /// Renders the turns with the chat template and tokenizes the result (no second BOS when the template wrote one).
-pub fn chat_prompt(engine: &dyn Engine, turns: &[ChatTurn], add_generation_prompt: bool) -> Result<Vec<u32>> {
+pub fn chat_prompt(engine: &dyn Engine, turns: &[ChatTurn], add_generation_prompt: bool) -> Result<Vec<TokenId>> {
     let text = engine
         .render_chat(turns, add_generation_prompt)
         .ok_or(ValidationError::NoChatTemplate)?
@@ -551,7 +552,8 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
                 (ids, echo.then(|| t.to_owned()))
             }
             PromptInput::Tokens(t) => {
-                let ids = t.iter().map(|&id| token_id("prompt", id, info.vocab_size)).collect::<Result<Vec<u32>>>()?;
+                let ids =
+                    t.iter().map(|&id| token_id("prompt", id, info.vocab_size)).collect::<Result<Vec<TokenId>>>()?;
                 let text = if echo {
                     Some(engine.decode(&ids, false).map_err(|e| ValidationError::Tokenization(e.to_string()))?)
                 } else {
@@ -567,7 +569,7 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
 }
 
 /// Token ids as given on the wire (`/detokenize`), checked against the vocabulary.
-pub fn token_ids(param: &'static str, ids: &[i64], info: &EngineInfo) -> Result<Vec<u32>> {
+pub fn token_ids(param: &'static str, ids: &[i64], info: &EngineInfo) -> Result<Vec<TokenId>> {
     ids.iter().map(|&id| token_id(param, id, info.vocab_size)).collect()
 }
 

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::testing::{FakeEngine, VOCAB};
+use crate::testing::{ids, FakeEngine, VOCAB};
 
 fn chat_req(v: serde_json::Value) -> ChatCompletionRequest {
     serde_json::from_value(v).expect("valid JSON shape")
@@ -47,7 +47,7 @@ fn defaults_come_from_the_engine_and_max_tokens_fills_the_context() {
     let r = &v.requests[0];
     // "<s>user: hi\nassistant:" is 22 tokens with the fake tokenizer; no second BOS is added.
     assert_eq!(r.prompt_token_ids.len(), 22);
-    assert_eq!(r.prompt_token_ids.iter().filter(|&&t| t == 0).count(), 0, "the template wrote the BOS text");
+    assert_eq!(r.prompt_token_ids.iter().filter(|&&t| t == TokenId(0)).count(), 0, "the template wrote the BOS text");
     assert_eq!(v.prompt_tokens, 22);
     assert_eq!(r.stop.max_tokens, 64 - 22);
     assert_eq!(r.sampling.temperature, 0.7);
@@ -76,9 +76,9 @@ fn request_fields_reach_the_engine_request() {
     assert_eq!(r.sampling.presence_penalty, 1.0);
     assert_eq!(r.sampling.frequency_penalty, -1.0);
     assert!((r.sampling.repetition_penalty - 1.2).abs() < 1e-6);
-    assert_eq!(r.sampling.logit_bias, vec![(3, -100.0), (7, 5.0)]);
+    assert_eq!(r.sampling.logit_bias, vec![(TokenId(3), -100.0), (TokenId(7), 5.0)]);
     assert_eq!(r.stop.stop, vec!["x".to_string(), "yz".to_string()]);
-    assert_eq!(r.stop.stop_token_ids, vec![5]);
+    assert_eq!(r.stop.stop_token_ids, ids(&[5]));
     assert!(r.stop.ignore_eos);
     assert_eq!(r.stop.min_tokens, 2);
     assert!(!r.stop.skip_special_tokens);
@@ -384,14 +384,14 @@ fn completion_prompts_fan_out_prompt_major() {
             ValidPrompt { token_count: 2, echo: Some("c".into()) },
         ]
     );
-    assert_eq!(v.requests[0].prompt_token_ids, vec![0, b'a' as u32 + 3, b'b' as u32 + 3]);
+    assert_eq!(v.requests[0].prompt_token_ids, ids(&[0, b'a' as u32 + 3, b'b' as u32 + 3]));
     assert_eq!(v.requests[1].prompt_token_ids, v.requests[0].prompt_token_ids);
-    assert_eq!(v.requests[2].prompt_token_ids, vec![0, b'c' as u32 + 3]);
+    assert_eq!(v.requests[2].prompt_token_ids, ids(&[0, b'c' as u32 + 3]));
     let seeds: Vec<_> = v.requests.iter().map(|r| r.sampling.seed).collect();
     assert_eq!(seeds, vec![Some(5), Some(6), Some(5), Some(6)]);
 
     let v = compl_with(json!({"prompt": [[5, 6], [7]], "echo": true})).expect("valid");
-    assert_eq!(v.requests[1].prompt_token_ids, vec![7]);
+    assert_eq!(v.requests[1].prompt_token_ids, ids(&[7]));
     assert_eq!(v.prompts[0].echo.as_deref(), Some("\u{2}\u{3}"));
     let v = compl_with(json!({"prompt": "hi", "add_special_tokens": false})).expect("valid");
     assert_eq!(v.requests[0].prompt_token_ids.len(), 2);
@@ -400,7 +400,7 @@ fn completion_prompts_fan_out_prompt_major() {
 #[test]
 fn detokenize_ids_are_checked() {
     let info = crate::testing::info(64);
-    assert_eq!(token_ids("tokens", &[1, 2], &info), Ok(vec![1, 2]));
+    assert_eq!(token_ids("tokens", &[1, 2], &info), Ok(ids(&[1, 2])));
     refused(
         token_ids("tokens", &[1, 300], &info),
         ValidationError::TokenIdOutOfRange { param: "tokens", value: 300, max_id: VOCAB - 1 },

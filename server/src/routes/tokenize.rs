@@ -36,6 +36,8 @@ pub async fn tokenize(
     } else {
         None
     };
+    // The JSON carries bare numbers.
+    let tokens = tokens.into_iter().map(|t| t.0).collect::<Vec<u32>>();
     Ok(Json(TokenizeResponse { count: tokens.len(), max_model_len: engine.info().max_model_len, tokens, token_strs }))
 }
 
