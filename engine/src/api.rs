@@ -101,6 +101,14 @@ impl FinishReason {
     }
 }
 
+/// What stopped a request that finished with `FinishReason::Stop`, as vLLM reports it in `stop_reason`: a user stop
+/// token id or stop string. Stopping on the model's EOS has none (vLLM's null).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    Token(TokenId),
+    Text(String),
+}
+
 /// Log-probability of one token and its top alternatives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenLogprob {
@@ -126,7 +134,7 @@ pub enum RequestEvent {
     /// New output: the text is safe to show (complete UTF-8, not part of a possible stop string).
     Delta { text: String, token_ids: Vec<TokenId>, logprobs: Vec<TokenLogprob> },
     /// The request ended; `text` is any text held back until now.
-    Finished { reason: FinishReason, usage: Usage, stop_reason: Option<String> },
+    Finished { reason: FinishReason, usage: Usage, stop_reason: Option<StopReason> },
     /// The engine failed to run this request (internal error); no more events follow.
     Error(String),
 }

@@ -107,5 +107,7 @@ fn shared_prefix_is_computed_once() {
     let before = plain.metrics().computed_tokens_total.load(Ordering::Relaxed);
     run_all(&plain, vec![greedy(b.clone(), 1)]);
     assert_eq!((plain.metrics().computed_tokens_total.load(Ordering::Relaxed) - before) as usize, b.len());
+    assert!(plain.is_alive());
     plain.shutdown();
+    assert!(!plain.is_alive(), "a stopped engine thread is not alive");
 }

@@ -28,6 +28,7 @@ pub fn router(state: AppState, access_log: AccessLog) -> Router {
     let mut app = Router::new()
         .nest("/v1", v1)
         .route("/health", get(health::health))
+        .route("/ping", get(health::health).post(health::health))
         .route("/version", get(health::version))
         .route("/metrics", get(metrics::handler))
         .route("/tokenize", post(tokenize::tokenize))

@@ -246,6 +246,18 @@ async fn api_key_guards_v1_only() {
 }
 
 #[tokio::test]
+async fn health_and_ping_are_503_once_the_engine_has_stopped() {
+    let (app, engine) = app();
+    let get = |path: &str| Request::get(path).body(Body::empty()).expect("req");
+    for req in [get("/health"), get("/ping"), Request::post("/ping").body(Body::empty()).expect("req")] {
+        assert_eq!(send(&app, req).await.0, StatusCode::OK);
+    }
+    engine.alive.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(send(&app, get("/health")).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(send(&app, get("/ping")).await.0, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
 async fn full_waiting_queue_is_503_with_retry_after() {
     let engine = FakeEngine::new(128);
     engine.metrics.num_requests_waiting.store(2, Ordering::Relaxed);

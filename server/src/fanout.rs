@@ -3,7 +3,7 @@
 //! merged stream drops every engine stream, which aborts the requests still running.
 
 use futures_util::stream::{self, BoxStream, StreamExt};
-use rserve_engine::api::{FinishReason, RequestEvent, TokenLogprob, Usage};
+use rserve_engine::api::{FinishReason, RequestEvent, StopReason, TokenLogprob, Usage};
 
 use crate::error::ApiError;
 use crate::state::Admitted;
@@ -25,7 +25,7 @@ pub struct ChoiceOutput {
     pub text: String,
     pub logprobs: Vec<TokenLogprob>,
     pub finish: Option<FinishReason>,
-    pub stop_reason: Option<String>,
+    pub stop_reason: Option<StopReason>,
     pub usage: Usage,
 }
 

@@ -60,4 +60,8 @@ impl Engine for LiveEngine {
     fn shutdown(&self) {
         self.handle.shutdown();
     }
+
+    fn is_alive(&self) -> bool {
+        self.handle.is_alive()
+    }
 }

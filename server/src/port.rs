@@ -33,6 +33,8 @@ pub trait Engine: Send + Sync + 'static {
     fn submit(&self, request: GenerateRequest) -> Result<Events, EngineError>;
     /// Stops the engine thread (aborting what is left).
     fn shutdown(&self);
+    /// False once the engine thread has stopped: nothing can be served, and `/health` says so with 503.
+    fn is_alive(&self) -> bool;
 }
 
 /// The events of one request, in order: `Delta`s, then one `Finished` (or `Error`); `None` afterwards.

@@ -2,12 +2,12 @@
 //! ids 0, 1, 2 are `<s>`, `</s>`, `<pad>`); its chat template writes `<s>role: content\n…assistant:`; a request
 //! "generates" the characters of `REPLY` one token at a time, honouring max_tokens, stop strings and log-probs.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rserve_engine::api::{
-    EngineInfo, FinishReason, GenerateRequest, RequestEvent, SamplingParams, TokenLogprob, Usage,
+    EngineInfo, FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage,
 };
 use rserve_engine::engine::EngineMetrics;
 use rserve_engine::{EngineError, TokenId};
@@ -32,6 +32,8 @@ pub struct FakeEngine {
     pub completed: Arc<AtomicUsize>,
     /// If set, requests fail with this engine error.
     pub fail_with: Option<String>,
+    /// What `is_alive` answers (a test stops the "engine thread" by clearing it).
+    pub alive: AtomicBool,
 }
 
 pub fn info(max_model_len: usize) -> EngineInfo {
@@ -61,6 +63,7 @@ impl FakeEngine {
             aborted: Arc::new(AtomicUsize::new(0)),
             completed: Arc::new(AtomicUsize::new(0)),
             fail_with: None,
+            alive: AtomicBool::new(true),
         }
     }
 
@@ -91,7 +94,7 @@ pub fn script(req: &GenerateRequest) -> Vec<RequestEvent> {
     if let Some((pos, s)) = req.stop.stop.iter().filter_map(|s| text.find(s.as_str()).map(|p| (p, s))).min() {
         text.truncate(pos);
         reason = FinishReason::Stop;
-        stop_reason = Some(s.clone());
+        stop_reason = Some(StopReason::Text(s.clone()));
     }
     let limit = req.stop.max_tokens;
     if text.len() > limit {
@@ -217,4 +220,8 @@ impl Engine for FakeEngine {
     }
 
     fn shutdown(&self) {}
+
+    fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
 }

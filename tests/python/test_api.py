@@ -147,6 +147,24 @@ def test_stop_strings_completions(client):
     assert r.choices[0].text == full[: full.index(stop)]
 
 
+def test_stop_reason_as_vllm(server, client):
+    # vLLM's stop_reason: the id (a number) for a stop token id, the string for a stop string, null for EOS.
+    prompt = "The days of the week are Monday,"
+    full = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=8, temperature=0,
+                                     extra_body={"ignore_eos": True}).choices[0].text
+    ids = requests.post(f"{server.url}/tokenize", timeout=30,
+                        json={"model": MODEL_NAME, "prompt": full, "add_special_tokens": False}).json()["tokens"]
+    r = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=8, temperature=0,
+                                  extra_body={"stop_token_ids": [ids[0]]}).choices[0]
+    assert (r.finish_reason, r.model_extra["stop_reason"], r.text) == ("stop", ids[0], "")
+    r = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=8, temperature=0, stop=[full[2:4]],
+                                  extra_body={"ignore_eos": True}).choices[0]
+    assert (r.finish_reason, r.model_extra["stop_reason"]) == ("stop", full[2:4])
+    c = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "Say hi."}],
+                                       max_tokens=200, temperature=0).choices[0]
+    assert (c.finish_reason, c.model_extra["stop_reason"]) == ("stop", None)
+
+
 def test_chat_logprobs(client):
     r = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": PROMPT}],
                                        max_tokens=10, temperature=0, logprobs=True, top_logprobs=3)

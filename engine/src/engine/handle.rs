@@ -85,6 +85,13 @@ impl EngineHandle {
         }
     }
 
+    /// True while the engine thread runs: false once it has ended (a failure that stopped it, or `shutdown`), when
+    /// no request can be served any more (`/health` answers 503 then, as vLLM's does).
+    pub fn is_alive(&self) -> bool {
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
     /// Sampling defaults from the model's generation config (temperature, top_p, ...).
     pub fn default_sampling(&self) -> crate::api::SamplingParams {
         self.default_sampling.clone()

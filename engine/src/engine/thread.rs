@@ -14,7 +14,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::handle::Command;
 use super::metrics::EngineMetrics;
 use super::output::TextOutput;
-use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, TokenLogprob, Usage};
+use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage};
 use crate::runner::StepRunner;
 use crate::sampling;
 use crate::tokenizer::Tokenizer;
@@ -32,6 +32,8 @@ struct Live {
     cached_tokens: usize,
     /// Log-probs of tokens sampled this step, sent with the next delta.
     logprobs: Vec<TokenLogprob>,
+    /// The model's EOS ids stop this request (`ignore_eos` unset).
+    stops_on_eos: bool,
 }
 
 pub(crate) struct EngineLoop {
@@ -135,6 +137,7 @@ impl EngineLoop {
                 last_token: None,
                 cached_tokens: 0,
                 logprobs: Vec::new(),
+                stops_on_eos: !stop.ignore_eos,
             },
         );
         self.publish_gauges();
@@ -215,6 +218,7 @@ impl EngineLoop {
     fn on_output(&mut self, id: RequestId, token: Option<TokenId>, finished: Option<FinishStatus>) {
         let now = Instant::now();
         let Some(live) = self.live.get_mut(&id) else { return };
+        let stops_on_eos = live.stops_on_eos;
         let mut text = String::new();
         let mut stop_str = None;
         if let Some(t) = token {
@@ -257,10 +261,15 @@ impl EngineLoop {
         }
         if let Some(s) = stop_str {
             self.scheduler.abort(id);
-            self.finish(id, FinishReason::Stop, Some(s), false);
+            self.finish(id, FinishReason::Stop, Some(StopReason::Text(s)), false);
         } else if let Some(f) = finished {
             let (reason, stop) = match f {
-                FinishStatus::StopToken(t) => (FinishReason::Stop, Some(t.to_string())),
+                // As vLLM: the model's EOS is checked first and reports no stop reason, even when the user listed
+                // the same id in stop_token_ids.
+                FinishStatus::StopToken(t) if stops_on_eos && self.eos_token_ids.contains(&t) => {
+                    (FinishReason::Stop, None)
+                }
+                FinishStatus::StopToken(t) => (FinishReason::Stop, Some(StopReason::Token(t))),
                 FinishStatus::Length => (FinishReason::Length, None),
             };
             self.finish(id, reason, stop, true);
@@ -269,7 +278,7 @@ impl EngineLoop {
 
     /// Sends the request's last text (when `flush`) and its `Finished` event, and forgets it. The scheduler side is
     /// already done (or is aborted by the caller).
-    fn finish(&mut self, id: RequestId, reason: FinishReason, stop_reason: Option<String>, flush: bool) {
+    fn finish(&mut self, id: RequestId, reason: FinishReason, stop_reason: Option<StopReason>, flush: bool) {
         let Some(mut live) = self.live.remove(&id) else { return };
         if flush {
             if let Ok((rest, _)) = live.text.finish() {

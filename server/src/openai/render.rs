@@ -81,7 +81,7 @@ pub fn chat_response(
             logprobs: with_logprobs.then(|| logprobs::chat(&o.logprobs)),
             message: AssistantMessage { role: "assistant", content: o.text },
             finish_reason: o.finish.map(|f| f.as_str()),
-            stop_reason: o.stop_reason,
+            stop_reason: o.stop_reason.map(Into::into),
         })
         .collect();
     ChatCompletionResponse {
@@ -118,7 +118,7 @@ pub fn completion_response(
             text: format!("{echo}{}", o.text),
             logprobs,
             finish_reason: o.finish.map(|f| f.as_str()),
-            stop_reason: o.stop_reason,
+            stop_reason: o.stop_reason.map(Into::into),
         });
     }
     CompletionResponse { head: meta.head("text_completion"), choices, usage: Some(Some(usage.out())) }
@@ -287,7 +287,7 @@ impl StreamRenderer for CompletionStream {
                     text: String::new(),
                     logprobs: None,
                     finish_reason: Some(reason.as_str()),
-                    stop_reason,
+                    stop_reason: stop_reason.map(Into::into),
                 })]
             }
             RequestEvent::Error(message) => {

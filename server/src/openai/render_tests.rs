@@ -3,7 +3,7 @@
 //! choices-less chunk), log-probs, echo, and `[DONE]` last.
 
 use futures_util::StreamExt;
-use rserve_engine::api::{FinishReason, RequestEvent, TokenLogprob, Usage};
+use rserve_engine::api::{FinishReason, RequestEvent, StopReason, TokenLogprob, Usage};
 use rserve_engine::TokenId;
 use serde_json::{json, Value};
 
@@ -129,7 +129,7 @@ async fn completion_stream_shape_with_echo_and_logprobs() {
     let stop = RequestEvent::Finished {
         reason: FinishReason::Stop,
         usage: Usage { prompt_tokens: 3, completion_tokens: 1, cached_tokens: 0 },
-        stop_reason: Some("\n".into()),
+        stop_reason: Some(StopReason::Text("\n".into())),
     };
     let out = run(CompletionStream::new(m, &prompts, 1, true, true), vec![(0, ev), (0, stop)]).await;
     assert_eq!(out.len(), 5);
@@ -165,8 +165,16 @@ fn chat_response_shape() {
             usage: Usage { prompt_tokens: 5, completion_tokens: 3, cached_tokens: 0 },
             ..Default::default()
         },
+        ChoiceOutput {
+            text: "Hi".into(),
+            finish: Some(FinishReason::Stop),
+            stop_reason: Some(StopReason::Token(TokenId(42))),
+            ..Default::default()
+        },
     ];
     let v = serde_json::to_value(chat_response(meta(), 5, outputs, false)).expect("json");
+    // vLLM: null when EOS ended the choice, the id (a number) for a stop token id, the string for a stop string.
+    assert_eq!(v["choices"][2]["stop_reason"], json!(42));
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["id"], "chatcmpl-1");
     assert_eq!(

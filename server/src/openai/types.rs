@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use rserve_engine::api::StopReason;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -313,14 +314,31 @@ pub struct AssistantMessage {
     pub content: String,
 }
 
+/// `stop_reason` on the wire: the stop token id as a number, or the stop string.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum StopReasonOut {
+    Token(u32),
+    Text(String),
+}
+
+impl From<StopReason> for StopReasonOut {
+    fn from(r: StopReason) -> Self {
+        match r {
+            StopReason::Token(t) => Self::Token(t.0),
+            StopReason::Text(s) => Self::Text(s),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChatChoice {
     pub index: usize,
     pub message: AssistantMessage,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
-    /// vLLM extension: the stop string that ended the choice, if any.
-    pub stop_reason: Option<String>,
+    /// vLLM extension: the stop token id or stop string that ended the choice (null for EOS or length).
+    pub stop_reason: Option<StopReasonOut>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -365,8 +383,8 @@ pub struct CompletionChoice {
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<&'static str>,
-    /// vLLM extension: the stop string that ended the choice, if any.
-    pub stop_reason: Option<String>,
+    /// vLLM extension: the stop token id or stop string that ended the choice (null for EOS or length).
+    pub stop_reason: Option<StopReasonOut>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

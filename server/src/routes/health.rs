@@ -1,11 +1,19 @@
-//! `GET /health` (200, empty body, while the server runs) and `GET /version`.
+//! `GET /health` and `GET|POST /ping` (200, empty body, while the engine thread runs; 503 once it has stopped, as
+//! vLLM answers when its engine is dead) and `GET /version`.
 
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Value};
 
-pub async fn health() -> StatusCode {
-    StatusCode::OK
+use crate::state::AppState;
+
+pub async fn health(State(state): State<AppState>) -> StatusCode {
+    if state.engine.is_alive() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
 }
 
 pub async fn version() -> Json<Value> {
