@@ -18,6 +18,20 @@ use crate::state::AppState;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AccessLog(pub bool);
 
+/// Every route and its methods, as `serve` lists them at start-up (vLLM's "Available routes are:" block);
+/// `app_tests` checks that the router serves each of them.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
+    ("/v1/models", "GET"),
+    ("/health", "GET"),
+    ("/ping", "GET, POST"),
+    ("/version", "GET"),
+    ("/metrics", "GET"),
+    ("/tokenize", "POST"),
+    ("/detokenize", "POST"),
+];
+
 /// The whole HTTP API.
 pub fn router(state: AppState, access_log: AccessLog) -> Router {
     let v1 = Router::new()

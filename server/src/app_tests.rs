@@ -246,6 +246,22 @@ async fn api_key_guards_v1_only() {
 }
 
 #[tokio::test]
+async fn every_listed_route_is_served_with_its_methods() {
+    let (app, _) = app();
+    for (path, methods) in crate::app::ROUTES {
+        for method in methods.split(", ") {
+            let req = Request::builder().method(method).uri(*path);
+            let req = match method {
+                "POST" => req.header(header::CONTENT_TYPE, "application/json").body(Body::from("{}")),
+                _ => req.body(Body::empty()),
+            };
+            let (status, _) = send(&app, req.expect("req")).await;
+            assert!(![StatusCode::NOT_FOUND, StatusCode::METHOD_NOT_ALLOWED].contains(&status), "{method} {path}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn health_and_ping_are_503_once_the_engine_has_stopped() {
     let (app, engine) = app();
     let get = |path: &str| Request::get(path).body(Body::empty()).expect("req");

@@ -72,11 +72,12 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {host}:{}", args.frontend.port))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    tracing::info!("Starting rserve API server on http://{addr}");
-    tracing::info!(
-        "Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health, GET /version, \
-         GET /metrics, POST /tokenize, POST /detokenize"
-    );
+    // vLLM's lines: scripts wait for the first and read the address from it.
+    tracing::info!("Starting vLLM API server 0 on http://{addr}");
+    tracing::info!("Available routes are:");
+    for (path, methods) in app::ROUTES {
+        tracing::info!("Route: {path}, Methods: {methods}");
+    }
     let stats = (!args.frontend.disable_log_stats).then(|| tokio::spawn(stats_log::run(engine.clone())));
 
     let first = signals.first.clone();

@@ -25,7 +25,7 @@ MODEL_NAME = "smollm2"
 MAX_MODEL_LEN = 1024
 STARTUP_TIMEOUT_S = float(os.environ.get("RSERVE_STARTUP_TIMEOUT", "300"))
 READY_LINE = "Application startup complete."
-ADDRESS_RE = re.compile(r"Starting rserve API server on http://(\S+):(\d+)")
+ADDRESS_RE = re.compile(r"Starting vLLM API server 0 on http://(\S+):(\d+)")
 
 
 def rserve_bin() -> Path:

@@ -37,11 +37,12 @@ def test_help_groups_flags_like_vllm():
 
 def test_start_up_log_lines(server):
     log = "\n".join(server.lines)
-    for needle in ["Available KV cache memory:", "KV cache size:", "Maximum concurrency for",
-                   "Starting rserve API server on http://127.0.0.1:", "Application startup complete."]:
+    for needle in ["Available KV cache memory:", "GPU KV cache size:", "Maximum concurrency for",
+                   "Starting vLLM API server 0 on http://127.0.0.1:", "Available routes are:",
+                   "Route: /v1/chat/completions, Methods: POST", "Application startup complete."]:
         assert needle in log, f"missing {needle!r} in the start-up log:\n{server.log(80)}"
     ready = [i for i, line in enumerate(server.lines) if "Application startup complete." in line]
-    address = [i for i, line in enumerate(server.lines) if "Starting rserve API server" in line]
+    address = [i for i, line in enumerate(server.lines) if "Starting vLLM API server 0 on" in line]
     assert address[0] < ready[0]
 
 

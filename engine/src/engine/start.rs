@@ -190,10 +190,11 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         plan.kv_bytes as f64 / GIB,
         kv_dtype.as_str()
     );
-    tracing::info!("KV cache size: {} tokens", plan.num_tokens(cfg.block_size));
+    // vLLM's wording and number format: job scripts grep these two lines.
+    tracing::info!("GPU KV cache size: {} tokens", with_thousands(plan.num_tokens(cfg.block_size)));
     tracing::info!(
         "Maximum concurrency for {} tokens per request: {:.2}x",
-        plan.max_model_len,
+        with_thousands(plan.max_model_len),
         plan.max_concurrency(cfg.block_size)
     );
 
@@ -241,4 +242,28 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         default_sampling: sampling_defaults,
         thread: Arc::new(std::sync::Mutex::new(Some(thread))),
     })
+}
+
+/// `93200` as `93,200`, the way vLLM writes token counts in its start-up lines.
+fn with_thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn token_counts_are_written_with_thousands_separators() {
+        let cases = [(0, "0"), (999, "999"), (1000, "1,000"), (93_200, "93,200"), (1_234_567, "1,234,567")];
+        for (n, want) in cases {
+            assert_eq!(super::with_thousands(n), want);
+        }
+    }
 }
