@@ -163,6 +163,13 @@ def test_stop_reason_as_vllm(server, client):
     c = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "Say hi."}],
                                        max_tokens=200, temperature=0).choices[0]
     assert (c.finish_reason, c.model_extra["stop_reason"]) == ("stop", None)
+    # Streamed, the choice's last chunk carries it.
+    full, _ = chat_text(client, PROMPT, max_tokens=24, extra_body={"ignore_eos": True})
+    stop = full[len(full) // 2: len(full) // 2 + 3]
+    last = [ch.choices[0] for ch in client.chat.completions.create(
+        model=MODEL_NAME, messages=[{"role": "user", "content": PROMPT}], max_tokens=24, temperature=0,
+        stream=True, stop=[stop], extra_body={"ignore_eos": True}) if ch.choices and ch.choices[0].finish_reason]
+    assert [(c.finish_reason, c.model_extra["stop_reason"]) for c in last] == [("stop", stop)]
 
 
 def test_chat_logprobs(client):

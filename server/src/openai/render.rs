@@ -155,7 +155,7 @@ impl StreamRenderer for ChatStream {
             .map(|index| {
                 let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()) };
                 self.chunk(
-                    vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None }],
+                    vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None, stop_reason: None }],
                     self.null_usage(),
                 )
             })
@@ -173,10 +173,11 @@ impl StreamRenderer for ChatStream {
                     delta: ChatDelta { role: None, content: Some(text) },
                     logprobs: self.with_logprobs.then(|| logprobs::chat(&lps)),
                     finish_reason: None,
+                    stop_reason: None,
                 };
                 vec![self.chunk(vec![choice], self.null_usage())]
             }
-            RequestEvent::Finished { reason, usage, .. } => {
+            RequestEvent::Finished { reason, usage, stop_reason } => {
                 self.usage.completion += usage.completion_tokens;
                 self.usage.cached = self.usage.cached.max(usage.cached_tokens);
                 let choice = ChatChunkChoice {
@@ -184,6 +185,7 @@ impl StreamRenderer for ChatStream {
                     delta: ChatDelta::default(),
                     logprobs: None,
                     finish_reason: Some(reason.as_str()),
+                    stop_reason: stop_reason.map(Into::into),
                 };
                 vec![self.chunk(vec![choice], self.null_usage())]
             }

@@ -59,16 +59,19 @@ async fn chat_stream_shape() {
     }
     assert_eq!(
         out[0]["choices"][0],
-        json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null})
+        json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null, "stop_reason": null})
     );
     assert_eq!(out[1]["choices"][0]["index"], 1);
     assert_eq!(out[1]["choices"][0]["delta"]["role"], "assistant");
     assert_eq!(
         out[2]["choices"][0],
-        json!({"index": 0, "delta": {"content": "Hi"}, "logprobs": null, "finish_reason": null})
+        json!({"index": 0, "delta": {"content": "Hi"}, "logprobs": null, "finish_reason": null, "stop_reason": null})
     );
     assert_eq!(out[3]["choices"][0]["delta"], json!({"content": "Yo"}));
-    assert_eq!(out[4]["choices"][0], json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}));
+    assert_eq!(
+        out[4]["choices"][0],
+        json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop", "stop_reason": null})
+    );
     assert_eq!(out[5]["choices"][0]["finish_reason"], "length");
     assert_eq!(out[6], json!("[DONE]"));
 }

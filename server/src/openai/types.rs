@@ -363,6 +363,8 @@ pub struct ChatChunkChoice {
     pub delta: ChatDelta,
     pub logprobs: Option<ChatLogprobs>,
     pub finish_reason: Option<&'static str>,
+    /// As in `ChatChoice`; set in the choice's last chunk.
+    pub stop_reason: Option<StopReasonOut>,
 }
 
 /// `usage` in a stream chunk: absent unless `stream_options.include_usage`; then null except in the last chunk.
