@@ -92,6 +92,14 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// Every reason, in the order of `index`.
+    pub const ALL: [FinishReason; 3] = [FinishReason::Stop, FinishReason::Length, FinishReason::Abort];
+
+    /// The reason's position in `ALL`.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",

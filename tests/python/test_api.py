@@ -288,6 +288,14 @@ def test_health_version_metrics(server):
     m = server.metrics()
     assert m["rserve:kv_blocks_total"] > 0
     before = m["vllm:generation_tokens_total"]
+
+    def finished(reason):
+        line = f'vllm:request_success_total{{model_name="{MODEL_NAME}",finished_reason="{reason}"}} '
+        text = requests.get(f"{server.url}/metrics", timeout=30).text
+        return float(next(x for x in text.splitlines() if x.startswith(line)).rpartition(" ")[2])
+
+    length_before = finished("length")
     requests.post(f"{server.url}/v1/completions", headers=server.headers(),
                   json={"prompt": "Hi", "max_tokens": 3, "ignore_eos": True}, timeout=120).raise_for_status()
     assert server.metrics()["vllm:generation_tokens_total"] >= before + 3
+    assert finished("length") >= length_before + 1

@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::api::FinishReason;
+
 /// A cumulative histogram with fixed upper bounds (Prometheus style).
 #[derive(Debug)]
 pub struct Histogram {
@@ -68,7 +70,8 @@ pub struct EngineMetrics {
     pub prefix_cache_hits_total: AtomicU64,
     /// Tokens actually run through the model (prefill + decode), for the "computed tokens" checks.
     pub computed_tokens_total: AtomicU64,
-    pub requests_finished_total: AtomicU64,
+    /// Finished requests by `FinishReason` (indexed by `FinishReason::index`): vLLM's `finished_reason` label.
+    pub requests_finished: [AtomicU64; 3],
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
@@ -87,7 +90,7 @@ impl Default for EngineMetrics {
             prefix_cache_queries_total: AtomicU64::new(0),
             prefix_cache_hits_total: AtomicU64::new(0),
             computed_tokens_total: AtomicU64::new(0),
-            requests_finished_total: AtomicU64::new(0),
+            requests_finished: Default::default(),
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(E2E_BUCKETS),
@@ -98,6 +101,16 @@ impl Default for EngineMetrics {
 impl EngineMetrics {
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
+    }
+
+    /// Counts one finished request.
+    pub fn count_finished(&self, reason: FinishReason) {
+        self.requests_finished[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests that finished for `reason`.
+    pub fn finished(&self, reason: FinishReason) -> u64 {
+        Self::get(&self.requests_finished[reason.index()])
     }
 
     /// Fraction of KV blocks in use, 0..=1.

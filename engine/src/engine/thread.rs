@@ -293,7 +293,7 @@ impl EngineLoop {
             cached_tokens: live.cached_tokens,
         };
         self.metrics.e2e.observe(live.arrival.elapsed().as_secs_f64());
-        self.metrics.requests_finished_total.fetch_add(1, Ordering::Relaxed);
+        self.metrics.count_finished(reason);
         let _ = live.events.send(RequestEvent::Finished { reason, usage, stop_reason });
     }
 

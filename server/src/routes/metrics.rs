@@ -6,6 +6,7 @@ use std::fmt::Write;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
+use rserve_engine::api::FinishReason;
 use rserve_engine::engine::metrics::Histogram;
 use rserve_engine::engine::EngineMetrics;
 
@@ -115,14 +116,11 @@ pub fn render(m: &EngineMetrics, model_name: &str) -> String {
         l,
         g(&m.prefix_cache_hits_total),
     );
-    scalar(
-        &mut out,
-        "vllm:request_success_total",
-        "counter",
-        "Count of finished requests.",
-        l,
-        g(&m.requests_finished_total),
-    );
+    let _ = writeln!(out, "# HELP vllm:request_success Count of successfully processed requests.");
+    let _ = writeln!(out, "# TYPE vllm:request_success counter");
+    for r in FinishReason::ALL {
+        let _ = writeln!(out, "vllm:request_success_total{{{l},finished_reason=\"{}\"}} {}", r.as_str(), m.finished(r));
+    }
     histogram(&mut out, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l, &m.ttft);
     histogram(&mut out, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", l, &m.itl);
     histogram(
@@ -157,6 +155,9 @@ mod tests {
         m.kv_blocks_total.store(8, Ordering::Relaxed);
         m.kv_blocks_used.store(2, Ordering::Relaxed);
         m.prompt_tokens_total.store(42, Ordering::Relaxed);
+        m.count_finished(FinishReason::Stop);
+        m.count_finished(FinishReason::Stop);
+        m.count_finished(FinishReason::Length);
         m.ttft.observe(0.003);
         m.ttft.observe(0.05);
         m.ttft.observe(1000.0);
@@ -165,6 +166,10 @@ mod tests {
         assert!(text.contains(&format!("vllm:kv_cache_usage_perc{{{l}}} 0.25\n")), "{text}");
         assert!(text.contains(&format!("vllm:prompt_tokens_total{{{l}}} 42\n")));
         assert!(text.contains("# TYPE vllm:prompt_tokens counter\n"));
+        assert!(text.contains("# TYPE vllm:request_success counter\n"));
+        assert!(text.contains(&format!("vllm:request_success_total{{{l},finished_reason=\"stop\"}} 2\n")), "{text}");
+        assert!(text.contains(&format!("vllm:request_success_total{{{l},finished_reason=\"length\"}} 1\n")));
+        assert!(text.contains(&format!("vllm:request_success_total{{{l},finished_reason=\"abort\"}} 0\n")));
         assert!(text.contains(&format!("rserve:kv_blocks_used{{{l}}} 2\n")));
         assert!(text.contains(&format!("rserve:kv_blocks_total{{{l}}} 8\n")));
         assert!(text.contains(&format!("vllm:time_to_first_token_seconds_bucket{{{l},le=\"0.001\"}} 0\n")));
