@@ -18,6 +18,20 @@ fn delta(text: &str) -> RequestEvent {
     RequestEvent::Delta { text: text.into(), token_ids: vec![TokenId(1)], logprobs: Vec::new() }
 }
 
+/// A one-token delta with its log-prob and one alternative: (id, text, log-prob) each.
+fn logprob_delta(
+    (id, text, logprob): (u32, &str, f32),
+    (top_id, top_text, top_logprob): (u32, &str, f32),
+) -> RequestEvent {
+    let lp = TokenLogprob {
+        token_id: TokenId(id),
+        token: text.into(),
+        logprob,
+        top: vec![(TokenId(top_id), top_text.into(), top_logprob)],
+    };
+    RequestEvent::Delta { text: text.into(), token_ids: vec![TokenId(id)], logprobs: vec![lp] }
+}
+
 fn finished(reason: FinishReason, completion_tokens: usize) -> RequestEvent {
     RequestEvent::Finished {
         reason,
@@ -78,13 +92,7 @@ async fn chat_stream_shape() {
 
 #[tokio::test]
 async fn chat_stream_usage_and_logprobs() {
-    let lp = TokenLogprob {
-        token_id: TokenId(3),
-        token: "Hi".into(),
-        logprob: -0.1,
-        top: vec![(TokenId(3), "Hi".into(), -0.1)],
-    };
-    let ev = RequestEvent::Delta { text: "Hi".into(), token_ids: vec![TokenId(3)], logprobs: vec![lp] };
+    let ev = logprob_delta((3, "Hi", -0.1), (3, "Hi", -0.1));
     let r = ChatStream::new(meta(), 1, 5, true, true);
     let out = run(r, vec![(0, ev), (0, delta("")), (0, finished(FinishReason::Stop, 2))]).await;
     // role, "Hi", finish, usage, [DONE]: the empty delta without log-probs is not sent.
@@ -122,13 +130,7 @@ async fn stream_error_stops_the_stream() {
 async fn completion_stream_shape_with_echo_and_logprobs() {
     let m = ResponseMeta { id: "cmpl-1".into(), created: 7, model: "m".into() };
     let prompts = vec![ValidPrompt { token_count: 3, echo: Some("ab".into()) }];
-    let lp = TokenLogprob {
-        token_id: TokenId(9),
-        token: "c".into(),
-        logprob: -0.5,
-        top: vec![(TokenId(8), "d".into(), -0.25)],
-    };
-    let ev = RequestEvent::Delta { text: "c".into(), token_ids: vec![TokenId(9)], logprobs: vec![lp] };
+    let ev = logprob_delta((9, "c", -0.5), (8, "d", -0.25));
     let stop = RequestEvent::Finished {
         reason: FinishReason::Stop,
         usage: Usage { prompt_tokens: 3, completion_tokens: 1, cached_tokens: 0 },

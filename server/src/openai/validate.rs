@@ -356,13 +356,36 @@ fn unsupported(field: &str, what: &str) -> ValidationError {
     ValidationError::Unsupported { field: field.to_owned(), what: what.to_owned() }
 }
 
+/// `[(name, &value)]` of the named fields of `req`, for `refuse_unimplemented`.
+macro_rules! named_fields {
+    ($req:expr; $($field:ident),* $(,)?) => { [$((stringify!($field), &$req.$field)),*] };
+}
+
 /// Refuses the first field that is set to a value that would change the output (anything but null, false, "",
 /// "none", [], {}): these are options vLLM acts on and this server does not implement, so answering without them
 /// would return what the client did not ask for.
-fn refuse_unimplemented(fields: &[(&str, &str, &Option<serde_json::Value>)]) -> Result<()> {
-    match fields.iter().find(|(_, _, v)| v.as_ref().is_some_and(|v| !is_empty_value(v))) {
-        Some((field, what, _)) => Err(unsupported(field, what)),
+fn refuse_unimplemented(fields: &[(&str, &Option<serde_json::Value>)]) -> Result<()> {
+    match fields.iter().find(|(_, v)| v.as_ref().is_some_and(|v| !is_empty_value(v))) {
+        Some((field, _)) => Err(unsupported(field, unimplemented_feature(field))),
         None => Ok(()),
+    }
+}
+
+/// What a field refused by `refuse_unimplemented` asks for, as the 400 names it.
+fn unimplemented_feature(field: &str) -> &'static str {
+    match field {
+        "tools" | "tool_choice" => "tool calling",
+        "functions" | "function_call" => "function calling",
+        "guided_json" | "guided_regex" | "guided_choice" | "guided_grammar" | "structured_outputs" => {
+            "guided decoding (structured outputs)"
+        }
+        "continue_final_message" | "chat_template" | "chat_template_kwargs" | "documents" => "chat template options",
+        "echo" => "echo of the last message",
+        "allowed_token_ids" | "bad_words" | "logits_processors" => "restricting or processing the logits",
+        "truncate_prompt_tokens" | "prompt_logprobs" => "prompt truncation and prompt log-probs",
+        "include_stop_str_in_output" => "stop strings in the output",
+        "use_beam_search" => "beam search",
+        _ => "this option",
     }
 }
 
@@ -371,21 +394,9 @@ fn refuse_unimplemented_sampling(f: &SamplingFields) -> Result<()> {
     if let Some(r) = f.response_format.as_ref().filter(|r| r.kind != "text") {
         return Err(unsupported("response_format", &format!("response_format type '{}'", r.kind)));
     }
-    let guided = "guided decoding (structured outputs)";
-    refuse_unimplemented(&[
-        ("guided_json", guided, &f.guided_json),
-        ("guided_regex", guided, &f.guided_regex),
-        ("guided_choice", guided, &f.guided_choice),
-        ("guided_grammar", guided, &f.guided_grammar),
-        ("structured_outputs", guided, &f.structured_outputs),
-        ("allowed_token_ids", "restricting the vocabulary", &f.allowed_token_ids),
-        ("bad_words", "banned words", &f.bad_words),
-        ("truncate_prompt_tokens", "prompt truncation", &f.truncate_prompt_tokens),
-        ("prompt_logprobs", "prompt log-probs", &f.prompt_logprobs),
-        ("include_stop_str_in_output", "stop strings in the output", &f.include_stop_str_in_output),
-        ("use_beam_search", "beam search", &f.use_beam_search),
-        ("logits_processors", "logits processors", &f.logits_processors),
-    ])
+    refuse_unimplemented(&named_fields!(f; guided_json, guided_regex, guided_choice, guided_grammar,
+        structured_outputs, allowed_token_ids, bad_words, truncate_prompt_tokens, prompt_logprobs,
+        include_stop_str_in_output, use_beam_search, logits_processors))
 }
 
 /// True for JSON values that say "nothing": null, false, "", [], {}.
@@ -442,17 +453,8 @@ pub fn chat_prompt(engine: &dyn Engine, turns: &[ChatTurn], add_generation_promp
 
 /// Checks a chat request and turns it into engine requests.
 pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine) -> Result<ValidChat> {
-    refuse_unimplemented(&[
-        ("tools", "tool calling", &req.tools),
-        ("tool_choice", "tool calling", &req.tool_choice),
-        ("functions", "function calling", &req.functions),
-        ("function_call", "function calling", &req.function_call),
-        ("continue_final_message", "continuing the final message", &req.continue_final_message),
-        ("chat_template", "a per-request chat template", &req.chat_template),
-        ("chat_template_kwargs", "chat template arguments", &req.chat_template_kwargs),
-        ("documents", "documents for the chat template", &req.documents),
-        ("echo", "echo of the last message", &req.echo),
-    ])?;
+    refuse_unimplemented(&named_fields!(req; tools, tool_choice, functions, function_call, continue_final_message,
+        chat_template, chat_template_kwargs, documents, echo))?;
     let info = engine.info();
     let mut c = common(&req.sampling, info, &engine.default_sampling())?;
     let top = match req.top_logprobs {
