@@ -3,6 +3,7 @@
 //! A request is validated by the server into a `GenerateRequest` (token ids, sampling and stop settings); the engine
 //! answers with a stream of `RequestEvent`s. Nothing here parses JSON. Token ids are [`TokenId`]s, not bare numbers.
 
+use crate::structured::Grammar;
 use crate::TokenId;
 
 /// Sampling settings of one request (already validated: ranges hold).
@@ -25,6 +26,8 @@ pub struct SamplingParams {
     pub logit_bias: Vec<(TokenId, f32)>,
     /// Return the sampled token's log-probability and this many top alternatives (None: no log-probs).
     pub logprobs: Option<usize>,
+    /// Structured output: every sampled token keeps the text a prefix of a sentence of this grammar.
+    pub constraint: Option<Grammar>,
 }
 
 impl SamplingParams {
@@ -37,6 +40,7 @@ impl SamplingParams {
             && self.presence_penalty == 0.0
             && self.frequency_penalty == 0.0
             && self.logit_bias.is_empty()
+            && self.constraint.is_none()
     }
 }
 
@@ -53,6 +57,7 @@ impl Default for SamplingParams {
             repetition_penalty: 1.0,
             logit_bias: Vec::new(),
             logprobs: None,
+            constraint: None,
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod plan;
 pub mod runner;
 pub mod sampling;
 pub mod source;
+pub mod structured;
 pub mod tokenizer;
 pub mod weights;
 

@@ -4,6 +4,7 @@
 use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams};
 use rserve_engine::chat_template::ChatMessage;
 use rserve_engine::engine::{EngineConfig, EngineHandle, EngineMetrics};
+use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
 use rserve_engine::{EngineError, TokenId};
 
 use crate::port::{ChatTurn, Engine, Events};
@@ -51,6 +52,10 @@ impl Engine for LiveEngine {
         let messages: Vec<ChatMessage> =
             turns.iter().map(|t| ChatMessage { role: t.role.clone(), content: t.content.clone() }).collect();
         Some(template.render(&messages, add_generation_prompt))
+    }
+
+    fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {
+        self.handle.compile_grammar(spec)
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Events, EngineError> {

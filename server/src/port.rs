@@ -4,6 +4,7 @@
 
 use rserve_engine::api::{EngineInfo, GenerateRequest, RequestEvent, SamplingParams};
 use rserve_engine::engine::{EngineMetrics, RequestStream};
+use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
 use rserve_engine::{EngineError, TokenId};
 
 /// One chat message, already reduced to plain text (content parts joined).
@@ -29,6 +30,8 @@ pub trait Engine: Send + Sync + 'static {
     fn bos_token(&self) -> Option<String>;
     /// Renders a conversation with the chat template; `None` when the model has no template.
     fn render_chat(&self, turns: &[ChatTurn], add_generation_prompt: bool) -> Option<Result<String, EngineError>>;
+    /// Compiles a structured-output constraint against the model's vocabulary (cached per spec).
+    fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError>;
     /// Queues a request.
     fn submit(&self, request: GenerateRequest) -> Result<Events, EngineError>;
     /// Stops the engine thread (aborting what is left).

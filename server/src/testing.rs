@@ -10,6 +10,7 @@ use rserve_engine::api::{
     EngineInfo, FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage,
 };
 use rserve_engine::engine::EngineMetrics;
+use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
 use rserve_engine::{EngineError, TokenId};
 use tokio::sync::mpsc;
 
@@ -182,6 +183,11 @@ impl Engine for FakeEngine {
             s.push_str("assistant:");
         }
         Some(Ok(s))
+    }
+
+    /// The fake has no vocabulary to compile against: structured outputs are tested against real models.
+    fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {
+        Err(GrammarError(format!("the fake engine compiles no grammar ({spec:?})")))
     }
 
     fn submit(&self, request: GenerateRequest) -> Result<Events, EngineError> {

@@ -9,13 +9,14 @@ use crate::api::{EngineInfo, GenerateRequest, RequestEvent};
 use crate::chat_template::ChatTemplate;
 use crate::engine::metrics::EngineMetrics;
 use crate::error::EngineError;
+use crate::structured::{Grammar, GrammarCompiler, GrammarError, GrammarSpec};
 use crate::tokenizer::Tokenizer;
 use rserve_scheduler::RequestId;
 
 /// Commands the engine thread takes.
 #[derive(Debug)]
 pub(crate) enum Command {
-    Add { id: RequestId, request: GenerateRequest, events: mpsc::UnboundedSender<RequestEvent> },
+    Add { id: RequestId, request: Box<GenerateRequest>, events: mpsc::UnboundedSender<RequestEvent> },
     Abort { id: RequestId },
     Shutdown,
 }
@@ -32,6 +33,8 @@ pub struct EngineHandle {
     pub(crate) default_sampling: crate::api::SamplingParams,
     /// The engine thread, joined by the first `shutdown`.
     pub(crate) thread: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The grammar engine, built by the first structured-output request (a server that gets none pays nothing).
+    pub(crate) grammars: Arc<std::sync::OnceLock<Result<GrammarCompiler, GrammarError>>>,
 }
 
 /// The events of one request. Dropping it before `Finished` aborts the request.
@@ -71,7 +74,9 @@ impl EngineHandle {
     pub fn submit(&self, request: GenerateRequest) -> Result<RequestStream, EngineError> {
         let id = RequestId(self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let (etx, erx) = mpsc::unbounded_channel();
-        self.tx.send(Command::Add { id, request, events: etx }).map_err(|_| EngineError::EngineStopped)?;
+        self.tx
+            .send(Command::Add { id, request: Box::new(request), events: etx })
+            .map_err(|_| EngineError::EngineStopped)?;
         Ok(RequestStream { id, rx: erx, tx: self.tx.clone(), done: false })
     }
 
@@ -107,6 +112,18 @@ impl EngineHandle {
 
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// Compiles a structured-output spec against the model's vocabulary (cached per spec). The first call builds
+    /// the grammar engine's view of the vocabulary.
+    pub fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {
+        let compiler = self.grammars.get_or_init(|| {
+            let t0 = std::time::Instant::now();
+            let c = GrammarCompiler::new(self.tokenizer.clone(), self.info.vocab_size, &self.info.eos_token_ids);
+            tracing::info!("Structured outputs: grammar engine ready in {:.2} s", t0.elapsed().as_secs_f64());
+            c
+        });
+        compiler.as_ref().map_err(Clone::clone)?.compile(spec)
     }
 
     /// The chat template, or None when the model has none (chat requests must then be refused).

@@ -241,6 +241,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         next_id: Arc::new(AtomicU64::new(1)),
         default_sampling: sampling_defaults,
         thread: Arc::new(std::sync::Mutex::new(Some(thread))),
+        grammars: Arc::default(),
     })
 }
 

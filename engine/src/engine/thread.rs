@@ -17,7 +17,11 @@ use super::output::TextOutput;
 use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage};
 use crate::runner::StepRunner;
 use crate::sampling;
+use crate::structured::{self, Constraint, TokenMask};
 use crate::tokenizer::Tokenizer;
+
+/// The grammar mask of one row of a step: `None` for a row without a constraint.
+type MaskResult = Option<Result<TokenMask, String>>;
 
 /// State of one request while it lives in the engine.
 struct Live {
@@ -34,6 +38,8 @@ struct Live {
     logprobs: Vec<TokenLogprob>,
     /// The model's EOS ids stop this request (`ignore_eos` unset).
     stops_on_eos: bool,
+    /// Structured output: the grammar state that masks this request's logits.
+    constraint: Option<Constraint>,
 }
 
 pub(crate) struct EngineLoop {
@@ -88,7 +94,7 @@ impl EngineLoop {
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Add { id, request, events } => self.add(id, request, events),
+            Command::Add { id, request, events } => self.add(id, *request, events),
             Command::Abort { id } => {
                 if self.live.remove(&id).is_some() {
                     self.scheduler.abort(id);
@@ -124,6 +130,7 @@ impl EngineLoop {
             let _ = events.send(RequestEvent::Error(e.to_string()));
             return;
         }
+        let constraint = sampling.constraint.as_ref().map(Constraint::new);
         self.live.insert(
             id,
             Live {
@@ -138,6 +145,7 @@ impl EngineLoop {
                 cached_tokens: 0,
                 logprobs: Vec::new(),
                 stops_on_eos: !stop.ignore_eos,
+                constraint,
             },
         );
         self.publish_gauges();
@@ -159,10 +167,13 @@ impl EngineLoop {
         let ids = if greedy { self.runner.execute_greedy(&out.seqs) } else { Ok(None) };
         let sampled = match ids {
             Ok(Some(ids)) => self.take_ids(&out, &ids),
-            Ok(None) => match self.runner.execute(&out.seqs) {
-                Ok(logits) => self.sample(&out, logits),
-                Err(e) => return self.fail_step(&out, &e.to_string()),
-            },
+            Ok(None) => {
+                let (logits, masks) = self.execute_with_masks(&out);
+                match logits {
+                    Ok(logits) => self.sample(&out, logits, masks),
+                    Err(e) => return self.fail_step(&out, &e.to_string()),
+                }
+            }
             Err(e) => return self.fail_step(&out, &e.to_string()),
         };
         self.metrics.computed_tokens_total.fetch_add(out.num_batched_tokens as u64, Ordering::Relaxed);
@@ -190,9 +201,42 @@ impl EngineLoop {
         sampled
     }
 
-    fn sample(&mut self, out: &SchedulerOutput, mut logits: Vec<f32>) -> Vec<(RequestId, TokenId)> {
+    /// Runs the step's forward pass; the grammar masks of its constrained rows are computed meanwhile on another
+    /// thread (one entry per sequence of the step, `None` for rows without a constraint).
+    fn execute_with_masks(&mut self, out: &SchedulerOutput) -> (crate::Result<Vec<f32>>, Vec<MaskResult>) {
+        let constrained =
+            out.seqs.iter().any(|s| s.sample && self.live.get(&s.request_id).is_some_and(|l| l.constraint.is_some()));
+        if !constrained {
+            return (self.runner.execute(&out.seqs), Vec::new());
+        }
+        let mut rows: Vec<Option<&mut Constraint>> = Vec::with_capacity(out.seqs.len());
+        let mut live: HashMap<RequestId, &mut Constraint> =
+            self.live.iter_mut().filter_map(|(id, l)| Some((*id, l.constraint.as_mut()?))).collect();
+        for s in &out.seqs {
+            rows.push(if s.sample { live.remove(&s.request_id) } else { None });
+        }
+        let runner = &mut self.runner;
+        std::thread::scope(|scope| {
+            let masks = scope.spawn(move || {
+                rows.into_iter().map(|c| c.map(|c| c.next_mask().map_err(|e| e.to_string()))).collect::<Vec<_>>()
+            });
+            let logits = runner.execute(&out.seqs);
+            let masks = masks.join().unwrap_or_else(|_| {
+                out.seqs.iter().map(|_| Some(Err("the grammar engine panicked".to_owned()))).collect()
+            });
+            (logits, masks)
+        })
+    }
+
+    fn sample(
+        &mut self,
+        out: &SchedulerOutput,
+        mut logits: Vec<f32>,
+        masks: Vec<MaskResult>,
+    ) -> Vec<(RequestId, TokenId)> {
         let vocab = self.runner.vocab_size();
         let mut sampled = Vec::new();
+        let mut failed = Vec::new();
         for (i, s) in out.seqs.iter().enumerate() {
             let Some(live) = self.live.get_mut(&s.request_id) else { continue };
             live.cached_tokens = live.cached_tokens.max(s.num_cached_tokens);
@@ -200,7 +244,21 @@ impl EngineLoop {
                 continue;
             }
             let Some(row) = logits.get_mut(i * vocab..(i + 1) * vocab) else { continue };
+            match masks.get(i) {
+                Some(Some(Ok(mask))) => structured::apply_mask(row, mask),
+                Some(Some(Err(e))) => {
+                    failed.push((s.request_id, format!("structured output: {e}")));
+                    continue;
+                }
+                _ => {}
+            }
             let r = sampling::sample(row, &live.sampling, &live.prompt, &live.output, &mut live.rng);
+            if let Some(c) = live.constraint.as_mut() {
+                if let Err(e) = c.accept(r.token) {
+                    failed.push((s.request_id, format!("structured output: {e}")));
+                    continue;
+                }
+            }
             if let Some((lp, top)) = r.logprob {
                 let name = |id: TokenId| self.tokenizer.token_to_string(id).unwrap_or_default();
                 live.logprobs.push(TokenLogprob {
@@ -212,7 +270,20 @@ impl EngineLoop {
             }
             sampled.push((s.request_id, r.token));
         }
+        for (id, message) in failed {
+            self.fail_request(id, message);
+        }
         sampled
+    }
+
+    /// Ends one request with an error event (its blocks are freed before the next step); the step goes on for the
+    /// others.
+    fn fail_request(&mut self, id: RequestId, message: String) {
+        tracing::error!("request {} failed: {message}", id.0);
+        if let Some(live) = self.live.remove(&id) {
+            let _ = live.events.send(RequestEvent::Error(message));
+        }
+        self.scheduler.abort(id);
     }
 
     fn on_output(&mut self, id: RequestId, token: Option<TokenId>, finished: Option<FinishStatus>) {

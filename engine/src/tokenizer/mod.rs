@@ -236,6 +236,16 @@ impl Tokenizer {
         self.token_to_string(id).map(String::into_bytes)
     }
 
+    /// The bytes a token adds to a text in the middle of it, which is what a grammar matches: as `token_bytes`, but a
+    /// SentencePiece word-start `▁` is the space it stands for (decoding a single token drops that space).
+    pub fn grammar_bytes(&self, id: TokenId) -> Option<Vec<u8>> {
+        let raw = self.inner.id_to_token(id.0)?;
+        if self.byte_level_decoder || self.special_ids.contains(&id.0) || raw.starts_with("<0x") {
+            return self.token_bytes(id);
+        }
+        Some(raw.replace('\u{2581}', " ").into_bytes())
+    }
+
     /// The token's raw vocabulary string (byte-level spelling, `▁` and so on), as `convert_ids_to_tokens` gives.
     pub fn id_to_token(&self, id: TokenId) -> Option<String> {
         self.inner.id_to_token(id.0)

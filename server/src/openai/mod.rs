@@ -3,5 +3,6 @@
 
 pub mod logprobs;
 pub mod render;
+pub mod structured;
 pub mod types;
 pub mod validate;

@@ -25,13 +25,6 @@ pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
-/// `response_format`: only `{"type": "text"}` is supported.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ResponseFormat {
-    #[serde(rename = "type")]
-    pub kind: String,
-}
-
 /// One part of an array-valued message `content`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ContentPart {
@@ -150,15 +143,17 @@ requests_with_sampling_fields! {
         pub stream_options: Option<StreamOptions>,
         /// vLLM extension (default true).
         pub skip_special_tokens: Option<bool>,
-        /// Only `{"type": "text"}` is served; other formats are refused.
-        pub response_format: Option<ResponseFormat>,
-        // vLLM fields that change the output and are not implemented here: refused with 400 when set to anything
-        // that changes something (`validate::refuse_unimplemented`), never ignored.
+        // Structured outputs, read by `structured::requested` (kept as JSON values there so that every error names
+        // its field).
+        pub response_format: Option<Value>,
+        pub structured_outputs: Option<Value>,
         pub guided_json: Option<Value>,
         pub guided_regex: Option<Value>,
         pub guided_choice: Option<Value>,
         pub guided_grammar: Option<Value>,
-        pub structured_outputs: Option<Value>,
+        pub guided_whitespace_pattern: Option<Value>,
+        // vLLM fields that change the output and are not implemented here: refused with 400 when set to anything
+        // that changes something (`validate::refuse_unimplemented`), never ignored.
         pub allowed_token_ids: Option<Value>,
         pub bad_words: Option<Value>,
         pub truncate_prompt_tokens: Option<Value>,

@@ -3,8 +3,10 @@
 //! re-reads the JSON.
 
 use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams, StopParams};
+use rserve_engine::structured::Grammar;
 use rserve_engine::TokenId;
 
+use crate::openai::structured;
 use crate::openai::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField, SamplingFields, StopField,
 };
@@ -95,6 +97,8 @@ pub enum ValidationError {
     TokenizeInputMissing,
     #[error("{field}: {what} is not supported by this server")]
     Unsupported { field: String, what: String },
+    #[error("{field}: {message}")]
+    StructuredOutput { field: String, message: String },
 }
 
 impl ValidationError {
@@ -128,7 +132,7 @@ impl ValidationError {
             V::PromptEmpty(p) => p,
             V::PromptTooLong { param, .. } | V::ContextLengthExceeded { param, .. } => param,
             V::TokenizeInputMissing => "prompt",
-            V::Unsupported { field, .. } => field,
+            V::Unsupported { field, .. } | V::StructuredOutput { field, .. } => field,
         };
         Some(p.to_owned())
     }
@@ -376,9 +380,6 @@ fn unimplemented_feature(field: &str) -> &'static str {
     match field {
         "tools" | "tool_choice" => "tool calling",
         "functions" | "function_call" => "function calling",
-        "guided_json" | "guided_regex" | "guided_choice" | "guided_grammar" | "structured_outputs" => {
-            "guided decoding (structured outputs)"
-        }
         "continue_final_message" | "chat_template" | "chat_template_kwargs" | "documents" => "chat template options",
         "echo" => "echo of the last message",
         "allowed_token_ids" | "bad_words" | "logits_processors" => "restricting or processing the logits",
@@ -389,14 +390,20 @@ fn unimplemented_feature(field: &str) -> &'static str {
     }
 }
 
-/// The shared fields that `refuse_unimplemented` checks, and `response_format` beyond `text`.
+/// The shared fields that `refuse_unimplemented` checks.
 fn refuse_unimplemented_sampling(f: &SamplingFields) -> Result<()> {
-    if let Some(r) = f.response_format.as_ref().filter(|r| r.kind != "text") {
-        return Err(unsupported("response_format", &format!("response_format type '{}'", r.kind)));
-    }
-    refuse_unimplemented(&named_fields!(f; guided_json, guided_regex, guided_choice, guided_grammar,
-        structured_outputs, allowed_token_ids, bad_words, truncate_prompt_tokens, prompt_logprobs,
+    refuse_unimplemented(&named_fields!(f; allowed_token_ids, bad_words, truncate_prompt_tokens, prompt_logprobs,
         include_stop_str_in_output, use_beam_search, logits_processors))
+}
+
+/// The request's structured-output constraint, compiled by the engine's grammar engine (a spec it refuses is a 400
+/// naming the field that asked for it).
+fn constraint(f: &SamplingFields, engine: &dyn Engine) -> Result<Option<Grammar>> {
+    let Some(req) = structured::requested(f)? else { return Ok(None) };
+    engine
+        .compile_grammar(&req.spec)
+        .map(Some)
+        .map_err(|e| ValidationError::StructuredOutput { field: req.field.to_owned(), message: e.to_string() })
 }
 
 /// True for JSON values that say "nothing": null, false, "", [], {}.
@@ -457,6 +464,7 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine) -> Result<ValidCha
         chat_template, chat_template_kwargs, documents, echo))?;
     let info = engine.info();
     let mut c = common(&req.sampling, info, &engine.default_sampling())?;
+    c.sampling.constraint = constraint(&req.sampling, engine)?;
     let top = match req.top_logprobs {
         Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => return Err(ValidationError::TopLogprobsOutOfRange(k)),
         Some(k) => k as usize,
@@ -519,6 +527,7 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
         return Err(unsupported("suffix", "suffix (insertion)"));
     }
     let mut c = common(&req.sampling, info, &engine.default_sampling())?;
+    c.sampling.constraint = constraint(&req.sampling, engine)?;
     if let Some(b) = req.best_of {
         let n = c.n as i64;
         if b < n {

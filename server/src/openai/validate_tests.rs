@@ -321,7 +321,6 @@ fn rule_unsupported_fields() {
         (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"functions": [{"name": "f"}]}), "functions"),
         (json!({"function_call": "auto"}), "function_call"),
-        (json!({"response_format": {"type": "json_object"}}), "response_format"),
         (json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "x"}]}]}), "messages"),
         (json!({"continue_final_message": true}), "continue_final_message"),
         (json!({"chat_template": "{{ messages }}"}), "chat_template"),
@@ -345,12 +344,6 @@ fn rule_unsupported_fields() {
 #[test]
 fn rule_vllm_output_options_are_refused_not_ignored() {
     let cases = [
-        json!({"guided_json": {"type": "object"}}),
-        json!({"guided_regex": "[0-9]+"}),
-        json!({"guided_choice": ["yes", "no"]}),
-        json!({"guided_grammar": "start: \"a\""}),
-        json!({"structured_outputs": {"choice": ["a", "b"]}}),
-        json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}),
         json!({"allowed_token_ids": [1, 2]}),
         json!({"bad_words": ["x"]}),
         json!({"truncate_prompt_tokens": 3}),
@@ -371,6 +364,31 @@ fn rule_vllm_output_options_are_refused_not_ignored() {
         "use_beam_search": false, "response_format": {"type": "text"}});
     assert!(chat_with(neutral.clone()).is_ok());
     assert!(compl_with(neutral).is_ok());
+}
+
+#[test]
+fn rule_structured_outputs_reach_the_grammar_engine() {
+    // The fake engine compiles no grammar, so each form that asks for a constraint comes back as the compile error,
+    // named by its field: none is dropped on the way.
+    let cases = [
+        (json!({"guided_json": {"type": "object"}}), "guided_json"),
+        (json!({"guided_regex": "[0-9]+"}), "guided_regex"),
+        (json!({"guided_choice": ["yes", "no"]}), "guided_choice"),
+        (json!({"guided_grammar": "start: \"a\""}), "guided_grammar"),
+        (json!({"structured_outputs": {"choice": ["a", "b"]}}), "structured_outputs"),
+        (json!({"response_format": {"type": "json_object"}}), "response_format"),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}),
+            "response_format",
+        ),
+    ];
+    for (body, field) in cases {
+        for e in [chat_with(body.clone()).expect_err("chat"), compl_with(body.clone()).expect_err("completion")] {
+            assert!(matches!(e, ValidationError::StructuredOutput { .. }), "{body}: {e:?}");
+            assert_eq!(e.param().as_deref(), Some(field), "{body}");
+            assert!(e.to_string().contains("compiles no grammar"), "{e}");
+        }
+    }
 }
 
 #[test]
