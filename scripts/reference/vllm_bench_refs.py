@@ -46,10 +46,15 @@ def function(tree, name):
     raise SystemExit(f"function {name} not found")
 
 
+CONSTANTS = {}  # module-level NAME = literal of the files read, for defaults such as DEFAULT_NUM_PROMPTS
+
+
 def literal(node):
-    """The value of a literal expression, `float("inf")` as "inf", anything else as None."""
+    """The value of a literal expression (or a module constant), `float("inf")` as "inf", anything else as None."""
     if node is None:
         return None
+    if isinstance(node, ast.Name) and node.id in CONSTANTS:
+        return CONSTANTS[node.id]
     try:
         return ast.literal_eval(node)
     except ValueError:
@@ -128,6 +133,13 @@ def main():
     serve = parse(os.path.join(src, "vllm", "benchmarks", "serve.py"))
     datasets = parse(os.path.join(src, "vllm", "benchmarks", "datasets", "datasets.py"))
 
+    for tree in (serve, datasets):
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                try:
+                    CONSTANTS[node.targets[0].id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
     flags = flags_of(function(serve, "add_cli_args"))
     for name in DATASET_PARSER_FUNCS:
         flags += flags_of(function(datasets, name))
