@@ -106,6 +106,10 @@ async fn run_async(mut args: ServeBenchArgs) -> Result<(), BenchError> {
     for w in args.unused.warnings() {
         eprintln!("{w}");
     }
+    let dataset_name = args.dataset.dataset_name;
+    if let Some(why) = dataset_name.unsupported() {
+        return Err(BenchError::arg("--dataset-name", format!("{}: {why}", dataset_name.name())));
+    }
     if args.unused.self_timed || args.unused.no_self_timed {
         return Err(BenchError::arg("--self-timed", "applies to --dataset-name timed_trace only"));
     }
@@ -157,7 +161,7 @@ async fn run_async(mut args: ServeBenchArgs) -> Result<(), BenchError> {
         None => BenchTokenizer::Server(client.clone()),
     };
     let tokenizer_id = args.tokenizer.as_ref().map_or(model_id.clone(), |p| p.display().to_string());
-    let dataset_name = args.dataset.dataset_name.name();
+    let dataset_name = dataset_name.name();
     eprintln!("Building {} prompts ({dataset_name} dataset) for model {model_id} at {base}", args.num_prompts);
     let requests = prompts::build(&args, api, &tok).await?;
     let prefix =
