@@ -135,7 +135,7 @@ run_load() {
   log "$name: $clients client(s), $prompts prompts; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   "$RSERVE" bench serve --base-url "http://127.0.0.1:$port" --endpoint /v1/completions \
     --dataset-name random --random-input-len "$INPUT_LEN" --random-output-len "$OUTPUT_LEN" \
-    --random-range-ratio 0 --tokenizer "$GGUF" --ignore-eos --request-rate inf \
+    --random-range-ratio 0 --tokenizer "$GGUF" --ignore-eos --temperature 0 --request-rate inf \
     --max-concurrency "$clients" --num-prompts "$prompts" --seed 0 --no-progress \
     --save-result --result-file "$OUT_DIR/$name-c$clients.json" | tee "$OUT_DIR/$name-c$clients.txt"
   log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

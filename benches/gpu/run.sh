@@ -73,7 +73,7 @@ bench() { # concurrency prompts in out
   nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$OUT/util-c$c.txt" 2>/dev/null &
   local smi=$!
   timeout "${BENCH_TIMEOUT:-150}" "$BIN" bench serve --port "$PORT" --tokenizer "$M" --dataset-name random --random-input-len "$i" \
-    --random-output-len "$o" --num-prompts "$n" --max-concurrency "$c" --ignore-eos \
+    --random-output-len "$o" --num-prompts "$n" --max-concurrency "$c" --ignore-eos --temperature 0 \
     --result-file "$OUT/bench-c$c.json" 2>&1 | tee "$OUT/bench-c$c.log"
   kill $smi 2>/dev/null
 }

@@ -61,11 +61,11 @@ fn sse_head() -> String {
 
 fn settings(base: &str, api: ApiKind) -> RequestSettings {
     let path = if api == ApiKind::Chat { "/v1/chat/completions" } else { "/v1/completions" };
-    RequestSettings { api, api_url: format!("{base}{path}"), model: "m".into(), ignore_eos: true, temperature: 0.0 }
+    RequestSettings { api, api_url: format!("{base}{path}"), ignore_eos: true, ..Default::default() }
 }
 
 fn spec() -> RequestSpec {
-    RequestSpec { prompt: "hi".into(), prompt_len: 2, max_tokens: 3 }
+    RequestSpec { prompt: "hi".into(), prompt_len: 2, max_tokens: 3, model: "m".into(), request_id: None }
 }
 
 /// One server-sent event: `data: {payload}` and a blank line.

@@ -1,6 +1,6 @@
 //! The HTTP side of `bench serve`: model discovery (`/v1/models`), the server's `/tokenize` and `/detokenize`
-//! (vLLM's and llama.cpp's request and response shapes), and one streaming completion or chat request timed chunk
-//! by chunk into a [`RequestOutcome`].
+//! (vLLM's and llama.cpp's request and response shapes), profiler start/stop, and one streaming completion or chat
+//! request (vLLM's body, extra headers, `x-request-id`) timed chunk by chunk into a [`RequestOutcome`].
 
 use std::time::{Duration, Instant};
 
@@ -11,9 +11,10 @@ use super::metrics::RequestOutcome;
 use super::sse::SseParser;
 
 /// Which OpenAI API the endpoint speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ApiKind {
     /// `/v1/completions`: `prompt` in, `choices[0].text` out.
+    #[default]
     Completions,
     /// `/v1/chat/completions`: one user message in, `choices[0].delta.content` out.
     Chat,
@@ -35,16 +36,22 @@ pub struct RequestSpec {
     pub prompt: String,
     pub prompt_len: usize,
     pub max_tokens: usize,
+    /// The `model` field (the served model, or a LoRA adapter's name).
+    pub model: String,
+    /// Sent as the `x-request-id` header.
+    pub request_id: Option<String>,
 }
 
 /// Settings shared by every request of a run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RequestSettings {
     pub api: ApiKind,
     pub api_url: String,
-    pub model: String,
     pub ignore_eos: bool,
-    pub temperature: f64,
+    /// `logprobs` (completions) when given.
+    pub logprobs: Option<u32>,
+    /// Fields merged into every body last (the sampling flags, then `--extra-body`), as vLLM merges them.
+    pub extra_body: serde_json::Map<String, Value>,
 }
 
 /// A client for one server.
@@ -58,11 +65,25 @@ impl Client {
     /// A client for the server at `base` (`http://host:port`, no trailing slash needed); each request may take at
     /// most `timeout`.
     pub fn new(base: &str, timeout: Duration) -> Result<Self, BenchError> {
+        Self::with_headers(base, timeout, &[])
+    }
+
+    /// A client that sends `headers` with every request (`--header`, the `OPENAI_API_KEY` bearer token).
+    pub fn with_headers(base: &str, timeout: Duration, headers: &[(String, String)]) -> Result<Self, BenchError> {
+        let mut map = reqwest::header::HeaderMap::new();
+        for (k, v) in headers {
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| BenchError::arg("--header", format!("'{k}' is not a header name: {e}")))?;
+            let value = reqwest::header::HeaderValue::from_str(v)
+                .map_err(|e| BenchError::arg("--header", format!("'{v}' is not a header value: {e}")))?;
+            map.insert(name, value);
+        }
         // No connection reuse: servers close idle keep-alive connections on their own schedule (llama.cpp's HTTP
         // library after a few requests), and a request sent on a connection the server is closing fails before it
         // reached the server. A fresh localhost connection per request costs well under a millisecond.
         let http = reqwest::Client::builder()
             .timeout(timeout)
+            .default_headers(map)
             .pool_max_idle_per_host(0)
             .build()
             .map_err(|e| BenchError::Http { url: base.to_owned(), message: e.to_string() })?;
@@ -88,6 +109,11 @@ impl Client {
             .await
             .map_err(|e| BenchError::Http { url: url.clone(), message: e.to_string() })?;
         read_json(url, resp).await
+    }
+
+    /// POSTs `path` (`/start_profile`, `/stop_profile`) with no body; whether the server answered 200.
+    pub async fn post_empty(&self, path: &str) -> bool {
+        self.http.post(self.url(path)).send().await.is_ok_and(|r| r.status() == reqwest::StatusCode::OK)
     }
 
     /// The id of the first model `/v1/models` lists.
@@ -139,23 +165,14 @@ impl Client {
     /// Never fails: errors are recorded in the outcome.
     pub async fn stream_request(&self, s: &RequestSettings, req: &RequestSpec, run_start: Instant) -> RequestOutcome {
         let mut out = RequestOutcome { prompt_len: req.prompt_len, ..Default::default() };
-        let mut body = json!({
-            "model": s.model,
-            "max_tokens": req.max_tokens,
-            "temperature": s.temperature,
-            "stream": true,
-            "stream_options": { "include_usage": true },
-        });
-        match s.api {
-            ApiKind::Completions => body["prompt"] = json!(req.prompt),
-            ApiKind::Chat => body["messages"] = json!([{ "role": "user", "content": req.prompt }]),
-        }
-        if s.ignore_eos {
-            body["ignore_eos"] = json!(true);
-        }
+        let body = request_body(s, req);
         let sent = Instant::now();
         out.start_offset = sent.duration_since(run_start).as_secs_f64();
-        let resp = match self.http.post(&s.api_url).json(&body).send().await {
+        let mut post = self.http.post(&s.api_url).json(&body);
+        if let Some(id) = &req.request_id {
+            post = post.header("x-request-id", id);
+        }
+        let resp = match post.send().await {
             Ok(r) => r,
             Err(e) => {
                 out.error = format!("request failed: {e}");
@@ -229,6 +246,37 @@ impl Client {
         out.success = true;
         out
     }
+}
+
+/// The JSON body of one streaming request, as vLLM's request functions build it: completions take `prompt` and
+/// `max_tokens` (and `logprobs` when given), chat one user message and `max_completion_tokens`; then `ignore_eos`
+/// when set, then the sampling and `--extra-body` fields, which override anything before them.
+pub fn request_body(s: &RequestSettings, req: &RequestSpec) -> Value {
+    let mut body = json!({
+        "model": req.model,
+        "stream": true,
+        "stream_options": { "include_usage": true },
+    });
+    match s.api {
+        ApiKind::Completions => {
+            body["prompt"] = json!(req.prompt);
+            body["max_tokens"] = json!(req.max_tokens);
+            if let Some(n) = s.logprobs {
+                body["logprobs"] = json!(n);
+            }
+        }
+        ApiKind::Chat => {
+            body["messages"] = json!([{ "role": "user", "content": req.prompt }]);
+            body["max_completion_tokens"] = json!(req.max_tokens);
+        }
+    }
+    if s.ignore_eos {
+        body["ignore_eos"] = json!(true);
+    }
+    if let Value::Object(m) = &mut body {
+        m.extend(s.extra_body.clone());
+    }
+    body
 }
 
 /// The text a stream chunk carries (empty for role-only, finish and usage chunks).

@@ -3,8 +3,10 @@
 //! - TPOT (per request): `(e2e - ttft) / (output_tokens - 1)` for requests with more than one output token;
 //! - ITL: every gap between consecutive text chunks, pooled over all requests;
 //! - throughputs over the wall-clock duration of the run; goodput: completed requests per second that met every
-//!   given SLO (`ttft`, `tpot`, `e2el` in milliseconds; a one-token request counts as TPOT 0).
+//!   given SLO (`ttft`, `tpot`, `e2el` in milliseconds; a one-token request counts as TPOT 0);
+//! - client queue time: arrival -> sent (waiting for a `--max-concurrency` slot); peaks as in [`super::peak`].
 
+use super::peak::peaks;
 use super::stats::Summary;
 
 /// What one request produced, as measured by the client.
@@ -29,6 +31,8 @@ pub struct RequestOutcome {
     pub generated_text: String,
     /// Seconds from the start of the run to sending this request.
     pub start_offset: f64,
+    /// Seconds the request waited for a `--max-concurrency` slot after its arrival time.
+    pub queue_time: f64,
 }
 
 /// Counts the tokens of a text with a local tokenizer (None when it cannot).
@@ -100,6 +104,12 @@ pub struct BenchmarkMetrics {
     pub tpot_ms: Summary,
     pub itl_ms: Summary,
     pub e2el_ms: Summary,
+    /// Client-side queueing (arrival -> sent) and E2E latency including it, of the successful requests.
+    pub client_queue_time_ms: Summary,
+    pub e2el_including_client_queue_ms: Summary,
+    /// Output tokens (chunks) in the busiest second, and the most requests active in one second ([`peaks`]).
+    pub max_output_tokens_per_s: f64,
+    pub max_concurrent_requests: usize,
     /// Output tokens of each request (0 for failed ones), in request order.
     pub output_lens: Vec<usize>,
 }
@@ -113,6 +123,7 @@ pub fn compute(
     count_text: Option<&TokenCounter<'_>>,
 ) -> BenchmarkMetrics {
     let (mut ttfts, mut tpots, mut all_tpots, mut itls, mut e2els) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut queues, mut e2els_with_queue) = (vec![], vec![]);
     let mut output_lens = Vec::with_capacity(outcomes.len());
     let (mut completed, mut total_input, mut good) = (0, 0, 0);
     for o in outcomes {
@@ -131,6 +142,8 @@ pub fn compute(
         itls.extend_from_slice(&o.itl);
         ttfts.push(o.ttft);
         e2els.push(o.latency);
+        queues.push(o.queue_time);
+        e2els_with_queue.push(o.latency + o.queue_time);
         completed += 1;
         let meets = |limit_ms: Option<f64>, value_s: f64| limit_ms.is_none_or(|l| value_s * 1000.0 <= l);
         if meets(slo.ttft_ms, o.ttft) && meets(slo.tpot_ms, tpot) && meets(slo.e2el_ms, o.latency) {
@@ -140,6 +153,7 @@ pub fn compute(
     let total_output: usize = output_lens.iter().sum();
     let per_s = |x: f64| if duration_s > 0.0 { x / duration_s } else { 0.0 };
     let ms = |xs: &[f64]| Summary::of(&xs.iter().map(|x| x * 1000.0).collect::<Vec<_>>(), percentiles);
+    let (max_output_tokens_per_s, max_concurrent_requests) = peaks(outcomes);
     BenchmarkMetrics {
         duration_s,
         num_requests: outcomes.len(),
@@ -155,6 +169,10 @@ pub fn compute(
         tpot_ms: ms(&tpots),
         itl_ms: ms(&itls),
         e2el_ms: ms(&e2els),
+        client_queue_time_ms: ms(&queues),
+        e2el_including_client_queue_ms: ms(&e2els_with_queue),
+        max_output_tokens_per_s,
+        max_concurrent_requests,
         output_lens,
     }
 }

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use rserve_engine::chat_template::{ChatMessage, ChatTemplate, TemplateSources};
 use rserve_engine::config::gguf_meta::read_gguf_header;
 use rserve_engine::tokenizer::Tokenizer;
 use rserve_engine::TokenId;
@@ -20,7 +21,12 @@ pub const SERVER_RANDOM_ID_RANGE: (u32, u32) = (1000, 32000);
 
 /// Local or server-side tokenization.
 pub enum BenchTokenizer {
-    Local { tokenizer: Box<Tokenizer>, special: HashSet<u32> },
+    /// A local tokenizer, with the model's chat template when its files hold one.
+    Local {
+        tokenizer: Box<Tokenizer>,
+        special: HashSet<u32>,
+        template: Option<Box<ChatTemplate>>,
+    },
     Server(Client),
 }
 
@@ -29,17 +35,39 @@ impl BenchTokenizer {
     /// there is one) or a folder holding `tokenizer.json`.
     pub fn load_local(path: &Path) -> Result<Self, BenchError> {
         let err = |e: rserve_engine::EngineError| BenchError::Tokenizer(format!("{}: {e}", path.display()));
-        let tokenizer = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        let (tokenizer, template) = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
             let content = read_gguf_header(path).map_err(err)?;
-            Tokenizer::from_gguf(&content).map_err(err)?
+            let tokenizer = Tokenizer::from_gguf(&content).map_err(err)?;
+            let sources = TemplateSources { gguf: Some(&content), ..Default::default() };
+            let template = ChatTemplate::from_sources(&sources, &tokenizer).map_err(err)?;
+            (tokenizer, template)
         } else {
             let json = if path.is_dir() { path.join("tokenizer.json") } else { path.to_path_buf() };
             let config = json.with_file_name("tokenizer_config.json");
-            Tokenizer::from_file(&json, config.exists().then_some(config.as_path())).map_err(err)?
+            let tokenizer = Tokenizer::from_file(&json, config.exists().then_some(config.as_path())).map_err(err)?;
+            let sources = TemplateSources { model_dir: json.parent(), ..Default::default() };
+            let template = ChatTemplate::from_sources(&sources, &tokenizer).map_err(err)?;
+            (tokenizer, template)
         };
         let special =
             (0..tokenizer.vocab_size() as u32).filter(|&id| tokenizer.is_special_token(TokenId(id))).collect();
-        Ok(BenchTokenizer::Local { tokenizer: Box::new(tokenizer), special })
+        Ok(BenchTokenizer::Local { tokenizer: Box::new(tokenizer), special, template: template.map(Box::new) })
+    }
+
+    /// `text` as one user message rendered with the model's chat template and a generation prompt (vLLM's
+    /// `apply_chat_template(..., add_generation_prompt=True, tokenize=False)`); `None` without a local template.
+    pub fn chat_prompt(
+        &self,
+        text: &str,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Option<Result<String, BenchError>> {
+        match self {
+            BenchTokenizer::Local { template: Some(t), .. } => Some(
+                t.render_with(&[ChatMessage::new("user", text)], true, kwargs)
+                    .map_err(|e| BenchError::Tokenizer(format!("chat template: {e}"))),
+            ),
+            _ => None,
+        }
     }
 
     /// Ids of `text`, no special tokens added.
@@ -76,7 +104,7 @@ impl BenchTokenizer {
     /// [`SERVER_RANDOM_ID_RANGE`] (upper end replaced by `vocab_size` when given).
     pub fn random_id_pool(&self, vocab_size: Option<usize>) -> Vec<u32> {
         match self {
-            BenchTokenizer::Local { tokenizer, special } => {
+            BenchTokenizer::Local { tokenizer, special, .. } => {
                 let n = vocab_size.unwrap_or(tokenizer.vocab_size()).min(tokenizer.vocab_size()) as u32;
                 (0..n).filter(|id| !special.contains(id)).collect()
             }
