@@ -64,6 +64,11 @@ pub fn apply_mask(logits: &mut [f32], mask: &TokenMask) {
     let words = mask.0.as_slice();
     for (w, chunk) in logits.chunks_mut(32).enumerate() {
         let bits = words.get(w).copied().unwrap_or(0);
+        // Most of a constrained vocabulary is disallowed: whole words of zero bits are one fill.
+        if bits == 0 {
+            chunk.fill(f32::NEG_INFINITY);
+            continue;
+        }
         if bits == u32::MAX && chunk.len() == 32 {
             continue;
         }
