@@ -19,6 +19,7 @@ use crate::testing::{FakeEngine, REPLY};
 
 fn settings() -> ServerSettings {
     ServerSettings {
+        tools: Default::default(),
         served_model_names: vec!["smol".into(), "alias".into()],
         api_key: None,
         max_num_waiting: 100,
@@ -201,7 +202,7 @@ async fn error_cases() {
 
     let (s, v) = send_json(&app, chat(json!({"tools": [{"type": "function"}]}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert_error(&v, "BadRequestError", Some("tools"), None);
+    assert_error(&v, "BadRequestError", Some("tools[0]"), None);
 
     let (s, v) = send_json(&app, chat(json!({"messages": "nope"}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);

@@ -3,6 +3,7 @@
 //! are parsed and checked; a value we cannot honour yet is a start-up error (`CliError`), never silently ignored.
 
 pub use crate::human::parse_human_int;
+use crate::openai::tool_parsers::ToolParser;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -37,7 +38,7 @@ pub enum Command {
     Plan(crate::plan::PlanArgs),
     /// Benchmarks: `bench serve` load-tests an OpenAI-compatible server (like `vllm bench serve`).
     #[command(subcommand)]
-    Bench(rserve_benches::BenchCommand),
+    Bench(Box<rserve_benches::BenchCommand>),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -207,6 +208,13 @@ pub struct FrontendArgs {
     /// Do not log the periodic throughput line.
     #[arg(long)]
     pub disable_log_stats: bool,
+    /// Let the model decide when to call tools (`tool_choice: "auto"`, the default with tools); needs
+    /// --tool-call-parser.
+    #[arg(long)]
+    pub enable_auto_tool_choice: bool,
+    /// How the model writes tool calls: llama3_json (Llama 3.1-3.3), hermes (Qwen2.5, Qwen3, Hermes), mistral.
+    #[arg(long, value_enum)]
+    pub tool_call_parser: Option<ToolParser>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Plan(args) => plan::run(args),
-        Command::Bench(cmd) => rserve_benches::run(cmd).map_err(Into::into),
+        Command::Bench(cmd) => rserve_benches::run(*cmd).map_err(Into::into),
     };
     match result {
         Ok(()) => {

@@ -1,6 +1,7 @@
 //! `rserve serve`: start the engine, bind the listener, serve the API until SIGINT/SIGTERM, then drain running
 //! requests (up to `--shutdown-timeout`), stop the engine and return (exit code 0).
 
+use crate::openai::tools::ToolSettings;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +36,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         api_key: args.frontend.api_key.clone().filter(|k| !k.is_empty()),
         max_num_waiting: args.engine.scheduler.max_num_waiting,
         log_requests: args.frontend.enable_log_requests,
+        tools: ToolSettings {
+            auto_tool_choice: args.frontend.enable_auto_tool_choice,
+            parser: args.frontend.tool_call_parser,
+        },
     };
+    if args.frontend.enable_auto_tool_choice && args.frontend.tool_call_parser.is_none() {
+        anyhow::bail!("--enable-auto-tool-choice needs --tool-call-parser (llama3_json, hermes or mistral)");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let result = runtime.block_on(async move {
         // Watch signals from the start, so that one sent while the model loads still ends in a clean exit.

@@ -2,6 +2,7 @@
 //! admission itself: refusing new work when the waiting queue is full or the server is shutting down, and counting
 //! the requests in flight (`Admitted` decrements the count when dropped).
 
+use crate::openai::tools::ToolSettings;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -22,6 +23,8 @@ pub struct ServerSettings {
     pub max_num_waiting: usize,
     /// Log one line per accepted request.
     pub log_requests: bool,
+    /// `--enable-auto-tool-choice` and `--tool-call-parser`.
+    pub tools: ToolSettings,
 }
 
 /// Shared state of all routes (cheap to clone).

@@ -203,8 +203,8 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server():
-    """The shared server: API key on, default scheduler limits."""
-    s = Server(name="shared server")
+    """The shared server: API key on, default scheduler limits, tool_choice "auto" read by the hermes parser."""
+    s = Server("--enable-auto-tool-choice", "--tool-call-parser", "hermes", name="shared server")
     yield s
     code = s.stop()
     assert code == 0, f"shared server exited with {code}\n{s.log()}"

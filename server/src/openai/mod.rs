@@ -4,5 +4,8 @@
 pub mod logprobs;
 pub mod render;
 pub mod structured;
+pub mod tool_parsers;
+pub mod tool_stream;
+pub mod tools;
 pub mod types;
 pub mod validate;

@@ -10,9 +10,12 @@ use serde::Serialize;
 use crate::error::ApiError;
 use crate::fanout::ChoiceOutput;
 use crate::openai::logprobs;
+use crate::openai::tool_stream::{StreamPiece, ToolStream};
+use crate::openai::tools::{self, ToolMode, ToolReading};
 use crate::openai::types::{
-    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse, ChatDelta, ChunkUsage,
-    CompletionChoice, CompletionLogprobs, CompletionResponse, ResponseHead, UsageOut,
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse, ChatDelta,
+    ChatLogprobs, ChunkUsage, CompletionChoice, CompletionLogprobs, CompletionResponse, FunctionOut, ResponseHead,
+    ToolCallOut, UsageOut,
 };
 use crate::openai::validate::ValidPrompt;
 use crate::sse::StreamRenderer;
@@ -70,18 +73,31 @@ pub fn chat_response(
     prompt_tokens: usize,
     outputs: Vec<ChoiceOutput>,
     with_logprobs: bool,
+    tools: &ToolReading,
 ) -> ChatCompletionResponse {
     let completion = outputs.iter().map(|o| o.usage.completion_tokens).sum();
     let cached = outputs.iter().map(|o| o.usage.cached_tokens).max().unwrap_or(0);
     let choices = outputs
         .into_iter()
         .enumerate()
-        .map(|(index, o)| ChatChoice {
-            index,
-            logprobs: with_logprobs.then(|| logprobs::chat(&o.logprobs)),
-            message: AssistantMessage { role: "assistant", content: o.text },
-            finish_reason: o.finish.map(|f| f.as_str()),
-            stop_reason: o.stop_reason.map(Into::into),
+        .map(|(index, o)| {
+            let (content, calls) = tools::read_output(&tools.mode, tools.parallel, &o.text);
+            let finish_reason = o.finish.map(|f| tools::finish_reason(&tools.mode, f.as_str(), !calls.is_empty()));
+            let tool_calls = calls
+                .into_iter()
+                .map(|c| ToolCallOut {
+                    id: c.id,
+                    kind: "function",
+                    function: FunctionOut { name: c.call.name, arguments: c.call.arguments },
+                })
+                .collect();
+            ChatChoice {
+                index,
+                logprobs: with_logprobs.then(|| logprobs::chat(&o.logprobs)),
+                message: AssistantMessage { role: "assistant", content, tool_calls },
+                finish_reason,
+                stop_reason: o.stop_reason.map(Into::into),
+            }
         })
         .collect();
     ChatCompletionResponse {
@@ -132,12 +148,37 @@ pub struct ChatStream {
     with_logprobs: bool,
     usage: UsageSum,
     failed: bool,
+    /// Per choice: how its text becomes content and tool-call deltas.
+    tools: Vec<ToolStream>,
 }
 
 impl ChatStream {
     pub fn new(meta: ResponseMeta, n: usize, prompt_tokens: usize, include_usage: bool, with_logprobs: bool) -> Self {
         let usage = UsageSum { prompt: prompt_tokens, ..UsageSum::default() };
-        Self { meta, n, include_usage, with_logprobs, usage, failed: false }
+        let tools = (0..n).map(|_| ToolStream::new(ToolMode::Off, true)).collect();
+        Self { meta, n, include_usage, with_logprobs, usage, failed: false, tools }
+    }
+
+    /// Reads every choice for tool calls as `reading` says.
+    pub fn with_tools(mut self, reading: &ToolReading) -> Self {
+        self.tools = (0..self.n).map(|_| ToolStream::new(reading.mode.clone(), reading.parallel)).collect();
+        self
+    }
+
+    /// The chunks of a piece of a choice's stream: content (with the event's log-probs), then tool-call deltas.
+    fn piece_chunks(&self, index: usize, piece: StreamPiece, logprobs: Option<ChatLogprobs>) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(text) = piece.content {
+            let delta = ChatDelta { content: Some(text), ..ChatDelta::default() };
+            let choice = ChatChunkChoice { index, delta, logprobs, finish_reason: None, stop_reason: None };
+            out.push(self.chunk(vec![choice], self.null_usage()));
+        }
+        if !piece.calls.is_empty() {
+            let delta = ChatDelta { tool_calls: Some(piece.calls), ..ChatDelta::default() };
+            let choice = ChatChunkChoice { index, delta, logprobs: None, finish_reason: None, stop_reason: None };
+            out.push(self.chunk(vec![choice], self.null_usage()));
+        }
+        out
     }
 
     fn chunk(&self, choices: Vec<ChatChunkChoice>, usage: ChunkUsage) -> String {
@@ -153,7 +194,7 @@ impl StreamRenderer for ChatStream {
     fn start(&mut self) -> Vec<String> {
         (0..self.n)
             .map(|index| {
-                let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()) };
+                let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()), tool_calls: None };
                 self.chunk(
                     vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None, stop_reason: None }],
                     self.null_usage(),
@@ -168,26 +209,40 @@ impl StreamRenderer for ChatStream {
                 if text.is_empty() && (lps.is_empty() || !self.with_logprobs) {
                     return Vec::new();
                 }
-                let choice = ChatChunkChoice {
-                    index,
-                    delta: ChatDelta { role: None, content: Some(text) },
-                    logprobs: self.with_logprobs.then(|| logprobs::chat(&lps)),
-                    finish_reason: None,
-                    stop_reason: None,
-                };
-                vec![self.chunk(vec![choice], self.null_usage())]
+                let logprobs = self.with_logprobs.then(|| logprobs::chat(&lps));
+                match self.tools.get_mut(index) {
+                    Some(t) if !t.is_off() => {
+                        let piece = t.push(&text);
+                        self.piece_chunks(index, piece, logprobs)
+                    }
+                    _ => {
+                        let delta = ChatDelta { content: Some(text), ..ChatDelta::default() };
+                        let choice = ChatChunkChoice { index, delta, logprobs, finish_reason: None, stop_reason: None };
+                        vec![self.chunk(vec![choice], self.null_usage())]
+                    }
+                }
             }
             RequestEvent::Finished { reason, usage, stop_reason } => {
                 self.usage.completion += usage.completion_tokens;
                 self.usage.cached = self.usage.cached.max(usage.cached_tokens);
+                let (mut out, finish_reason) = match self.tools.get_mut(index) {
+                    Some(t) if !t.is_off() => {
+                        let piece = t.finish();
+                        let made = t.made_calls();
+                        let mode = t.mode().clone();
+                        (self.piece_chunks(index, piece, None), tools::finish_reason(&mode, reason.as_str(), made))
+                    }
+                    _ => (Vec::new(), reason.as_str()),
+                };
                 let choice = ChatChunkChoice {
                     index,
                     delta: ChatDelta::default(),
                     logprobs: None,
-                    finish_reason: Some(reason.as_str()),
+                    finish_reason: Some(finish_reason),
                     stop_reason: stop_reason.map(Into::into),
                 };
-                vec![self.chunk(vec![choice], self.null_usage())]
+                out.push(self.chunk(vec![choice], self.null_usage()));
+                out
             }
             RequestEvent::Error(message) => {
                 self.failed = true;

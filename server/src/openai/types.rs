@@ -174,9 +174,11 @@ requests_with_sampling_fields! {
         pub top_logprobs: Option<i64>,
         /// vLLM extension (default true).
         pub add_generation_prompt: Option<bool>,
-        // Known but not supported (refused when set).
+        /// Tool calling (`tools::plan`).
         pub tools: Option<Value>,
         pub tool_choice: Option<Value>,
+        pub parallel_tool_calls: Option<bool>,
+        // Known but not supported (refused when set).
         pub functions: Option<Value>,
         pub function_call: Option<Value>,
         pub continue_final_message: Option<Value>,
@@ -306,7 +308,43 @@ pub struct ResponseHead {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    /// Null when a choice answered with tool calls only.
+    pub content: Option<String>,
+    /// Always present (empty without calls), as vLLM writes it.
+    pub tool_calls: Vec<ToolCallOut>,
+}
+
+/// A function call in a response: `{"id", "type": "function", "function": {"name", "arguments"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCallOut {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionOut,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FunctionOut {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A streamed piece of a call: the first carries id, type and name (arguments ""), later ones argument text only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
 }
 
 /// `stop_reason` on the wire: the stop token id as a number, or the stop string.
@@ -350,6 +388,8 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

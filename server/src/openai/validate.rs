@@ -7,6 +7,7 @@ use rserve_engine::structured::Grammar;
 use rserve_engine::TokenId;
 
 use crate::openai::structured;
+use crate::openai::tools::{self, ToolMode, ToolReading, ToolSettings};
 use crate::openai::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField, SamplingFields, StopField,
 };
@@ -99,6 +100,8 @@ pub enum ValidationError {
     Unsupported { field: String, what: String },
     #[error("{field}: {message}")]
     StructuredOutput { field: String, message: String },
+    #[error("{field}: {message}")]
+    Tools { field: String, message: String },
 }
 
 impl ValidationError {
@@ -132,7 +135,7 @@ impl ValidationError {
             V::PromptEmpty(p) => p,
             V::PromptTooLong { param, .. } | V::ContextLengthExceeded { param, .. } => param,
             V::TokenizeInputMissing => "prompt",
-            V::Unsupported { field, .. } | V::StructuredOutput { field, .. } => field,
+            V::Unsupported { field, .. } | V::StructuredOutput { field, .. } | V::Tools { field, .. } => field,
         };
         Some(p.to_owned())
     }
@@ -354,6 +357,8 @@ pub struct ValidChat {
     pub include_usage: bool,
     /// `Some(k)`: return log-probs with k alternatives.
     pub logprobs: Option<usize>,
+    /// How the choices are read for tool calls.
+    pub tools: ToolReading,
 }
 
 fn unsupported(field: &str, what: &str) -> ValidationError {
@@ -378,7 +383,6 @@ fn refuse_unimplemented(fields: &[(&str, &Option<serde_json::Value>)]) -> Result
 /// What a field refused by `refuse_unimplemented` asks for, as the 400 names it.
 fn unimplemented_feature(field: &str) -> &'static str {
     match field {
-        "tools" | "tool_choice" => "tool calling",
         "functions" | "function_call" => "function calling",
         "continue_final_message" | "chat_template" | "chat_template_kwargs" | "documents" => "chat template options",
         "echo" => "echo of the last message",
@@ -459,12 +463,31 @@ pub fn chat_prompt(engine: &dyn Engine, turns: &[ChatTurn], add_generation_promp
 }
 
 /// Checks a chat request and turns it into engine requests.
-pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine) -> Result<ValidChat> {
-    refuse_unimplemented(&named_fields!(req; tools, tool_choice, functions, function_call, continue_final_message,
+pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine, tool_settings: &ToolSettings) -> Result<ValidChat> {
+    refuse_unimplemented(&named_fields!(req; functions, function_call, continue_final_message,
         chat_template, chat_template_kwargs, documents, echo))?;
     let info = engine.info();
     let mut c = common(&req.sampling, info, &engine.default_sampling())?;
     c.sampling.constraint = constraint(&req.sampling, engine)?;
+    let plan = tools::plan(req, tool_settings)?;
+    if let Some(spec) = &plan.grammar {
+        if c.sampling.constraint.is_some() {
+            return Err(ValidationError::Tools {
+                field: "tool_choice".into(),
+                message: "structured outputs and a required or named tool choice cannot be used together".into(),
+            });
+        }
+        let grammar = engine
+            .compile_grammar(spec)
+            .map_err(|e| ValidationError::Tools { field: "tools".into(), message: e.to_string() })?;
+        c.sampling.constraint = Some(grammar);
+    }
+    if let ToolMode::Auto(parser) = plan.mode {
+        // The parser's markers are special tokens for some models: keep them in the text (vLLM does the same).
+        if parser.needs_special_tokens() {
+            c.stop.skip_special_tokens = false;
+        }
+    }
     let top = match req.top_logprobs {
         Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => return Err(ValidationError::TopLogprobsOutOfRange(k)),
         Some(k) => k as usize,
@@ -480,7 +503,8 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine) -> Result<ValidCha
     let prompt = chat_prompt(engine, &turns, req.add_generation_prompt.unwrap_or(true))?;
     let prompt_tokens = prompt.len();
     let requests = requests_for_prompt(&c, prompt, info, "messages")?;
-    Ok(ValidChat { prompt_tokens, requests, stream: c.stream, include_usage: c.include_usage, logprobs })
+    let tools = ToolReading { mode: plan.mode, parallel: plan.parallel };
+    Ok(ValidChat { prompt_tokens, requests, stream: c.stream, include_usage: c.include_usage, logprobs, tools })
 }
 
 /// One prompt of a completions request.

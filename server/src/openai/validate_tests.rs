@@ -19,7 +19,7 @@ fn chat_with(extra: serde_json::Value) -> Result<ValidChat> {
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
     }
-    chat(&chat_req(body), &FakeEngine::new(64))
+    chat(&chat_req(body), &FakeEngine::new(64), &Default::default())
 }
 
 fn compl_with(extra: serde_json::Value) -> Result<ValidCompletion> {
@@ -102,7 +102,7 @@ fn content_parts_are_joined() {
         {"role": "user", "content": "c"},
         {"role": "assistant", "content": null}
     ]}));
-    let v = chat(&req, &engine).expect("valid");
+    let v = chat(&req, &engine, &Default::default()).expect("valid");
     let text = engine.decode(&v.requests[0].prompt_token_ids, false).expect("decodes");
     assert_eq!(text, "<s>system: a\nb\nuser: c\nassistant: \nassistant:");
 }
@@ -251,7 +251,11 @@ fn rule_too_many_choices() {
 
 #[test]
 fn rule_messages() {
-    refused(chat(&chat_req(json!({"messages": []})), &FakeEngine::new(64)), ValidationError::MessagesEmpty, "messages");
+    refused(
+        chat(&chat_req(json!({"messages": []})), &FakeEngine::new(64), &Default::default()),
+        ValidationError::MessagesEmpty,
+        "messages",
+    );
     refused(
         chat_with(
             json!({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
@@ -267,7 +271,7 @@ fn rule_messages() {
     let mut engine = FakeEngine::new(64);
     engine.has_template = false;
     let req = chat_req(json!({"messages": [{"role": "user", "content": "hi"}]}));
-    refused(chat(&req, &engine), ValidationError::NoChatTemplate, "messages");
+    refused(chat(&req, &engine, &Default::default()), ValidationError::NoChatTemplate, "messages");
     refused(
         chat_with(json!({"messages": [{"role": "bogus", "content": "x"}]})),
         ValidationError::ChatTemplate("chat template: unknown role bogus".into()),
@@ -317,8 +321,6 @@ fn rule_context_length() {
 #[test]
 fn rule_unsupported_fields() {
     let cases = [
-        (json!({"tools": [{"type": "function", "function": {"name": "f"}}]}), "tools"),
-        (json!({"tool_choice": "required"}), "tool_choice"),
         (json!({"functions": [{"name": "f"}]}), "functions"),
         (json!({"function_call": "auto"}), "function_call"),
         (json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "x"}]}]}), "messages"),
@@ -335,6 +337,10 @@ fn rule_unsupported_fields() {
     }
     // Empty or "none" values are no request for the feature.
     assert!(chat_with(json!({"tools": [], "tool_choice": "none", "response_format": {"type": "text"}})).is_ok());
+    // Without --enable-auto-tool-choice, tools alone are no tool choice; "auto" is refused by name.
+    assert!(chat_with(json!({"tools": [{"type": "function", "function": {"name": "f"}}]})).is_ok());
+    let e = chat_with(json!({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"}));
+    assert_eq!(e.expect_err("auto without a parser").param().as_deref(), Some("tool_choice"));
     let e = compl_with(json!({"suffix": "x"})).expect_err("unsupported");
     assert_eq!(e.param().as_deref(), Some("suffix"));
     let e = compl_with(json!({"echo": true, "logprobs": 1})).expect_err("unsupported");

@@ -18,15 +18,18 @@ pub async fn create(
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     let model = state.resolve_model(req.model.as_deref())?;
-    let valid = validate::chat(&req, state.engine.as_ref())?;
+    let valid = validate::chat(&req, state.engine.as_ref(), &state.settings.tools)?;
     let meta = ResponseMeta::new("chatcmpl", model);
     let n = valid.requests.len();
     let merged = fanout::merge(state.submit_all(&meta.id, valid.prompt_tokens, valid.requests)?);
     if valid.stream {
-        let renderer = ChatStream::new(meta, n, valid.prompt_tokens, valid.include_usage, valid.logprobs.is_some());
+        let renderer = ChatStream::new(meta, n, valid.prompt_tokens, valid.include_usage, valid.logprobs.is_some())
+            .with_tools(&valid.tools);
         Ok(sse::response(renderer, merged))
     } else {
         let outputs = fanout::collect(merged, n).await?;
-        Ok(Json(render::chat_response(meta, valid.prompt_tokens, outputs, valid.logprobs.is_some())).into_response())
+        let response =
+            render::chat_response(meta, valid.prompt_tokens, outputs, valid.logprobs.is_some(), &valid.tools);
+        Ok(Json(response).into_response())
     }
 }
