@@ -40,7 +40,7 @@ fn generate(engine: &LiveEngine, args: &GenerateArgs) -> anyhow::Result<()> {
     };
     let common = validate::common(&fields, engine.info(), &engine.default_sampling())?;
     let prompt = if args.chat {
-        let turn = ChatTurn { role: "user".into(), content: args.prompt.clone() };
+        let turn = ChatTurn::new("user", args.prompt.clone());
         validate::chat_prompt(engine, &[turn], true)?
     } else {
         engine.encode(&args.prompt, true).context("tokenizing the prompt")?

@@ -2,12 +2,11 @@
 //! file of the server that calls the engine crate's loading and tokenizer APIs.
 
 use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams};
-use rserve_engine::chat_template::ChatMessage;
 use rserve_engine::engine::{EngineConfig, EngineHandle, EngineMetrics};
 use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
 use rserve_engine::{EngineError, TokenId};
 
-use crate::port::{ChatTurn, Engine, Events};
+use crate::port::{ChatRender, Engine, Events};
 
 /// The running engine.
 pub struct LiveEngine {
@@ -47,11 +46,9 @@ impl Engine for LiveEngine {
         self.handle.tokenizer().bos_token()
     }
 
-    fn render_chat(&self, turns: &[ChatTurn], add_generation_prompt: bool) -> Option<Result<String, EngineError>> {
+    fn render_chat(&self, chat: &ChatRender<'_>) -> Option<Result<String, EngineError>> {
         let template = self.handle.chat_template()?;
-        let messages: Vec<ChatMessage> =
-            turns.iter().map(|t| ChatMessage { role: t.role.clone(), content: t.content.clone() }).collect();
-        Some(template.render(&messages, add_generation_prompt))
+        Some(template.render_with_tools(chat.turns, chat.tools, chat.add_generation_prompt))
     }
 
     fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {

@@ -7,11 +7,18 @@ use rserve_engine::engine::{EngineMetrics, RequestStream};
 use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
 use rserve_engine::{EngineError, TokenId};
 
-/// One chat message, already reduced to plain text (content parts joined).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChatTurn {
-    pub role: String,
-    pub content: String,
+/// One chat message as the chat template sees it: role, plain-text content (parts joined), and where present an
+/// assistant's `tool_calls` (arguments already parsed into objects, as vLLM does), a tool result's `tool_call_id`,
+/// a `name`. The engine's own message type: validation builds it, the template reads it as it is.
+pub use rserve_engine::chat_template::ChatMessage as ChatTurn;
+
+/// What `Engine::render_chat` renders: the conversation, the request's `tools` (OpenAI function tools as sent; the
+/// engine hands them to the template in vLLM's shape), and whether to open the assistant's turn.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatRender<'a> {
+    pub turns: &'a [ChatTurn],
+    pub tools: Option<&'a [serde_json::Value]>,
+    pub add_generation_prompt: bool,
 }
 
 /// What the HTTP layer needs from the engine.
@@ -29,7 +36,7 @@ pub trait Engine: Send + Sync + 'static {
     /// The tokenizer's BOS token string, if any.
     fn bos_token(&self) -> Option<String>;
     /// Renders a conversation with the chat template; `None` when the model has no template.
-    fn render_chat(&self, turns: &[ChatTurn], add_generation_prompt: bool) -> Option<Result<String, EngineError>>;
+    fn render_chat(&self, chat: &ChatRender<'_>) -> Option<Result<String, EngineError>>;
     /// Compiles a structured-output constraint against the model's vocabulary (cached per spec).
     fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError>;
     /// Queues a request.

@@ -1,5 +1,7 @@
 //! Test fakes: `FakeEngine`, an `Engine` without a model. Its tokenizer maps each byte to one token (id = byte + 3;
-//! ids 0, 1, 2 are `<s>`, `</s>`, `<pad>`); its chat template writes `<s>role: content\n…assistant:`; a request
+//! ids 0, 1, 2 are `<s>`, `</s>`, `<pad>`); its chat template writes `<s>role: content\n…assistant:`, with
+//! `tools: name,…\n` first when the request has tools, each assistant tool call as ` [call id name(arguments)]` after
+//! the content and a tool result's id as `tool[id]:`; a request
 //! "generates" the characters of `REPLY` one token at a time, honouring max_tokens, stop strings and log-probs.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -14,7 +16,7 @@ use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
 use rserve_engine::{EngineError, TokenId};
 use tokio::sync::mpsc;
 
-use crate::port::{ChatTurn, Engine, Events};
+use crate::port::{ChatRender, Engine, Events};
 
 /// What every fake request generates (cut by max_tokens or a stop string).
 pub const REPLY: &str = "Hello, world! I am a fake model.";
@@ -168,18 +170,29 @@ impl Engine for FakeEngine {
         Some("<s>".into())
     }
 
-    fn render_chat(&self, turns: &[ChatTurn], add_generation_prompt: bool) -> Option<Result<String, EngineError>> {
+    fn render_chat(&self, chat: &ChatRender<'_>) -> Option<Result<String, EngineError>> {
         if !self.has_template {
             return None;
         }
-        if turns.iter().any(|t| t.role == "bogus") {
+        if chat.turns.iter().any(|t| t.role == "bogus") {
             return Some(Err(EngineError::ChatTemplate("unknown role bogus".into())));
         }
         let mut s = String::from("<s>");
-        for t in turns {
-            s.push_str(&format!("{}: {}\n", t.role, t.content));
+        if let Some(tools) = chat.tools {
+            let names: Vec<&str> = tools.iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+            s.push_str(&format!("tools: {}\n", names.join(",")));
         }
-        if add_generation_prompt {
+        for t in chat.turns {
+            match &t.tool_call_id {
+                Some(id) => s.push_str(&format!("{}[{id}]: {}", t.role, t.content)),
+                None => s.push_str(&format!("{}: {}", t.role, t.content)),
+            }
+            for call in t.tool_calls.iter().flatten() {
+                s.push_str(&format!(" [call {} {}({})]", call.id, call.function.name, call.function.arguments));
+            }
+            s.push('\n');
+        }
+        if chat.add_generation_prompt {
             s.push_str("assistant:");
         }
         Some(Ok(s))

@@ -120,3 +120,24 @@ def test_tool_choice_without_tools_is_400(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, tool_choice="required", max_tokens=4)
     assert e.value.body["param"] == "tool_choice"
+
+
+def test_a_multi_turn_tool_conversation_is_served(client):
+    # user -> tool call -> tool result -> answer; the exact rendering is checked against transformers in
+    # engine/tests/chat_template_tools.rs (Llama 3.1 and Qwen2.5 templates).
+    first = ask(client, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    call = first.choices[0].message.tool_calls[0]
+    messages = MESSAGES + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"},
+    ]
+    r = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=TOOLS, tool_choice="none",
+                                       max_tokens=16, temperature=0)
+    assert r.choices[0].message.content and not r.choices[0].message.tool_calls
+    assert r.usage.prompt_tokens > first.usage.prompt_tokens
+    bad = messages[:1] + [{"role": "assistant", "tool_calls": [{"id": "x", "type": "function", "function": {}}]}]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL_NAME, messages=bad, max_tokens=4)
+    assert e.value.body["param"].startswith("messages[1].tool_calls[0].function"), e.value.body

@@ -15,12 +15,14 @@ mod clock;
 mod pyjson;
 mod pyrepr;
 mod sources;
+mod tools;
 
 use minijinja::value::Value;
 use minijinja::{Environment, Error, ErrorKind};
 use serde::{Deserialize, Serialize};
 
 pub use sources::{TemplateOrigin, TemplateSources};
+pub use tools::{template_arguments, template_tool, FunctionCall, ToolCall};
 
 use crate::error::{EngineError, Result};
 use crate::tokenizer::Tokenizer;
@@ -28,25 +30,37 @@ use clock::Clock;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
-/// One message of a conversation, as templates see it (`message.role`, `message.content`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One message of a conversation, as templates see it: `message.role`, `message.content`, and where the message has
+/// them an assistant's `tool_calls`, a tool result's `tool_call_id`, a participant's `name` (the keys vLLM passes, in
+/// its order; an absent one stays undefined, so `'tool_calls' in message` and `is defined` behave as under vLLM).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self { role: role.into(), content: content.into() }
+        Self { role: role.into(), content: content.into(), ..Self::default() }
     }
 
-    /// Reads an OpenAI-style message object: `content` is a string, `null`, or a list of `{"type": "text", "text":
-    /// ...}` parts, whose texts are joined with "\n" (as vLLM does). Other part types are refused by name.
+    /// Reads an OpenAI-style message object the way vLLM does: `content` is a string, `null` (read as ""), or a list
+    /// of `{"type": "text", "text": ...}` parts, whose texts are joined with "\n"; other part types are refused by
+    /// name. An assistant's `tool_calls` (`[{"id", "type": "function", "function": {"name", "arguments"}}]`; an empty
+    /// list counts as none) get their `arguments` parsed into an object; a `tool` message keeps its `tool_call_id`;
+    /// any message keeps a string `name`.
     pub fn from_json(value: &serde_json::Value) -> Result<Self> {
+        let invalid = |m: &str| EngineError::InvalidArgument(m.to_owned());
         let role = value
             .get("role")
             .and_then(serde_json::Value::as_str)
-            .ok_or_else(|| EngineError::InvalidArgument("message has no string 'role'".into()))?;
+            .ok_or_else(|| invalid("message has no string 'role'"))?;
         let content = match value.get("content") {
             None | Some(serde_json::Value::Null) => String::new(),
             Some(serde_json::Value::String(s)) => s.clone(),
@@ -62,19 +76,38 @@ impl ChatMessage {
                     let text = part
                         .get("text")
                         .and_then(serde_json::Value::as_str)
-                        .ok_or_else(|| EngineError::InvalidArgument("text content part has no string 'text'".into()))?;
+                        .ok_or_else(|| invalid("text content part has no string 'text'"))?;
                     texts.push(text);
                 }
                 texts.join("\n")
             }
-            Some(_) => {
-                return Err(EngineError::InvalidArgument(
-                    "message 'content' must be a string, null, or a list of text parts".into(),
-                ))
-            }
+            Some(_) => return Err(invalid("message 'content' must be a string, null, or a list of text parts")),
         };
-        Ok(Self::new(role, content))
+        let mut message = Self::new(role, content);
+        if role == "assistant" {
+            if let Some(calls) = value.get("tool_calls").filter(|v| !v.is_null()) {
+                let calls = calls.as_array().ok_or_else(|| invalid("message 'tool_calls' must be a list"))?;
+                let calls = calls.iter().map(tool_call_from_json).collect::<Result<Vec<ToolCall>>>()?;
+                message.tool_calls = Some(calls).filter(|c| !c.is_empty());
+            }
+        }
+        if role == "tool" {
+            message.tool_call_id = value.get("tool_call_id").and_then(serde_json::Value::as_str).map(str::to_owned);
+        }
+        message.name = value.get("name").and_then(serde_json::Value::as_str).map(str::to_owned);
+        Ok(message)
     }
+}
+
+fn tool_call_from_json(call: &serde_json::Value) -> Result<ToolCall> {
+    let invalid = |m: &str| EngineError::InvalidArgument(format!("tool call: {m}"));
+    let id = call.get("id").and_then(serde_json::Value::as_str).ok_or_else(|| invalid("no string 'id'"))?;
+    if call.get("type").and_then(serde_json::Value::as_str) != Some("function") {
+        return Err(invalid("'type' must be 'function'"));
+    }
+    let function = call.get("function").ok_or_else(|| invalid("no 'function'"))?;
+    let name = function.get("name").and_then(serde_json::Value::as_str).ok_or_else(|| invalid("no string 'name'"))?;
+    Ok(ToolCall::function(id, name, function.get("arguments")))
 }
 
 /// A compiled chat template plus the special-token strings it may print.
@@ -162,6 +195,21 @@ impl ChatTemplate {
     /// `raise_exception(...)` in the template becomes an `EngineError::ChatTemplate` carrying its message.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         self.render_with(messages, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// Renders `messages` with the request's `tools` (OpenAI function tools, handed to the template as the `tools`
+    /// variable in the shape vLLM gives them, see [`template_tool`]; `None`: the template sees `tools` as none).
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let mut extra = serde_json::Map::new();
+        if let Some(tools) = tools {
+            extra.insert("tools".into(), serde_json::Value::Array(tools.iter().map(template_tool).collect()));
+        }
+        self.render_with(messages, add_generation_prompt, &extra)
     }
 
     /// Like [`render`](Self::render), with extra template variables (`tools`, `documents`, or any

@@ -46,8 +46,14 @@ pub struct ChatMessageIn {
     pub role: String,
     #[serde(default)]
     pub content: Option<MessageContent>,
+    /// An assistant's calls (checked in `validate::chat_turns`).
     #[serde(default)]
     pub tool_calls: Option<Value>,
+    /// A `tool` message: the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// A completions `prompt`: a string, strings, token ids, or lists of token ids.

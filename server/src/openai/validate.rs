@@ -3,6 +3,7 @@
 //! re-reads the JSON.
 
 use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams, StopParams};
+use rserve_engine::chat_template::ToolCall;
 use rserve_engine::structured::Grammar;
 use rserve_engine::TokenId;
 
@@ -11,7 +12,7 @@ use crate::openai::tools::{self, ToolMode, ToolReading, ToolSettings};
 use crate::openai::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField, SamplingFields, StopField,
 };
-use crate::port::{ChatTurn, Engine};
+use crate::port::{ChatRender, ChatTurn, Engine};
 
 /// Most choices (`n`) per prompt.
 pub const MAX_N: i64 = 128;
@@ -75,6 +76,8 @@ pub enum ValidationError {
     ContentPartUnsupported { index: usize, kind: String },
     #[error("messages[{index}].content: a part of type 'text' needs a 'text' field")]
     ContentPartMissingText { index: usize },
+    #[error("{field} must be {expected}")]
+    ToolCallShape { field: String, expected: &'static str },
     #[error("this model has no chat template; start the server with --chat-template or use /v1/completions")]
     NoChatTemplate,
     #[error("the chat template failed on these messages: {0}")]
@@ -135,7 +138,10 @@ impl ValidationError {
             V::PromptEmpty(p) => p,
             V::PromptTooLong { param, .. } | V::ContextLengthExceeded { param, .. } => param,
             V::TokenizeInputMissing => "prompt",
-            V::Unsupported { field, .. } | V::StructuredOutput { field, .. } | V::Tools { field, .. } => field,
+            V::Unsupported { field, .. }
+            | V::StructuredOutput { field, .. }
+            | V::Tools { field, .. }
+            | V::ToolCallShape { field, .. } => field,
         };
         Some(p.to_owned())
     }
@@ -421,7 +427,11 @@ fn is_empty_value(v: &serde_json::Value) -> bool {
     }
 }
 
-/// Messages as plain-text turns (content parts joined with newlines, as vLLM does).
+/// Messages as the chat template sees them, shaped as vLLM shapes them: content parts joined with newlines (`null`
+/// content is ""), an assistant's `tool_calls` checked (each needs a string `id`, `type` "function", a `function`
+/// with a string `name` and string `arguments`, as vLLM's request types require; a 400 names the first field that is
+/// wrong) and their `arguments` parsed into objects; an empty `tool_calls` list counts as none. A `tool` message
+/// keeps its `tool_call_id` (optional, as under vLLM), any message its `name`.
 pub fn chat_turns(messages: &[ChatMessageIn]) -> Result<Vec<ChatTurn>> {
     if messages.is_empty() {
         return Err(ValidationError::MessagesEmpty);
@@ -430,9 +440,6 @@ pub fn chat_turns(messages: &[ChatMessageIn]) -> Result<Vec<ChatTurn>> {
         .iter()
         .enumerate()
         .map(|(index, m)| {
-            if m.tool_calls.as_ref().is_some_and(|v| !is_empty_value(v)) {
-                return Err(unsupported("messages", "tool_calls in messages (tool calling)"));
-            }
             let content = match &m.content {
                 None => String::new(),
                 Some(MessageContent::Text(t)) => t.clone(),
@@ -447,15 +454,63 @@ pub fn chat_turns(messages: &[ChatMessageIn]) -> Result<Vec<ChatTurn>> {
                     texts.join("\n")
                 }
             };
-            Ok(ChatTurn { role: m.role.clone(), content })
+            let mut turn = ChatTurn::new(m.role.clone(), content);
+            if m.role == "assistant" {
+                turn.tool_calls = tool_calls(index, m.tool_calls.as_ref())?;
+            }
+            if m.role == "tool" {
+                turn.tool_call_id = m.tool_call_id.clone();
+            }
+            turn.name = m.name.clone();
+            Ok(turn)
         })
         .collect()
 }
 
+/// An assistant message's `tool_calls`, checked; `None` for null or an empty list.
+fn tool_calls(index: usize, calls: Option<&serde_json::Value>) -> Result<Option<Vec<ToolCall>>> {
+    use serde_json::Value;
+    let shape = |field: String, expected| ValidationError::ToolCallShape { field, expected };
+    let calls = match calls {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(calls)) if calls.is_empty() => return Ok(None),
+        Some(Value::Array(calls)) => calls,
+        Some(_) => return Err(shape(format!("messages[{index}].tool_calls"), "a list of tool calls")),
+    };
+    let mut out = Vec::with_capacity(calls.len());
+    for (j, call) in calls.iter().enumerate() {
+        let at = format!("messages[{index}].tool_calls[{j}]");
+        let call = call.as_object().ok_or_else(|| shape(at.clone(), "an object"))?;
+        let id = call.get("id").and_then(Value::as_str).ok_or_else(|| shape(format!("{at}.id"), "a string"))?;
+        if call.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(shape(format!("{at}.type"), "\"function\""));
+        }
+        let function = call.get("function").and_then(Value::as_object);
+        let function = function.ok_or_else(|| shape(format!("{at}.function"), "an object"))?;
+        let name = function.get("name").and_then(Value::as_str);
+        let name = name.ok_or_else(|| shape(format!("{at}.function.name"), "a string"))?;
+        let arguments = function.get("arguments").filter(|a| a.is_string());
+        let arguments = arguments.ok_or_else(|| shape(format!("{at}.function.arguments"), "a string (JSON)"))?;
+        out.push(ToolCall::function(id, name, Some(arguments)));
+    }
+    Ok(Some(out))
+}
+
 /// Renders the turns with the chat template and tokenizes the result (no second BOS when the template wrote one).
 pub fn chat_prompt(engine: &dyn Engine, turns: &[ChatTurn], add_generation_prompt: bool) -> Result<Vec<TokenId>> {
+    chat_prompt_with_tools(engine, turns, None, add_generation_prompt)
+}
+
+/// [`chat_prompt`] with the request's `tools` (OpenAI function tools as sent, already checked) handed to the
+/// template as vLLM hands them (`None`: the template sees no tools).
+pub fn chat_prompt_with_tools(
+    engine: &dyn Engine,
+    turns: &[ChatTurn],
+    tools: Option<&[serde_json::Value]>,
+    add_generation_prompt: bool,
+) -> Result<Vec<TokenId>> {
     let text = engine
-        .render_chat(turns, add_generation_prompt)
+        .render_chat(&ChatRender { turns, tools, add_generation_prompt })
         .ok_or(ValidationError::NoChatTemplate)?
         .map_err(|e| ValidationError::ChatTemplate(e.to_string()))?;
     let starts_with_bos = engine.bos_token().is_some_and(|b| !b.is_empty() && text.starts_with(&b));
@@ -500,7 +555,9 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine, tool_settings: &To
     };
     c.sampling.logprobs = logprobs;
     let turns = chat_turns(&req.messages)?;
-    let prompt = chat_prompt(engine, &turns, req.add_generation_prompt.unwrap_or(true))?;
+    // The tools reach the template whatever the tool choice, as vLLM passes them.
+    let prompt =
+        chat_prompt_with_tools(engine, &turns, plan.tools.as_deref(), req.add_generation_prompt.unwrap_or(true))?;
     let prompt_tokens = prompt.len();
     let requests = requests_for_prompt(&c, prompt, info, "messages")?;
     let tools = ToolReading { mode: plan.mode, parallel: plan.parallel };

@@ -323,7 +323,6 @@ fn rule_unsupported_fields() {
     let cases = [
         (json!({"functions": [{"name": "f"}]}), "functions"),
         (json!({"function_call": "auto"}), "function_call"),
-        (json!({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "x"}]}]}), "messages"),
         (json!({"continue_final_message": true}), "continue_final_message"),
         (json!({"chat_template": "{{ messages }}"}), "chat_template"),
         (json!({"chat_template_kwargs": {"enable_thinking": false}}), "chat_template_kwargs"),
@@ -430,4 +429,73 @@ fn detokenize_ids_are_checked() {
         ValidationError::TokenIdOutOfRange { param: "tokens", value: 300, max_id: VOCAB - 1 },
         "tokens",
     );
+}
+
+/// The fake engine's render of a chat request's prompt.
+fn rendered(v: &ValidChat) -> String {
+    FakeEngine::new(64).decode(&v.requests[0].prompt_token_ids, false).unwrap()
+}
+
+fn tool_conversation() -> serde_json::Value {
+    json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+            {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": "oops"}}
+        ]},
+        {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": [{"type": "text", "text": "18 C"}]},
+        {"role": "tool", "content": "noon"},
+        {"role": "assistant", "content": "Sunny.", "tool_calls": []}
+    ])
+}
+
+#[test]
+fn tool_calls_and_tool_results_reach_the_template() {
+    let v = chat(&chat_req(json!({"messages": tool_conversation()})), &FakeEngine::new(4096), &Default::default())
+        .expect("valid");
+    let want = "<s>user: Weather in Paris?\nassistant:  [call c1 get_weather({\"city\":\"Paris\"})] \
+                [call c2 get_time({})]\ntool[c1]: 18 C\ntool: noon\nassistant: Sunny.\nassistant:";
+    assert_eq!(rendered(&v), want);
+
+    let req = chat_req(json!({"messages": tool_conversation()}));
+    let turns = chat_turns(&req.messages).expect("valid");
+    assert_eq!(turns[2].name.as_deref(), Some("get_weather"));
+    assert_eq!(turns[2].tool_call_id.as_deref(), Some("c1"));
+    assert_eq!(turns[4].tool_calls, None, "an empty list is no tool calls");
+    let tools = [json!({"type": "function", "function": {"name": "get_weather"}})];
+    let ids = chat_prompt_with_tools(&FakeEngine::new(4096), &turns, Some(&tools), true).expect("renders");
+    let text = FakeEngine::new(64).decode(&ids, false).unwrap();
+    assert!(text.starts_with("<s>tools: get_weather\nuser: "), "{text}");
+}
+
+#[test]
+fn rule_tool_call_shapes() {
+    let cases = [
+        (json!("x"), "messages[1].tool_calls"),
+        (json!([1]), "messages[1].tool_calls[0]"),
+        (json!([{"type": "function", "function": {"name": "f", "arguments": "{}"}}]), "messages[1].tool_calls[0].id"),
+        (json!([{"id": "c", "function": {"name": "f", "arguments": "{}"}}]), "messages[1].tool_calls[0].type"),
+        (json!([{"id": "c", "type": "custom", "custom": {}}]), "messages[1].tool_calls[0].type"),
+        (json!([{"id": "c", "type": "function"}]), "messages[1].tool_calls[0].function"),
+        (
+            json!([{"id": "c", "type": "function", "function": {"arguments": "{}"}}]),
+            "messages[1].tool_calls[0].function.name",
+        ),
+        (
+            json!([{"id": "c", "type": "function", "function": {"name": "f"}}]),
+            "messages[1].tool_calls[0].function.arguments",
+        ),
+        (
+            json!([{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                   {"id": "d", "type": "function", "function": {"name": "g", "arguments": {"a": 1}}}]),
+            "messages[1].tool_calls[1].function.arguments",
+        ),
+    ];
+    for (calls, field) in cases {
+        let messages = json!([{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": calls}]);
+        let e = chat_with(json!({ "messages": messages })).expect_err("bad tool call");
+        assert!(matches!(e, ValidationError::ToolCallShape { .. }), "{calls}: {e:?}");
+        assert_eq!(e.param().as_deref(), Some(field), "{calls}");
+        assert!(e.to_string().starts_with(&format!("{field} must be ")), "{e}");
+    }
 }
