@@ -28,6 +28,11 @@ pub struct SamplingParams {
     pub logprobs: Option<usize>,
     /// Structured output: every sampled token keeps the text a prefix of a sentence of this grammar.
     pub constraint: Option<Grammar>,
+    /// vLLM's `allowed_token_ids`: only these ids may be sampled (sorted, deduplicated).
+    pub allowed_token_ids: Option<Vec<TokenId>>,
+    /// vLLM's `bad_words` as token sequences: the last token of a sequence is banned when the output so far ends
+    /// with the rest of it.
+    pub bad_words: Vec<Vec<TokenId>>,
 }
 
 impl SamplingParams {
@@ -41,6 +46,8 @@ impl SamplingParams {
             && self.frequency_penalty == 0.0
             && self.logit_bias.is_empty()
             && self.constraint.is_none()
+            && self.allowed_token_ids.is_none()
+            && self.bad_words.is_empty()
     }
 }
 
@@ -58,6 +65,8 @@ impl Default for SamplingParams {
             logit_bias: Vec::new(),
             logprobs: None,
             constraint: None,
+            allowed_token_ids: None,
+            bad_words: Vec::new(),
         }
     }
 }
@@ -75,6 +84,9 @@ pub struct StopParams {
     pub stop: Vec<String>,
     /// Whether special tokens are left out of the text (default true).
     pub skip_special_tokens: bool,
+    /// vLLM's `include_stop_str_in_output`: the matched stop string (or the stop token's text) ends the output
+    /// instead of being cut from it.
+    pub include_stop_str_in_output: bool,
 }
 
 /// One generation request, as the engine takes it.

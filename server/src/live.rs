@@ -48,7 +48,9 @@ impl Engine for LiveEngine {
 
     fn render_chat(&self, chat: &ChatRender<'_>) -> Option<Result<String, EngineError>> {
         let template = self.handle.chat_template()?;
-        Some(template.render_with_tools(chat.turns, chat.tools, chat.add_generation_prompt))
+        let no_variables = serde_json::Map::new();
+        let variables = chat.variables.unwrap_or(&no_variables);
+        Some(template.render_request(chat.turns, chat.tools, chat.add_generation_prompt, variables))
     }
 
     fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {

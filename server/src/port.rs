@@ -19,6 +19,8 @@ pub struct ChatRender<'a> {
     pub turns: &'a [ChatTurn],
     pub tools: Option<&'a [serde_json::Value]>,
     pub add_generation_prompt: bool,
+    /// Further template variables: `documents` and the request's `chat_template_kwargs`.
+    pub variables: Option<&'a serde_json::Map<String, serde_json::Value>>,
 }
 
 /// What the HTTP layer needs from the engine.

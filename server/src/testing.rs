@@ -182,6 +182,9 @@ impl Engine for FakeEngine {
             let names: Vec<&str> = tools.iter().filter_map(|t| t["function"]["name"].as_str()).collect();
             s.push_str(&format!("tools: {}\n", names.join(",")));
         }
+        for (k, v) in chat.variables.into_iter().flatten() {
+            s.push_str(&format!("{k}={v}\n"));
+        }
         for t in chat.turns {
             match &t.tool_call_id {
                 Some(id) => s.push_str(&format!("{}[{id}]: {}", t.role, t.content)),

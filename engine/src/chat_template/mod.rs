@@ -205,10 +205,23 @@ impl ChatTemplate {
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.render_request(messages, tools, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// A chat request's render: `tools` as [`render_with_tools`](Self::render_with_tools), plus the request's other
+    /// template variables (`documents`, `chat_template_kwargs`), which win over the built-in ones as in vLLM.
+    pub fn render_request(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+        variables: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
         let mut extra = serde_json::Map::new();
         if let Some(tools) = tools {
             extra.insert("tools".into(), serde_json::Value::Array(tools.iter().map(template_tool).collect()));
         }
+        extra.extend(variables.iter().map(|(k, v)| (k.clone(), v.clone())));
         self.render_with(messages, add_generation_prompt, &extra)
     }
 

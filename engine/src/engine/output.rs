@@ -1,7 +1,7 @@
 //! Per-request text output: incremental detokenization plus stop strings matched across token boundaries.
 //!
 //! Text that could still be the start of a stop string is held back; a matched stop string and everything after it
-//! is dropped, as OpenAI and vLLM do.
+//! is dropped, as OpenAI and vLLM do (with `include_stop_str_in_output`, the stop string itself is kept).
 
 use std::sync::Arc;
 
@@ -13,6 +13,8 @@ pub(crate) struct TextOutput {
     detok: IncrementalDetokenizer,
     stop: Vec<String>,
     pending: String,
+    /// `include_stop_str_in_output`: a matched stop string ends the text instead of being cut from it.
+    include_stop: bool,
 }
 
 /// The longest suffix of `text` that is a proper prefix of some stop string (bytes, on a char boundary).
@@ -34,9 +36,11 @@ impl TextOutput {
         prompt: &[TokenId],
         skip_special: bool,
         stop: Vec<String>,
+        include_stop: bool,
     ) -> Result<Self> {
         let detok = IncrementalDetokenizer::with_prompt(tokenizer, prompt, skip_special)?;
-        Ok(Self { detok, stop: stop.into_iter().filter(|s| !s.is_empty()).collect(), pending: String::new() })
+        let stop = stop.into_iter().filter(|s| !s.is_empty()).collect();
+        Ok(Self { detok, stop, pending: String::new(), include_stop })
     }
 
     /// Earliest stop-string match in the pending text: (byte offset, the stop string).
@@ -60,7 +64,8 @@ impl TextOutput {
 
     fn drain(&mut self, all: bool) -> (String, Option<String>) {
         if let Some((at, s)) = self.find_stop() {
-            let out = self.pending[..at].to_string();
+            let end = if self.include_stop { at + s.len() } else { at };
+            let out = self.pending[..end].to_string();
             self.pending.clear();
             return (out, Some(s));
         }

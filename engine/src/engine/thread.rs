@@ -40,6 +40,8 @@ struct Live {
     stops_on_eos: bool,
     /// Structured output: the grammar state that masks this request's logits.
     constraint: Option<Constraint>,
+    /// A stop token's text is part of the output (`include_stop_str_in_output`).
+    include_stop: bool,
 }
 
 pub(crate) struct EngineLoop {
@@ -106,8 +108,14 @@ impl EngineLoop {
 
     fn add(&mut self, id: RequestId, req: GenerateRequest, events: UnboundedSender<RequestEvent>) {
         let GenerateRequest { prompt_token_ids, sampling, stop } = req;
-        let text = match TextOutput::new(self.tokenizer.clone(), &prompt_token_ids, stop.skip_special_tokens, stop.stop)
-        {
+        let include_stop = stop.include_stop_str_in_output;
+        let text = match TextOutput::new(
+            self.tokenizer.clone(),
+            &prompt_token_ids,
+            stop.skip_special_tokens,
+            stop.stop,
+            include_stop,
+        ) {
             Ok(t) => t,
             Err(e) => {
                 let _ = events.send(RequestEvent::Error(e.to_string()));
@@ -146,6 +154,7 @@ impl EngineLoop {
                 logprobs: Vec::new(),
                 stops_on_eos: !stop.ignore_eos,
                 constraint,
+                include_stop,
             },
         );
         self.publish_gauges();
@@ -252,6 +261,7 @@ impl EngineLoop {
                 }
                 _ => {}
             }
+            sampling::masks::apply(row, &live.sampling, &live.output);
             let r = sampling::sample(row, &live.sampling, &live.prompt, &live.output, &mut live.rng);
             if let Some(c) = live.constraint.as_mut() {
                 if let Err(e) = c.accept(r.token) {
@@ -304,8 +314,8 @@ impl EngineLoop {
                 Some(prev) => m.itl.observe(now.duration_since(prev).as_secs_f64()),
             }
             live.last_token = Some(now);
-            // A stop token's own text is not part of the output.
-            if !matches!(finished, Some(FinishStatus::StopToken(_))) {
+            // A stop token's own text is not part of the output, unless the request asked for it.
+            if live.include_stop || !matches!(finished, Some(FinishStatus::StopToken(_))) {
                 match live.text.push(t) {
                     Ok((s, stop)) => {
                         text = s;

@@ -3,6 +3,7 @@
 
 pub mod logprobs;
 pub mod render;
+pub mod request_extras;
 pub mod structured;
 pub mod tool_parsers;
 pub mod tool_stream;

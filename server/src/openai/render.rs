@@ -150,13 +150,21 @@ pub struct ChatStream {
     failed: bool,
     /// Per choice: how its text becomes content and tool-call deltas.
     tools: Vec<ToolStream>,
+    /// `echo`: content sent right after each choice's role chunk.
+    echo: Option<String>,
 }
 
 impl ChatStream {
     pub fn new(meta: ResponseMeta, n: usize, prompt_tokens: usize, include_usage: bool, with_logprobs: bool) -> Self {
         let usage = UsageSum { prompt: prompt_tokens, ..UsageSum::default() };
         let tools = (0..n).map(|_| ToolStream::new(ToolMode::Off, true)).collect();
-        Self { meta, n, include_usage, with_logprobs, usage, failed: false, tools }
+        Self { meta, n, include_usage, with_logprobs, usage, failed: false, tools, echo: None }
+    }
+
+    /// Sends `echo` as the first content of every choice (chat `echo`).
+    pub fn with_echo(mut self, echo: Option<String>) -> Self {
+        self.echo = echo.filter(|e| !e.is_empty());
+        self
     }
 
     /// Reads every choice for tool calls as `reading` says.
@@ -192,15 +200,22 @@ impl ChatStream {
 
 impl StreamRenderer for ChatStream {
     fn start(&mut self) -> Vec<String> {
-        (0..self.n)
-            .map(|index| {
-                let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()), tool_calls: None };
-                self.chunk(
+        let mut out = Vec::new();
+        for index in 0..self.n {
+            let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()), tool_calls: None };
+            out.push(self.chunk(
+                vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None, stop_reason: None }],
+                self.null_usage(),
+            ));
+            if let Some(echo) = &self.echo {
+                let delta = ChatDelta { content: Some(echo.clone()), ..ChatDelta::default() };
+                out.push(self.chunk(
                     vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None, stop_reason: None }],
                     self.null_usage(),
-                )
-            })
-            .collect()
+                ));
+            }
+        }
+        out
     }
 
     fn on_event(&mut self, index: usize, event: RequestEvent) -> Vec<String> {

@@ -7,6 +7,7 @@ use rserve_engine::chat_template::ToolCall;
 use rserve_engine::structured::Grammar;
 use rserve_engine::TokenId;
 
+use crate::openai::request_extras;
 use crate::openai::structured;
 use crate::openai::tools::{self, ToolMode, ToolReading, ToolSettings};
 use crate::openai::types::{
@@ -105,6 +106,8 @@ pub enum ValidationError {
     StructuredOutput { field: String, message: String },
     #[error("{field}: {message}")]
     Tools { field: String, message: String },
+    #[error("{field}: {message}")]
+    InvalidField { field: String, message: String },
 }
 
 impl ValidationError {
@@ -141,6 +144,7 @@ impl ValidationError {
             V::Unsupported { field, .. }
             | V::StructuredOutput { field, .. }
             | V::Tools { field, .. }
+            | V::InvalidField { field, .. }
             | V::ToolCallShape { field, .. } => field,
         };
         Some(p.to_owned())
@@ -169,6 +173,8 @@ pub struct Common {
     pub stop: StopParams,
     pub stream: bool,
     pub include_usage: bool,
+    /// `truncate_prompt_tokens`: keep only this many of the prompt's last tokens.
+    pub truncate_prompt_tokens: Option<usize>,
 }
 
 fn check_range(v: Option<f64>, lo: f64, hi: f64, err: fn(f64) -> ValidationError) -> Result<Option<f64>> {
@@ -305,9 +311,11 @@ pub fn common(f: &SamplingFields, info: &EngineInfo, defaults: &SamplingParams) 
             ignore_eos: f.ignore_eos.unwrap_or(false),
             stop,
             skip_special_tokens: f.skip_special_tokens.unwrap_or(true),
+            include_stop_str_in_output: false,
         },
         stream,
         include_usage,
+        truncate_prompt_tokens: None,
     })
 }
 
@@ -318,6 +326,12 @@ pub fn requests_for_prompt(
     info: &EngineInfo,
     param: &'static str,
 ) -> Result<Vec<GenerateRequest>> {
+    let mut prompt = prompt;
+    if let Some(k) = c.truncate_prompt_tokens {
+        if prompt.len() > k {
+            prompt.drain(..prompt.len() - k);
+        }
+    }
     let prompt_tokens = prompt.len();
     if prompt_tokens == 0 {
         return Err(ValidationError::PromptEmpty(param));
@@ -365,6 +379,8 @@ pub struct ValidChat {
     pub logprobs: Option<usize>,
     /// How the choices are read for tool calls.
     pub tools: ToolReading,
+    /// `echo`: text put in front of every choice's content.
+    pub echo: Option<String>,
 }
 
 fn unsupported(field: &str, what: &str) -> ValidationError {
@@ -390,11 +406,9 @@ fn refuse_unimplemented(fields: &[(&str, &Option<serde_json::Value>)]) -> Result
 fn unimplemented_feature(field: &str) -> &'static str {
     match field {
         "functions" | "function_call" => "function calling",
-        "continue_final_message" | "chat_template" | "chat_template_kwargs" | "documents" => "chat template options",
-        "echo" => "echo of the last message",
-        "allowed_token_ids" | "bad_words" | "logits_processors" => "restricting or processing the logits",
-        "truncate_prompt_tokens" | "prompt_logprobs" => "prompt truncation and prompt log-probs",
-        "include_stop_str_in_output" => "stop strings in the output",
+        "chat_template" => "a chat template in the request (vLLM also refuses it unless --trust-request-chat-template)",
+        "logits_processors" => "custom logits processors",
+        "prompt_logprobs" => "prompt log-probs",
         "use_beam_search" => "beam search",
         _ => "this option",
     }
@@ -402,8 +416,7 @@ fn unimplemented_feature(field: &str) -> &'static str {
 
 /// The shared fields that `refuse_unimplemented` checks.
 fn refuse_unimplemented_sampling(f: &SamplingFields) -> Result<()> {
-    refuse_unimplemented(&named_fields!(f; allowed_token_ids, bad_words, truncate_prompt_tokens, prompt_logprobs,
-        include_stop_str_in_output, use_beam_search, logits_processors))
+    refuse_unimplemented(&named_fields!(f; prompt_logprobs, use_beam_search, logits_processors))
 }
 
 /// The request's structured-output constraint, compiled by the engine's grammar engine (a spec it refuses is a 400
@@ -509,20 +522,31 @@ pub fn chat_prompt_with_tools(
     tools: Option<&[serde_json::Value]>,
     add_generation_prompt: bool,
 ) -> Result<Vec<TokenId>> {
-    let text = engine
-        .render_chat(&ChatRender { turns, tools, add_generation_prompt })
+    render_prompt(engine, &ChatRender { turns, tools, add_generation_prompt, variables: None }, None)
+}
+
+/// Renders a conversation and tokenizes it (no second BOS when the template wrote one); `continue_final`: the last
+/// message's content, after which the rendered text is cut (`continue_final_message`).
+fn render_prompt(engine: &dyn Engine, render: &ChatRender<'_>, continue_final: Option<&str>) -> Result<Vec<TokenId>> {
+    let mut text = engine
+        .render_chat(render)
         .ok_or(ValidationError::NoChatTemplate)?
         .map_err(|e| ValidationError::ChatTemplate(e.to_string()))?;
+    if let Some(last) = continue_final {
+        text = request_extras::cut_after_final_message(&text, last)?;
+    }
     let starts_with_bos = engine.bos_token().is_some_and(|b| !b.is_empty() && text.starts_with(&b));
     engine.encode(&text, !starts_with_bos).map_err(|e| ValidationError::Tokenization(e.to_string()))
 }
 
 /// Checks a chat request and turns it into engine requests.
 pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine, tool_settings: &ToolSettings) -> Result<ValidChat> {
-    refuse_unimplemented(&named_fields!(req; functions, function_call, continue_final_message,
-        chat_template, chat_template_kwargs, documents, echo))?;
+    refuse_unimplemented(&named_fields!(req; functions, function_call, chat_template))?;
     let info = engine.info();
     let mut c = common(&req.sampling, info, &engine.default_sampling())?;
+    request_extras::apply_sampling_extras(&req.sampling, engine, &mut c)?;
+    let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
+    let extras = request_extras::chat_extras(req, add_generation_prompt)?;
     c.sampling.constraint = constraint(&req.sampling, engine)?;
     let plan = tools::plan(req, tool_settings)?;
     if let Some(spec) = &plan.grammar {
@@ -556,12 +580,26 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine, tool_settings: &To
     c.sampling.logprobs = logprobs;
     let turns = chat_turns(&req.messages)?;
     // The tools reach the template whatever the tool choice, as vLLM passes them.
-    let prompt =
-        chat_prompt_with_tools(engine, &turns, plan.tools.as_deref(), req.add_generation_prompt.unwrap_or(true))?;
-    let prompt_tokens = prompt.len();
+    let render = ChatRender {
+        turns: &turns,
+        tools: plan.tools.as_deref(),
+        add_generation_prompt,
+        variables: Some(&extras.variables),
+    };
+    let continued = extras.continue_final_message.then(|| turns.last().map(|t| t.content.as_str()).unwrap_or(""));
+    let prompt = render_prompt(engine, &render, continued)?;
     let requests = requests_for_prompt(&c, prompt, info, "messages")?;
+    let prompt_tokens = requests.first().map_or(0, |r| r.prompt_token_ids.len());
     let tools = ToolReading { mode: plan.mode, parallel: plan.parallel };
-    Ok(ValidChat { prompt_tokens, requests, stream: c.stream, include_usage: c.include_usage, logprobs, tools })
+    Ok(ValidChat {
+        prompt_tokens,
+        requests,
+        stream: c.stream,
+        include_usage: c.include_usage,
+        logprobs,
+        tools,
+        echo: extras.echo,
+    })
 }
 
 /// One prompt of a completions request.
@@ -609,6 +647,7 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
     }
     let mut c = common(&req.sampling, info, &engine.default_sampling())?;
     c.sampling.constraint = constraint(&req.sampling, engine)?;
+    request_extras::apply_sampling_extras(&req.sampling, engine, &mut c)?;
     if let Some(b) = req.best_of {
         let n = c.n as i64;
         if b < n {
@@ -654,8 +693,11 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
                 (ids, text)
             }
         };
-        prompts.push(ValidPrompt { token_count: ids.len(), echo: text });
-        requests.extend(requests_for_prompt(&c, ids, info, "prompt")?);
+        let choices = requests_for_prompt(&c, ids, info, "prompt")?;
+        // Counted after truncate_prompt_tokens, as the engine sees the prompt.
+        let token_count = choices.first().map_or(0, |r| r.prompt_token_ids.len());
+        prompts.push(ValidPrompt { token_count, echo: text });
+        requests.extend(choices);
     }
     Ok(ValidCompletion { prompts, n: c.n, requests, stream: c.stream, include_usage: c.include_usage, logprobs })
 }

@@ -323,10 +323,7 @@ fn rule_unsupported_fields() {
     let cases = [
         (json!({"functions": [{"name": "f"}]}), "functions"),
         (json!({"function_call": "auto"}), "function_call"),
-        (json!({"continue_final_message": true}), "continue_final_message"),
         (json!({"chat_template": "{{ messages }}"}), "chat_template"),
-        (json!({"chat_template_kwargs": {"enable_thinking": false}}), "chat_template_kwargs"),
-        (json!({"echo": true}), "echo"),
     ];
     for (body, param) in cases {
         let e = chat_with(body.clone()).expect_err("unsupported");
@@ -348,15 +345,7 @@ fn rule_unsupported_fields() {
 
 #[test]
 fn rule_vllm_output_options_are_refused_not_ignored() {
-    let cases = [
-        json!({"allowed_token_ids": [1, 2]}),
-        json!({"bad_words": ["x"]}),
-        json!({"truncate_prompt_tokens": 3}),
-        json!({"prompt_logprobs": 0}),
-        json!({"include_stop_str_in_output": true}),
-        json!({"use_beam_search": true}),
-        json!({"logits_processors": ["p"]}),
-    ];
+    let cases = [json!({"prompt_logprobs": 0}), json!({"use_beam_search": true}), json!({"logits_processors": ["p"]})];
     for body in cases {
         let field = body.as_object().unwrap().keys().next().unwrap().clone();
         for e in [chat_with(body.clone()).expect_err("chat"), compl_with(body.clone()).expect_err("completion")] {
@@ -369,6 +358,57 @@ fn rule_vllm_output_options_are_refused_not_ignored() {
         "use_beam_search": false, "response_format": {"type": "text"}});
     assert!(chat_with(neutral.clone()).is_ok());
     assert!(compl_with(neutral).is_ok());
+}
+
+#[test]
+fn vllm_output_options_reach_the_engine_request() {
+    for v in [
+        compl_with(json!({"allowed_token_ids": [7, 3, 7], "bad_words": ["ab"], "include_stop_str_in_output": true,
+        "truncate_prompt_tokens": 2, "prompt": "xyz"}))
+        .expect("valid")
+        .requests,
+        chat_with(json!({"allowed_token_ids": [7, 3],
+        "bad_words": ["ab"], "include_stop_str_in_output": true, "truncate_prompt_tokens": 2}))
+        .expect("valid")
+        .requests,
+    ] {
+        let r = &v[0];
+        assert_eq!(r.sampling.allowed_token_ids, Some(ids(&[3, 7])));
+        // The fake tokenizer: one token per byte; " ab" is a different sequence of another length, so only "ab".
+        assert_eq!(r.sampling.bad_words, vec![ids(&[b'a' as u32 + 3, b'b' as u32 + 3])]);
+        assert!(r.stop.include_stop_str_in_output);
+        assert_eq!(r.prompt_token_ids.len(), 2, "the last two prompt tokens are kept");
+    }
+    let field = |body: serde_json::Value| compl_with(body).expect_err("invalid").param().unwrap();
+    assert_eq!(field(json!({"allowed_token_ids": []})), "allowed_token_ids");
+    assert_eq!(field(json!({"allowed_token_ids": [100000]})), "allowed_token_ids");
+    assert_eq!(field(json!({"bad_words": [""]})), "bad_words");
+    assert_eq!(field(json!({"bad_words": "x"})), "bad_words");
+    assert_eq!(field(json!({"truncate_prompt_tokens": 0})), "truncate_prompt_tokens");
+    assert_eq!(field(json!({"truncate_prompt_tokens": 100000})), "truncate_prompt_tokens");
+    assert_eq!(field(json!({"include_stop_str_in_output": "yes"})), "include_stop_str_in_output");
+}
+
+#[test]
+fn chat_template_options_shape_the_prompt() {
+    let msgs = json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "The answer is"}]);
+    let body = json!({"messages": msgs, "add_generation_prompt": false, "continue_final_message": true,
+        "chat_template_kwargs": {"enable_thinking": false}, "documents": [{"title": "t"}], "echo": true});
+    let v = chat(&chat_req(body), &FakeEngine::new(4096), &Default::default()).expect("valid");
+    let text = rendered(&v);
+    assert!(text.ends_with("assistant: The answer is"), "cut after the final message: {text:?}");
+    assert!(text.contains("enable_thinking=false") && text.contains("documents=[{"), "{text}");
+    assert_eq!(v.echo.as_deref(), Some("The answer is"), "the last message has the response's role");
+    let e = chat_with(json!({"messages": msgs, "continue_final_message": true})).expect_err("with a generation prompt");
+    assert_eq!(e.param().as_deref(), Some("continue_final_message"));
+    let v = chat_with(json!({"messages": msgs, "echo": true, "add_generation_prompt": true})).expect("valid");
+    assert_eq!(v.echo.as_deref(), Some("The answer is"));
+    let v = chat_with(json!({"messages": [{"role": "user", "content": "hi"}], "echo": true})).expect("valid");
+    assert_eq!(v.echo.as_deref(), Some(""), "a user message is not the response's role");
+    assert_eq!(
+        chat_with(json!({"chat_template_kwargs": [1]})).unwrap_err().param().as_deref(),
+        Some("chat_template_kwargs")
+    );
 }
 
 #[test]

@@ -24,12 +24,19 @@ pub async fn create(
     let merged = fanout::merge(state.submit_all(&meta.id, valid.prompt_tokens, valid.requests)?);
     if valid.stream {
         let renderer = ChatStream::new(meta, n, valid.prompt_tokens, valid.include_usage, valid.logprobs.is_some())
-            .with_tools(&valid.tools);
+            .with_tools(&valid.tools)
+            .with_echo(valid.echo);
         Ok(sse::response(renderer, merged))
     } else {
         let outputs = fanout::collect(merged, n).await?;
-        let response =
+        let mut response =
             render::chat_response(meta, valid.prompt_tokens, outputs, valid.logprobs.is_some(), &valid.tools);
+        // Chat `echo`: the last message's content in front of each choice's (vLLM's shape).
+        if let Some(echo) = valid.echo.filter(|e| !e.is_empty()) {
+            for c in &mut response.choices {
+                c.message.content = Some(format!("{echo}{}", c.message.content.as_deref().unwrap_or("")));
+            }
+        }
         Ok(Json(response).into_response())
     }
 }

@@ -1,0 +1,56 @@
+//! Tokens a request rules out before sampling: vLLM's `allowed_token_ids` (only these) and `bad_words` (the token
+//! that would complete a banned sequence). Applied with the grammar mask, before penalties, bias and log-probs, so
+//! log-probs describe what could really be sampled.
+
+use crate::api::SamplingParams;
+use crate::TokenId;
+
+/// Sets the logits of ruled-out tokens to -inf.
+pub fn apply(logits: &mut [f32], p: &SamplingParams, output: &[TokenId]) {
+    if let Some(allowed) = &p.allowed_token_ids {
+        let mut next = allowed.iter().map(|t| t.0 as usize).peekable();
+        for (i, x) in logits.iter_mut().enumerate() {
+            if next.peek() == Some(&i) {
+                next.next();
+            } else {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+    }
+    for word in &p.bad_words {
+        let Some((&last, prefix)) = word.split_last() else { continue };
+        if output.ends_with(prefix) {
+            if let Some(x) = logits.get_mut(last.0 as usize) {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[u32]) -> Vec<TokenId> {
+        v.iter().copied().map(TokenId).collect()
+    }
+
+    #[test]
+    fn only_allowed_ids_survive() {
+        let p = SamplingParams { allowed_token_ids: Some(ids(&[1, 3])), ..Default::default() };
+        let mut row = vec![0.0; 5];
+        apply(&mut row, &p, &[]);
+        assert_eq!(row.iter().map(|x| x.is_finite()).collect::<Vec<_>>(), [false, true, false, true, false]);
+    }
+
+    #[test]
+    fn a_bad_word_is_banned_only_where_it_would_be_completed() {
+        let p = SamplingParams { bad_words: vec![ids(&[4]), ids(&[2, 3])], ..Default::default() };
+        let mut row = vec![0.0; 5];
+        apply(&mut row, &p, &ids(&[1]));
+        assert_eq!(row.iter().map(|x| x.is_finite()).collect::<Vec<_>>(), [true, true, true, true, false]);
+        let mut row = vec![0.0; 5];
+        apply(&mut row, &p, &ids(&[1, 2]));
+        assert_eq!(row.iter().map(|x| x.is_finite()).collect::<Vec<_>>(), [true, true, true, false, false]);
+    }
+}
