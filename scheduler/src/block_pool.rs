@@ -169,6 +169,26 @@ impl BlockPool {
         true
     }
 
+    /// Forgets the prefix-cache key of every block no request references (`POST /reset_prefix_cache`): those blocks
+    /// stay free, now uncached at the head of the free queue, so no later request hits them. Blocks in use keep their
+    /// keys. Returns how many cached blocks were dropped.
+    pub fn reset_prefix_cache(&mut self) -> usize {
+        let free: Vec<u32> = self.free.iter().collect();
+        let mut dropped = 0;
+        for b in free {
+            let i = b as usize;
+            if let Some(h) = self.hash[i].take() {
+                if self.cached.get(&h) == Some(&BlockId(b)) {
+                    self.cached.remove(&h);
+                }
+                self.free.remove(b);
+                self.free.push_front(b);
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
     /// Checks the pool's invariants; the error says which one broke.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut queued = vec![false; self.num_blocks()];
@@ -270,6 +290,34 @@ mod tests {
         assert_eq!(pool.allocate(2).unwrap(), ids(&[2, 1]));
         assert_eq!(pool.get_cached(BlockHash(7)), Some(BlockId(0)));
         pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn reset_prefix_cache_drops_exactly_the_unreferenced_cached_blocks() {
+        let mut pool = BlockPool::new(6, true);
+        let held = pool.allocate(2).unwrap();
+        let freed = pool.allocate(3).unwrap();
+        for (k, &b) in held.iter().chain(&freed).enumerate() {
+            assert!(pool.cache_block(b, BlockHash(100 + k as u64)));
+        }
+        // One freed block never got a hash: it is free before and after, and not counted.
+        let plain = pool.allocate(1).unwrap();
+        pool.free(freed.iter().copied().chain(plain.iter().copied()));
+        assert_eq!(pool.num_cached_blocks(), 5);
+
+        assert_eq!(pool.reset_prefix_cache(), 3);
+        pool.check_invariants().unwrap();
+        assert_eq!(pool.num_cached_blocks(), 2, "blocks in use keep their keys");
+        for (k, &b) in held.iter().enumerate() {
+            assert_eq!(pool.get_cached(BlockHash(100 + k as u64)), Some(b));
+            assert_eq!(pool.ref_count(b), 1);
+        }
+        for (k, &b) in freed.iter().enumerate() {
+            assert_eq!(pool.get_cached(BlockHash(102 + k as u64)), None);
+            assert_eq!(pool.block_hash(b), None);
+        }
+        assert_eq!(pool.num_free_blocks(), 4);
+        assert_eq!(pool.reset_prefix_cache(), 0, "nothing left to drop");
     }
 
     #[test]

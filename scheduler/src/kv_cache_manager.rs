@@ -161,6 +161,11 @@ impl KvCacheManager {
         }
     }
 
+    /// Drops the prefix-cache keys of the blocks no request holds ([`BlockPool::reset_prefix_cache`]); returns how many.
+    pub fn reset_prefix_cache(&mut self) -> usize {
+        self.pool.reset_prefix_cache()
+    }
+
     /// The block table of `id`, if it holds blocks.
     pub fn block_table(&self, id: RequestId) -> Option<&[BlockId]> {
         self.tables.get(&id).map(|t| t.blocks.as_slice())

@@ -49,4 +49,4 @@ pub use ids::{BlockHash, BlockId, RequestId, TokenId};
 pub use kv_cache_manager::KvCacheManager;
 pub use output::{FinishStatus, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
 pub use request::{NewRequest, Request, RequestStatus};
-pub use scheduler::Scheduler;
+pub use scheduler::{PrefixCacheReset, Scheduler};

@@ -21,6 +21,15 @@ use crate::kv_cache_manager::KvCacheManager;
 use crate::output::{push_slots, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
 use crate::request::{NewRequest, Request, RequestStatus};
 
+/// What [`Scheduler::reset_prefix_cache`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixCacheReset {
+    /// Cached blocks that no request held and that are now plain free blocks.
+    pub dropped_blocks: usize,
+    /// No block was in use: nothing cached is left (vLLM's `success`).
+    pub complete: bool,
+}
+
 /// The continuous-batching scheduler. One owner (the engine thread) drives it.
 #[derive(Debug, Clone)]
 pub struct Scheduler {
@@ -198,6 +207,21 @@ impl Scheduler {
             self.running.push(req);
             *budget -= num_new;
         }
+    }
+
+    /// Resets the prefix cache (vLLM's `Scheduler.reset_prefix_cache`): with `preempt_running`, every running request
+    /// is first preempted (its blocks freed; it is recomputed when scheduled again). Then the keys of all blocks no
+    /// request holds are dropped. `complete` is vLLM's `success`: no block was in use, so the whole cache is gone;
+    /// otherwise the blocks in use keep their keys and the caller may retry.
+    pub fn reset_prefix_cache(&mut self, preempt_running: bool) -> PrefixCacheReset {
+        if preempt_running {
+            // The last admitted first, so that they return to the waiting queue in admission order.
+            while let Some(req) = self.running.pop() {
+                self.preempt(req);
+            }
+        }
+        let dropped_blocks = self.kv.reset_prefix_cache();
+        PrefixCacheReset { dropped_blocks, complete: self.kv.num_used_blocks() == 0 }
     }
 
     /// Frees the request's blocks and puts it at the front of the waiting queue to be recomputed from scratch.

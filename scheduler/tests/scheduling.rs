@@ -5,7 +5,9 @@ mod support;
 
 use std::collections::HashMap;
 
-use rserve_scheduler::{FinishStatus, Request, RequestId, Scheduler, SchedulerConfig, SchedulerError, TokenId};
+use rserve_scheduler::{
+    FinishStatus, PrefixCacheReset, Request, RequestId, Scheduler, SchedulerConfig, SchedulerError, TokenId,
+};
 use support::{check_step, new_request, sample_step, step, Outcome};
 
 const VOCAB: u32 = 1000;
@@ -314,4 +316,40 @@ fn missing_sample_recomputes_the_last_token_instead_of_stalling() {
     support::record(&sched.update_from_output(&out, &sample_step(&out, VOCAB)), &mut outcomes).unwrap();
     run_to_end(&mut sched, &mut outcomes);
     assert_eq!(outcomes[&RequestId(1)].tokens.len(), 2);
+}
+
+#[test]
+fn reset_prefix_cache_drops_only_blocks_no_request_holds() {
+    let mut sched = Scheduler::new(cfg(16, 64, 512)).unwrap();
+    let mut outcomes = HashMap::new();
+    // Request 1 finishes: its full blocks (2 of 40 prompt + 2 output tokens) stay cached but unreferenced.
+    let first: Vec<u32> = (1..=40).collect();
+    sched.add_request(new_request(1, first.clone(), 3, 0, vec![])).unwrap();
+    run_to_end(&mut sched, &mut outcomes);
+    assert_eq!(cached_tokens(&sched, first.clone()), 32);
+
+    // Request 2 (another prompt) runs one step: its first full block is cached and held.
+    let second: Vec<u32> = (500..=520).collect();
+    sched.add_request(new_request(2, second.clone(), 50, 0, vec![])).unwrap();
+    let out = sched.schedule();
+    let sampled = sample_step(&out, VOCAB);
+    sched.update_from_output(&out, &sampled);
+    assert_eq!(cached_tokens(&sched, second.clone()), 16);
+    let used = sched.kv_cache().num_used_blocks();
+
+    let reset = sched.reset_prefix_cache(false);
+    sched.check_invariants().unwrap();
+    assert_eq!(reset, PrefixCacheReset { dropped_blocks: 2, complete: false });
+    assert_eq!(cached_tokens(&sched, first.clone()), 0, "request 1's blocks are gone from the cache");
+    assert_eq!(cached_tokens(&sched, second.clone()), 16, "the running request's block is still cached");
+    assert_eq!(sched.kv_cache().num_used_blocks(), used, "nothing in use was freed");
+
+    // vLLM's reset_running_requests: preempt what runs, then the whole cache goes.
+    let reset = sched.reset_prefix_cache(true);
+    sched.check_invariants().unwrap();
+    assert_eq!(reset, PrefixCacheReset { dropped_blocks: 1, complete: true });
+    assert_eq!(cached_tokens(&sched, second), 0);
+    // The preempted request is recomputed and finishes.
+    run_to_end(&mut sched, &mut outcomes);
+    assert!(outcomes.contains_key(&RequestId(2)));
 }

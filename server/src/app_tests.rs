@@ -1,5 +1,6 @@
 //! Route tests over the whole router with the fake engine (no model): status codes and bodies of every route and
-//! error case, SSE framing, API-key checks, admission (503), and that a dropped stream aborts its requests.
+//! error case, SSE framing, API-key checks, admission (503), that a dropped stream aborts its requests; the front
+//! layers (CORS preflights, `--root-path`), `/load` counting and the development routes.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,7 +15,8 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use crate::app::{router, AccessLog};
-use crate::state::{AppState, ServerSettings};
+use crate::cors::CorsSettings;
+use crate::state::{AppState, ServerInfo, ServerSettings};
 use crate::testing::{FakeEngine, REPLY};
 
 fn settings() -> ServerSettings {
@@ -24,6 +26,8 @@ fn settings() -> ServerSettings {
         api_key: None,
         max_num_waiting: 100,
         log_requests: true,
+        server_load_tracking: false,
+        dev_mode: None,
     }
 }
 
@@ -325,4 +329,169 @@ async fn dropping_a_stream_aborts_its_requests() {
     }
     assert_eq!(engine.aborted.load(Ordering::SeqCst), 3);
     assert_eq!(engine.completed.load(Ordering::SeqCst), 0);
+}
+
+/// The router behind the front layers, with the CORS flags `cors` and `--root-path`.
+fn front_app(cors: CorsSettings, root_path: Option<&str>) -> Router {
+    let (app, _) = app();
+    crate::app::front(app, cors.layer().expect("cors"), root_path.map(str::to_owned))
+}
+
+fn cors(origins: &[&str], credentials: bool) -> CorsSettings {
+    CorsSettings {
+        allowed_origins: origins.iter().map(|o| (*o).to_owned()).collect(),
+        allowed_methods: vec!["*".into()],
+        allowed_headers: vec!["*".into()],
+        allow_credentials: credentials,
+    }
+}
+
+fn preflight(path: &str, origin: &str) -> Request<Body> {
+    Request::options(path)
+        .header(header::ORIGIN, origin)
+        .header(header::ACCESS_CONTROL_REQUEST_METHOD, "POST")
+        .header(header::ACCESS_CONTROL_REQUEST_HEADERS, "authorization,content-type")
+        .body(Body::empty())
+        .expect("req")
+}
+
+fn header_of(resp: &axum::response::Response, name: header::HeaderName) -> Option<String> {
+    resp.headers().get(name).map(|v| v.to_str().expect("ascii").to_owned())
+}
+
+#[tokio::test]
+async fn cors_preflight_from_any_origin_with_wildcards() {
+    let app = front_app(cors(&["*"], false), None);
+    let resp = app.clone().oneshot(preflight("/v1/chat/completions", "http://localhost:3000")).await.expect("ok");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_ORIGIN).as_deref(), Some("*"));
+    let methods = header_of(&resp, header::ACCESS_CONTROL_ALLOW_METHODS).expect("methods");
+    assert_eq!(methods, "DELETE,GET,HEAD,OPTIONS,PATCH,POST,PUT,QUERY");
+    // "*" headers: the ones the browser asked for (Starlette's answer).
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_HEADERS).as_deref(), Some("authorization,content-type"));
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_MAX_AGE).as_deref(), Some("600"));
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_CREDENTIALS), None);
+
+    // A simple request from a page: the answer carries the header too.
+    let req = Request::get("/v1/models").header(header::ORIGIN, "http://localhost:3000").body(Body::empty());
+    let resp = app.oneshot(req.expect("req")).await.expect("ok");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_ORIGIN).as_deref(), Some("*"));
+}
+
+#[tokio::test]
+async fn cors_preflight_is_not_checked_for_the_api_key() {
+    let (app, _) = app_with(FakeEngine::new(128), ServerSettings { api_key: Some("sk-good".into()), ..settings() });
+    let app = crate::app::front(app, cors(&["*"], false).layer().expect("cors"), None);
+    let resp = app.oneshot(preflight("/v1/completions", "http://a.example")).await.expect("ok");
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn cors_restricted_origins_and_credentials() {
+    let app = front_app(cors(&["https://app.example"], true), None);
+    let resp = app.clone().oneshot(preflight("/v1/completions", "https://app.example")).await.expect("ok");
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_ORIGIN).as_deref(), Some("https://app.example"));
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_CREDENTIALS).as_deref(), Some("true"));
+    let resp = app.clone().oneshot(preflight("/v1/completions", "https://evil.example")).await.expect("ok");
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_ORIGIN), None, "a browser blocks this origin");
+
+    // "*" with credentials echoes the origin: browsers refuse "*" on credentialed requests.
+    let app = front_app(cors(&["*"], true), None);
+    let resp = app.oneshot(preflight("/v1/completions", "https://b.example")).await.expect("ok");
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_ORIGIN).as_deref(), Some("https://b.example"));
+}
+
+#[tokio::test]
+async fn cors_is_off_by_default_like_vllm() {
+    let defaults = CorsSettings { allowed_origins: vec![], ..cors(&[], false) };
+    let app = front_app(defaults, None);
+    let resp = app.clone().oneshot(preflight("/v1/completions", "http://localhost:3000")).await.expect("ok");
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_ORIGIN), None);
+    let req = Request::get("/health").header(header::ORIGIN, "http://localhost:3000").body(Body::empty());
+    let resp = app.oneshot(req.expect("req")).await.expect("ok");
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(header_of(&resp, header::ACCESS_CONTROL_ALLOW_ORIGIN), None);
+}
+
+#[test]
+fn cors_flags_that_are_not_header_values_are_start_up_errors() {
+    let bad = CorsSettings { allowed_methods: vec!["PO ST".into()], ..cors(&["*"], false) };
+    assert!(bad.layer().unwrap_err().to_string().contains("--allowed-methods"));
+    let bad = CorsSettings { allowed_headers: vec!["x y".into()], ..cors(&["*"], false) };
+    assert!(bad.layer().unwrap_err().to_string().contains("--allowed-headers"));
+    let bad = cors(&["http://a\n"], false);
+    assert!(bad.layer().unwrap_err().to_string().contains("--allowed-origins"));
+}
+
+#[tokio::test]
+async fn root_path_is_served_with_and_without_the_prefix() {
+    let app = front_app(cors(&[], false), Some("/prefix"));
+    for path in ["/prefix/v1/models", "/v1/models", "/prefix/health", "/health"] {
+        let (s, _) = send(&app, Request::get(path).body(Body::empty()).expect("req")).await;
+        assert_eq!(s, StatusCode::OK, "{path}");
+    }
+    let (s, v) = send_json(&app, Request::get("/prefixed/v1/models").body(Body::empty()).expect("req")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "only a whole path segment is the prefix");
+    assert_error(&v, "NotFoundError", None, None);
+    // The query string survives.
+    let req = Request::get("/prefix/v1/models?x=1").body(Body::empty()).expect("req");
+    assert_eq!(send(&app, req).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn load_counts_generation_requests_until_their_body_ends() {
+    let mut engine = FakeEngine::new(128);
+    engine.token_delay = Duration::from_millis(20);
+    let (app, _) = app_with(engine, ServerSettings { server_load_tracking: true, ..settings() });
+    let load = |app: Router| async move {
+        let (s, v) = send_json(&app, Request::get("/load").body(Body::empty()).expect("req")).await;
+        assert_eq!(s, StatusCode::OK);
+        v
+    };
+    assert_eq!(load(app.clone()).await, json!({"server_load": 0}));
+    let resp =
+        app.clone().oneshot(post("/v1/completions", json!({"prompt": "a", "stream": true}))).await.expect("infallible");
+    assert_eq!(load(app.clone()).await, json!({"server_load": 1}), "counted while the stream runs");
+    let _ = resp.into_body().collect().await.expect("body");
+    assert_eq!(load(app.clone()).await, json!({"server_load": 0}));
+
+    // Without --enable-server-load-tracking, vLLM answers 0 whatever runs.
+    let (untracked, _) = app_with(FakeEngine::new(128), settings());
+    let _resp = untracked.clone().oneshot(post("/v1/completions", json!({"prompt": "a", "stream": true}))).await;
+    assert_eq!(load(untracked).await, json!({"server_load": 0}));
+}
+
+#[tokio::test]
+async fn dev_routes_only_in_dev_mode() {
+    let (app, engine) = app_with(FakeEngine::new(128), ServerSettings { dev_mode: None, ..settings() });
+    for (path, method) in crate::app::DEV_ROUTES {
+        let req = Request::builder().method(*method).uri(*path).body(Body::empty()).expect("req");
+        assert_eq!(send(&app, req).await.0, StatusCode::NOT_FOUND, "{path} without VLLM_SERVER_DEV_MODE");
+    }
+    assert!(engine.prefix_cache_resets.lock().expect("lock").is_empty());
+
+    let info = ServerInfo { config: vec![("model", json!("m")), ("max_model_len", json!(128)), ("x", json!(null))] };
+    let (app, engine) = app_with(FakeEngine::new(128), ServerSettings { dev_mode: Some(info), ..settings() });
+    let (s, v) = send_json(&app, Request::post("/reset_prefix_cache").body(Body::empty()).expect("req")).await;
+    assert_eq!((s, v), (StatusCode::OK, json!({"success": true})));
+    let req = Request::post("/reset_prefix_cache?reset_running_requests=true&reset_external=true");
+    assert_eq!(send_json(&app, req.body(Body::empty()).expect("req")).await.1, json!({"success": true}));
+    let req = Request::post("/reset_prefix_cache?reset_running_requests=maybe").body(Body::empty()).expect("req");
+    let (s, v) = send_json(&app, req).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_error(&v, "BadRequestError", Some("reset_running_requests"), None);
+    assert_eq!(*engine.prefix_cache_resets.lock().expect("lock"), vec![false, true]);
+
+    let (s, v) = send_json(&app, Request::get("/server_info").body(Body::empty()).expect("req")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["vllm_config"], "model='m', max_model_len=128, x=None");
+    assert!(v["vllm_env"].is_object() && v["system_env"].is_object(), "{v}");
+    let req = Request::get("/server_info?config_format=json").body(Body::empty()).expect("req");
+    let (_, v) = send_json(&app, req).await;
+    assert_eq!(v["vllm_config"], json!({"model": "m", "max_model_len": 128, "x": null}));
+
+    engine.alive.store(false, Ordering::Relaxed);
+    let (s, _) = send_json(&app, Request::post("/reset_prefix_cache").body(Body::empty()).expect("req")).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
 }

@@ -65,6 +65,10 @@ pub struct EngineArgs {
     pub scheduler: SchedulerArgs,
     #[command(flatten)]
     pub device: DeviceArgs,
+    /// Testing only: the engine thread exits when request N + 1 arrives, as if it had failed (for the tests of a
+    /// server whose engine died: `/health` 503, 5xx answers, a clean exit on SIGTERM).
+    #[arg(long, hide = true, value_name = "N")]
+    pub testing_fail_engine_after_requests: Option<usize>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -215,6 +219,61 @@ pub struct FrontendArgs {
     /// How the model writes tool calls: llama3_json (Llama 3.1-3.3), hermes (Qwen2.5, Qwen3, Hermes), mistral.
     #[arg(long, value_enum)]
     pub tool_call_parser: Option<ToolParser>,
+    /// Origins browsers may call the API from, a JSON list (e.g. '["https://app.example"]', '["*"]' for any).
+    /// Cross-origin browser access is disabled by default.
+    #[arg(long, default_value = "[]", value_parser = parse_json_list)]
+    pub allowed_origins: JsonList,
+    /// Methods allowed in cross-origin requests, a JSON list ("*": all).
+    #[arg(long, default_value = r#"["*"]"#, value_parser = parse_json_list)]
+    pub allowed_methods: JsonList,
+    /// Headers allowed in cross-origin requests, a JSON list ("*": whatever the browser asks for).
+    #[arg(long, default_value = r#"["*"]"#, value_parser = parse_json_list)]
+    pub allowed_headers: JsonList,
+    /// Allow credentials (cookies, Authorization) in cross-origin requests.
+    #[arg(long)]
+    pub allow_credentials: bool,
+    /// Serve HTTPS: the private key (PEM); needs --ssl-certfile.
+    #[arg(long)]
+    pub ssl_keyfile: Option<PathBuf>,
+    /// Serve HTTPS: the certificate chain (PEM); needs --ssl-keyfile.
+    #[arg(long)]
+    pub ssl_certfile: Option<PathBuf>,
+    /// CA certificates (PEM) that client certificates are checked against.
+    #[arg(long)]
+    pub ssl_ca_certs: Option<PathBuf>,
+    /// Client certificates, as Python's ssl module numbers it: 0 not asked for, 1 optional, 2 required (these two
+    /// need --ssl-ca-certs).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub ssl_cert_reqs: u8,
+    /// The path prefix a proxy strips before forwarding (FastAPI's root_path): requests are served with and without
+    /// it.
+    #[arg(long)]
+    pub root_path: Option<String>,
+    /// Count the generation requests in progress for `GET /load`.
+    #[arg(long)]
+    pub enable_server_load_tracking: bool,
+}
+
+/// A list flag given as JSON, as vLLM takes `--allowed-origins` and its siblings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonList(pub Vec<String>);
+
+fn parse_json_list(s: &str) -> Result<JsonList, String> {
+    serde_json::from_str::<Vec<String>>(s)
+        .map(JsonList)
+        .map_err(|e| format!("expected a JSON list of strings such as '[\"*\"]' ({e})"))
+}
+
+/// vLLM's `VLLM_SERVER_DEV_MODE` (an integer, 0 by default): nonzero serves the development routes
+/// (`/server_info`, `/reset_prefix_cache`) as vLLM does.
+pub const SERVER_DEV_MODE_ENV: &str = "VLLM_SERVER_DEV_MODE";
+
+/// Reads `VLLM_SERVER_DEV_MODE` as vLLM does (`bool(int(value))`).
+pub fn server_dev_mode() -> Result<bool, CliError> {
+    match std::env::var(SERVER_DEV_MODE_ENV) {
+        Err(_) => Ok(false),
+        Ok(v) => v.trim().parse::<i64>().map(|n| n != 0).map_err(|_| CliError::DevMode(v)),
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -290,6 +349,16 @@ pub enum CliError {
     EmptyServedName,
     #[error("--shutdown-timeout must be a non-negative number of seconds, got {0}")]
     ShutdownTimeout(f64),
+    #[error("VLLM_SERVER_DEV_MODE must be an integer (0 or 1), got {0:?}")]
+    DevMode(String),
+    #[error("--ssl-keyfile and --ssl-certfile must be provided together")]
+    SslPair,
+    #[error("--ssl-ca-certs, --ssl-cert-reqs and the other TLS flags need --ssl-keyfile and --ssl-certfile")]
+    SslWithoutHttps,
+    #[error("--ssl-cert-reqs {0} asks for client certificates: give the CA to check them with --ssl-ca-certs")]
+    SslCertReqsWithoutCa(u8),
+    #[error("--root-path must start with '/' and not end with it, e.g. /api/v1, got {0:?}")]
+    RootPath(String),
     #[error("--dtype {0} is not supported for convert; use float32, bfloat16 or float16")]
     ConvertDtype(String),
 }
@@ -397,6 +466,7 @@ impl EngineArgs {
         cfg.max_waiting = max_num_waiting;
         cfg.tensor_parallel_size = p.tensor_parallel_size;
         cfg.pipeline_parallel_size = p.pipeline_parallel_size;
+        cfg.testing_fail_after_requests = self.testing_fail_engine_after_requests;
         Ok(cfg)
     }
 
@@ -414,6 +484,15 @@ impl ServeArgs {
             return Err(CliError::EmptyServedName);
         }
         Ok(if names.is_empty() { vec![model.to_owned()] } else { names.clone() })
+    }
+
+    /// `--root-path`, checked: `None` when empty or "/".
+    pub fn root_path(&self) -> Result<Option<String>, CliError> {
+        match self.frontend.root_path.as_deref() {
+            None | Some("") | Some("/") => Ok(None),
+            Some(p) if p.starts_with('/') && !p.ends_with('/') => Ok(Some(p.to_owned())),
+            Some(p) => Err(CliError::RootPath(p.to_owned())),
+        }
     }
 
     pub fn shutdown_timeout(&self) -> Result<std::time::Duration, CliError> {

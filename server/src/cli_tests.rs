@@ -143,3 +143,26 @@ fn convert_dtypes() {
     assert_eq!(c("half"), Ok(candle_core::DType::F16));
     assert!(c("q4").is_err());
 }
+
+#[test]
+fn front_flags_as_vllm_takes_them() {
+    let s = serve("rserve m");
+    assert_eq!(s.frontend.allowed_origins, JsonList(vec![]), "vLLM: cross-origin access is off by default");
+    assert_eq!(s.frontend.allowed_methods, JsonList(vec!["*".into()]));
+    assert_eq!(s.frontend.allowed_headers, JsonList(vec!["*".into()]));
+    assert_eq!((s.frontend.ssl_cert_reqs, s.root_path()), (0, Ok(None)));
+    assert_eq!(s.engine.testing_fail_engine_after_requests, None);
+    let s =
+        serve(r#"rserve m --allowed-origins ["https://a.example","http://b"] --allow-credentials --root-path /api"#);
+    assert_eq!(s.frontend.allowed_origins.0, ["https://a.example", "http://b"]);
+    assert!(s.frontend.allow_credentials);
+    assert_eq!(s.root_path(), Ok(Some("/api".into())));
+    assert_eq!(serve("rserve m --root-path /").root_path(), Ok(None));
+    assert!(matches!(serve("rserve m --root-path api").root_path(), Err(CliError::RootPath(_))));
+    assert!(matches!(serve("rserve m --root-path /api/").root_path(), Err(CliError::RootPath(_))));
+    assert!(parse_line("rserve m --allowed-origins http://a").is_err(), "not a JSON list");
+    assert!(parse_line("rserve m --ssl-cert-reqs 3").is_err());
+    let s = serve("rserve m --testing-fail-engine-after-requests 2");
+    let cfg = s.engine.engine_config("m", 8).expect("config");
+    assert_eq!(cfg.testing_fail_after_requests, Some(2));
+}

@@ -37,6 +37,9 @@ pub enum ApiError {
     RouteNotFound(String),
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// A query parameter has a value the route cannot take.
+    #[error("invalid query parameter {param}: {message}")]
+    InvalidQuery { param: &'static str, message: String },
     /// The engine failed while running the request.
     #[error("internal error: {0}")]
     Internal(String),
@@ -63,7 +66,10 @@ const RETRY_AFTER_SECS: &str = "1";
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Validation(_) | ApiError::InvalidJson { .. } | ApiError::Body(_) => StatusCode::BAD_REQUEST,
+            ApiError::Validation(_)
+            | ApiError::InvalidJson { .. }
+            | ApiError::Body(_)
+            | ApiError::InvalidQuery { .. } => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::ModelNotFound(_) | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -88,6 +94,7 @@ impl ApiError {
         let (param, code): (Option<String>, Option<&str>) = match self {
             ApiError::Validation(v) => (v.param(), v.code()),
             ApiError::InvalidJson { param, .. } => (param.clone(), None),
+            ApiError::InvalidQuery { param, .. } => (Some((*param).to_owned()), None),
             ApiError::PayloadTooLarge { .. } => (None, Some("request_too_large")),
             ApiError::ModelNotFound(_) => (Some("model".into()), Some("model_not_found")),
             ApiError::Unauthorized => (None, Some("invalid_api_key")),

@@ -1,6 +1,7 @@
 //! `LiveEngine`: the `Engine` port over the real `rserve_engine` (its handle, tokenizer and chat template). The only
 //! file of the server that calls the engine crate's loading and tokenizer APIs.
 
+use futures_util::future::BoxFuture;
 use rserve_engine::api::{EngineInfo, GenerateRequest, SamplingParams};
 use rserve_engine::engine::{EngineConfig, EngineHandle, EngineMetrics};
 use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
@@ -67,5 +68,10 @@ impl Engine for LiveEngine {
 
     fn is_alive(&self) -> bool {
         self.handle.is_alive()
+    }
+
+    fn reset_prefix_cache(&self, preempt_running: bool) -> BoxFuture<'static, Result<bool, EngineError>> {
+        let reset = self.handle.reset_prefix_cache(preempt_running);
+        Box::pin(async move { reset.await.map(|r| r.complete) })
     }
 }

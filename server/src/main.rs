@@ -1,7 +1,8 @@
 //! The `rserve` binary: parses the command line and runs `serve` (the OpenAI-compatible server), `generate` or
 //! `convert`. The server's code map: `cli` (flags), `serve` (life cycle), `app` + `routes/*` (HTTP), `openai/*`
 //! (wire types, validation, rendering), `sse`, `fanout`, `state` (admission), `auth`, `json`, `error` (the one
-//! place errors become responses), `port` + `live` (the engine seen through one trait), `stats_log`, `shutdown`.
+//! place errors become responses), `port` + `live` (the engine seen through one trait), `cors` and `tls` (the HTTP front's flags), `stats_log`,
+//! `shutdown`.
 
 mod app;
 #[cfg(test)]
@@ -9,6 +10,7 @@ mod app_tests;
 mod auth;
 mod cli;
 mod convert;
+mod cors;
 mod error;
 mod fanout;
 mod generate;
@@ -27,6 +29,7 @@ mod state;
 mod stats_log;
 #[cfg(test)]
 mod testing;
+mod tls;
 
 use std::process::ExitCode;
 

@@ -2,6 +2,7 @@
 //! event stream of one submitted request). The live implementation over `rserve_engine` is in `live.rs`; unit tests
 //! use a fake (`testing.rs`). Dropping an `Events` aborts its request.
 
+use futures_util::future::BoxFuture;
 use rserve_engine::api::{EngineInfo, GenerateRequest, RequestEvent, SamplingParams};
 use rserve_engine::engine::{EngineMetrics, RequestStream};
 use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
@@ -47,6 +48,9 @@ pub trait Engine: Send + Sync + 'static {
     fn shutdown(&self);
     /// False once the engine thread has stopped: nothing can be served, and `/health` says so with 503.
     fn is_alive(&self) -> bool;
+    /// Drops the prefix cache's blocks no request holds, first preempting the running requests with
+    /// `preempt_running`; true when nothing was in use, so the whole cache is gone (vLLM's `success`).
+    fn reset_prefix_cache(&self, preempt_running: bool) -> BoxFuture<'static, Result<bool, EngineError>>;
 }
 
 /// The events of one request, in order: `Delta`s, then one `Finished` (or `Error`); `None` afterwards.

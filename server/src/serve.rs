@@ -1,21 +1,27 @@
-//! `rserve serve`: start the engine, bind the listener, serve the API until SIGINT/SIGTERM, then drain running
-//! requests (up to `--shutdown-timeout`), stop the engine and return (exit code 0).
+//! `rserve serve`: check the front flags (CORS, TLS, root path), start the engine, bind the listener (HTTP or HTTPS),
+//! serve the API until SIGINT/SIGTERM, then drain running requests (up to `--shutdown-timeout`), stop the engine and
+//! return (exit code 0).
 
 use crate::openai::tools::ToolSettings;
-use std::net::SocketAddr;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use rserve_engine::engine::EngineConfig;
 use tokio::net::TcpListener;
+use tower_http::cors::CorsLayer;
 
-use crate::app::{self, AccessLog};
-use crate::cli::ServeArgs;
+use crate::app::{self, AccessLog, Peer};
+use crate::cli::{self, CliError, ServeArgs};
+use crate::cors::CorsSettings;
 use crate::live::LiveEngine;
 use crate::port::Engine;
 use crate::shutdown;
-use crate::state::{AppState, ServerSettings};
+use crate::state::{AppState, ServerInfo, ServerSettings};
 use crate::stats_log;
+use crate::tls::{TlsFiles, TlsListener};
 
 /// Runs the server to completion.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
@@ -40,10 +46,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             auto_tool_choice: args.frontend.enable_auto_tool_choice,
             parser: args.frontend.tool_call_parser,
         },
+        server_load_tracking: args.frontend.enable_server_load_tracking,
+        dev_mode: cli::server_dev_mode()?.then(|| server_info(&args, &config)),
     };
     if args.frontend.enable_auto_tool_choice && args.frontend.tool_call_parser.is_none() {
         anyhow::bail!("--enable-auto-tool-choice needs --tool-call-parser (llama3_json, hermes or mistral)");
     }
+    // Every front flag is checked before the model loads: a typo costs no loading time.
+    let front = Front::from_args(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let result = runtime.block_on(async move {
         // Watch signals from the start, so that one sent while the model loads still ends in a clean exit.
@@ -58,10 +68,77 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!("Shutdown complete.");
             return Ok(());
         }
-        serve(Arc::new(engine), settings, &args, signals, grace).await
+        serve(Arc::new(engine), settings, &args, front, signals, grace).await
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
     result
+}
+
+/// The HTTP front's flags, checked: CORS, TLS, root path.
+pub struct Front {
+    cors: CorsLayer,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    root_path: Option<String>,
+}
+
+impl Front {
+    /// Checks the flags and reads the TLS files (a bad path or file is a start-up error naming the flag).
+    pub fn from_args(args: &ServeArgs) -> anyhow::Result<Self> {
+        let f = &args.frontend;
+        let cors = CorsSettings {
+            allowed_origins: f.allowed_origins.0.clone(),
+            allowed_methods: f.allowed_methods.0.clone(),
+            allowed_headers: f.allowed_headers.0.clone(),
+            allow_credentials: f.allow_credentials,
+        }
+        .layer()?;
+        let tls = match (&f.ssl_keyfile, &f.ssl_certfile) {
+            (Some(keyfile), Some(certfile)) => {
+                if f.ssl_cert_reqs != 0 && f.ssl_ca_certs.is_none() {
+                    return Err(CliError::SslCertReqsWithoutCa(f.ssl_cert_reqs).into());
+                }
+                let files = TlsFiles {
+                    keyfile: keyfile.clone(),
+                    certfile: certfile.clone(),
+                    ca_certs: f.ssl_ca_certs.clone(),
+                    cert_reqs: f.ssl_cert_reqs,
+                };
+                Some(files.server_config()?)
+            }
+            (None, None) if f.ssl_ca_certs.is_some() || f.ssl_cert_reqs != 0 => {
+                return Err(CliError::SslWithoutHttps.into())
+            }
+            (None, None) => None,
+            _ => return Err(CliError::SslPair.into()),
+        };
+        Ok(Self { cors, tls, root_path: args.root_path()? })
+    }
+}
+
+/// What `/server_info` reports as the configuration (the flags that shape serving, never the API key).
+fn server_info(args: &ServeArgs, config: &EngineConfig) -> ServerInfo {
+    use serde_json::json;
+    let config = vec![
+        ("model", json!(config.model)),
+        ("tokenizer", json!(config.tokenizer.as_deref().unwrap_or(&config.model))),
+        ("revision", json!(config.revision)),
+        ("dtype", json!(format!("{:?}", config.dtype).to_lowercase())),
+        ("max_model_len", json!(config.max_model_len)),
+        ("device", json!(config.device)),
+        ("tensor_parallel_size", json!(config.tensor_parallel_size)),
+        ("pipeline_parallel_size", json!(config.pipeline_parallel_size)),
+        ("seed", json!(config.seed)),
+        ("served_model_name", json!(args.engine.model.served_model_name)),
+        ("enable_prefix_caching", json!(config.enable_prefix_caching)),
+        ("block_size", json!(config.block_size)),
+        ("gpu_memory_utilization", json!(config.gpu_memory_utilization)),
+        ("kv_cache_memory_bytes", json!(config.kv_cache_memory_bytes)),
+        ("max_num_seqs", json!(config.max_num_seqs)),
+        ("max_num_batched_tokens", json!(config.max_num_batched_tokens)),
+        ("enforce_eager", json!(config.enforce_eager)),
+        ("generation_config", json!(config.generation_config)),
+    ];
+    ServerInfo { config }
 }
 
 /// Serves `engine` until a shutdown signal, then drains and stops it.
@@ -69,33 +146,45 @@ pub async fn serve(
     engine: Arc<dyn Engine>,
     settings: ServerSettings,
     args: &ServeArgs,
+    front: Front,
     signals: shutdown::Signals,
     grace: Duration,
 ) -> anyhow::Result<()> {
+    let dev_mode = settings.dev_mode.is_some();
+    if dev_mode {
+        tracing::warn!("SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!");
+    }
     let state = AppState::new(engine.clone(), settings);
     let access = AccessLog(!args.frontend.disable_uvicorn_access_log);
-    let router = app::router(state.clone(), access);
+    let router = app::front(app::router(state.clone(), access), front.cors, front.root_path);
     let host = args.frontend.host.as_str();
     let listener = TcpListener::bind((host, args.frontend.port))
         .await
         .with_context(|| format!("cannot listen on {host}:{}", args.frontend.port))?;
     let addr = listener.local_addr().context("reading the bound address")?;
+    let scheme = if front.tls.is_some() { "https" } else { "http" };
     // vLLM's lines: scripts wait for the first and read the address from it.
-    tracing::info!("Starting vLLM API server 0 on http://{addr}");
+    tracing::info!("Starting vLLM API server 0 on {scheme}://{addr}");
     tracing::info!("Available routes are:");
-    for (path, methods) in app::ROUTES {
+    for (path, methods) in app::listed_routes(dev_mode) {
         tracing::info!("Route: {path}, Methods: {methods}");
     }
     let stats = (!args.frontend.disable_log_stats).then(|| tokio::spawn(stats_log::run(engine.clone())));
 
     let first = signals.first.clone();
     let draining = state.clone();
-    let server = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async move {
-            shutdown::flag(first).await;
-            draining.begin_shutdown();
-        });
-    let mut server = Box::pin(std::future::IntoFuture::into_future(server));
+    let until_signal = async move {
+        shutdown::flag(first).await;
+        draining.begin_shutdown();
+    };
+    let service = router.into_make_service_with_connect_info::<Peer>();
+    let mut server: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match front.tls {
+        Some(config) => {
+            let listener = TlsListener::new(listener, config).context("starting the TLS listener")?;
+            Box::pin(axum::serve(listener, service).with_graceful_shutdown(until_signal).into_future())
+        }
+        None => Box::pin(axum::serve(listener, service).with_graceful_shutdown(until_signal).into_future()),
+    };
     tracing::info!("Application startup complete.");
 
     let deadline = async {

@@ -25,6 +25,17 @@ pub struct ServerSettings {
     pub log_requests: bool,
     /// `--enable-auto-tool-choice` and `--tool-call-parser`.
     pub tools: ToolSettings,
+    /// `--enable-server-load-tracking`: count the generation requests in progress for `/load`.
+    pub server_load_tracking: bool,
+    /// `VLLM_SERVER_DEV_MODE`: the development routes are served, and `/server_info` answers with this.
+    pub dev_mode: Option<ServerInfo>,
+}
+
+/// What `GET /server_info` reports (vLLM's development route): the configuration as `(name, value)` pairs in
+/// vLLM's order of importance, and the environment.
+#[derive(Debug, Clone, Default)]
+pub struct ServerInfo {
+    pub config: Vec<(&'static str, serde_json::Value)>,
 }
 
 /// Shared state of all routes (cheap to clone).
@@ -34,6 +45,16 @@ pub struct AppState {
     pub settings: Arc<ServerSettings>,
     in_flight: Arc<AtomicUsize>,
     shutting_down: Arc<AtomicBool>,
+    server_load: Arc<AtomicUsize>,
+}
+
+/// One generation request counted by `/load` (vLLM's `server_load_metrics`) until it is dropped.
+pub struct LoadSlot(Arc<AtomicUsize>);
+
+impl Drop for LoadSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A submitted request's events plus its slot in the in-flight count.
@@ -63,7 +84,22 @@ impl AppState {
             settings: Arc::new(settings),
             in_flight: Arc::new(AtomicUsize::new(0)),
             shutting_down: Arc::new(AtomicBool::new(false)),
+            server_load: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// Generation requests in progress (with `--enable-server-load-tracking`; 0 without).
+    pub fn server_load(&self) -> usize {
+        self.server_load.load(Ordering::Relaxed)
+    }
+
+    /// Counts one generation request for `/load` until the slot is dropped; `None` without
+    /// `--enable-server-load-tracking`.
+    pub fn track_load(&self) -> Option<LoadSlot> {
+        self.settings.server_load_tracking.then(|| {
+            self.server_load.fetch_add(1, Ordering::Relaxed);
+            LoadSlot(self.server_load.clone())
+        })
     }
 
     /// The served name a request refers to (the first served name when it names none).

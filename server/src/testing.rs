@@ -37,6 +37,8 @@ pub struct FakeEngine {
     pub fail_with: Option<String>,
     /// What `is_alive` answers (a test stops the "engine thread" by clearing it).
     pub alive: AtomicBool,
+    /// The `preempt_running` argument of each `reset_prefix_cache` call.
+    pub prefix_cache_resets: Mutex<Vec<bool>>,
 }
 
 pub fn info(max_model_len: usize) -> EngineInfo {
@@ -67,6 +69,7 @@ impl FakeEngine {
             completed: Arc::new(AtomicUsize::new(0)),
             fail_with: None,
             alive: AtomicBool::new(true),
+            prefix_cache_resets: Mutex::default(),
         }
     }
 
@@ -245,5 +248,14 @@ impl Engine for FakeEngine {
 
     fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Relaxed)
+    }
+
+    fn reset_prefix_cache(
+        &self,
+        preempt_running: bool,
+    ) -> futures_util::future::BoxFuture<'static, Result<bool, EngineError>> {
+        self.prefix_cache_resets.lock().expect("lock").push(preempt_running);
+        let result = if self.is_alive() { Ok(true) } else { Err(EngineError::EngineStopped) };
+        Box::pin(std::future::ready(result))
     }
 }

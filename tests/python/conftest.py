@@ -25,7 +25,7 @@ MODEL_NAME = "smollm2"
 MAX_MODEL_LEN = 1024
 STARTUP_TIMEOUT_S = float(os.environ.get("RSERVE_STARTUP_TIMEOUT", "300"))
 READY_LINE = "Application startup complete."
-ADDRESS_RE = re.compile(r"Starting vLLM API server 0 on http://(\S+):(\d+)")
+ADDRESS_RE = re.compile(r"Starting vLLM API server 0 on (https?)://(\S+):(\d+)")
 
 
 def rserve_bin() -> Path:
@@ -53,7 +53,7 @@ class Server:
     """One running `rserve` process. Its log (stderr) is collected in `lines`."""
 
     def __init__(self, *extra_args: str, api_key: str | None = API_KEY, name: str = "server",
-                 launch: list[str] | None = None, model: Path | None = None):
+                 launch: list[str] | None = None, model: Path | None = None, env: dict[str, str] | None = None):
         self.name = name
         self.api_key = api_key
         # RSERVE_E2E_LAUNCH prefixes a launcher (e.g. "mpirun -n 3"); RSERVE_E2E_ARGS adds flags (e.g. "-tp 3").
@@ -73,14 +73,19 @@ class Server:
         ]
         if api_key:
             args += ["--api-key", api_key]
+        extra_env = env
         env = dict(os.environ)
         env.pop("VLLM_API_KEY", None)
+        env.update(extra_env or {})
         env.setdefault("RUST_LOG", "info")
         self.args = args
         self.lines: list[str] = []
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self.port: int | None = None
+        self.scheme = "http"
+        # What `requests` checks an HTTPS server's certificate with (a test that starts one sets its CA file).
+        self.verify: str | bool = True
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, errors="replace", env=env)
         self._reader = threading.Thread(target=self._read_log, daemon=True)
@@ -94,7 +99,8 @@ class Server:
                 self.lines.append(line.rstrip("\n"))
             m = ADDRESS_RE.search(line)
             if m:
-                self.port = int(m.group(2))
+                self.scheme = m.group(1)
+                self.port = int(m.group(3))
             if READY_LINE in line:
                 self._ready.set()
         self._ready.set()  # the process ended: stop waiting
@@ -111,7 +117,7 @@ class Server:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def headers(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -124,7 +130,7 @@ class Server:
 
     def metrics(self) -> dict[str, float]:
         """`/metrics` samples without labels: {"vllm:num_requests_running": 0.0, ...} (histograms as _sum/_count)."""
-        text = requests.get(f"{self.url}/metrics", timeout=30).text
+        text = requests.get(f"{self.url}/metrics", timeout=30, verify=self.verify).text
         out = {}
         for line in text.splitlines():
             if not line or line.startswith("#") or 'le="' in line:

@@ -69,6 +69,9 @@ pub struct EngineConfig {
     pub enforce_eager: bool,
     /// `--profile`: timing output of the CUDA runner.
     pub profile: crate::graph_runner::ProfileMode,
+    /// Testing only (the hidden `--testing-fail-engine-after-requests N`): the engine thread exits when request N + 1
+    /// arrives, so that tests can watch a server whose engine died.
+    pub testing_fail_after_requests: Option<usize>,
 }
 
 impl EngineConfig {
@@ -99,6 +102,7 @@ impl EngineConfig {
             load_format: "auto".into(),
             enforce_eager: false,
             profile: Default::default(),
+            testing_fail_after_requests: None,
         }
     }
 }

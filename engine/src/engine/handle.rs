@@ -11,13 +11,26 @@ use crate::engine::metrics::EngineMetrics;
 use crate::error::EngineError;
 use crate::structured::{Grammar, GrammarCompiler, GrammarError, GrammarSpec};
 use crate::tokenizer::Tokenizer;
+pub use rserve_scheduler::PrefixCacheReset;
 use rserve_scheduler::RequestId;
 
 /// Commands the engine thread takes.
 #[derive(Debug)]
 pub(crate) enum Command {
-    Add { id: RequestId, request: Box<GenerateRequest>, events: mpsc::UnboundedSender<RequestEvent> },
-    Abort { id: RequestId },
+    Add {
+        id: RequestId,
+        request: Box<GenerateRequest>,
+        events: mpsc::UnboundedSender<RequestEvent>,
+    },
+    Abort {
+        id: RequestId,
+    },
+    /// `POST /reset_prefix_cache`: drop the cached blocks no request holds (after preempting the running requests
+    /// with `preempt_running`), then answer what was done.
+    ResetPrefixCache {
+        preempt_running: bool,
+        reply: tokio::sync::oneshot::Sender<PrefixCacheReset>,
+    },
     Shutdown,
 }
 
@@ -78,6 +91,20 @@ impl EngineHandle {
             .send(Command::Add { id, request: Box::new(request), events: etx })
             .map_err(|_| EngineError::EngineStopped)?;
         Ok(RequestStream { id, rx: erx, tx: self.tx.clone(), done: false })
+    }
+
+    /// Resets the prefix cache between two steps (vLLM's `reset_prefix_cache`; see `Scheduler::reset_prefix_cache`).
+    /// Errors: the engine thread has stopped.
+    pub fn reset_prefix_cache(
+        &self,
+        preempt_running: bool,
+    ) -> impl std::future::Future<Output = Result<PrefixCacheReset, EngineError>> + Send + 'static {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let sent = self.tx.send(Command::ResetPrefixCache { preempt_running, reply });
+        async move {
+            sent.map_err(|_| EngineError::EngineStopped)?;
+            rx.await.map_err(|_| EngineError::EngineStopped)
+        }
     }
 
     /// Stops the engine after aborting what is left (the end of a graceful shutdown) and waits for its thread, so

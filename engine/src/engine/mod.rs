@@ -14,6 +14,6 @@ mod thread;
 pub use config::{DTypeArg, EngineConfig};
 pub use device::Device;
 pub use distributed::{abort_job_on_error, finalize, run_if_worker};
-pub use handle::{EngineHandle, RequestStream};
+pub use handle::{EngineHandle, PrefixCacheReset, RequestStream};
 pub use metrics::EngineMetrics;
 pub use start::start;

@@ -227,7 +227,8 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     };
     let metrics = Arc::new(EngineMetrics::default());
     let (tx, rx) = std::sync::mpsc::channel();
-    let engine = EngineLoop::new(scheduler, runner, tokenizer.clone(), metrics.clone(), eos, cfg.seed);
+    let mut engine = EngineLoop::new(scheduler, runner, tokenizer.clone(), metrics.clone(), eos, cfg.seed);
+    engine.fail_after_requests = cfg.testing_fail_after_requests;
     let thread = std::thread::Builder::new()
         .name("rserve-engine".into())
         .spawn(move || engine.run(rx))

@@ -53,6 +53,10 @@ pub(crate) struct EngineLoop {
     pub(crate) seed: u64,
     live: HashMap<RequestId, Live>,
     shutting_down: bool,
+    /// Testing only (`--testing-fail-engine-after-requests N`): the request after the first N makes the thread exit as
+    /// if it had crashed.
+    pub(crate) fail_after_requests: Option<usize>,
+    requests_seen: usize,
 }
 
 impl EngineLoop {
@@ -64,7 +68,18 @@ impl EngineLoop {
         eos_token_ids: Vec<TokenId>,
         seed: u64,
     ) -> Self {
-        Self { scheduler, runner, tokenizer, metrics, eos_token_ids, seed, live: HashMap::new(), shutting_down: false }
+        Self {
+            scheduler,
+            runner,
+            tokenizer,
+            metrics,
+            eos_token_ids,
+            seed,
+            live: HashMap::new(),
+            shutting_down: false,
+            fail_after_requests: None,
+            requests_seen: 0,
+        }
     }
 
     /// Runs until a `Shutdown` command arrives or every handle is gone.
@@ -96,14 +111,43 @@ impl EngineLoop {
 
     fn handle(&mut self, cmd: Command) {
         match cmd {
-            Command::Add { id, request, events } => self.add(id, *request, events),
+            Command::Add { id, request, events } => {
+                self.requests_seen += 1;
+                if self.fail_after_requests.is_some_and(|n| self.requests_seen > n) {
+                    return self.fail_for_testing(events);
+                }
+                self.add(id, *request, events)
+            }
             Command::Abort { id } => {
                 if self.live.remove(&id).is_some() {
                     self.scheduler.abort(id);
                 }
             }
+            Command::ResetPrefixCache { preempt_running, reply } => {
+                let reset = self.scheduler.reset_prefix_cache(preempt_running);
+                if reset.complete {
+                    tracing::info!("Reset the prefix cache ({} cached blocks dropped)", reset.dropped_blocks);
+                } else {
+                    tracing::warn!(
+                        "Failed to reset the whole prefix cache: {} blocks are in use ({} free cached blocks dropped)",
+                        self.scheduler.kv_cache().num_used_blocks(),
+                        reset.dropped_blocks
+                    );
+                }
+                self.publish_gauges();
+                let _ = reply.send(reset);
+            }
             Command::Shutdown => self.shutting_down = true,
         }
+    }
+
+    /// The testing hook's crash: every request's event channel is dropped without a last event (as when the thread
+    /// dies) and the loop ends.
+    fn fail_for_testing(&mut self, events: UnboundedSender<RequestEvent>) {
+        tracing::error!("--testing-fail-engine-after-requests: the engine thread exits now, as if it had failed");
+        drop(events);
+        self.live.clear();
+        self.shutting_down = true;
     }
 
     fn add(&mut self, id: RequestId, req: GenerateRequest, events: UnboundedSender<RequestEvent>) {

@@ -1,5 +1,6 @@
 //! `GET /health` and `GET|POST /ping` (200, empty body, while the engine thread runs; 503 once it has stopped, as
-//! vLLM answers when its engine is dead) and `GET /version`.
+//! vLLM answers when its engine is dead), `GET /version` and `GET /load` (vLLM's server load: `{"server_load": N}`,
+//! the generation requests in progress with `--enable-server-load-tracking`, else 0).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -18,4 +19,8 @@ pub async fn health(State(state): State<AppState>) -> StatusCode {
 
 pub async fn version() -> Json<Value> {
     Json(json!({ "version": env!("CARGO_PKG_VERSION") }))
+}
+
+pub async fn load(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({ "server_load": state.server_load() }))
 }

@@ -2,6 +2,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod dev;
 pub mod health;
 pub mod metrics;
 pub mod models;
