@@ -45,7 +45,6 @@ impl SamplingParams {
             && self.presence_penalty == 0.0
             && self.frequency_penalty == 0.0
             && self.logit_bias.is_empty()
-            && self.constraint.is_none()
             && self.allowed_token_ids.is_none()
             && self.bad_words.is_empty()
     }

@@ -16,12 +16,12 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::backend::cuda::{CuBuffer, CudaBackend, Graph};
-use crate::backend::Backend;
+use crate::backend::{Backend, Op};
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
 use crate::model::shard::NoComm;
 use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, LlamaModel, PagedKvCache, ScheduledSeq};
-use crate::runner::StepRunner;
+use crate::runner::{StepMasks, StepOutput, StepRunner};
 use crate::weights::Weights;
 
 /// Batch sizes decode graphs are captured for (a batch takes the smallest bucket that holds it), up to
@@ -148,9 +148,11 @@ enum Want {
     Argmax,
 }
 
-enum Got {
-    Logits(Vec<f32>),
-    Ids(Vec<u32>),
+/// How a step is read: its result, and the grammar masks of a constrained step (computed once its forward pass is
+/// queued).
+struct Read<'m> {
+    want: Want,
+    masks: Option<&'m mut dyn FnMut() -> StepMasks>,
 }
 
 impl CudaGraphRunner {
@@ -220,11 +222,11 @@ impl CudaGraphRunner {
     }
 
     /// Checks and flattens the step (once: a replayed graph checks nothing), then runs it through a graph or op by op.
-    fn run(&mut self, batch: &[ScheduledSeq], want: Want) -> Result<Got> {
+    fn run(&mut self, batch: &[ScheduledSeq], step: Read<'_>) -> Result<StepOutput> {
         if batch.is_empty() {
-            return Ok(match want {
-                Want::Logits => Got::Logits(Vec::new()),
-                Want::Argmax => Got::Ids(Vec::new()),
+            return Ok(match step.want {
+                Want::Logits => StepOutput::Logits(Vec::new()),
+                Want::Argmax => StepOutput::Ids(Vec::new()),
             });
         }
         let bucket = self.bucket_for(batch);
@@ -235,44 +237,74 @@ impl CudaGraphRunner {
             return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
         }
         match bucket {
-            Some(bucket) => self.run_graph(flat, bucket, want),
-            None => self.run_eager(&flat, want),
+            Some(bucket) => self.run_graph(flat, bucket, step),
+            None => self.run_eager(&flat, step),
         }
     }
 
-    fn run_eager(&mut self, flat: &FlatBatch, want: Want) -> Result<Got> {
+    fn run_eager(&mut self, flat: &FlatBatch, step: Read<'_>) -> Result<StepOutput> {
         let b = &self.backend;
         let dev = DeviceBatch::upload(b, flat)?;
         let DeviceOutput::Logits(logits) = self.model.forward_device(b, flat, &dev, &self.cache, &NoComm, None)? else {
             return Err(EngineError::Backend("cuda: the model has no LM head".into()));
         };
-        self.read(&logits, None, flat.num_seqs(), flat.num_seqs(), want)
+        self.read(&logits, None, flat.num_seqs(), flat.num_seqs(), step)
     }
 
-    fn read(&self, logits: &CuBuffer, ids: Option<&CuBuffer>, rows: usize, real: usize, want: Want) -> Result<Got> {
+    /// Reads a step's result. With `masks` (a constrained step) the grammar masks are computed now — the forward
+    /// pass is already queued — uploaded and applied to the `real` rows of the logits; greedy ids are then picked
+    /// again from the masked logits (a graph's own argmax ran before the masks).
+    fn read(
+        &self,
+        logits: &CuBuffer,
+        ids: Option<&CuBuffer>,
+        rows: usize,
+        real: usize,
+        step: Read<'_>,
+    ) -> Result<StepOutput> {
         let b = &self.backend;
         let vocab = self.model.params().vocab_size;
-        match want {
+        let masked = match step.masks {
+            Some(masks) => {
+                let m = masks();
+                if m.rows() != real || m.words_per_row != vocab.div_ceil(32) {
+                    return Err(EngineError::Backend(format!(
+                        "grammar masks: {} rows of {} words for {real} sequences of {vocab} logits",
+                        m.rows(),
+                        m.words_per_row
+                    )));
+                }
+                let mask = b.upload_u32(&m.bits)?;
+                b.run(Op::MaskLogits { logits, mask: &mask, rows: real, vocab })?;
+                true
+            }
+            None => false,
+        };
+        match step.want {
             Want::Logits => {
                 let mut all = b.download_f32(logits)?;
                 all.truncate(real * vocab);
-                Ok(Got::Logits(all))
+                Ok(StepOutput::Logits(all))
             }
             Want::Argmax => {
                 let out = match ids {
-                    Some(ids) => b.download_u32(ids, real)?,
+                    Some(ids) if !masked => b.download_u32(ids, real)?,
+                    Some(ids) => {
+                        b.argmax_rows(logits, real, vocab, ids)?;
+                        b.download_u32(ids, real)?
+                    }
                     None => {
                         let ids = b.alloc_u32(rows)?;
                         b.argmax_rows(logits, rows, vocab, &ids)?;
                         b.download_u32(&ids, real)?
                     }
                 };
-                Ok(Got::Ids(out))
+                Ok(StepOutput::Ids(out))
             }
         }
     }
 
-    fn run_graph(&mut self, mut flat: FlatBatch, bucket: usize, want: Want) -> Result<Got> {
+    fn run_graph(&mut self, mut flat: FlatBatch, bucket: usize, step: Read<'_>) -> Result<StepOutput> {
         let real = flat.num_seqs();
         flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
         let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
@@ -291,7 +323,7 @@ impl CudaGraphRunner {
             else {
                 return Err(EngineError::Backend("cuda: the model has no LM head".into()));
             };
-            return self.read(&logits, None, bucket, real, want);
+            return self.read(&logits, None, bucket, real, step);
         }
         if !self.graphs.contains_key(&key) {
             // First sight of this shape: run it eagerly (this step's result; it also caches the attention work
@@ -300,7 +332,7 @@ impl CudaGraphRunner {
             else {
                 return Err(EngineError::Backend("cuda: the model has no LM head".into()));
             };
-            let got = self.read(&logits, None, bucket, real, want)?;
+            let got = self.read(&logits, None, bucket, real, step)?;
             drop(logits);
             let t0 = Instant::now();
             b.begin_capture()?;
@@ -341,7 +373,7 @@ impl CudaGraphRunner {
             Some(_) => Some(b.record_event()?),
             None => None,
         };
-        let got = self.read(&g.logits, Some(&g.ids), bucket, real, want)?;
+        let got = self.read(&g.logits, Some(&g.ids), bucket, real, step)?;
         if let (Some(p), Some(a), Some(e)) = (self.profile.as_mut(), timing, end) {
             let now = Instant::now();
             let gpu = a.elapsed_ms(&e).unwrap_or(0.0) as f64;
@@ -374,17 +406,27 @@ impl CudaGraphRunner {
 
 impl StepRunner for CudaGraphRunner {
     fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
-        match self.run(batch, Want::Logits)? {
-            Got::Logits(l) => Ok(l),
-            Got::Ids(_) => Err(EngineError::Backend("cuda: expected logits".into())),
+        match self.run(batch, Read { want: Want::Logits, masks: None })? {
+            StepOutput::Logits(l) => Ok(l),
+            StepOutput::Ids(_) => Err(EngineError::Backend("cuda: expected logits".into())),
         }
     }
 
     fn execute_greedy(&mut self, batch: &[ScheduledSeq]) -> Result<Option<Vec<u32>>> {
-        match self.run(batch, Want::Argmax)? {
-            Got::Ids(ids) => Ok(Some(ids)),
-            Got::Logits(_) => Err(EngineError::Backend("cuda: expected ids".into())),
+        match self.run(batch, Read { want: Want::Argmax, masks: None })? {
+            StepOutput::Ids(ids) => Ok(Some(ids)),
+            StepOutput::Logits(_) => Err(EngineError::Backend("cuda: expected ids".into())),
         }
+    }
+
+    fn execute_masked(
+        &mut self,
+        batch: &[ScheduledSeq],
+        greedy: bool,
+        masks: &mut dyn FnMut() -> StepMasks,
+    ) -> Result<StepOutput> {
+        let want = if greedy { Want::Argmax } else { Want::Logits };
+        self.run(batch, Read { want, masks: Some(masks) })
     }
 
     fn vocab_size(&self) -> usize {

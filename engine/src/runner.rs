@@ -1,11 +1,48 @@
 //! `ModelRunner`: a model, its backend and its paged KV cache memory, run one flattened batch at a time.
 //! The engine thread holds it as `Box<dyn StepRunner>` so it need not be generic over the backend.
+//! `StepMasks`: a step's grammar masks (structured outputs), which a runner applies to the logits on its device.
 
 use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::error::Result;
 use crate::model::{LlamaModel, PagedKvCache, ScheduledSeq};
 use crate::weights::Weights;
+
+/// The grammar masks of one step: a row per sequence of the batch, `words_per_row = ceil(vocab / 32)` u32 words
+/// each, bit `t % 32` of word `t / 32` set when token `t` may come next. Rows without a constraint have every bit set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepMasks {
+    pub bits: Vec<u32>,
+    pub words_per_row: usize,
+}
+
+impl StepMasks {
+    /// `rows` rows for a vocabulary of `vocab` ids, every token allowed.
+    pub fn allow_all(rows: usize, vocab: usize) -> Self {
+        let words_per_row = vocab.div_ceil(32);
+        Self { bits: vec![u32::MAX; rows * words_per_row], words_per_row }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.bits.len().checked_div(self.words_per_row).unwrap_or(0)
+    }
+
+    /// Applies the masks to `[rows, vocab]` logits on the host (runners whose logits are host memory).
+    pub fn apply_host(&self, logits: &mut [f32], vocab: usize) {
+        for (row, bits) in logits.chunks_mut(vocab).zip(self.bits.chunks(self.words_per_row.max(1))) {
+            crate::sampling::masks::apply_bits(row, bits);
+        }
+    }
+}
+
+/// What a constrained step reads back.
+#[derive(Debug)]
+pub enum StepOutput {
+    /// `[num_seqs, vocab]` logits, masked.
+    Logits(Vec<f32>),
+    /// Each sequence's most likely allowed token, picked on the device.
+    Ids(Vec<u32>),
+}
 
 /// What the engine thread needs from a runner.
 pub trait StepRunner: Send {
@@ -18,6 +55,22 @@ pub trait StepRunner: Send {
     fn execute_greedy(&mut self, batch: &[ScheduledSeq]) -> Result<Option<Vec<u32>>> {
         let _ = batch;
         Ok(None)
+    }
+    /// Runs one step whose rows carry grammar masks. `masks` is called once the forward pass is under way (a device
+    /// runner has handed it to its queue), so the host computes the masks while the device computes the logits; the
+    /// masks are then applied to the logits before they are read back, or — with `greedy` (every sampled sequence is
+    /// greedy apart from its mask), on runners that pick on the device — before each row's most likely token is
+    /// picked. This default runs the step, then applies the masks on the host.
+    fn execute_masked(
+        &mut self,
+        batch: &[ScheduledSeq],
+        greedy: bool,
+        masks: &mut dyn FnMut() -> StepMasks,
+    ) -> Result<StepOutput> {
+        let _ = greedy;
+        let mut logits = self.execute(batch)?;
+        masks().apply_host(&mut logits, self.vocab_size());
+        Ok(StepOutput::Logits(logits))
     }
     fn vocab_size(&self) -> usize;
     fn device_name(&self) -> String;
@@ -64,6 +117,15 @@ where
 {
     fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
         self.model.forward(&self.backend, batch, &self.cache)
+    }
+
+    fn execute_masked(
+        &mut self,
+        batch: &[ScheduledSeq],
+        _greedy: bool,
+        masks: &mut dyn FnMut() -> StepMasks,
+    ) -> Result<StepOutput> {
+        self.model.forward_masked(&self.backend, batch, &self.cache, masks).map(StepOutput::Logits)
     }
 
     fn vocab_size(&self) -> usize {

@@ -128,6 +128,25 @@ op_parity!(gather_rows, tol = 0.0, |b, rng| {
     vec![("out", b.download_f32(&out).unwrap(), width)]
 });
 
+op_parity!(mask_logits, tol = 0.0, |b, rng| {
+    let mut outs = Vec::new();
+    // A vocabulary that is not a multiple of 32 (the last word is partial) and one that is; rows with every token
+    // allowed, with none, and random ones.
+    for (rows, vocab) in [(4usize, 1000usize), (2, 4096)] {
+        let words = vocab.div_ceil(32);
+        let mut mask: Vec<u32> = (0..rows * words).map(|_| rng.gen()).collect();
+        mask[..words].fill(u32::MAX);
+        mask[words..2 * words].fill(0);
+        let logits = b.upload_f32(&random(&mut rng, rows * vocab, 4.0)).unwrap();
+        let mask = b.upload_u32(&mask).unwrap();
+        b.run(Op::MaskLogits { logits: &logits, mask: &mask, rows, vocab }).unwrap();
+        // -inf (masked) as a finite marker, so the comparison sees exactly which logits each backend masked.
+        let got = b.download_f32(&logits).unwrap().into_iter().map(|x| if x == f32::NEG_INFINITY { -1e3 } else { x });
+        outs.push(("logits", got.collect(), vocab));
+    }
+    outs
+});
+
 // ------------------------------------------------------------------------------------------------ rope + KV store
 
 op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {

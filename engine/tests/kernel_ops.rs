@@ -189,6 +189,8 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     kernels::run(d, Op::SiluMul { gate_up: &f(40 * 2 * inter), out: &act_buf(40 * inter), rows: 40, width: inter })
         .unwrap();
     kernels::run(d, Op::GatherRows { x: &x, rows: &u(vec![3, 39]), out: &f(2 * h), num_rows: 2, width: h }).unwrap();
+    kernels::run(d, Op::MaskLogits { logits: &f(3 * 1000), mask: &u(vec![u32::MAX; 3 * 32]), rows: 3, vocab: 1000 })
+        .unwrap();
     // Attention: a 38-token prefill chunk, a decode at position 40, and one at 600 (several partitions); then 20
     // decode rows (above CUDA's latency and fused-reduce limits).
     let mixed = batch(vec![0, 38, 39, 40], vec![38, 41, 601], bs);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rserve_engine::sampling::masks::apply_bits;
 use rserve_engine::structured::{apply_mask, Constraint, GrammarCompiler, GrammarSpec};
 use rserve_engine::tokenizer::Tokenizer;
 use rserve_engine::TokenId;
@@ -34,6 +35,12 @@ fn random_walk(tok: &Tokenizer, c: &mut Constraint, eos: &[TokenId], vocab: usiz
         apply_mask(&mut logits, &mask);
         let allowed: Vec<u32> = (0..vocab as u32).filter(|&i| logits[i as usize] == 0.0).collect();
         assert_eq!(allowed.len(), mask.count(), "the mask and the masked row agree");
+        // The same mask as a row of a step's masks (what the runners apply, on the device or the host).
+        let mut words = vec![0u32; vocab.div_ceil(32)];
+        mask.write_words(&mut words);
+        let mut row = vec![0.0f32; vocab];
+        apply_bits(&mut row, &words);
+        assert_eq!(row, logits, "the step mask's words allow exactly what the mask allows");
         assert!(allowed.iter().all(|&i| (i as usize) < tok.vocab_size()), "no padding id is ever allowed");
         let can_end = eos.iter().any(|e| mask.allows(*e));
         assert_eq!(can_end, c.is_complete(), "the end is allowed exactly when the output is complete");

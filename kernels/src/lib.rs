@@ -65,7 +65,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
         ],
     ),
     ("norm", &["rms_norm", "rms_norm_bf16", "rms_norm_f16", "add_rms_norm", "add_rms_norm_bf16", "add_rms_norm_f16"]),
-    ("sampling", &["argmax_rows"]),
+    ("sampling", &["argmax_rows", "mask_logits"]),
 ];
 
 /// The module named `name`.
@@ -131,6 +131,7 @@ pub mod names {
     /// By weight type (16-bit only): the asynchronous-copy GEMV of 16-bit activations (CUDA sm_90+).
     pub const MATMUL_PDLA: ByType = ["", "matmul_pdla_bf16", "matmul_pdla_f16"];
     pub const ARGMAX_ROWS: &str = "argmax_rows";
+    pub const MASK_LOGITS: &str = "mask_logits";
 }
 
 /// The work-group size each kernel is launched with: the sizes its local arrays were compiled for.

@@ -174,6 +174,9 @@ pub enum Op<'a, B> {
     },
     /// `out[i] = x[rows[i]]`: pick the rows whose logits are needed.
     GatherRows { x: &'a B, rows: &'a B, out: &'a B, num_rows: usize, width: usize },
+    /// `logits[r, t] = -inf` where bit `t % 32` of `mask[r * words + t / 32]` is clear (`words = ceil(vocab / 32)`):
+    /// the grammar masks of a step's rows (structured outputs), applied before the logits are read or picked from.
+    MaskLogits { logits: &'a B, mask: &'a B, rows: usize, vocab: usize },
 }
 
 #[cfg(test)]

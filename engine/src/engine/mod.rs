@@ -6,6 +6,7 @@ pub mod config;
 pub mod device;
 pub mod distributed;
 pub mod handle;
+mod masks;
 pub mod metrics;
 mod output;
 mod start;

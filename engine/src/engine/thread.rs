@@ -15,13 +15,10 @@ use super::handle::Command;
 use super::metrics::EngineMetrics;
 use super::output::TextOutput;
 use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage};
-use crate::runner::StepRunner;
+use crate::runner::{StepOutput, StepRunner};
 use crate::sampling;
-use crate::structured::{self, Constraint, TokenMask};
+use crate::structured::Constraint;
 use crate::tokenizer::Tokenizer;
-
-/// The grammar mask of one row of a step: `None` for a row without a constraint.
-type MaskResult = Option<Result<TokenMask, String>>;
 
 /// State of one request while it lives in the engine.
 struct Live {
@@ -212,21 +209,28 @@ impl EngineLoop {
             self.publish_gauges();
             return;
         }
-        // Every sequence that samples this step is plain greedy: let the device pick the tokens when it can.
+        // Every sequence that samples this step is plain greedy (apart from a grammar mask): let the device pick the
+        // tokens when it can.
         let greedy = out
             .seqs
             .iter()
             .all(|s| !s.sample || self.live.get(&s.request_id).is_none_or(|l| l.sampling.is_plain_greedy()));
-        let ids = if greedy { self.runner.execute_greedy(&out.seqs) } else { Ok(None) };
-        let sampled = match ids {
-            Ok(Some(ids)) => self.take_ids(&out, &ids),
-            Ok(None) => {
-                let (logits, masks) = self.execute_with_masks(&out);
-                match logits {
-                    Ok(logits) => self.sample(&out, logits, masks),
-                    Err(e) => return self.fail_step(&out, &e.to_string()),
-                }
+        let constrained =
+            out.seqs.iter().any(|s| s.sample && self.live.get(&s.request_id).is_some_and(|l| l.constraint.is_some()));
+        let result = if constrained {
+            self.execute_constrained(&out, greedy)
+        } else if greedy {
+            match self.runner.execute_greedy(&out.seqs) {
+                Ok(Some(ids)) => Ok((StepOutput::Ids(ids), Vec::new())),
+                Ok(None) => self.runner.execute(&out.seqs).map(|l| (StepOutput::Logits(l), Vec::new())),
+                Err(e) => Err(e),
             }
+        } else {
+            self.runner.execute(&out.seqs).map(|l| (StepOutput::Logits(l), Vec::new()))
+        };
+        let sampled = match result {
+            Ok((StepOutput::Ids(ids), errors)) => self.take_ids(&out, &ids, &errors),
+            Ok((StepOutput::Logits(logits), errors)) => self.sample(&out, logits, &errors),
             Err(e) => return self.fail_step(&out, &e.to_string()),
         };
         self.metrics.computed_tokens_total.fetch_add(out.num_batched_tokens as u64, Ordering::Relaxed);
@@ -239,53 +243,83 @@ impl EngineLoop {
         self.publish_gauges();
     }
 
-    /// The device's greedy picks (one id per sequence of the step) for the sequences that sample.
-    fn take_ids(&mut self, out: &SchedulerOutput, ids: &[u32]) -> Vec<(RequestId, TokenId)> {
+    /// The device's greedy picks (one id per sequence of the step) for the sequences that sample; each constrained
+    /// sequence's grammar advances past its pick. `errors`: the step's grammar errors by row (empty: none).
+    fn take_ids(&mut self, out: &SchedulerOutput, ids: &[u32], errors: &[Option<String>]) -> Vec<(RequestId, TokenId)> {
         let mut sampled = Vec::new();
+        let mut failed = Vec::new();
         for (i, s) in out.seqs.iter().enumerate() {
             let Some(live) = self.live.get_mut(&s.request_id) else { continue };
             live.cached_tokens = live.cached_tokens.max(s.num_cached_tokens);
-            if s.sample {
-                if let Some(&t) = ids.get(i) {
-                    sampled.push((s.request_id, TokenId(t)));
+            if !s.sample {
+                continue;
+            }
+            if let Some(Some(e)) = errors.get(i) {
+                failed.push((s.request_id, format!("structured output: {e}")));
+                continue;
+            }
+            let Some(&t) = ids.get(i) else { continue };
+            if let Some(c) = live.constraint.as_mut() {
+                if let Err(e) = c.accept(TokenId(t)) {
+                    failed.push((s.request_id, format!("structured output: {e}")));
+                    continue;
                 }
             }
+            sampled.push((s.request_id, TokenId(t)));
+        }
+        for (id, message) in failed {
+            self.fail_request(id, message);
         }
         sampled
     }
 
-    /// Runs the step's forward pass; the grammar masks of its constrained rows are computed meanwhile on another
-    /// thread (one entry per sequence of the step, `None` for rows without a constraint).
-    fn execute_with_masks(&mut self, out: &SchedulerOutput) -> (crate::Result<Vec<f32>>, Vec<MaskResult>) {
-        let constrained =
-            out.seqs.iter().any(|s| s.sample && self.live.get(&s.request_id).is_some_and(|l| l.constraint.is_some()));
-        if !constrained {
-            return (self.runner.execute(&out.seqs), Vec::new());
-        }
-        let mut rows: Vec<Option<&mut Constraint>> = Vec::with_capacity(out.seqs.len());
+    /// Runs a step with constrained rows: their grammar masks are computed on other threads while the runner queues
+    /// the forward pass, and the runner applies them to the logits (on its device where it has one). Returns the
+    /// step's output and its grammar errors by row.
+    fn execute_constrained(
+        &mut self,
+        out: &SchedulerOutput,
+        greedy: bool,
+    ) -> crate::Result<(StepOutput, Vec<Option<String>>)> {
+        let vocab = self.runner.vocab_size();
         let mut live: HashMap<RequestId, &mut Constraint> =
             self.live.iter_mut().filter_map(|(id, l)| Some((*id, l.constraint.as_mut()?))).collect();
-        for s in &out.seqs {
-            rows.push(if s.sample { live.remove(&s.request_id) } else { None });
-        }
+        let rows: Vec<Option<&mut Constraint>> =
+            out.seqs.iter().map(|s| if s.sample { live.remove(&s.request_id) } else { None }).collect();
         let runner = &mut self.runner;
-        std::thread::scope(|scope| {
-            let masks = scope.spawn(move || {
-                rows.into_iter().map(|c| c.map(|c| c.next_mask().map_err(|e| e.to_string()))).collect::<Vec<_>>()
-            });
-            let logits = runner.execute(&out.seqs);
-            let masks = masks.join().unwrap_or_else(|_| {
-                out.seqs.iter().map(|_| Some(Err("the grammar engine panicked".to_owned()))).collect()
-            });
-            (logits, masks)
-        })
+        let mut errors = Vec::new();
+        let result = std::thread::scope(|scope| {
+            let mut pending = Some(scope.spawn(move || super::masks::compute(rows, vocab)));
+            let mut join = || {
+                let joined = pending.take().map(|h| h.join());
+                match joined {
+                    Some(Ok((masks, e))) => {
+                        errors = e;
+                        masks
+                    }
+                    _ => {
+                        errors = out.seqs.iter().map(|_| Some("the grammar engine panicked".to_owned())).collect();
+                        crate::runner::StepMasks::allow_all(out.seqs.len(), vocab)
+                    }
+                }
+            };
+            let result = runner.execute_masked(&out.seqs, greedy, &mut join);
+            // A runner that failed before asking for the masks: the mask thread still ends inside this scope.
+            if let Some(h) = pending.take() {
+                let _ = h.join();
+            }
+            result
+        });
+        result.map(|o| (o, errors))
     }
 
+    /// Samples each sequence that samples from its row of `logits` (grammar masks already applied by the runner).
+    /// `errors`: the step's grammar errors by row (empty: none).
     fn sample(
         &mut self,
         out: &SchedulerOutput,
         mut logits: Vec<f32>,
-        masks: Vec<MaskResult>,
+        errors: &[Option<String>],
     ) -> Vec<(RequestId, TokenId)> {
         let vocab = self.runner.vocab_size();
         let mut sampled = Vec::new();
@@ -297,13 +331,9 @@ impl EngineLoop {
                 continue;
             }
             let Some(row) = logits.get_mut(i * vocab..(i + 1) * vocab) else { continue };
-            match masks.get(i) {
-                Some(Some(Ok(mask))) => structured::apply_mask(row, mask),
-                Some(Some(Err(e))) => {
-                    failed.push((s.request_id, format!("structured output: {e}")));
-                    continue;
-                }
-                _ => {}
+            if let Some(Some(e)) = errors.get(i) {
+                failed.push((s.request_id, format!("structured output: {e}")));
+                continue;
             }
             sampling::masks::apply(row, &live.sampling, &live.output);
             let r = sampling::sample(row, &live.sampling, &live.prompt, &live.output, &mut live.rng);

@@ -9,6 +9,7 @@ use crate::model::flat::{DeviceBatch, FlatBatch};
 use crate::model::kv_cache::PagedKvCache;
 use crate::model::rope;
 use crate::model::shard::{apply_cut, NoComm, Shard, TpCollective};
+use crate::runner::StepMasks;
 use crate::weights::Weights;
 use candle_core::Tensor;
 use rserve_scheduler::ScheduledSeq;
@@ -172,6 +173,38 @@ impl<B: Backend> LlamaModel<B> {
                 Err(EngineError::Backend("forward() on a model shard without the LM head".into()))
             }
         }
+    }
+
+    /// `forward` for a step with grammar masks: `masks` is called once the step's ops are queued on the device, and
+    /// its masks are applied to the logits there (`Op::MaskLogits`) before they are read back.
+    pub fn forward_masked(
+        &self,
+        b: &B,
+        batch: &[ScheduledSeq],
+        cache: &PagedKvCache<B>,
+        masks: &mut dyn FnMut() -> StepMasks,
+    ) -> Result<Vec<f32>> {
+        let num_seqs = batch.len();
+        if num_seqs == 0 {
+            return Ok(Vec::new());
+        }
+        let flat = FlatBatch::new(batch, cache.block_size, cache.num_blocks, 0)?;
+        let dev = DeviceBatch::upload(b, &flat)?;
+        let DeviceOutput::Logits(logits) = self.forward_device(b, &flat, &dev, cache, &NoComm, None)? else {
+            return Err(EngineError::Backend("forward_masked() on a model shard without the LM head".into()));
+        };
+        let vocab = self.params.vocab_size;
+        let m = masks();
+        if m.rows() != num_seqs || m.words_per_row != vocab.div_ceil(32) {
+            return Err(EngineError::Backend(format!(
+                "grammar masks: {} rows of {} words for {num_seqs} sequences of {vocab} logits",
+                m.rows(),
+                m.words_per_row
+            )));
+        }
+        let mask = b.upload_u32(&m.bits)?;
+        b.run(Op::MaskLogits { logits: &logits, mask: &mask, rows: num_seqs, vocab })?;
+        b.download_f32(&logits)
     }
 
     /// Runs this shard's part of one step. `input` is the previous stage's hidden states (None on the first stage);

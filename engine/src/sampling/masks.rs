@@ -1,6 +1,6 @@
 //! Tokens a request rules out before sampling: vLLM's `allowed_token_ids` (only these) and `bad_words` (the token
 //! that would complete a banned sequence). Applied with the grammar mask, before penalties, bias and log-probs, so
-//! log-probs describe what could really be sampled.
+//! log-probs describe what could really be sampled. `apply_bits`: a grammar mask as bits (structured outputs).
 
 use crate::api::SamplingParams;
 use crate::TokenId;
@@ -22,6 +22,24 @@ pub fn apply(logits: &mut [f32], p: &SamplingParams, output: &[TokenId]) {
         if output.ends_with(prefix) {
             if let Some(x) = logits.get_mut(last.0 as usize) {
                 *x = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+/// Sets each logit of `row` whose bit is clear in `words` (bit `t % 32` of word `t / 32` for token `t`) to -inf;
+/// ids past the words are ruled out too.
+pub fn apply_bits(row: &mut [f32], words: &[u32]) {
+    for (w, chunk) in row.chunks_mut(32).enumerate() {
+        let bits = words.get(w).copied().unwrap_or(0);
+        // Most of a constrained vocabulary is ruled out: a word of zero bits is one fill.
+        if bits == 0 {
+            chunk.fill(f32::NEG_INFINITY);
+        } else if bits != u32::MAX {
+            for (b, x) in chunk.iter_mut().enumerate() {
+                if bits & (1 << b) == 0 {
+                    *x = f32::NEG_INFINITY;
+                }
             }
         }
     }

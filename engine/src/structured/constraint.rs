@@ -20,6 +20,22 @@ impl TokenMask {
     pub fn count(&self) -> usize {
         self.0.num_set()
     }
+
+    /// Writes the mask into one row of a step's masks (`out.len()` words, bit `t % 32` of word `t / 32` for token
+    /// `t`): ids the mask does not cover are disallowed.
+    pub fn write_words(&self, out: &mut [u32]) {
+        let words = self.0.as_slice();
+        let n = words.len().min(out.len());
+        out[..n].copy_from_slice(&words[..n]);
+        out[n..].fill(0);
+        // Bits past the mask's own length within its last word are not ids of the vocabulary.
+        let len = self.0.len();
+        if len < n * 32 {
+            if let Some(w) = out.get_mut(len / 32) {
+                *w &= (1u32 << (len % 32)) - 1;
+            }
+        }
+    }
 }
 
 /// A request's grammar state.
@@ -61,21 +77,5 @@ impl Constraint {
 
 /// Sets every logit the mask does not allow to -inf (ids beyond the mask too).
 pub fn apply_mask(logits: &mut [f32], mask: &TokenMask) {
-    let words = mask.0.as_slice();
-    for (w, chunk) in logits.chunks_mut(32).enumerate() {
-        let bits = words.get(w).copied().unwrap_or(0);
-        // Most of a constrained vocabulary is disallowed: whole words of zero bits are one fill.
-        if bits == 0 {
-            chunk.fill(f32::NEG_INFINITY);
-            continue;
-        }
-        if bits == u32::MAX && chunk.len() == 32 {
-            continue;
-        }
-        for (b, x) in chunk.iter_mut().enumerate() {
-            if bits & (1 << b) == 0 {
-                *x = f32::NEG_INFINITY;
-            }
-        }
-    }
+    crate::sampling::masks::apply_bits(logits, mask.0.as_slice());
 }

@@ -72,3 +72,13 @@ KERNEL void argmax_rows(GLOBAL const float* x, GLOBAL uint* out, uint width) {
     }
     if (lid == 0) out[row] = idxs[0] == 0xffffffffu ? 0u : idxs[0];
 }
+
+// mask_logits: x[r, t] = -inf where bit (t % 32) of mask[r * words + t / 32] is clear: a step's grammar masks
+// (structured outputs), applied to the logits on the device before they are read back or greedy picks from them.
+// Grid: (ceil(width / ELEM_WG) groups, rows). A row without a constraint comes with every bit set.
+KERNEL void mask_logits(GLOBAL float* x, GLOBAL const uint* mask, uint width, uint words) {
+    GRID_DEP_SYNC();
+    uint t = global_id0();
+    uint r = group_id(1);
+    if (t < width && ((mask[(ulong)r * words + t / 32] >> (t % 32)) & 1u) == 0) x[(ulong)r * width + t] = NEG_INF;
+}

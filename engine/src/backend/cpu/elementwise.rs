@@ -138,3 +138,14 @@ pub(super) fn gather_rows(x: &[f32], rows: &[u32], out: &mut [f32], num_rows: us
     }
     Ok(())
 }
+
+/// Sets the logits whose mask bit is clear to -inf (`ceil(vocab / 32)` mask words a row).
+pub(super) fn mask_logits(logits: &mut [f32], mask: &[u32], rows: usize, vocab: usize) -> Result<()> {
+    let words = vocab.div_ceil(32);
+    check_len("mask_logits logits", logits.len(), rows * vocab)?;
+    check_len("mask_logits mask", mask.len(), rows * words)?;
+    for (row, bits) in logits[..rows * vocab].chunks_mut(vocab).zip(mask.chunks(words)) {
+        crate::sampling::masks::apply_bits(row, bits);
+    }
+    Ok(())
+}

@@ -408,6 +408,7 @@ fn op_name<B>(op: &Op<'_, B>) -> &'static str {
         Op::SiluMul { .. } => "silu_mul",
         Op::PagedAttention { .. } => "attention",
         Op::GatherRows { .. } => "gather_rows",
+        Op::MaskLogits { .. } => "mask_logits",
     }
 }
 

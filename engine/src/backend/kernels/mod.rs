@@ -138,6 +138,7 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
         }
         Op::SiluMul { gate_up, out, rows, width } => ops::silu_mul(d, gate_up, out, rows, width),
         Op::GatherRows { x, rows, out, num_rows, width } => ops::gather_rows(d, x, rows, out, num_rows, width),
+        Op::MaskLogits { logits, mask, rows, vocab } => ops::mask_logits(d, logits, mask, rows, vocab),
         Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale } => {
             let s = AttnShape { num_heads, num_kv_heads, head_dim, block_size, scale };
             attention::paged_attention(d, [q, k_cache, v_cache, out], meta, &s)

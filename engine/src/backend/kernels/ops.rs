@@ -119,3 +119,23 @@ pub(super) fn gather_rows<D: KernelDevice>(
     let args = vec![Arg::Buf(x), Arg::Buf(rows), Arg::Buf(out), u32_arg(width, kernel, "width")?];
     d.launch(&Launch::items(kernel, args, width, [num_rows, 1]))
 }
+
+/// Grammar masks (one bit per token, `ceil(vocab / 32)` words a row) applied to `[rows, vocab]` logits.
+pub(super) fn mask_logits<D: KernelDevice>(
+    d: &D,
+    logits: &D::Buf,
+    mask: &D::Buf,
+    rows: usize,
+    vocab: usize,
+) -> Result<()> {
+    let words = vocab.div_ceil(32);
+    let len = d.contents(logits).f32("mask_logits logits", 0)?;
+    if len < rows * vocab {
+        return Err(be(format!("mask_logits: {rows} rows of {vocab} logits, the buffer holds {len} values")));
+    }
+    d.contents(mask).u32("mask_logits mask", rows * words)?;
+    let kernel = names::MASK_LOGITS;
+    let args =
+        vec![Arg::Buf(logits), Arg::Buf(mask), u32_arg(vocab, kernel, "vocab")?, u32_arg(words, kernel, "words")?];
+    d.launch(&Launch::items(kernel, args, vocab, [rows, 1]))
+}
