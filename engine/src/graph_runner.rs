@@ -18,6 +18,7 @@ use std::time::Instant;
 use crate::backend::cuda::{CuBuffer, CudaBackend, Graph};
 use crate::backend::{Backend, Op};
 use crate::config::ModelParams;
+use crate::engine::phase::Phase;
 use crate::error::{EngineError, Result};
 use crate::model::shard::NoComm;
 use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, LlamaModel, PagedKvCache, ScheduledSeq};
@@ -165,8 +166,12 @@ impl CudaGraphRunner {
         block_size: usize,
         opts: GraphOptions,
     ) -> Result<Self> {
+        let phase = Phase::start("Model weights on the device");
         let model = LlamaModel::load(&backend, params, weights)?;
+        phase.done(&format!("{:.2} GiB", weights.total_bytes() as f64 / (1u64 << 30) as f64));
+        let phase = Phase::start("KV cache allocated");
         let cache = PagedKvCache::new(&backend, params, num_blocks + 1, block_size, weights.compute_dtype())?;
+        phase.done(&format!("{} blocks of {block_size} tokens", cache.num_blocks));
         let max_blocks = opts.max_model_len.max(1).div_ceil(block_size);
         tracing::info!(
             "cuda: decode steps {} (buckets {:?})",

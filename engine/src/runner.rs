@@ -4,6 +4,7 @@
 
 use crate::backend::Backend;
 use crate::config::ModelParams;
+use crate::engine::phase::Phase;
 use crate::error::Result;
 use crate::model::{LlamaModel, PagedKvCache, ScheduledSeq};
 use crate::weights::Weights;
@@ -92,8 +93,12 @@ impl<B: Backend> ModelRunner<B> {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Self> {
+        let phase = Phase::start("Model weights on the device");
         let model = LlamaModel::load(&backend, params, weights)?;
+        phase.done(&format!("{:.2} GiB", weights.total_bytes() as f64 / (1u64 << 30) as f64));
+        let phase = Phase::start("KV cache allocated");
         let cache = PagedKvCache::new(&backend, params, num_blocks, block_size, weights.compute_dtype())?;
+        phase.done(&format!("{} blocks of {block_size} tokens", cache.num_blocks));
         Ok(Self { backend, model, cache })
     }
 

@@ -70,6 +70,14 @@ pub trait Backend {
     fn device_name(&self) -> String;
     /// Upload a weight (1-D or row-major 2-D) in the dtype it already has.
     fn upload_weight(&self, t: &candle_core::Tensor) -> Result<Self::Buffer>;
+    /// Upload 2-D weights stacked by rows into one matrix (a fused q/k/v or gate/up projection). A device backend
+    /// may write each part into its place on the device instead of stacking them in host memory first.
+    fn upload_weight_rows(&self, parts: &[&candle_core::Tensor]) -> Result<Self::Buffer> {
+        match parts {
+            [one] => self.upload_weight(one),
+            _ => self.upload_weight(&candle_core::Tensor::cat(parts, 0)?),
+        }
+    }
     /// A zeroed f32 buffer of `len` elements.
     fn alloc_f32(&self, len: usize) -> Result<Self::Buffer>;
     /// An f32 buffer of `len` elements that the next op overwrites whole (an op's output): a backend may skip the

@@ -9,6 +9,7 @@ pub mod handle;
 mod masks;
 pub mod metrics;
 mod output;
+pub(crate) mod phase;
 mod start;
 mod thread;
 

@@ -98,7 +98,9 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     if role == Role::Worker {
         return Err(EngineError::InvalidArgument("start() runs on MPI rank 0; other ranks call run_if_worker".into()));
     }
+    let phase = super::phase::Phase::start("Device ready");
     let device = Device::select_for(&cfg)?;
+    phase.done(&cfg.device);
     if cfg.kv_cache_dtype != "auto" {
         return Err(EngineError::InvalidArgument(format!(
             "--kv-cache-dtype {} is not supported yet (supported: auto)",

@@ -68,22 +68,29 @@ fn rows(t: &Tensor, r: Range<usize>) -> Result<Tensor> {
 
 /// The projections `names` (checkpoint prefixes) stacked by output rows into one linear layer.
 fn linear<B: Backend>(
-    backend: &B,
+    b: &B,
+    upload_time: &std::cell::Cell<std::time::Duration>,
     take: &dyn Fn(&str) -> Result<Tensor>,
     names: &[String],
     bias: bool,
 ) -> Result<Linear<B>> {
-    let stack = |suffix: &str| -> Result<Tensor> {
+    // The projections' weights (or biases), stacked by rows on the device; with the number of rows.
+    let stack = |suffix: &str| -> Result<(B::Buffer, usize)> {
         let parts = names.iter().map(|n| take(&format!("{n}.{suffix}"))).collect::<Result<Vec<_>>>()?;
-        Ok(match parts.as_slice() {
-            [one] => one.clone(),
-            _ => Tensor::cat(&parts, 0)?,
-        })
+        let rows = parts.iter().map(|p| p.dim(0)).sum::<candle_core::Result<usize>>()?;
+        let t0 = std::time::Instant::now();
+        let buf = match parts.as_slice() {
+            [one] => b.upload_weight(one)?,
+            // Biases are short vectors: stacked on the host.
+            [first, ..] if first.rank() == 1 => b.upload_weight(&Tensor::cat(&parts, 0)?)?,
+            _ => b.upload_weight_rows(&parts.iter().collect::<Vec<_>>())?,
+        };
+        upload_time.set(upload_time.get() + t0.elapsed());
+        Ok((buf, rows))
     };
-    let weight = stack("weight")?;
-    let out_features = weight.dim(0)?;
-    let bias = if bias { Some(backend.upload_weight(&stack("bias")?)?) } else { None };
-    Ok(Linear { w: backend.upload_weight(&weight)?, bias, out_features })
+    let (w, out_features) = stack("weight")?;
+    let bias = if bias { Some(stack("bias")?.0) } else { None };
+    Ok(Linear { w, bias, out_features })
 }
 
 impl<B: Backend> LlamaModel<B> {
@@ -110,6 +117,15 @@ impl<B: Backend> LlamaModel<B> {
                 None => Err(EngineError::Weights(format!("`{name}` is not part of this shard"))),
             }
         };
+        // Time spent handing tensors to the device, apart from reading and stacking them (start-up phases).
+        let upload_time = std::cell::Cell::new(std::time::Duration::ZERO);
+        let upload = |t: &Tensor| -> Result<B::Buffer> {
+            let t0 = std::time::Instant::now();
+            let r = backend.upload_weight(t);
+            upload_time.set(upload_time.get() + t0.elapsed());
+            r
+        };
+        let t0 = std::time::Instant::now();
         let layers = shard
             .layers
             .clone()
@@ -118,12 +134,12 @@ impl<B: Backend> LlamaModel<B> {
                 let attn = |n: &[&str]| n.iter().map(|n| format!("{pre}.self_attn.{n}")).collect::<Vec<_>>();
                 let mlpn = |n: &[&str]| n.iter().map(|n| format!("{pre}.mlp.{n}")).collect::<Vec<_>>();
                 Ok(Layer {
-                    input_norm: backend.upload_weight(&take(&format!("{pre}.input_layernorm.weight"))?)?,
-                    post_norm: backend.upload_weight(&take(&format!("{pre}.post_attention_layernorm.weight"))?)?,
-                    qkv: linear(backend, &take, &attn(&["q_proj", "k_proj", "v_proj"]), bias)?,
-                    o: linear(backend, &take, &attn(&["o_proj"]), false)?,
-                    gate_up: linear(backend, &take, &mlpn(&["gate_proj", "up_proj"]), false)?,
-                    down: linear(backend, &take, &mlpn(&["down_proj"]), false)?,
+                    input_norm: upload(&take(&format!("{pre}.input_layernorm.weight"))?)?,
+                    post_norm: upload(&take(&format!("{pre}.post_attention_layernorm.weight"))?)?,
+                    qkv: linear(backend, &upload_time, &take, &attn(&["q_proj", "k_proj", "v_proj"]), bias)?,
+                    o: linear(backend, &upload_time, &take, &attn(&["o_proj"]), false)?,
+                    gate_up: linear(backend, &upload_time, &take, &mlpn(&["gate_proj", "up_proj"]), false)?,
+                    down: linear(backend, &upload_time, &take, &mlpn(&["down_proj"]), false)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -134,14 +150,19 @@ impl<B: Backend> LlamaModel<B> {
                 (Some(e), true) => rows(e, shard.vocab(p))?,
                 _ => take("lm_head.weight")?,
             };
-            (Some(backend.upload_weight(&take("model.norm.weight")?)?), Some(backend.upload_weight(&head)?))
+            (Some(upload(&take("model.norm.weight")?)?), Some(upload(&head)?))
         } else {
             (None, None)
         };
         let embed = match (&embed_t, shard.first) {
-            (Some(e), true) => Some(backend.upload_weight(e)?),
+            (Some(e), true) => Some(upload(e)?),
             _ => None,
         };
+        tracing::debug!(
+            "model weights: {:.2} s copying to the device, {:.2} s reading and stacking tensors",
+            upload_time.get().as_secs_f64(),
+            (t0.elapsed() - upload_time.get()).as_secs_f64()
+        );
         let inv = rope::inv_freq(p.head_dim, p.rope_theta, p.rope_scaling.as_ref());
         Ok(Self {
             params: p.clone(),

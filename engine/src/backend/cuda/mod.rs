@@ -32,7 +32,8 @@ pub use buffer::{Contents, CuBuffer};
 use kernels::Kernels;
 
 use super::kernels::{
-    weight_data, AttnPlan, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache, TuningCell, WeightData,
+    weight_data, with_matrix_bytes, AttnPlan, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache, TuningCell,
+    WeightData,
 };
 use super::{Backend, Op, WeightDType};
 use crate::backend::cpu::be;
@@ -153,15 +154,20 @@ impl CudaBackend {
     /// pooled buffer is not overwritten while an earlier op reads it). From pageable memory the driver stages the
     /// bytes before returning, so `bytes` may be dropped at once.
     fn copy_in(&self, buf: &CuBuffer, bytes: &[u8]) -> Result<()> {
-        if bytes.len() > buf.bytes() {
+        self.copy_in_at(buf, 0, bytes)
+    }
+
+    /// `copy_in` at byte `offset` of `buf`.
+    fn copy_in_at(&self, buf: &CuBuffer, offset: usize, bytes: &[u8]) -> Result<()> {
+        if offset + bytes.len() > buf.bytes() {
             return Err(be(format!("cuda: {} bytes do not fit a buffer of {}", bytes.len(), buf.bytes())));
         }
         if self.capturing.get() {
             return Err(be("cuda: a host copy cannot be part of a captured graph"));
         }
         if !bytes.is_empty() {
-            // SAFETY: the buffer holds at least `bytes.len()` bytes (checked above).
-            unsafe { result::memcpy_htod_async(buf.ptr(), bytes, self.stream.cu_stream()) }
+            // SAFETY: the buffer holds at least `offset + bytes.len()` bytes (checked above).
+            unsafe { result::memcpy_htod_async(buf.ptr() + offset as u64, bytes, self.stream.cu_stream()) }
                 .map_err(|e| be(format!("cuda: upload: {e:?}")))?;
         }
         Ok(())
@@ -393,9 +399,8 @@ impl Drop for CudaBackend {
     }
 }
 
-fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: plain-old-data slices (f32, u32, u16) viewed as bytes.
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+fn as_bytes<T: bytemuck::Pod>(v: &[T]) -> &[u8] {
+    bytemuck::cast_slice(v)
 }
 
 fn op_name<B>(op: &Op<'_, B>) -> &'static str {
@@ -420,10 +425,27 @@ impl Backend for CudaBackend {
     }
 
     fn upload_weight(&self, t: &candle_core::Tensor) -> Result<CuBuffer> {
-        match weight_data(t)? {
-            WeightData::Vector(v) => self.upload_f32(&v),
-            WeightData::Matrix { bytes, contents } => self.upload_bytes(&bytes, contents),
+        match t.rank() {
+            2 => self.upload_weight_rows(&[t]),
+            _ => match weight_data(t)? {
+                WeightData::Vector(v) => self.upload_f32(&v),
+                WeightData::Matrix { bytes, contents } => self.upload_bytes(&bytes, contents),
+            },
         }
+    }
+
+    fn upload_weight_rows(&self, parts: &[&candle_core::Tensor]) -> Result<CuBuffer> {
+        // Each part straight from its host storage into its rows of one device allocation: no host copy.
+        with_matrix_bytes(parts, |bytes, contents| {
+            self.bind()?;
+            let buf = CuBuffer::new(&self.pool, bytes.iter().map(|b| b.len()).sum(), contents)?;
+            let mut at = 0;
+            for b in bytes {
+                self.copy_in_at(&buf, at, b)?;
+                at += b.len();
+            }
+            Ok(buf)
+        })
     }
 
     fn alloc_f32_scratch(&self, len: usize) -> Result<CuBuffer> {

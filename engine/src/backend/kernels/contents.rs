@@ -116,8 +116,8 @@ pub enum WeightData {
 /// What `upload_weight` puts on a kernel device for `t` (1-D or 2-D; f32, bf16 or f16).
 pub fn weight_data(t: &candle_core::Tensor) -> Result<WeightData> {
     use candle_core::DType;
-    fn le<T: Copy, const N: usize>(v: Vec<T>, f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-        v.into_iter().flat_map(f).collect()
+    fn le<T: bytemuck::Pod>(v: Vec<T>) -> Vec<u8> {
+        bytemuck::cast_slice(&v).to_vec()
     }
     match t.rank() {
         1 => Ok(WeightData::Vector(t.to_dtype(DType::F32)?.to_vec1::<f32>()?)),
@@ -125,13 +125,87 @@ pub fn weight_data(t: &candle_core::Tensor) -> Result<WeightData> {
             let (rows, cols) = t.dims2()?;
             let flat = t.flatten_all()?;
             let (dtype, bytes) = match t.dtype() {
-                DType::F32 => (WeightDType::F32, le(flat.to_vec1::<f32>()?, f32::to_le_bytes)),
-                DType::BF16 => (WeightDType::BF16, le(flat.to_vec1::<half::bf16>()?, half::bf16::to_le_bytes)),
-                DType::F16 => (WeightDType::F16, le(flat.to_vec1::<half::f16>()?, half::f16::to_le_bytes)),
+                DType::F32 => (WeightDType::F32, le(flat.to_vec1::<f32>()?)),
+                DType::BF16 => (WeightDType::BF16, le(flat.to_vec1::<half::bf16>()?)),
+                DType::F16 => (WeightDType::F16, le(flat.to_vec1::<half::f16>()?)),
                 other => return Err(be(format!("weights of dtype {other:?} are not supported on this device"))),
             };
             Ok(WeightData::Matrix { bytes, contents: Contents::Matrix { dtype, rows, cols } })
         }
         r => Err(be(format!("weights must be 1-D or 2-D, got rank {r}"))),
+    }
+}
+
+// The values' memory is their little-endian encoding on the targets the device backends run on (x86-64, aarch64),
+// so weights are handed to a device as they sit in memory: no conversion per value, which made weight uploads the
+// longest start-up phase.
+const _: () = assert!(cfg!(target_endian = "little"));
+
+/// Calls `f` with the bytes of 2-D weights stacked by rows (`parts`: one dtype, one column count) and the
+/// description of the stacked matrix. Each part's bytes are its own storage when it is contiguous (no copy).
+pub fn with_matrix_bytes<R>(
+    parts: &[&candle_core::Tensor],
+    f: impl FnOnce(&[&[u8]], Contents) -> Result<R>,
+) -> Result<R> {
+    use candle_core::{CpuStorage, DType, Storage};
+    let first = parts.first().ok_or_else(|| be("no weight to upload"))?;
+    let (dtype, cols) = (first.dtype(), first.dims2()?.1);
+    let mut rows = 0;
+    let mut owned = Vec::with_capacity(parts.len());
+    for t in parts {
+        let (r, c) = t.dims2()?;
+        if c != cols || t.dtype() != dtype {
+            return Err(be(format!("stacked weights: [{r}, {c}] {:?} after {cols} columns of {dtype:?}", t.dtype())));
+        }
+        rows += r;
+        owned.push(t.contiguous()?);
+    }
+    let wdtype = match dtype {
+        DType::F32 => WeightDType::F32,
+        DType::BF16 => WeightDType::BF16,
+        DType::F16 => WeightDType::F16,
+        other => return Err(be(format!("weights of dtype {other:?} are not supported on this device"))),
+    };
+    let guards: Vec<_> = owned.iter().map(|t| t.storage_and_layout()).collect();
+    let mut bytes = Vec::with_capacity(parts.len());
+    for (storage, layout) in &guards {
+        let (start, end) = layout.contiguous_offsets().ok_or_else(|| be("weight is not contiguous"))?;
+        bytes.push(match &**storage {
+            Storage::Cpu(CpuStorage::F32(v)) => bytemuck::cast_slice(&v[start..end]),
+            Storage::Cpu(CpuStorage::BF16(v)) => bytemuck::cast_slice(&v[start..end]),
+            Storage::Cpu(CpuStorage::F16(v)) => bytemuck::cast_slice(&v[start..end]),
+            _ => return Err(be("weights must be host tensors of f32, bf16 or f16")),
+        });
+    }
+    f(&bytes, Contents::Matrix { dtype: wdtype, rows, cols })
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor};
+
+    use super::{weight_data, with_matrix_bytes, Contents, WeightData};
+    use crate::backend::WeightDType;
+
+    #[test]
+    fn stacked_weight_bytes_are_the_bytes_of_the_stacked_matrix() {
+        let part = |rows: usize, seed: f32| {
+            let v: Vec<f32> = (0..rows * 6).map(|i| seed + i as f32 * 0.37).collect();
+            Tensor::from_vec(v, (rows, 6), &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap()
+        };
+        // A view that is not contiguous in its storage (a transpose) takes the copying path.
+        let (a, b) = (part(3, 1.0), part(6, -2.0).t().unwrap());
+        assert!(!b.is_contiguous());
+        let stacked = Tensor::cat(&[&a, &b], 0).unwrap();
+        let WeightData::Matrix { bytes: want, contents } = weight_data(&stacked).unwrap() else { panic!("a matrix") };
+        assert!(matches!(contents, Contents::Matrix { dtype: WeightDType::BF16, rows: 9, cols: 6 }));
+        with_matrix_bytes(&[&a, &b], |parts, c| {
+            assert_eq!(parts.concat(), want);
+            assert!(matches!(c, Contents::Matrix { dtype: WeightDType::BF16, rows: 9, cols: 6 }));
+            Ok(())
+        })
+        .unwrap();
+        let wrong = part(2, 0.0).to_dtype(DType::F32).unwrap();
+        assert!(with_matrix_bytes(&[&a, &wrong], |_, _| Ok(())).is_err(), "parts of two dtypes are refused");
     }
 }

@@ -20,7 +20,7 @@ mod tuning;
 use std::cell::{Cell, RefCell};
 
 pub use attention::{split_work, AttnPlan, AttnShape};
-pub use contents::{elem_type, kv_pair, weight_data, Contents, WeightData};
+pub use contents::{elem_type, kv_pair, weight_data, with_matrix_bytes, Contents, WeightData};
 pub use matmul::{check as matmul_check, MatMulCall};
 pub use tuning::{KernelTuning, MatmulPath, Partition, TuningCell};
 

@@ -58,14 +58,7 @@ impl ClBuffer {
     }
 }
 
-/// Plain numbers without padding bytes, whose memory can be viewed as bytes.
-pub(super) trait Plain: Copy {}
-impl Plain for f32 {}
-impl Plain for u32 {}
-impl Plain for u16 {}
-
 /// The bytes of a slice of plain numbers.
-pub(super) fn as_bytes<T: Plain>(v: &[T]) -> &[u8] {
-    // SAFETY: u8 has alignment 1 and every byte of a `Plain` value is initialised.
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+pub(super) fn as_bytes<T: bytemuck::Pod>(v: &[T]) -> &[u8] {
+    bytemuck::cast_slice(v)
 }
