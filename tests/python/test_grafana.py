@@ -21,7 +21,10 @@ LABEL_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 def scrape(server) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Every sample of /metrics: {series name: [(labels, value), ...]}."""
-    text = requests.get(f"{server.url}/metrics", timeout=30).text
+    r = requests.get(f"{server.url}/metrics", timeout=30)
+    # What Python's Prometheus client (and so vLLM) answers a plain scrape with.
+    assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    text = r.text
     out = defaultdict(list)
     for line in text.splitlines():
         if not line or line.startswith("#"):
