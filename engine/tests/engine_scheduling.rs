@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
-
 use rserve_engine::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopParams};
 use rserve_engine::engine::{start, EngineConfig, EngineHandle};
 use rserve_engine::TokenId;
@@ -71,7 +69,7 @@ fn preemption_and_chunking_keep_greedy_outputs() {
     // 8 blocks of 16: exactly one maximum-length (128) request fits, six compete.
     let tiny = start(config(128, 128, 2048)).unwrap();
     let got = tokens(run_all(&tiny, reqs()));
-    assert!(tiny.metrics().num_preemptions_total.load(Ordering::Relaxed) > 0, "the tiny cache never preempted");
+    assert!(tiny.metrics().num_preemptions.get() > 0, "the tiny cache never preempted");
     assert_eq!(got, want, "outputs changed under preemption");
     tiny.shutdown();
 
@@ -92,9 +90,9 @@ fn shared_prefix_is_computed_once() {
     b.extend(prompt(3, 20));
     let (a_out, a_cached) = run_all(&engine, vec![greedy(a.clone(), 1)]).remove(0);
     assert_eq!((a_out.len(), a_cached), (1, 0));
-    let before = engine.metrics().computed_tokens_total.load(Ordering::Relaxed);
+    let before = engine.metrics().computed_tokens.get();
     let (_, b_cached) = run_all(&engine, vec![greedy(b.clone(), 1)]).remove(0);
-    let computed = engine.metrics().computed_tokens_total.load(Ordering::Relaxed) - before;
+    let computed = engine.metrics().computed_tokens.get() - before;
     let full_blocks = 1000 / 16 * 16;
     assert_eq!(b_cached, full_blocks, "prefix cache hit");
     assert_eq!(computed as usize, b.len() - full_blocks, "only the suffix is computed");
@@ -104,9 +102,9 @@ fn shared_prefix_is_computed_once() {
     cfg.enable_prefix_caching = false;
     let plain = start(cfg).unwrap();
     run_all(&plain, vec![greedy(a, 1)]);
-    let before = plain.metrics().computed_tokens_total.load(Ordering::Relaxed);
+    let before = plain.metrics().computed_tokens.get();
     run_all(&plain, vec![greedy(b.clone(), 1)]);
-    assert_eq!((plain.metrics().computed_tokens_total.load(Ordering::Relaxed) - before) as usize, b.len());
+    assert_eq!((plain.metrics().computed_tokens.get() - before) as usize, b.len());
     assert!(plain.is_alive());
     plain.shutdown();
     assert!(!plain.is_alive(), "a stopped engine thread is not alive");

@@ -159,7 +159,7 @@ async fn models_health_version_metrics() {
     assert!(v["version"].is_string());
     let (s, body) = send(&app, Request::get("/metrics").body(Body::empty()).expect("req")).await;
     assert_eq!(s, StatusCode::OK);
-    assert!(String::from_utf8_lossy(&body).contains("vllm:num_requests_running{model_name=\"smol\"} 0"));
+    assert!(String::from_utf8_lossy(&body).contains("vllm:num_requests_running{model_name=\"smol\",engine=\"0\"} 0"));
 }
 
 #[tokio::test]
@@ -281,7 +281,7 @@ async fn health_and_ping_are_503_once_the_engine_has_stopped() {
 #[tokio::test]
 async fn full_waiting_queue_is_503_with_retry_after() {
     let engine = FakeEngine::new(128);
-    engine.metrics.num_requests_waiting.store(2, Ordering::Relaxed);
+    engine.metrics.num_requests_waiting.set(2);
     let (app, _) = app_with(engine, ServerSettings { max_num_waiting: 2, ..settings() });
     let resp = app.clone().oneshot(post("/v1/completions", json!({"prompt": "a"}))).await.expect("infallible");
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -4,6 +4,7 @@
 
 use futures_util::stream::{self, BoxStream, StreamExt};
 use rserve_engine::api::{FinishReason, RequestEvent, StopReason, TokenLogprob, Usage};
+use rserve_engine::engine::metrics::ParentObserver;
 
 use crate::error::ApiError;
 use crate::state::Admitted;
@@ -11,12 +12,26 @@ use crate::state::Admitted;
 /// The events of all choices, tagged with the choice index.
 pub type Merged = BoxStream<'static, (usize, RequestEvent)>;
 
-/// Merges the choices' event streams; choice `i` is `admitted[i]`.
-pub fn merge(admitted: Vec<Admitted>) -> Merged {
+/// Merges the choices' event streams; choice `i` is `admitted[i]`. When the last choice finishes, the request's
+/// `n` and its longest choice go to vLLM's per-request histograms (`parent`): the fan-out into choices is ours, so
+/// the engine cannot see them.
+pub fn merge(admitted: Vec<Admitted>, parent: ParentObserver) -> Merged {
+    let n = admitted.len();
     let streams = admitted.into_iter().enumerate().map(|(index, a)| {
         stream::unfold(a, move |mut a| async move { a.next().await.map(|ev| ((index, ev), a)) }).boxed()
     });
-    stream::select_all(streams).boxed()
+    let (mut finished, mut longest) = (0, 0);
+    stream::select_all(streams)
+        .inspect(move |(_, ev)| {
+            if let RequestEvent::Finished { usage, .. } = ev {
+                finished += 1;
+                longest = longest.max(usage.completion_tokens);
+                if finished == n {
+                    parent.observe(n, longest);
+                }
+            }
+        })
+        .boxed()
 }
 
 /// Everything one choice produced.

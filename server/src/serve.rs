@@ -26,12 +26,14 @@ use crate::tls::{TlsFiles, TlsListener};
 /// Runs the server to completion.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let model = args.engine.resolve_model(args.model_tag.as_deref())?;
-    let config = args.engine.engine_config(&model, args.engine.scheduler.max_num_waiting)?;
+    let mut config = args.engine.engine_config(&model, args.engine.scheduler.max_num_waiting)?;
     // Under `mpiexec`, ranks other than 0 hold their model shard and follow rank 0's steps; only rank 0 serves.
     if rserve_engine::engine::run_if_worker(&config)? {
         return Ok(());
     }
     let served_model_names = args.served_model_names(&model)?;
+    // The metrics' `model_name` label, as vLLM's: the first served name.
+    config.served_model_name = served_model_names.first().cloned();
     let grace = args.shutdown_timeout()?;
     tracing::info!("rserve {} serving model {model:?} as {served_model_names:?}", env!("CARGO_PKG_VERSION"));
     if args.engine.model.trust_remote_code {

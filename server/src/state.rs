@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use rserve_engine::api::{GenerateRequest, RequestEvent};
-use rserve_engine::engine::EngineMetrics;
 use rserve_engine::EngineError;
 
 use crate::error::ApiError;
@@ -112,11 +111,6 @@ impl AppState {
         }
     }
 
-    /// The name reported in metrics labels and logs.
-    pub fn primary_model_name(&self) -> &str {
-        self.settings.served_model_names.first().map(String::as_str).unwrap_or("")
-    }
-
     /// From now on, new requests get 503.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
@@ -131,8 +125,8 @@ impl AppState {
     /// is updated once per engine step and lags behind a burst).
     pub fn waiting_estimate(&self) -> usize {
         let m = self.engine.metrics();
-        let waiting = EngineMetrics::get(&m.num_requests_waiting) as usize;
-        let running = EngineMetrics::get(&m.num_requests_running) as usize;
+        let waiting = m.num_requests_waiting.get().max(0) as usize;
+        let running = m.num_requests_running.get().max(0) as usize;
         waiting.max(self.in_flight().saturating_sub(running))
     }
 

@@ -1,7 +1,6 @@
 //! The periodic throughput line (like vLLM's): every interval while there is activity, running / waiting requests,
 //! KV cache usage, prefix cache hit rate, and prompt / generation tokens per second over the interval.
 
-use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use rserve_engine::engine::EngineMetrics;
@@ -22,20 +21,19 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub fn take(m: &EngineMetrics) -> Self {
-        let g = |c: &AtomicU64| EngineMetrics::get(c);
         Self {
-            prompt_tokens: g(&m.prompt_tokens_total),
-            generation_tokens: g(&m.generation_tokens_total),
-            prefix_queries: g(&m.prefix_cache_queries_total),
-            prefix_hits: g(&m.prefix_cache_hits_total),
+            prompt_tokens: m.prompt_tokens.get(),
+            generation_tokens: m.generation_tokens.get(),
+            prefix_queries: m.prefix_cache_queries.get(),
+            prefix_hits: m.prefix_cache_hits.get(),
         }
     }
 }
 
 /// The line for one interval, or `None` when nothing happened (no tokens, nothing running or waiting).
 pub fn line(m: &EngineMetrics, before: Snapshot, now: Snapshot, elapsed: Duration) -> Option<String> {
-    let running = EngineMetrics::get(&m.num_requests_running);
-    let waiting = EngineMetrics::get(&m.num_requests_waiting);
+    let running = m.num_requests_running.get();
+    let waiting = m.num_requests_waiting.get();
     let prompt = now.prompt_tokens.saturating_sub(before.prompt_tokens);
     let generation = now.generation_tokens.saturating_sub(before.generation_tokens);
     if running == 0 && waiting == 0 && prompt == 0 && generation == 0 {
@@ -73,8 +71,6 @@ pub async fn run(engine: std::sync::Arc<dyn Engine>) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
-
     use super::*;
 
     #[test]
@@ -82,11 +78,9 @@ mod tests {
         let m = EngineMetrics::default();
         let s0 = Snapshot::take(&m);
         assert_eq!(line(&m, s0, Snapshot::take(&m), Duration::from_secs(5)), None);
-        m.prompt_tokens_total.store(100, Ordering::Relaxed);
-        m.generation_tokens_total.store(50, Ordering::Relaxed);
-        m.num_requests_running.store(2, Ordering::Relaxed);
-        m.kv_blocks_total.store(4, Ordering::Relaxed);
-        m.kv_blocks_used.store(1, Ordering::Relaxed);
+        m.prompt_tokens.inc_by(100);
+        m.generation_tokens.inc_by(50);
+        m.set_scheduler_state(2, 0, 1, 4);
         let l = line(&m, s0, Snapshot::take(&m), Duration::from_secs(5)).expect("a line");
         assert!(l.contains("Avg prompt throughput: 20.0 tokens/s"), "{l}");
         assert!(l.contains("Avg generation throughput: 10.0 tokens/s"), "{l}");

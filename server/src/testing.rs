@@ -11,6 +11,7 @@ use std::time::Duration;
 use rserve_engine::api::{
     EngineInfo, FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage,
 };
+use rserve_engine::engine::metrics::MetricsSetup;
 use rserve_engine::engine::EngineMetrics;
 use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
 use rserve_engine::{EngineError, TokenId};
@@ -61,7 +62,8 @@ impl FakeEngine {
     pub fn new(max_model_len: usize) -> Self {
         Self {
             info: info(max_model_len),
-            metrics: EngineMetrics::default(),
+            metrics: EngineMetrics::new(MetricsSetup { model_name: "smol".into(), ..MetricsSetup::default() })
+                .expect("metrics"),
             has_template: true,
             token_delay: Duration::ZERO,
             submitted: Mutex::new(Vec::new()),

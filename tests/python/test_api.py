@@ -290,7 +290,7 @@ def test_health_version_metrics(server):
     before = m["vllm:generation_tokens_total"]
 
     def finished(reason):
-        line = f'vllm:request_success_total{{model_name="{MODEL_NAME}",finished_reason="{reason}"}} '
+        line = f'vllm:request_success_total{{model_name="{MODEL_NAME}",engine="0",finished_reason="{reason}"}} '
         text = requests.get(f"{server.url}/metrics", timeout=30).text
         return float(next(x for x in text.splitlines() if x.startswith(line)).rpartition(" ")[2])
 

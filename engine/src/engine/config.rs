@@ -72,6 +72,8 @@ pub struct EngineConfig {
     /// Testing only (the hidden `--testing-fail-engine-after-requests N`): the engine thread exits when request N + 1
     /// arrives, so that tests can watch a server whose engine died.
     pub testing_fail_after_requests: Option<usize>,
+    /// The `model_name` label of the metrics (vLLM's first served model name); `model` when unset.
+    pub served_model_name: Option<String>,
 }
 
 impl EngineConfig {
@@ -103,6 +105,7 @@ impl EngineConfig {
             enforce_eager: false,
             profile: Default::default(),
             testing_fail_after_requests: None,
+            served_model_name: None,
         }
     }
 }

@@ -13,7 +13,7 @@ use super::config::{DTypeArg, EngineConfig};
 use super::device::Device;
 use super::distributed::{self, Role};
 use super::handle::EngineHandle;
-use super::metrics::EngineMetrics;
+use super::metrics::{CacheInfo, EngineMetrics, MetricsSetup};
 use super::thread::EngineLoop;
 use crate::api::{EngineInfo, SamplingParams};
 use crate::chat_template::{ChatTemplate, TemplateSources};
@@ -227,7 +227,20 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         max_num_seqs: cfg.max_num_seqs,
         eos_token_ids: eos.clone(),
     };
-    let metrics = Arc::new(EngineMetrics::default());
+    let setup = MetricsSetup {
+        model_name: cfg.served_model_name.clone().unwrap_or_else(|| cfg.model.clone()),
+        max_model_len: plan.max_model_len,
+        cache: CacheInfo {
+            block_size: cfg.block_size,
+            gpu_memory_utilization: cfg.gpu_memory_utilization,
+            cache_dtype: cfg.kv_cache_dtype.clone(),
+            enable_prefix_caching: cfg.enable_prefix_caching,
+            num_gpu_blocks: plan.num_blocks,
+            kv_cache_memory_bytes: cfg.kv_cache_memory_bytes,
+        },
+    };
+    let metrics = EngineMetrics::new(setup).map_err(|e| EngineError::Backend(format!("metrics: {e}")))?;
+    let metrics = Arc::new(metrics);
     let (tx, rx) = std::sync::mpsc::channel();
     let mut engine = EngineLoop::new(scheduler, runner, tokenizer.clone(), metrics.clone(), eos, cfg.seed);
     engine.fail_after_requests = cfg.testing_fail_after_requests;

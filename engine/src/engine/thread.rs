@@ -2,7 +2,6 @@
 //! commands, runs steps while work exists, samples, and streams each request's events.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use rserve_scheduler::{FinishStatus, NewRequest, RequestId, Scheduler, Scheduler
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::handle::Command;
-use super::metrics::EngineMetrics;
+use super::metrics::{EngineMetrics, Finished, RequestStats};
 use super::output::TextOutput;
 use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage};
 use crate::runner::{StepOutput, StepRunner};
@@ -28,8 +27,8 @@ struct Live {
     sampling: SamplingParams,
     rng: StdRng,
     text: TextOutput,
-    arrival: Instant,
-    last_token: Option<Instant>,
+    /// Timestamps and counts for the metrics (queue, prefill, decode times ...).
+    stats: RequestStats,
     cached_tokens: usize,
     /// Log-probs of tokens sampled this step, sent with the next delta.
     logprobs: Vec<TokenLogprob>,
@@ -54,6 +53,8 @@ pub(crate) struct EngineLoop {
     /// if it had crashed.
     pub(crate) fail_after_requests: Option<usize>,
     requests_seen: usize,
+    /// When the current step began: the scheduled time of the requests it runs for the first time.
+    step_started: Instant,
 }
 
 impl EngineLoop {
@@ -76,6 +77,7 @@ impl EngineLoop {
             shutting_down: false,
             fail_after_requests: None,
             requests_seen: 0,
+            step_started: Instant::now(),
         }
     }
 
@@ -100,6 +102,7 @@ impl EngineLoop {
                 break;
             }
             if self.scheduler.has_unfinished() {
+                self.step_started = Instant::now();
                 self.step();
             }
         }
@@ -116,7 +119,8 @@ impl EngineLoop {
                 self.add(id, *request, events)
             }
             Command::Abort { id } => {
-                if self.live.remove(&id).is_some() {
+                if let Some(live) = self.live.remove(&id) {
+                    self.observe_end(&live, "abort");
                     self.scheduler.abort(id);
                 }
             }
@@ -189,8 +193,7 @@ impl EngineLoop {
                 sampling,
                 rng: StdRng::seed_from_u64(seed),
                 text,
-                arrival: Instant::now(),
-                last_token: None,
+                stats: RequestStats::new(Instant::now(), stop.max_tokens),
                 cached_tokens: 0,
                 logprobs: Vec::new(),
                 stops_on_eos: !stop.ignore_eos,
@@ -233,7 +236,7 @@ impl EngineLoop {
             Ok((StepOutput::Logits(logits), errors)) => self.sample(&out, logits, &errors),
             Err(e) => return self.fail_step(&out, &e.to_string()),
         };
-        self.metrics.computed_tokens_total.fetch_add(out.num_batched_tokens as u64, Ordering::Relaxed);
+        self.observe_step(&out);
         let outputs = self.scheduler.update_from_output(&out, &sampled);
         for o in outputs {
             self.on_output(o.request_id, o.new_token, o.finished);
@@ -365,6 +368,7 @@ impl EngineLoop {
     fn fail_request(&mut self, id: RequestId, message: String) {
         tracing::error!("request {} failed: {message}", id.0);
         if let Some(live) = self.live.remove(&id) {
+            self.observe_end(&live, "error");
             let _ = live.events.send(RequestEvent::Error(message));
         }
         self.scheduler.abort(id);
@@ -378,16 +382,8 @@ impl EngineLoop {
         let mut stop_str = None;
         if let Some(t) = token {
             live.output.push(t);
-            let m = &self.metrics;
-            m.generation_tokens_total.fetch_add(1, Ordering::Relaxed);
-            match live.last_token {
-                None => {
-                    m.ttft.observe(now.duration_since(live.arrival).as_secs_f64());
-                    m.prompt_tokens_total.fetch_add(live.prompt.len() as u64, Ordering::Relaxed);
-                }
-                Some(prev) => m.itl.observe(now.duration_since(prev).as_secs_f64()),
-            }
-            live.last_token = Some(now);
+            let timing = live.stats.token(now);
+            self.metrics.observe_token(timing, live.prompt.len(), live.cached_tokens);
             // A stop token's own text is not part of the output, unless the request asked for it.
             if live.include_stop || !matches!(finished, Some(FinishStatus::StopToken(_))) {
                 match live.text.push(t) {
@@ -397,7 +393,9 @@ impl EngineLoop {
                     }
                     Err(e) => {
                         let _ = live.events.send(RequestEvent::Error(e.to_string()));
-                        self.live.remove(&id);
+                        if let Some(live) = self.live.remove(&id) {
+                            self.observe_end(&live, "error");
+                        }
                         self.scheduler.abort(id);
                         return;
                     }
@@ -409,7 +407,9 @@ impl EngineLoop {
             let delta = RequestEvent::Delta { text, token_ids: token.into_iter().collect(), logprobs };
             if live.events.send(delta).is_err() {
                 // The client went away: free its blocks now.
-                self.live.remove(&id);
+                if let Some(live) = self.live.remove(&id) {
+                    self.observe_end(&live, "abort");
+                }
                 self.scheduler.abort(id);
                 return;
             }
@@ -447,8 +447,7 @@ impl EngineLoop {
             completion_tokens: live.output.len(),
             cached_tokens: live.cached_tokens,
         };
-        self.metrics.e2e.observe(live.arrival.elapsed().as_secs_f64());
-        self.metrics.count_finished(reason);
+        self.observe_end(&live, reason.as_str());
         let _ = live.events.send(RequestEvent::Finished { reason, usage, stop_reason });
     }
 
@@ -456,6 +455,7 @@ impl EngineLoop {
         tracing::error!("model step failed: {message}");
         for s in &out.seqs {
             if let Some(live) = self.live.remove(&s.request_id) {
+                self.observe_end(&live, "error");
                 let _ = live.events.send(RequestEvent::Error(format!("model step failed: {message}")));
             }
             self.scheduler.abort(s.request_id);
@@ -466,12 +466,42 @@ impl EngineLoop {
     fn publish_gauges(&self) {
         let s = self.scheduler.stats();
         let m = &self.metrics;
-        m.num_requests_running.store(s.num_running as u64, Ordering::Relaxed);
-        m.num_requests_waiting.store(s.num_waiting as u64, Ordering::Relaxed);
-        m.kv_blocks_used.store(s.num_blocks_used as u64, Ordering::Relaxed);
-        m.kv_blocks_total.store(s.num_blocks_total as u64, Ordering::Relaxed);
-        m.num_preemptions_total.store(s.num_preemptions, Ordering::Relaxed);
-        m.prefix_cache_queries_total.store(s.prefix_cache_queries, Ordering::Relaxed);
-        m.prefix_cache_hits_total.store(s.prefix_cache_hits, Ordering::Relaxed);
+        m.set_scheduler_state(s.num_running, s.num_waiting, s.num_blocks_used, s.num_blocks_total);
+        m.sync_scheduler_totals(s.num_preemptions, s.prefix_cache_queries, s.prefix_cache_hits);
+    }
+
+    /// The step's share of the metrics, before its outputs are processed: the requests it schedules for the first
+    /// time leave the queue, preempted ones count a preemption, and its tokens are counted as vLLM counts an
+    /// iteration (the computed prompt tokens of each prefill that samples its first token, plus one per sampled
+    /// token).
+    fn observe_step(&mut self, out: &SchedulerOutput) {
+        let mut iteration = 0;
+        for s in &out.seqs {
+            let Some(live) = self.live.get_mut(&s.request_id) else { continue };
+            live.stats.scheduled(self.step_started);
+            if s.sample {
+                if live.stats.first_token.is_none() {
+                    iteration += live.prompt.len().saturating_sub(s.num_cached_tokens.max(live.cached_tokens));
+                }
+                iteration += 1;
+            }
+        }
+        for id in &out.preempted {
+            if let Some(live) = self.live.get_mut(id) {
+                live.stats.preemptions += 1;
+            }
+        }
+        self.metrics.observe_step(iteration, out.num_batched_tokens);
+    }
+
+    /// Counts a request that leaves the engine for `reason` (a `FINISHED_REASONS` value).
+    fn observe_end(&self, live: &Live, reason: &'static str) {
+        let end = Finished {
+            reason,
+            stats: &live.stats,
+            prompt_tokens: live.prompt.len(),
+            cached_tokens: live.cached_tokens,
+        };
+        self.metrics.observe_finished(end, Instant::now());
     }
 }

@@ -21,7 +21,10 @@ pub async fn create(
     let valid = validate::chat(&req, state.engine.as_ref(), &state.settings.tools)?;
     let meta = ResponseMeta::new("chatcmpl", model);
     let n = valid.requests.len();
-    let merged = fanout::merge(state.submit_all(&meta.id, valid.prompt_tokens, valid.requests)?);
+    let merged = fanout::merge(
+        state.submit_all(&meta.id, valid.prompt_tokens, valid.requests)?,
+        state.engine.metrics().parent_observer(),
+    );
     if valid.stream {
         let renderer = ChatStream::new(meta, n, valid.prompt_tokens, valid.include_usage, valid.logprobs.is_some())
             .with_tools(&valid.tools)

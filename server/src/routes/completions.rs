@@ -22,7 +22,10 @@ pub async fn create(
     let meta = ResponseMeta::new("cmpl", model);
     let total = valid.requests.len();
     let prompt_tokens = valid.prompts.iter().map(|p| p.token_count).sum();
-    let merged = fanout::merge(state.submit_all(&meta.id, prompt_tokens, valid.requests)?);
+    let merged = fanout::merge(
+        state.submit_all(&meta.id, prompt_tokens, valid.requests)?,
+        state.engine.metrics().parent_observer(),
+    );
     if valid.stream {
         let renderer =
             CompletionStream::new(meta, &valid.prompts, valid.n, valid.include_usage, valid.logprobs.is_some());
