@@ -23,7 +23,7 @@ fn settings() -> ServerSettings {
     ServerSettings {
         tools: Default::default(),
         served_model_names: vec!["smol".into(), "alias".into()],
-        api_key: None,
+        api_keys: Vec::new(),
         max_num_waiting: 100,
         log_requests: true,
         server_load_tracking: false,
@@ -232,7 +232,10 @@ async fn error_cases() {
 
 #[tokio::test]
 async fn api_key_guards_v1_only() {
-    let (app, _) = app_with(FakeEngine::new(128), ServerSettings { api_key: Some("sk-good".into()), ..settings() });
+    let (app, _) = app_with(
+        FakeEngine::new(128),
+        ServerSettings { api_keys: vec!["sk-other".into(), "sk-good".into()], ..settings() },
+    );
     let models = |key: Option<&str>| {
         let mut r = Request::get("/v1/models");
         if let Some(k) = key {
@@ -381,7 +384,10 @@ async fn cors_preflight_from_any_origin_with_wildcards() {
 
 #[tokio::test]
 async fn cors_preflight_is_not_checked_for_the_api_key() {
-    let (app, _) = app_with(FakeEngine::new(128), ServerSettings { api_key: Some("sk-good".into()), ..settings() });
+    let (app, _) = app_with(
+        FakeEngine::new(128),
+        ServerSettings { api_keys: vec!["sk-other".into(), "sk-good".into()], ..settings() },
+    );
     let app = crate::app::front(app, cors(&["*"], false).layer().expect("cors"), None);
     let resp = app.oneshot(preflight("/v1/completions", "http://a.example")).await.expect("ok");
     assert_eq!(resp.status(), StatusCode::OK);

@@ -37,9 +37,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.engine.model.trust_remote_code {
         tracing::info!("--trust-remote-code is accepted for compatibility and changes nothing");
     }
+    // One line per vLLM flag accepted without effect, naming it and why (`cli::vllm_flags`).
+    for notice in &args.notices {
+        tracing::warn!("{notice}");
+    }
     let settings = ServerSettings {
         served_model_names,
-        api_key: args.frontend.api_key.clone().filter(|k| !k.is_empty()),
+        api_keys: args.frontend.api_key.iter().filter(|k| !k.is_empty()).cloned().collect(),
         max_num_waiting: args.engine.scheduler.max_num_waiting,
         log_requests: args.frontend.enable_log_requests,
         tools: ToolSettings {

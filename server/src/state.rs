@@ -18,7 +18,8 @@ use crate::port::{Engine, Events};
 pub struct ServerSettings {
     /// Names clients may use for the model; the first is reported in responses by default.
     pub served_model_names: Vec<String>,
-    pub api_key: Option<String>,
+    /// `--api-key` (or `VLLM_API_KEY`): a request must carry one of them; empty: no check.
+    pub api_keys: Vec<String>,
     /// Refuse new requests (503) while this many are waiting.
     pub max_num_waiting: usize,
     /// Log one line per accepted request.

@@ -78,7 +78,10 @@ fn flags_reach_the_engine_config() {
 #[test]
 fn api_key_from_flag() {
     let s = serve("rserve m --api-key sk-1");
-    assert_eq!(s.frontend.api_key.as_deref(), Some("sk-1"));
+    assert_eq!(s.frontend.api_key, ["sk-1"]);
+    // vLLM takes several keys; a request may carry any of them.
+    let s = serve("rserve m --api-key sk-1 sk-2 --port 1");
+    assert_eq!(s.frontend.api_key, ["sk-1", "sk-2"]);
 }
 
 #[test]
