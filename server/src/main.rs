@@ -1,5 +1,5 @@
 //! The `rserve` binary: parses the command line and runs `serve` (the OpenAI-compatible server), `generate` or
-//! `convert`. The server's code map: `cli` (flags), `serve` (life cycle), `app` + `routes/*` (HTTP), `openai/*`
+//! `convert`. The server's code map: `cli/` (flags: clap's, the vLLM flag table, `--config`, `VLLM_*`), `serve` (life cycle), `app` + `routes/*` (HTTP), `openai/*`
 //! (wire types, validation, rendering), `sse`, `fanout`, `state` (admission), `auth`, `json`, `error` (the one
 //! place errors become responses), `port` + `live` (the engine seen through one trait), `cors` and `tls` (the HTTP front's flags), `stats_log`,
 //! `shutdown`.

@@ -82,6 +82,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 pub struct Front {
     cors: CorsLayer,
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// The files to watch for `--enable-ssl-refresh`.
+    tls_refresh: Option<TlsFiles>,
     root_path: Option<String>,
 }
 
@@ -96,6 +98,7 @@ impl Front {
             allow_credentials: f.allow_credentials,
         }
         .layer()?;
+        let mut tls_refresh = None;
         let tls = match (&f.ssl_keyfile, &f.ssl_certfile) {
             (Some(keyfile), Some(certfile)) => {
                 if f.ssl_cert_reqs != 0 && f.ssl_ca_certs.is_none() {
@@ -107,7 +110,9 @@ impl Front {
                     ca_certs: f.ssl_ca_certs.clone(),
                     cert_reqs: f.ssl_cert_reqs,
                 };
-                Some(files.server_config()?)
+                let config = files.server_config()?;
+                tls_refresh = f.enable_ssl_refresh.then_some(files);
+                Some(config)
             }
             (None, None) if f.ssl_ca_certs.is_some() || f.ssl_cert_reqs != 0 => {
                 return Err(CliError::SslWithoutHttps.into())
@@ -115,7 +120,10 @@ impl Front {
             (None, None) => None,
             _ => return Err(CliError::SslPair.into()),
         };
-        Ok(Self { cors, tls, root_path: args.root_path()? })
+        if f.enable_ssl_refresh && tls.is_none() {
+            tracing::warn!("Ignoring --enable-ssl-refresh: HTTPS is off (no --ssl-keyfile / --ssl-certfile)");
+        }
+        Ok(Self { cors, tls, tls_refresh, root_path: args.root_path()? })
     }
 }
 
@@ -184,7 +192,8 @@ pub async fn serve(
     let service = router.into_make_service_with_connect_info::<Peer>();
     let mut server: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match front.tls {
         Some(config) => {
-            let listener = TlsListener::new(listener, config).context("starting the TLS listener")?;
+            let listener =
+                TlsListener::new(listener, config, front.tls_refresh).context("starting the TLS listener")?;
             Box::pin(axum::serve(listener, service).with_graceful_shutdown(until_signal).into_future())
         }
         None => Box::pin(axum::serve(listener, service).with_graceful_shutdown(until_signal).into_future()),

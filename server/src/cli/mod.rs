@@ -57,7 +57,9 @@ pub enum Command {
     HelpFlags,
 }
 
+/// A flag given twice takes its last value, as argparse does (a `--config` file's flag, then the command line's).
 #[derive(Debug, Clone, Args)]
+#[command(args_override_self = true)]
 pub struct ServeArgs {
     /// The model: a Hugging Face repo id, a local model folder, or a .gguf file.
     #[arg(value_name = "MODEL_TAG")]
@@ -129,7 +131,7 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Names the API accepts for the model (the first is reported). Default: the model argument.
-    #[arg(long, num_args = 1..)]
+    #[arg(long, num_args = 1.., action = clap::ArgAction::Set)]
     pub served_model_name: Vec<String>,
     /// Sampling defaults: "auto" (the model's generation_config.json), "vllm" (none), or a folder.
     #[arg(long, default_value = "auto")]
@@ -233,7 +235,7 @@ pub struct FrontendArgs {
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
     /// Require `Authorization: Bearer KEY` on /v1 routes (one of the keys given).
-    #[arg(long, num_args = 1.., env = "VLLM_API_KEY", hide_env_values = true)]
+    #[arg(long, num_args = 1.., action = clap::ArgAction::Set, env = "VLLM_API_KEY", hide_env_values = true)]
     pub api_key: Vec<String>,
     /// Seconds running requests may take to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30.0)]

@@ -169,3 +169,11 @@ fn front_flags_as_vllm_takes_them() {
     let cfg = s.engine.engine_config("m", 8).expect("config");
     assert_eq!(cfg.testing_fail_after_requests, Some(2));
 }
+
+#[test]
+fn a_flag_given_twice_takes_its_last_value_like_argparse() {
+    let s = serve("rserve m --port 1 --load-format dummy --served-model-name a b --port 2 --load-format auto --served-model-name c");
+    assert_eq!(s.frontend.port, 2);
+    assert_eq!(s.engine.device.load_format, "auto");
+    assert_eq!(s.engine.model.served_model_name, ["c"]);
+}
