@@ -1,12 +1,14 @@
 """`vllm serve` job-script flags on the real binary: one server started with a bundle of the flags job scripts pass
 (some implemented, some accepted with a warning) plus `--config FILE.yaml`, which must serve requests and log one
 warning per ignored flag; a flag file key the command line overrides; `--tokenizer` given as a Hub repo id found in
-the `--download-dir` cache; and refused flags, which stop start-up with a one-line reason and exit code 1 (not
-clap's usage error, 2)."""
+the `--download-dir` cache; refused flags, which stop start-up with a one-line reason and exit code 1 (not clap's
+usage error, 2); and `--enable-ssl-refresh` picking up renewed certificate files."""
 
 import os
 import shutil
+import ssl
 import subprocess
+import time
 
 import openai
 import pytest
@@ -47,7 +49,7 @@ def job_script_server(tmp_path_factory, hf_cache):
                "--disable-fastapi-docs", "--load-format", "auto", "--quantization", "gguf",
                "--data-parallel-size", "1", "--allowed-origins", '["*"]', "--root-path", "/api",
                "--tokenizer", TOKENIZER_REPO, "--max-num-partial-prefills", "2", "--ssl-ciphers", "ECDHE-RSA-AES256",
-               "--enable-ssl-refresh", "--trust_remote_code", "-tp", "1",
+               "--enable-ssl-refresh", "--trust_remote_code", "-dp=1",
                env={"HF_HUB_OFFLINE": "1"}, name="job-script server")
     yield s
     code = s.stop()
@@ -108,3 +110,32 @@ def test_config_file_errors_exit_1(tmp_path):
     r = subprocess.run([str(rserve_bin()), str(model_path()), "--config", str(bad)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 1 and "not valid YAML" in r.stderr, r.stderr
+
+
+def _self_signed(key, crt, cn: str):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", f"/CN={cn}",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True, timeout=60)
+
+
+def test_ssl_refresh_serves_the_new_certificate(tmp_path):
+    """`--enable-ssl-refresh`: replacing the key and certificate files switches new connections to them."""
+    key, crt = tmp_path / "key.pem", tmp_path / "cert.pem"
+    _self_signed(key, crt, "first")
+    s = Server("--ssl-keyfile", str(key), "--ssl-certfile", str(crt), "--enable-ssl-refresh", name="ssl refresh")
+    try:
+        served = lambda: ssl.get_server_certificate(("127.0.0.1", s.port), timeout=10)  # noqa: E731
+        first = served()
+        assert first.strip() == crt.read_text().strip()
+        new_key, new_crt = tmp_path / "key2.pem", tmp_path / "cert2.pem"
+        _self_signed(new_key, new_crt, "second")
+        # Replace both files (key first, as a renewal script would), then wait for the poll.
+        os.replace(new_key, key)
+        os.replace(new_crt, crt)
+        deadline = time.time() + 15
+        while served() == first and time.time() < deadline:
+            time.sleep(0.5)
+        assert served().strip() == crt.read_text().strip(), s.log()
+        assert any("reloaded the TLS configuration" in line for line in s.lines), s.log()
+    finally:
+        assert s.stop() == 0, s.log()
