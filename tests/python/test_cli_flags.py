@@ -2,13 +2,16 @@
 (some implemented, some accepted with a warning) plus `--config FILE.yaml`, which must serve requests and log one
 warning per ignored flag; a flag file key the command line overrides; `--tokenizer` given as a Hub repo id found in
 the `--download-dir` cache; refused flags, which stop start-up with a one-line reason and exit code 1 (not clap's
-usage error, 2); and `--enable-ssl-refresh` picking up renewed certificate files."""
+usage error, 2); every spelling of every flag of the fixture generated from vLLM's parser, none of which may be a usage
+error; and `--enable-ssl-refresh` picking up renewed certificate files."""
 
+import json
 import os
 import shutil
 import ssl
 import subprocess
 import time
+from pathlib import Path
 
 import openai
 import pytest
@@ -139,3 +142,45 @@ def test_ssl_refresh_serves_the_new_certificate(tmp_path):
         assert any("reloaded the TLS configuration" in line for line in s.lines), s.log()
     finally:
         assert s.stop() == 0, s.log()
+
+
+def _sample(flag: dict) -> list[str]:
+    """A value each flag takes: its first choice, its default, else "1" (as the Rust parser test picks them)."""
+    if not flag["takes_value"]:
+        return []
+    if flag["names"][0] == "--tool-call-parser":
+        return ["hermes"]
+    choices = [c for c in flag["choices"] or [] if c != "None"]
+    if choices:
+        return [choices[0]]
+    default, many = flag["default"], flag["nargs"] in ("+", "*") or flag["action"] == "_AppendAction"
+    if isinstance(default, str) and default:
+        return [default]
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        return [str(default)]
+    if isinstance(default, list) and many and default:
+        return [str(d) for d in default]
+    if isinstance(default, (list, dict)) and not many:
+        return [json.dumps(default)]
+    return ["1"]
+
+
+def test_no_vllm_flag_is_a_usage_error(tmp_path):
+    """Every spelling of every `vllm serve` flag (the fixture from vLLM's parser) on the real binary: it may be
+    refused (exit 1, one line) or get as far as loading the model (missing here: exit 1), never clap's exit 2."""
+    fixture = json.loads((Path(__file__).parents[1] / "fixtures" / "vllm" / "serve_flags.json").read_text())
+    config = tmp_path / "c.yaml"
+    config.write_text("port: 8001\n")
+    missing_model = str(tmp_path / "no-such-model")
+    env = {**os.environ, "RUST_LOG": "error", "HF_HUB_OFFLINE": "1"}
+    usage_errors = []
+    for flag in fixture["flags"]:
+        for name in flag["names"]:
+            value = [str(config)] if name == "--config" else _sample(flag)
+            r = subprocess.run([str(rserve_bin()), missing_model, name, *value], capture_output=True, text=True,
+                               timeout=60, env=env)
+            if r.returncode == 2 or "Usage:" in r.stderr:
+                usage_errors.append(f"{name} {' '.join(value)}: {r.stderr.strip()[:200]}")
+            else:
+                assert r.returncode == 1, (name, r.returncode, r.stderr)
+    assert not usage_errors, "\n".join(usage_errors)
