@@ -24,6 +24,7 @@ fn settings() -> ServerSettings {
         tools: Default::default(),
         served_model_names: vec!["smol".into(), "alias".into()],
         api_keys: Vec::new(),
+        default_chat_template_kwargs: Default::default(),
         max_num_waiting: 100,
         log_requests: true,
         server_load_tracking: false,
@@ -500,4 +501,33 @@ async fn dev_routes_only_in_dev_mode() {
     engine.alive.store(false, Ordering::Relaxed);
     let (s, _) = send_json(&app, Request::post("/reset_prefix_cache").body(Body::empty()).expect("req")).await;
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn default_chat_template_kwargs_sit_under_the_requests_own() {
+    let defaults = serde_json::from_value(json!({"enable_thinking": false, "style": "terse"})).expect("object");
+    let (app, engine) =
+        app_with(FakeEngine::new(256), ServerSettings { default_chat_template_kwargs: defaults, ..settings() });
+    use crate::port::Engine;
+    let prompt = |engine: &FakeEngine| {
+        let ids = engine.submitted().last().expect("submitted").prompt_token_ids.clone();
+        engine.decode(&ids, false).expect("decodes")
+    };
+    let (s, _) =
+        send_json(&app, post("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}]}))).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        prompt(&engine).contains("enable_thinking=false") && prompt(&engine).contains("style=\"terse\""),
+        "{}",
+        prompt(&engine)
+    );
+    let body =
+        json!({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"enable_thinking": true}});
+    let (s, _) = send_json(&app, post("/v1/chat/completions", body)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        prompt(&engine).contains("enable_thinking=true") && prompt(&engine).contains("style="),
+        "{}",
+        prompt(&engine)
+    );
 }

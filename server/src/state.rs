@@ -20,6 +20,8 @@ pub struct ServerSettings {
     pub served_model_names: Vec<String>,
     /// `--api-key` (or `VLLM_API_KEY`): a request must carry one of them; empty: no check.
     pub api_keys: Vec<String>,
+    /// `--default-chat-template-kwargs`: template variables under each chat request's own `chat_template_kwargs`.
+    pub default_chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// Refuse new requests (503) while this many are waiting.
     pub max_num_waiting: usize,
     /// Log one line per accepted request.

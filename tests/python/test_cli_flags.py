@@ -53,6 +53,7 @@ def job_script_server(tmp_path_factory, hf_cache):
                "--data-parallel-size", "1", "--allowed-origins", '["*"]', "--root-path", "/api",
                "--tokenizer", TOKENIZER_REPO, "--max-num-partial-prefills", "2", "--ssl-ciphers", "ECDHE-RSA-AES256",
                "--enable-ssl-refresh", "--trust_remote_code", "-dp=1",
+               "--default-chat-template-kwargs", '{"enable_thinking": false}',
                env={"HF_HUB_OFFLINE": "1"}, name="job-script server")
     yield s
     code = s.stop()
@@ -148,8 +149,10 @@ def _sample(flag: dict) -> list[str]:
     """A value each flag takes: its first choice, its default, else "1" (as the Rust parser test picks them)."""
     if not flag["takes_value"]:
         return []
-    if flag["names"][0] == "--tool-call-parser":
-        return ["hermes"]
+    # Where rserve checks more than vLLM's parser does (a registry name, a JSON object).
+    overrides = {"--tool-call-parser": "hermes", "--default-chat-template-kwargs": "{}"}
+    if flag["names"][0] in overrides:
+        return [overrides[flag["names"][0]]]
     choices = [c for c in flag["choices"] or [] if c != "None"]
     if choices:
         return [choices[0]]

@@ -256,6 +256,10 @@ pub struct FrontendArgs {
     /// --tool-call-parser.
     #[arg(long)]
     pub enable_auto_tool_choice: bool,
+    /// Chat template variables every chat request gets, a JSON object (e.g. '{"enable_thinking": false}'); a
+    /// request's own `chat_template_kwargs` win over them.
+    #[arg(long, value_parser = parse_json_object)]
+    pub default_chat_template_kwargs: Option<JsonObject>,
     /// How the model writes tool calls: llama3_json (Llama 3.1-3.3), hermes (Qwen2.5, Qwen3, Hermes), mistral.
     #[arg(long, value_enum)]
     pub tool_call_parser: Option<ToolParser>,
@@ -308,6 +312,16 @@ fn parse_json_list(s: &str) -> Result<JsonList, String> {
     serde_json::from_str::<Vec<String>>(s)
         .map(JsonList)
         .map_err(|e| format!("expected a JSON list of strings such as '[\"*\"]' ({e})"))
+}
+
+/// A flag given as a JSON object, as vLLM takes `--default-chat-template-kwargs`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JsonObject(pub serde_json::Map<String, serde_json::Value>);
+
+fn parse_json_object(s: &str) -> Result<JsonObject, String> {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s)
+        .map(JsonObject)
+        .map_err(|e| format!("expected a JSON object such as '{{\"enable_thinking\": false}}' ({e})"))
 }
 
 /// vLLM's `VLLM_SERVER_DEV_MODE` (an integer, 0 by default): nonzero serves the development routes

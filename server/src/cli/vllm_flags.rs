@@ -189,7 +189,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--chat-template-content-format"], V, Ignored(CONTENT_FORMAT)),
     v(&["--trust-request-chat-template", "--no-trust-request-chat-template"], S, Ignored(REQUEST_TEMPLATE)),
     v(&["--trust-request-mm-kwargs", "--no-trust-request-mm-kwargs"], S, Ignored(MULTIMODAL)),
-    v(&["--default-chat-template-kwargs"], V, Refused(NOT_YET)),
+    v(&["--default-chat-template-kwargs"], V, Implemented),
     v(&["--reasoning-effort-map"], V, Ignored(NO_REASONING)),
     v(&["--response-role"], V, Ignored(RESPONSE_ROLE)),
     v(&["--return-tokens-as-token-ids", "--no-return-tokens-as-token-ids"], S, Refused(NOT_YET)),
