@@ -26,6 +26,7 @@ fn settings() -> ServerSettings {
         api_keys: Vec::new(),
         default_chat_template_kwargs: Default::default(),
         max_num_waiting: 100,
+        max_num_queued_reqs: None,
         log_requests: true,
         server_load_tracking: false,
         dev_mode: None,
@@ -530,4 +531,22 @@ async fn default_chat_template_kwargs_sit_under_the_requests_own() {
         "{}",
         prompt(&engine)
     );
+}
+
+/// `--max-num-queued-reqs`: requests in flight (waiting or running, as the server counts them) are bounded.
+#[tokio::test]
+async fn max_num_queued_reqs_bounds_requests_in_flight() {
+    let mut engine = FakeEngine::new(128);
+    engine.token_delay = Duration::from_millis(200);
+    let (app, _) = app_with(engine, ServerSettings { max_num_queued_reqs: Some(1), ..settings() });
+    let body = json!({"prompt": "a", "max_tokens": 3, "stream": true});
+    let first = app.clone().oneshot(post("/v1/completions", body.clone())).await.expect("infallible");
+    assert_eq!(first.status(), StatusCode::OK);
+    let resp = app.clone().oneshot(post("/v1/completions", body)).await.expect("infallible");
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let v: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_error(&v, "ServiceUnavailableError", None, Some("server_overloaded"));
+    drop(first);
 }

@@ -46,6 +46,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         api_keys: args.frontend.api_key.iter().filter(|k| !k.is_empty()).cloned().collect(),
         default_chat_template_kwargs: args.frontend.default_chat_template_kwargs.clone().unwrap_or_default().0,
         max_num_waiting: args.engine.scheduler.max_num_waiting,
+        max_num_queued_reqs: args.engine.scheduler.max_num_queued_reqs,
         log_requests: args.frontend.enable_log_requests,
         tools: ToolSettings {
             auto_tool_choice: args.frontend.enable_auto_tool_choice,

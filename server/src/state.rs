@@ -24,6 +24,8 @@ pub struct ServerSettings {
     pub default_chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// Refuse new requests (503) while this many are waiting.
     pub max_num_waiting: usize,
+    /// `--max-num-queued-reqs`: refuse new requests (503) while this many are in flight (waiting or running).
+    pub max_num_queued_reqs: Option<usize>,
     /// Log one line per accepted request.
     pub log_requests: bool,
     /// `--enable-auto-tool-choice` and `--tool-call-parser`.
@@ -154,6 +156,12 @@ impl AppState {
         let limit = self.settings.max_num_waiting;
         if waiting >= limit {
             return Err(ApiError::Overloaded { waiting, limit });
+        }
+        if let Some(limit) = self.settings.max_num_queued_reqs {
+            let in_flight = self.in_flight();
+            if in_flight >= limit {
+                return Err(ApiError::AtCapacity { in_flight, limit });
+            }
         }
         let mut admitted = Vec::with_capacity(requests.len());
         for request in requests {

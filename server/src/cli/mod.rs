@@ -201,6 +201,9 @@ pub struct SchedulerArgs {
     /// Most requests waiting for a slot; beyond it new requests get 503 with Retry-After.
     #[arg(long, default_value_t = 1024)]
     pub max_num_waiting: usize,
+    /// Most requests in flight (waiting or running); beyond it new requests get 503. Default: no limit.
+    #[arg(long)]
+    pub max_num_queued_reqs: Option<usize>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -147,7 +147,7 @@ const PREFIX_HASH: &str = "prefix-cache blocks are hashed with rserve's own hash
 const PROFILER: &str = "use rserve's --profile (CUDA step timings) instead of vLLM's torch profiler";
 const PROMPT_EMBEDS: &str = "prompt embeddings as input are not supported";
 const QUANTIZATION: &str = "rserve serves unquantized weights (GGUF files are dequantized at load)";
-const QUEUE: &str = "the waiting queue is bounded by --max-num-waiting (rserve's flag)";
+const QUEUE: &str = "the queue is bounded in requests (--max-num-queued-reqs, --max-num-waiting), not tokens";
 const REQUEST_ID_HEADERS: &str = "responses carry no X-Request-Id header";
 const REQUEST_TEMPLATE: &str = "a request's own chat_template is refused by rserve";
 const RESPONSE_ROLE: &str = "chat responses always use the role 'assistant'";
@@ -464,7 +464,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--max-num-seqs"], V, Implemented),
     v(&["--max-num-active-seqs"], V, Ignored(STEP_BUDGET)),
     v(&["--max-num-inflight-kv-loads"], V, Ignored(NO_OFFLOAD)),
-    v(&["--max-num-queued-reqs"], V, Ignored(QUEUE)),
+    v(&["--max-num-queued-reqs"], V, Implemented),
     v(&["--max-num-queued-tokens"], V, Ignored(QUEUE)),
     v(&["--long-prefill-token-threshold"], V, Ignored(SCHEDULER)),
     v(
