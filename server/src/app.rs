@@ -72,7 +72,7 @@ pub fn router(state: AppState, access_log: AccessLog) -> Router {
     }
     app = app.fallback(not_found).method_not_allowed_fallback(method_not_allowed);
     if access_log.0 {
-        app = app.layer(middleware::from_fn(log_access));
+        app = app.layer(middleware::from_fn_with_state(state.clone(), log_access));
     }
     app.with_state(state)
 }
@@ -85,8 +85,12 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// Logs `ADDR - "METHOD PATH VERSION" STATUS` once the response head is ready.
-async fn log_access(req: Request, next: Next) -> Response {
+/// Logs `ADDR - "METHOD PATH VERSION" STATUS` once the response head is ready, except for the paths of
+/// `--disable-access-log-for-endpoints`.
+async fn log_access(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if state.settings.access_log_skip.iter().any(|p| p == req.uri().path()) {
+        return next.run(req).await;
+    }
     let peer = req.extensions().get::<ConnectInfo<Peer>>().map(|c| c.0 .0.to_string()).unwrap_or_else(|| "-".into());
     let line = format!("{} {} {:?}", req.method(), req.uri().path(), req.version());
     let response = next.run(req).await;

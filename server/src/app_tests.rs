@@ -27,6 +27,7 @@ fn settings() -> ServerSettings {
         default_chat_template_kwargs: Default::default(),
         max_num_waiting: 100,
         max_num_queued_reqs: None,
+        access_log_skip: Vec::new(),
         log_requests: true,
         server_load_tracking: false,
         dev_mode: None,

@@ -47,6 +47,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         default_chat_template_kwargs: args.frontend.default_chat_template_kwargs.clone().unwrap_or_default().0,
         max_num_waiting: args.engine.scheduler.max_num_waiting,
         max_num_queued_reqs: args.engine.scheduler.max_num_queued_reqs,
+        access_log_skip: args.frontend.access_log_skip(),
         log_requests: args.frontend.enable_log_requests,
         tools: ToolSettings {
             auto_tool_choice: args.frontend.enable_auto_tool_choice,

@@ -24,6 +24,8 @@ pub struct ServerSettings {
     pub default_chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// Refuse new requests (503) while this many are waiting.
     pub max_num_waiting: usize,
+    /// `--disable-access-log-for-endpoints`: paths the access log leaves out (`/health`, `/metrics`, ...).
+    pub access_log_skip: Vec<String>,
     /// `--max-num-queued-reqs`: refuse new requests (503) while this many are in flight (waiting or running).
     pub max_num_queued_reqs: Option<usize>,
     /// Log one line per accepted request.

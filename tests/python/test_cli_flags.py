@@ -54,6 +54,7 @@ def job_script_server(tmp_path_factory, hf_cache):
                "--tokenizer", TOKENIZER_REPO, "--max-num-partial-prefills", "2", "--ssl-ciphers", "ECDHE-RSA-AES256",
                "--enable-ssl-refresh", "--trust_remote_code", "-dp=1",
                "--default-chat-template-kwargs", '{"enable_thinking": false}',
+               "--disable-access-log-for-endpoints", "/health,/v1/models",
                env={"HF_HUB_OFFLINE": "1"}, name="job-script server")
     yield s
     code = s.stop()
@@ -71,6 +72,12 @@ def test_job_script_flags_start_and_serve(job_script_server):
     # Behind --root-path too.
     prefixed = openai.OpenAI(base_url=f"{s.url}/api/v1", api_key=s.api_key, max_retries=0)
     assert [m.id for m in prefixed.models.list().data] == [MODEL_NAME]
+    # --disable-access-log-for-endpoints leaves /v1/models out of the access log, not the chat request.
+    deadline = time.time() + 5
+    while not any('"POST /v1/chat/completions' in line for line in s.lines) and time.time() < deadline:
+        time.sleep(0.1)
+    assert any('"POST /v1/chat/completions' in line for line in s.lines), s.log()
+    assert not any('"GET /v1/models' in line for line in s.lines), s.log()
 
 
 def test_file_only_keys_apply(job_script_server):

@@ -249,6 +249,9 @@ pub struct FrontendArgs {
     /// Do not log one line per HTTP request.
     #[arg(long)]
     pub disable_uvicorn_access_log: bool,
+    /// Paths the HTTP access log leaves out, comma-separated (e.g. "/health,/metrics,/ping").
+    #[arg(long)]
+    pub disable_access_log_for_endpoints: Option<String>,
     /// Log one line per accepted generation request.
     #[arg(long)]
     pub enable_log_requests: bool,
@@ -305,6 +308,14 @@ pub struct FrontendArgs {
     /// Log level (default: VLLM_LOGGING_LEVEL, else INFO; RUST_LOG overrides both).
     #[arg(long, ignore_case = true, value_parser = ["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"])]
     pub log_level: Option<String>,
+}
+
+impl FrontendArgs {
+    /// `--disable-access-log-for-endpoints`, split at commas (as vLLM does; a query string is not part of a path).
+    pub fn access_log_skip(&self) -> Vec<String> {
+        let list = self.disable_access_log_for_endpoints.as_deref().unwrap_or("");
+        list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect()
+    }
 }
 
 /// A list flag given as JSON, as vLLM takes `--allowed-origins` and its siblings.

@@ -82,7 +82,6 @@ const fn rserve(names: &'static [&'static str], arity: Arity) -> VllmFlag {
 }
 
 // Why a flag changes nothing, or why it is refused (one line each; the log and README print them).
-const ACCESS_LOG_FILTER: &str = "the access log cannot skip endpoints; use --disable-uvicorn-access-log";
 const ASYNC_SCHEDULING: &str = "rserve's engine thread overlaps host and device work on its own";
 const CHUNKED_PREFILL: &str = "chunked prefill is always on in rserve (vLLM v1's scheduler)";
 const CONTENT_FORMAT: &str = "text message content is passed to chat templates as a string";
@@ -226,7 +225,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--uds"], V, Refused(NO_UDS)),
     v(&["--uvicorn-log-level"], V, Implemented),
     v(&["--disable-uvicorn-access-log", "--enable-uvicorn-access-log"], S, Implemented),
-    v(&["--disable-access-log-for-endpoints"], V, Ignored(ACCESS_LOG_FILTER)),
+    v(&["--disable-access-log-for-endpoints"], V, Implemented),
     v(&["--allow-credentials", "--no-allow-credentials"], S, Implemented),
     v(&["--allowed-origins"], V, Implemented),
     v(&["--allowed-methods"], V, Implemented),
