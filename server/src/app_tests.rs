@@ -28,6 +28,7 @@ fn settings() -> ServerSettings {
         max_num_waiting: 100,
         max_num_queued_reqs: None,
         access_log_skip: Vec::new(),
+        request_id_headers: false,
         log_requests: true,
         server_load_tracking: false,
         dev_mode: None,
@@ -550,4 +551,21 @@ async fn max_num_queued_reqs_bounds_requests_in_flight() {
     let v: Value = serde_json::from_slice(&bytes).expect("json");
     assert_error(&v, "ServiceUnavailableError", None, Some("server_overloaded"));
     drop(first);
+}
+
+/// `--enable-request-id-headers`: the request's `X-Request-Id` comes back, else a fresh 32-hex-digit one; off, none.
+#[tokio::test]
+async fn request_id_headers() {
+    let (app, _) = app_with(FakeEngine::new(128), ServerSettings { request_id_headers: true, ..settings() });
+    let mut req = Request::get("/health").body(Body::empty()).expect("request");
+    req.headers_mut().insert("x-request-id", "abc-1".parse().expect("header"));
+    let resp = app.clone().oneshot(req).await.expect("infallible");
+    assert_eq!(resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()), Some("abc-1"));
+    let resp =
+        app.clone().oneshot(Request::get("/v1/nope").body(Body::empty()).expect("request")).await.expect("infallible");
+    let id = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).expect("an id").to_owned();
+    assert!(id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    let (plain, _) = app_with(FakeEngine::new(128), settings());
+    let resp = plain.oneshot(Request::get("/health").body(Body::empty()).expect("request")).await.expect("infallible");
+    assert!(resp.headers().get("x-request-id").is_none());
 }

@@ -48,6 +48,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_num_waiting: args.engine.scheduler.max_num_waiting,
         max_num_queued_reqs: args.engine.scheduler.max_num_queued_reqs,
         access_log_skip: args.frontend.access_log_skip(),
+        request_id_headers: args.frontend.enable_request_id_headers,
         log_requests: args.frontend.enable_log_requests,
         tools: ToolSettings {
             auto_tool_choice: args.frontend.enable_auto_tool_choice,

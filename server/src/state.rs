@@ -26,6 +26,8 @@ pub struct ServerSettings {
     pub max_num_waiting: usize,
     /// `--disable-access-log-for-endpoints`: paths the access log leaves out (`/health`, `/metrics`, ...).
     pub access_log_skip: Vec<String>,
+    /// `--enable-request-id-headers`: responses carry `X-Request-Id`.
+    pub request_id_headers: bool,
     /// `--max-num-queued-reqs`: refuse new requests (503) while this many are in flight (waiting or running).
     pub max_num_queued_reqs: Option<usize>,
     /// Log one line per accepted request.

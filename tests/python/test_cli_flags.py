@@ -15,6 +15,7 @@ from pathlib import Path
 
 import openai
 import pytest
+import requests
 
 from conftest import MODEL_NAME, Server, model_path, rserve_bin
 
@@ -54,7 +55,7 @@ def job_script_server(tmp_path_factory, hf_cache):
                "--tokenizer", TOKENIZER_REPO, "--max-num-partial-prefills", "2", "--ssl-ciphers", "ECDHE-RSA-AES256",
                "--enable-ssl-refresh", "--trust_remote_code", "-dp=1",
                "--default-chat-template-kwargs", '{"enable_thinking": false}',
-               "--disable-access-log-for-endpoints", "/health,/v1/models",
+               "--disable-access-log-for-endpoints", "/health,/v1/models", "--enable-request-id-headers",
                env={"HF_HUB_OFFLINE": "1"}, name="job-script server")
     yield s
     code = s.stop()
@@ -72,6 +73,9 @@ def test_job_script_flags_start_and_serve(job_script_server):
     # Behind --root-path too.
     prefixed = openai.OpenAI(base_url=f"{s.url}/api/v1", api_key=s.api_key, max_retries=0)
     assert [m.id for m in prefixed.models.list().data] == [MODEL_NAME]
+    # --enable-request-id-headers answers the caller's id.
+    r = requests.get(f"{s.url}/health", headers={"X-Request-Id": "job-1"}, timeout=30)
+    assert r.headers["x-request-id"] == "job-1"
     # --disable-access-log-for-endpoints leaves /v1/models out of the access log, not the chat request.
     deadline = time.time() + 5
     while not any('"POST /v1/chat/completions' in line for line in s.lines) and time.time() < deadline:

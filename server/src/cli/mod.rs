@@ -107,8 +107,8 @@ pub struct ModelArgs {
     /// Revision (branch, tag or commit) of a --tokenizer repo (default: main).
     #[arg(long)]
     pub tokenizer_revision: Option<String>,
-    /// Hugging Face token for gated or private repos (default: HF_TOKEN, else the token file `hf auth login`
-    /// writes; given without a value, that file).
+    /// Hugging Face token for gated or private repos (default, and given without a value: HF_TOKEN, else the token
+    /// file `hf auth login` writes).
     #[arg(long, num_args = 0..=1, default_missing_value = "")]
     pub hf_token: Option<String>,
     /// Weights quantization. rserve serves unquantized weights (GGUF files are dequantized at load): only "gguf"
@@ -249,6 +249,9 @@ pub struct FrontendArgs {
     /// Do not log one line per HTTP request.
     #[arg(long)]
     pub disable_uvicorn_access_log: bool,
+    /// Answer every response with an `X-Request-Id` header: the request's own, else a random one.
+    #[arg(long)]
+    pub enable_request_id_headers: bool,
     /// Paths the HTTP access log leaves out, comma-separated (e.g. "/health,/metrics,/ping").
     #[arg(long)]
     pub disable_access_log_for_endpoints: Option<String>,

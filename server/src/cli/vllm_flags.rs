@@ -147,7 +147,6 @@ const PROFILER: &str = "use rserve's --profile (CUDA step timings) instead of vL
 const PROMPT_EMBEDS: &str = "prompt embeddings as input are not supported";
 const QUANTIZATION: &str = "rserve serves unquantized weights (GGUF files are dequantized at load)";
 const QUEUE: &str = "the queue is bounded in requests (--max-num-queued-reqs, --max-num-waiting), not tokens";
-const REQUEST_ID_HEADERS: &str = "responses carry no X-Request-Id header";
 const REQUEST_TEMPLATE: &str = "a request's own chat_template is refused by rserve";
 const RESPONSE_ROLE: &str = "chat responses always use the role 'assistant'";
 const SAMPLER: &str = "rserve's sampler has no such option";
@@ -239,7 +238,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--ssl-ciphers"], V, Ignored(SSL_CIPHERS)),
     v(&["--root-path"], V, Implemented),
     v(&["--middleware"], N, Refused(NO_MIDDLEWARE)),
-    v(&["--enable-request-id-headers", "--disable-request-id-headers"], S, Ignored(REQUEST_ID_HEADERS)),
+    v(&["--enable-request-id-headers", "--disable-request-id-headers"], S, Implemented),
     v(&["--disable-fastapi-docs", "--enable-fastapi-docs"], S, Ignored(NO_DOCS)),
     v(&["--h11-max-incomplete-event-size"], V, Ignored(H11)),
     v(&["--h11-max-header-count"], V, Ignored(H11)),
