@@ -22,11 +22,16 @@ What it records (tests/fixtures/vllm/serve_flags.json):
 
 vLLM 0.34.0 needs torch to import; the parser does not touch a GPU, but `DeviceConfig` infers the platform when the
 parser is built, so the script sets `VLLM_TARGET_DEVICE=cpu` (vLLM's CPU platform) before importing. Usage (not run
-by CI):
+by CI; no GPU needed):
     python3 -m venv /tmp/vllmref
     /tmp/vllmref/bin/pip download vllm==0.34.0 --no-deps -d /tmp/vllm_wheel
-    /tmp/vllmref/bin/pip install /tmp/vllm_wheel/vllm-0.34.0-*.whl torch==2.14.0 <the wheel's other requirements>
+    /tmp/vllmref/bin/pip install --no-deps /tmp/vllm_wheel/vllm-0.34.0-*.whl
+    /tmp/vllmref/bin/pip install torch==2.14.0 "fastapi[standard]<0.137" "transformers<5.23,>=5.16.1" pydantic \
+        regex huggingface_hub cachetools psutil openai msgspec pyzmq cbor2 cloudpickle blake3 py-cpuinfo aiohttp \
+        pybase64 openai_harmony partial_json_parser llguidance xgrammar prometheus_client pillow pyyaml
     /tmp/vllmref/bin/python scripts/reference/vllm_serve_flags.py
+(torch from PyPI brings its CUDA library wheels, which it loads at import even without a GPU; the wheel's full
+requirement set is not installable as a whole from PyPI alone (flashinfer-python==0.7.3) and is not needed.)
 writes tests/fixtures/vllm/serve_flags.json.
 """
 
