@@ -23,14 +23,15 @@ cargo test --locked --workspace ${RSERVE_CARGO_FEATURES:+--features "$RSERVE_CAR
 export RSERVE_BIN="$REPO/target/debug/rserve"
 .venv/bin/python -m pytest -q tests/python
 # The same end-to-end suite on the SPIR-V kernels (--device opencl, Intel's OpenCL CPU runtime), when it is installed
-# (the HTTP front's own tests, test_http.py, do not depend on the device and run once, above).
+# (the HTTP front's own tests, test_http.py, and the command line's, test_cli_flags.py, do not depend on the device
+# and run once, above).
 if [ -n "${OCL_ICD_VENDORS:-}" ]; then
   RSERVE_E2E_ARGS="--device opencl" .venv/bin/python -m pytest -q tests/python --ignore=tests/python/test_parallel.py \
-    --ignore=tests/python/test_http.py
+    --ignore=tests/python/test_http.py --ignore=tests/python/test_cli_flags.py
 fi
 # And against a tensor-parallel server: rank 0 serves, three MPI ranks hold a third of the heads each.
 if [ "${RSERVE_MPI:-0}" = 1 ]; then
   RSERVE_E2E_LAUNCH="mpirun --allow-run-as-root --oversubscribe -n 3 -x RAYON_NUM_THREADS=1 --mca mpi_yield_when_idle 1" \
     RSERVE_E2E_ARGS="-tp 3" .venv/bin/python -m pytest -q tests/python --ignore=tests/python/test_parallel.py \
-      --ignore=tests/python/test_http.py
+      --ignore=tests/python/test_http.py --ignore=tests/python/test_cli_flags.py
 fi

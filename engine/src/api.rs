@@ -177,4 +177,6 @@ pub struct EngineInfo {
     pub device: String,
     pub max_num_seqs: usize,
     pub eos_token_ids: Vec<TokenId>,
+    /// Most log-probs a request may ask for (`--max-logprobs`; the vocabulary size for -1).
+    pub max_logprobs: usize,
 }

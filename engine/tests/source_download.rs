@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{DType, Tensor};
 use rserve_engine::config::Architecture;
-use rserve_engine::source::{resolve_model, ModelOrigin, ResolveOptions, ResolvedModel};
+use rserve_engine::source::{resolve_model, resolve_tokenizer, ModelOrigin, ResolveOptions, ResolvedModel};
 use rserve_engine::{weights, EngineError};
 use support::*;
 
@@ -298,4 +298,23 @@ fn download_failures_are_reported() {
     let offline = ResolveOptions { offline: true, ..opts };
     assert!(matches!(resolve_model("org/never", &offline), Err(EngineError::ModelNotFound { .. })));
     assert_eq!(hub.seen.lock().unwrap().len(), before);
+}
+
+/// `--tokenizer REPO`: only the tokenizer files are fetched (no config, no weights), into the same cache.
+#[test]
+fn tokenizer_repo_downloads_only_tokenizer_files() {
+    let (files, _) = tiny_repo_files(2);
+    let mut repos = HashMap::new();
+    repos.insert(("org/tok".to_string(), "main".to_string()), Revision { commit: COMMIT_MAIN.into(), files });
+    let hub = serve(repos, None);
+    let cache = tempfile::tempdir().unwrap();
+    let dir = resolve_tokenizer("org/tok", &options(cache.path(), &hub.base)).unwrap();
+    assert_eq!(dir, cache.path().join("models--org--tok/snapshots").join(COMMIT_MAIN));
+    assert!(dir.join("tokenizer.json").is_file());
+    let seen = hub.seen.lock().unwrap();
+    assert!(
+        !seen.iter().any(|s| s.path.ends_with(".safetensors")
+            || s.path.ends_with("config.json") && !s.path.ends_with("tokenizer_config.json")),
+        "{seen:?}"
+    );
 }

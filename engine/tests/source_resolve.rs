@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use rserve_engine::source::{resolve_model, ModelOrigin, ResolveOptions, ResolvedModel, DEFAULT_ENDPOINT};
+use rserve_engine::source::{
+    resolve_model, resolve_tokenizer, ModelOrigin, ResolveOptions, ResolvedModel, DEFAULT_ENDPOINT,
+};
 use rserve_engine::EngineError;
 
 const COMMIT_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -221,4 +223,20 @@ fn environment_precedence() {
     assert_eq!(o.token.as_deref(), Some("hf_from_file"));
     let o = ResolveOptions::from_vars(vars(&[("HF_HOME", hf_home), ("HF_TOKEN", "hf_env")]));
     assert_eq!(o.token.as_deref(), Some("hf_env"));
+}
+
+/// `--tokenizer`: a folder as it is; a repo id from the cache when its snapshot has a tokenizer.json (no weights
+/// needed); offline and missing, an error naming the paths searched.
+#[test]
+fn tokenizer_folders_and_cached_repos() {
+    let cache = tempfile::tempdir().unwrap();
+    let snap = write_snapshot(cache.path(), "org/tok", COMMIT_A, &[("tokenizer.json", "{}")]);
+    write_ref(cache.path(), "org/tok", "main", COMMIT_A);
+    assert_eq!(resolve_tokenizer("org/tok", &offline(cache.path())).unwrap(), snap);
+    assert_eq!(resolve_tokenizer(snap.to_str().unwrap(), &offline(cache.path())).unwrap(), snap);
+    let err = resolve_tokenizer("org/other", &offline(cache.path())).unwrap_err();
+    assert!(matches!(&err, EngineError::ModelNotFound { model, .. } if model.contains("org/other")), "{err}");
+    write_snapshot(cache.path(), "org/weights-only", COMMIT_B, &[("config.json", "{}")]);
+    write_ref(cache.path(), "org/weights-only", "main", COMMIT_B);
+    assert!(resolve_tokenizer("org/weights-only", &offline(cache.path())).is_err());
 }

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use axum::body::{Body, Bytes};
 use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::Uri;
+use axum::http::{HeaderValue, Uri};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -71,8 +71,11 @@ pub fn router(state: AppState, access_log: AccessLog) -> Router {
             .route("/reset_prefix_cache", post(dev::reset_prefix_cache));
     }
     app = app.fallback(not_found).method_not_allowed_fallback(method_not_allowed);
+    if state.settings.request_id_headers {
+        app = app.layer(middleware::from_fn(x_request_id));
+    }
     if access_log.0 {
-        app = app.layer(middleware::from_fn(log_access));
+        app = app.layer(middleware::from_fn_with_state(state.clone(), log_access));
     }
     app.with_state(state)
 }
@@ -85,8 +88,12 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// Logs `ADDR - "METHOD PATH VERSION" STATUS` once the response head is ready.
-async fn log_access(req: Request, next: Next) -> Response {
+/// Logs `ADDR - "METHOD PATH VERSION" STATUS` once the response head is ready, except for the paths of
+/// `--disable-access-log-for-endpoints`.
+async fn log_access(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if state.settings.access_log_skip.iter().any(|p| p == req.uri().path()) {
+        return next.run(req).await;
+    }
     let peer = req.extensions().get::<ConnectInfo<Peer>>().map(|c| c.0 .0.to_string()).unwrap_or_else(|| "-".into());
     let line = format!("{} {} {:?}", req.method(), req.uri().path(), req.version());
     let response = next.run(req).await;
@@ -94,6 +101,21 @@ async fn log_access(req: Request, next: Next) -> Response {
     tracing::info!(target: "rserve::access", "{peer} - \"{line}\" {} {}", status.as_u16(), status.canonical_reason().unwrap_or(""));
     response
 }
+
+/// `--enable-request-id-headers`: every response carries `X-Request-Id`, the request's own or a fresh random one (32
+/// hex digits, as vLLM's `uuid4().hex`).
+async fn x_request_id(req: Request, next: Next) -> Response {
+    let given = req.headers().get(X_REQUEST_ID).cloned();
+    let mut response = next.run(req).await;
+    let id = given.or_else(|| HeaderValue::try_from(format!("{:032x}", rand::random::<u128>())).ok());
+    if let Some(id) = id {
+        response.headers_mut().append(X_REQUEST_ID, id);
+    }
+    response
+}
+
+/// The header of `--enable-request-id-headers`.
+const X_REQUEST_ID: &str = "x-request-id";
 
 /// The routes `serve` lists at start-up: `ROUTES`, and `DEV_ROUTES` in development mode.
 pub fn listed_routes(dev_mode: bool) -> impl Iterator<Item = &'static (&'static str, &'static str)> {

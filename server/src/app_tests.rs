@@ -23,8 +23,12 @@ fn settings() -> ServerSettings {
     ServerSettings {
         tools: Default::default(),
         served_model_names: vec!["smol".into(), "alias".into()],
-        api_key: None,
+        api_keys: Vec::new(),
+        default_chat_template_kwargs: Default::default(),
         max_num_waiting: 100,
+        max_num_queued_reqs: None,
+        access_log_skip: Vec::new(),
+        request_id_headers: false,
         log_requests: true,
         server_load_tracking: false,
         dev_mode: None,
@@ -232,7 +236,10 @@ async fn error_cases() {
 
 #[tokio::test]
 async fn api_key_guards_v1_only() {
-    let (app, _) = app_with(FakeEngine::new(128), ServerSettings { api_key: Some("sk-good".into()), ..settings() });
+    let (app, _) = app_with(
+        FakeEngine::new(128),
+        ServerSettings { api_keys: vec!["sk-other".into(), "sk-good".into()], ..settings() },
+    );
     let models = |key: Option<&str>| {
         let mut r = Request::get("/v1/models");
         if let Some(k) = key {
@@ -381,7 +388,10 @@ async fn cors_preflight_from_any_origin_with_wildcards() {
 
 #[tokio::test]
 async fn cors_preflight_is_not_checked_for_the_api_key() {
-    let (app, _) = app_with(FakeEngine::new(128), ServerSettings { api_key: Some("sk-good".into()), ..settings() });
+    let (app, _) = app_with(
+        FakeEngine::new(128),
+        ServerSettings { api_keys: vec!["sk-other".into(), "sk-good".into()], ..settings() },
+    );
     let app = crate::app::front(app, cors(&["*"], false).layer().expect("cors"), None);
     let resp = app.oneshot(preflight("/v1/completions", "http://a.example")).await.expect("ok");
     assert_eq!(resp.status(), StatusCode::OK);
@@ -494,4 +504,68 @@ async fn dev_routes_only_in_dev_mode() {
     engine.alive.store(false, Ordering::Relaxed);
     let (s, _) = send_json(&app, Request::post("/reset_prefix_cache").body(Body::empty()).expect("req")).await;
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn default_chat_template_kwargs_sit_under_the_requests_own() {
+    let defaults = serde_json::from_value(json!({"enable_thinking": false, "style": "terse"})).expect("object");
+    let (app, engine) =
+        app_with(FakeEngine::new(256), ServerSettings { default_chat_template_kwargs: defaults, ..settings() });
+    use crate::port::Engine;
+    let prompt = |engine: &FakeEngine| {
+        let ids = engine.submitted().last().expect("submitted").prompt_token_ids.clone();
+        engine.decode(&ids, false).expect("decodes")
+    };
+    let (s, _) =
+        send_json(&app, post("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "hi"}]}))).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        prompt(&engine).contains("enable_thinking=false") && prompt(&engine).contains("style=\"terse\""),
+        "{}",
+        prompt(&engine)
+    );
+    let body =
+        json!({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"enable_thinking": true}});
+    let (s, _) = send_json(&app, post("/v1/chat/completions", body)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        prompt(&engine).contains("enable_thinking=true") && prompt(&engine).contains("style="),
+        "{}",
+        prompt(&engine)
+    );
+}
+
+/// `--max-num-queued-reqs`: requests in flight (waiting or running, as the server counts them) are bounded.
+#[tokio::test]
+async fn max_num_queued_reqs_bounds_requests_in_flight() {
+    let mut engine = FakeEngine::new(128);
+    engine.token_delay = Duration::from_millis(200);
+    let (app, _) = app_with(engine, ServerSettings { max_num_queued_reqs: Some(1), ..settings() });
+    let body = json!({"prompt": "a", "max_tokens": 3, "stream": true});
+    let first = app.clone().oneshot(post("/v1/completions", body.clone())).await.expect("infallible");
+    assert_eq!(first.status(), StatusCode::OK);
+    let resp = app.clone().oneshot(post("/v1/completions", body)).await.expect("infallible");
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    let v: Value = serde_json::from_slice(&bytes).expect("json");
+    assert_error(&v, "ServiceUnavailableError", None, Some("server_overloaded"));
+    drop(first);
+}
+
+/// `--enable-request-id-headers`: the request's `X-Request-Id` comes back, else a fresh 32-hex-digit one; off, none.
+#[tokio::test]
+async fn request_id_headers() {
+    let (app, _) = app_with(FakeEngine::new(128), ServerSettings { request_id_headers: true, ..settings() });
+    let mut req = Request::get("/health").body(Body::empty()).expect("request");
+    req.headers_mut().insert("x-request-id", "abc-1".parse().expect("header"));
+    let resp = app.clone().oneshot(req).await.expect("infallible");
+    assert_eq!(resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()), Some("abc-1"));
+    let resp =
+        app.clone().oneshot(Request::get("/v1/nope").body(Body::empty()).expect("request")).await.expect("infallible");
+    let id = resp.headers().get("x-request-id").and_then(|v| v.to_str().ok()).expect("an id").to_owned();
+    assert!(id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    let (plain, _) = app_with(FakeEngine::new(128), settings());
+    let resp = plain.oneshot(Request::get("/health").body(Body::empty()).expect("request")).await.expect("infallible");
+    assert!(resp.headers().get("x-request-id").is_none());
 }

@@ -1,4 +1,5 @@
-//! API-key check for the `/v1` routes: `Authorization: Bearer <key>` must match `--api-key` (or `VLLM_API_KEY`).
+//! API-key check for the `/v1` routes: `Authorization: Bearer <key>` must match one of the `--api-key` keys (or
+//! `VLLM_API_KEY`).
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -24,9 +25,12 @@ pub fn authorized(header: Option<&[u8]>, key: &str) -> bool {
 
 /// Middleware: refuses requests without the right key (when a key is configured).
 pub async fn require_api_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(key) = state.settings.api_key.as_deref() {
+    let keys = &state.settings.api_keys;
+    if !keys.is_empty() {
         let header = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
-        if !authorized(header, key) {
+        // Every key is compared (no early exit), so the time taken does not say which key came close.
+        let matches = keys.iter().fold(false, |found, key| authorized(header, key) | found);
+        if !matches {
             return ApiError::Unauthorized.into_response();
         }
     }

@@ -29,6 +29,9 @@ pub enum ApiError {
     /// The engine's waiting queue is full.
     #[error("the server is overloaded: {waiting} requests are waiting (limit {limit}); retry later")]
     Overloaded { waiting: usize, limit: usize },
+    /// `--max-num-queued-reqs`: as many requests as allowed are in flight (waiting or running).
+    #[error("the server is at capacity: {in_flight} requests are in flight (limit {limit}); retry later")]
+    AtCapacity { in_flight: usize, limit: usize },
     #[error("the engine has stopped")]
     EngineStopped,
     #[error("the server is shutting down")]
@@ -73,9 +76,10 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::ModelNotFound(_) | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Overloaded { .. } | ApiError::EngineStopped | ApiError::ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::Overloaded { .. }
+            | ApiError::AtCapacity { .. }
+            | ApiError::EngineStopped
+            | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -98,7 +102,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => (None, Some("request_too_large")),
             ApiError::ModelNotFound(_) => (Some("model".into()), Some("model_not_found")),
             ApiError::Unauthorized => (None, Some("invalid_api_key")),
-            ApiError::Overloaded { .. } => (None, Some("server_overloaded")),
+            ApiError::Overloaded { .. } | ApiError::AtCapacity { .. } => (None, Some("server_overloaded")),
             _ => (None, None),
         };
         ErrorBody { error: ErrorDetail { message: self.to_string(), kind, param, code: code.map(str::to_owned) } }
@@ -114,7 +118,7 @@ impl IntoResponse for ApiError {
             tracing::debug!(status = status.as_u16(), "request refused: {self}");
         }
         let mut response = (status, axum::Json(self.body())).into_response();
-        if matches!(self, ApiError::Overloaded { .. } | ApiError::ShuttingDown) {
+        if matches!(self, ApiError::Overloaded { .. } | ApiError::AtCapacity { .. } | ApiError::ShuttingDown) {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         }
         if matches!(self, ApiError::Unauthorized) {

@@ -1,5 +1,5 @@
 //! The `rserve` binary: parses the command line and runs `serve` (the OpenAI-compatible server), `generate` or
-//! `convert`. The server's code map: `cli` (flags), `serve` (life cycle), `app` + `routes/*` (HTTP), `openai/*`
+//! `convert`. The server's code map: `cli/` (flags: clap's, the vLLM flag table, `--config`, `VLLM_*`), `serve` (life cycle), `app` + `routes/*` (HTTP), `openai/*`
 //! (wire types, validation, rendering), `sse`, `fanout`, `state` (admission), `auth`, `json`, `error` (the one
 //! place errors become responses), `port` + `live` (the engine seen through one trait), `cors` and `tls` (the HTTP front's flags), `stats_log`,
 //! `shutdown`.
@@ -36,18 +36,29 @@ use std::process::ExitCode;
 use cli::Command;
 
 fn main() -> ExitCode {
-    let cli = cli::parse();
-    let access_level = match &cli.command {
-        Command::Serve(a) => Some(a.frontend.uvicorn_log_level.clone()),
-        _ => None,
+    let cli = match cli::parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // A refused flag or a bad --config file: one line, and exit code 1 (clap's usage errors exit with 2).
+            eprintln!("Error: {e}");
+            return ExitCode::FAILURE;
+        }
     };
-    logging::init(access_level.as_deref());
+    let (access_level, log_level) = match &cli.command {
+        Command::Serve(a) => (Some(a.frontend.uvicorn_log_level.clone()), a.frontend.log_level.clone()),
+        _ => (None, None),
+    };
+    logging::init(access_level.as_deref(), log_level.as_deref());
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Bench(cmd) => rserve_benches::run(*cmd).map_err(Into::into),
+        Command::HelpFlags => {
+            print!("{}", cli::flag_docs::markdown());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => {

@@ -39,10 +39,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.engine.model.trust_remote_code {
         tracing::info!("--trust-remote-code is accepted for compatibility and changes nothing");
     }
+    // One line per vLLM flag accepted without effect, naming it and why (`cli::vllm_flags`).
+    for notice in &args.notices {
+        tracing::warn!("{notice}");
+    }
     let settings = ServerSettings {
         served_model_names,
-        api_key: args.frontend.api_key.clone().filter(|k| !k.is_empty()),
+        api_keys: args.frontend.api_key.iter().filter(|k| !k.is_empty()).cloned().collect(),
+        default_chat_template_kwargs: args.frontend.default_chat_template_kwargs.clone().unwrap_or_default().0,
         max_num_waiting: args.engine.scheduler.max_num_waiting,
+        max_num_queued_reqs: args.engine.scheduler.max_num_queued_reqs,
+        access_log_skip: args.frontend.access_log_skip(),
+        request_id_headers: args.frontend.enable_request_id_headers,
         log_requests: args.frontend.enable_log_requests,
         tools: ToolSettings {
             auto_tool_choice: args.frontend.enable_auto_tool_choice,
@@ -80,6 +88,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 pub struct Front {
     cors: CorsLayer,
     tls: Option<Arc<rustls::ServerConfig>>,
+    /// The files to watch for `--enable-ssl-refresh`.
+    tls_refresh: Option<TlsFiles>,
     root_path: Option<String>,
 }
 
@@ -94,6 +104,7 @@ impl Front {
             allow_credentials: f.allow_credentials,
         }
         .layer()?;
+        let mut tls_refresh = None;
         let tls = match (&f.ssl_keyfile, &f.ssl_certfile) {
             (Some(keyfile), Some(certfile)) => {
                 if f.ssl_cert_reqs != 0 && f.ssl_ca_certs.is_none() {
@@ -105,7 +116,9 @@ impl Front {
                     ca_certs: f.ssl_ca_certs.clone(),
                     cert_reqs: f.ssl_cert_reqs,
                 };
-                Some(files.server_config()?)
+                let config = files.server_config()?;
+                tls_refresh = f.enable_ssl_refresh.then_some(files);
+                Some(config)
             }
             (None, None) if f.ssl_ca_certs.is_some() || f.ssl_cert_reqs != 0 => {
                 return Err(CliError::SslWithoutHttps.into())
@@ -113,7 +126,10 @@ impl Front {
             (None, None) => None,
             _ => return Err(CliError::SslPair.into()),
         };
-        Ok(Self { cors, tls, root_path: args.root_path()? })
+        if f.enable_ssl_refresh && tls.is_none() {
+            tracing::warn!("Ignoring --enable-ssl-refresh: HTTPS is off (no --ssl-keyfile / --ssl-certfile)");
+        }
+        Ok(Self { cors, tls, tls_refresh, root_path: args.root_path()? })
     }
 }
 
@@ -182,7 +198,8 @@ pub async fn serve(
     let service = router.into_make_service_with_connect_info::<Peer>();
     let mut server: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match front.tls {
         Some(config) => {
-            let listener = TlsListener::new(listener, config).context("starting the TLS listener")?;
+            let listener =
+                TlsListener::new(listener, config, front.tls_refresh).context("starting the TLS listener")?;
             Box::pin(axum::serve(listener, service).with_graceful_shutdown(until_signal).into_future())
         }
         None => Box::pin(axum::serve(listener, service).with_graceful_shutdown(until_signal).into_future()),

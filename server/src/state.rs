@@ -17,9 +17,18 @@ use crate::port::{Engine, Events};
 pub struct ServerSettings {
     /// Names clients may use for the model; the first is reported in responses by default.
     pub served_model_names: Vec<String>,
-    pub api_key: Option<String>,
+    /// `--api-key` (or `VLLM_API_KEY`): a request must carry one of them; empty: no check.
+    pub api_keys: Vec<String>,
+    /// `--default-chat-template-kwargs`: template variables under each chat request's own `chat_template_kwargs`.
+    pub default_chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// Refuse new requests (503) while this many are waiting.
     pub max_num_waiting: usize,
+    /// `--disable-access-log-for-endpoints`: paths the access log leaves out (`/health`, `/metrics`, ...).
+    pub access_log_skip: Vec<String>,
+    /// `--enable-request-id-headers`: responses carry `X-Request-Id`.
+    pub request_id_headers: bool,
+    /// `--max-num-queued-reqs`: refuse new requests (503) while this many are in flight (waiting or running).
+    pub max_num_queued_reqs: Option<usize>,
     /// Log one line per accepted request.
     pub log_requests: bool,
     /// `--enable-auto-tool-choice` and `--tool-call-parser`.
@@ -145,6 +154,12 @@ impl AppState {
         let limit = self.settings.max_num_waiting;
         if waiting >= limit {
             return Err(ApiError::Overloaded { waiting, limit });
+        }
+        if let Some(limit) = self.settings.max_num_queued_reqs {
+            let in_flight = self.in_flight();
+            if in_flight >= limit {
+                return Err(ApiError::AtCapacity { in_flight, limit });
+            }
         }
         let mut admitted = Vec::with_capacity(requests.len());
         for request in requests {

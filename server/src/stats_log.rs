@@ -56,7 +56,7 @@ pub fn line(m: &EngineMetrics, before: Snapshot, now: Snapshot, elapsed: Duratio
 pub async fn run(engine: std::sync::Arc<dyn Engine>) {
     let mut before = Snapshot::take(engine.metrics());
     let mut t0 = Instant::now();
-    let mut ticker = tokio::time::interval(INTERVAL);
+    let mut ticker = tokio::time::interval(crate::cli::env::log_stats_interval(INTERVAL));
     ticker.tick().await;
     loop {
         ticker.tick().await;

@@ -55,6 +55,7 @@ pub fn info(max_model_len: usize) -> EngineInfo {
         device: "cpu".into(),
         max_num_seqs: 8,
         eos_token_ids: vec![TokenId(1)],
+        max_logprobs: 20,
     }
 }
 

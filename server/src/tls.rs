@@ -1,13 +1,15 @@
 //! HTTPS, as uvicorn serves it for vLLM: `--ssl-keyfile` / `--ssl-certfile` (PEM) into a rustls server config, client
 //! certificates checked against `--ssl-ca-certs` when `--ssl-cert-reqs` asks for them, and `TlsListener`, the
 //! listener `axum::serve` takes for HTTPS (so graceful shutdown and the connection info are the same as for HTTP).
-//! Handshakes run in their own tasks: a slow client never holds up the others.
+//! Handshakes run in their own tasks: a slow client never holds up the others. With `--enable-ssl-refresh` a task
+//! watches the files' modification times and swaps in a new config when they change (new handshakes use it; open
+//! connections keep theirs); a change that does not load keeps the old config and logs why.
 
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -23,6 +25,8 @@ use tokio_rustls::TlsAcceptor;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Finished handshakes waiting for `axum::serve` to take them.
 const ACCEPT_QUEUE: usize = 256;
+/// How often `--enable-ssl-refresh` looks at the files.
+const REFRESH_POLL: Duration = Duration::from_secs(2);
 
 /// The TLS flags (`--ssl-*`), as given.
 #[derive(Debug, Clone, Default)]
@@ -94,6 +98,39 @@ impl TlsFiles {
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
+
+    /// The files' modification times (None for one that cannot be read): a change means "reload".
+    pub fn stamp(&self) -> Vec<Option<SystemTime>> {
+        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let mut stamp = vec![mtime(&self.keyfile), mtime(&self.certfile)];
+        stamp.extend(self.ca_certs.as_deref().map(mtime));
+        stamp
+    }
+}
+
+/// The config new handshakes use; `--enable-ssl-refresh` replaces it.
+type SharedConfig = Arc<RwLock<Arc<ServerConfig>>>;
+
+/// Polls the files and swaps in a new config when they change, until aborted.
+async fn refresh(files: TlsFiles, shared: SharedConfig) {
+    let mut seen = files.stamp();
+    loop {
+        tokio::time::sleep(REFRESH_POLL).await;
+        let now = files.stamp();
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match files.server_config() {
+            Ok(config) => {
+                if let Ok(mut current) = shared.write() {
+                    *current = config;
+                }
+                tracing::info!("SSL certificate files changed: reloaded the TLS configuration");
+            }
+            Err(e) => tracing::warn!("SSL certificate files changed but do not load (keeping the old ones): {e}"),
+        }
+    }
 }
 
 /// A TCP listener that hands `axum::serve` connections whose TLS handshake has finished.
@@ -101,14 +138,17 @@ pub struct TlsListener {
     ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     local: SocketAddr,
     acceptor_task: JoinHandle<()>,
+    refresh_task: Option<JoinHandle<()>>,
 }
 
 impl TlsListener {
-    /// Accepts on `tcp` from now on, each handshake in its own task.
-    pub fn new(tcp: TcpListener, config: Arc<ServerConfig>) -> io::Result<Self> {
+    /// Accepts on `tcp` from now on, each handshake in its own task; with `refresh_from`, reloads the config when
+    /// those files change (`--enable-ssl-refresh`).
+    pub fn new(tcp: TcpListener, config: Arc<ServerConfig>, refresh_from: Option<TlsFiles>) -> io::Result<Self> {
         let local = tcp.local_addr()?;
         let (tx, ready) = mpsc::channel(ACCEPT_QUEUE);
-        let acceptor = TlsAcceptor::from(config);
+        let shared: SharedConfig = Arc::new(RwLock::new(config));
+        let refresh_task = refresh_from.map(|files| tokio::spawn(refresh(files, shared.clone())));
         let acceptor_task = tokio::spawn(async move {
             loop {
                 let (stream, peer) = match tcp.accept().await {
@@ -120,7 +160,11 @@ impl TlsListener {
                         continue;
                     }
                 };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                let config = match shared.read() {
+                    Ok(c) => c.clone(),
+                    Err(poisoned) => poisoned.into_inner().clone(),
+                };
+                let (acceptor, tx) = (TlsAcceptor::from(config), tx.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
@@ -132,13 +176,16 @@ impl TlsListener {
                 });
             }
         });
-        Ok(Self { ready, local, acceptor_task })
+        Ok(Self { ready, local, acceptor_task, refresh_task })
     }
 }
 
 impl Drop for TlsListener {
     fn drop(&mut self) {
         self.acceptor_task.abort();
+        if let Some(task) = &self.refresh_task {
+            task.abort();
+        }
     }
 }
 

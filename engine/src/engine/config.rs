@@ -31,6 +31,8 @@ pub struct EngineConfig {
     pub revision: Option<String>,
     /// Tokenizer override (repo id or directory); None: the model's own.
     pub tokenizer: Option<String>,
+    /// `--tokenizer-revision`: the revision of a `--tokenizer` repo; None: `main`.
+    pub tokenizer_revision: Option<String>,
     pub dtype: DTypeArg,
     /// None: the model's `max_position_embeddings` (capped by what the KV cache holds).
     pub max_model_len: Option<usize>,
@@ -69,6 +71,14 @@ pub struct EngineConfig {
     pub enforce_eager: bool,
     /// `--profile`: timing output of the CUDA runner.
     pub profile: crate::graph_runner::ProfileMode,
+    /// `--download-dir`: the Hugging Face cache folder to look models and tokenizers up in and download to; None: the
+    /// environment's (`HF_HUB_CACHE`, `HF_HOME`, ...).
+    pub download_dir: Option<std::path::PathBuf>,
+    /// `--hf-token`: the Hub token; `Some("")` (the flag without a value) means the stored token file, None the
+    /// environment's.
+    pub hf_token: Option<String>,
+    /// `--max-logprobs`: most log-probs a request may ask for; None: the vocabulary size (vLLM's -1).
+    pub max_logprobs: Option<usize>,
     /// Testing only (the hidden `--testing-fail-engine-after-requests N`): the engine thread exits when request N + 1
     /// arrives, so that tests can watch a server whose engine died.
     pub testing_fail_after_requests: Option<usize>,
@@ -82,6 +92,7 @@ impl EngineConfig {
             model: model.into(),
             revision: None,
             tokenizer: None,
+            tokenizer_revision: None,
             dtype: DTypeArg::Auto,
             max_model_len: None,
             gpu_memory_utilization: 0.9,
@@ -106,6 +117,25 @@ impl EngineConfig {
             profile: Default::default(),
             testing_fail_after_requests: None,
             served_model_name: None,
+            download_dir: None,
+            hf_token: None,
+            max_logprobs: Some(20),
         }
+    }
+
+    /// How models and tokenizers are looked up: the environment's options with `--revision`, `--download-dir` and
+    /// `--hf-token` applied.
+    pub fn resolve_options(&self) -> crate::source::ResolveOptions {
+        let mut opts = crate::source::ResolveOptions::from_env();
+        opts.revision = self.revision.clone();
+        if let Some(dir) = &self.download_dir {
+            opts.cache_dir = dir.clone();
+        }
+        match self.hf_token.as_deref() {
+            // Without a value vLLM uses the stored login, which the environment's options already fall back to.
+            Some("") | None => {}
+            Some(token) => opts.token = Some(token.to_owned()),
+        }
+        opts
     }
 }

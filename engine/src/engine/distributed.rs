@@ -98,8 +98,7 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
     }
     #[cfg(feature = "mpi")]
     {
-        let mut opts = crate::source::ResolveOptions::from_env();
-        opts.revision = cfg.revision.clone();
+        let mut opts = cfg.resolve_options();
         opts.progress = false;
         let dummy = cfg.load_format == "dummy";
         let resolved = match dummy {

@@ -31,9 +31,10 @@ fn compute_dtype(arg: DTypeArg) -> DType {
     }
 }
 
-fn load_tokenizer(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<Tokenizer> {
-    if let Some(dir) = &cfg.tokenizer {
-        let dir = std::path::Path::new(dir);
+fn load_tokenizer(cfg: &EngineConfig, resolved: &ResolvedModel, opts: &ResolveOptions) -> Result<Tokenizer> {
+    if let Some(spec) = &cfg.tokenizer {
+        // A folder, or a Hub repo id looked up in (and downloaded to) the same cache as models.
+        let dir = crate::source::resolve_tokenizer(spec, &opts.clone().revision(cfg.tokenizer_revision.clone()))?;
         let cfg_file = dir.join("tokenizer_config.json");
         return Tokenizer::from_file(&dir.join("tokenizer.json"), cfg_file.exists().then_some(cfg_file.as_path()));
     }
@@ -108,8 +109,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         )));
     }
     let t0 = Instant::now();
-    let mut opts = ResolveOptions::from_env();
-    opts.revision = cfg.revision.clone();
+    let opts = cfg.resolve_options();
     let resolved = match cfg.load_format.as_str() {
         "dummy" => crate::weights::dummy::resolve(&cfg.model).or_else(|_| resolve_model(&cfg.model, &opts))?,
         _ => resolve_model(&cfg.model, &opts)?,
@@ -128,7 +128,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         params.num_kv_heads,
         dtype.as_str()
     );
-    let tokenizer = Arc::new(load_tokenizer(&cfg, &resolved)?);
+    let tokenizer = Arc::new(load_tokenizer(&cfg, &resolved, &opts)?);
     let chat_template = load_chat_template(&cfg, &resolved, &tokenizer)?;
     if chat_template.is_none() {
         tracing::warn!("the model has no chat template: /v1/chat/completions will be refused (pass --chat-template)");
@@ -226,6 +226,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         device: device_name,
         max_num_seqs: cfg.max_num_seqs,
         eos_token_ids: eos.clone(),
+        max_logprobs: cfg.max_logprobs.unwrap_or(params.vocab_size),
     };
     let setup = MetricsSetup {
         model_name: cfg.served_model_name.clone().unwrap_or_else(|| cfg.model.clone()),

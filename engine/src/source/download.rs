@@ -161,3 +161,20 @@ pub fn download_repo(repo_id: &str, revision: &str, opts: &ResolveOptions) -> Re
         message: format!("unexpected cache path {}", config.display()),
     })
 }
+
+/// Downloads only a repo's tokenizer files (`tokenizer.json`, required; `tokenizer_config.json` and the chat template
+/// when present) into `opts.cache_dir`, for `--tokenizer REPO`; returns the snapshot folder.
+pub fn download_tokenizer(repo_id: &str, revision: &str, opts: &ResolveOptions) -> Result<PathBuf> {
+    let api = build_api(opts)?;
+    let repo = Repo::with_revision(repo_id.to_string(), RepoType::Model, revision.to_string());
+    let cache = Cache::new(opts.cache_dir.clone()).repo(repo.clone());
+    let fetcher = Fetcher { repo: api.repo(repo), cache, repo_id, progress: opts.progress };
+    let tokenizer = fetcher.require(TOKENIZER, format!("{repo_id}: {TOKENIZER}"))?;
+    for optional in [TOKENIZER_CONFIG, CHAT_TEMPLATE] {
+        fetcher.fetch(optional, format!("{repo_id}: {optional}"))?;
+    }
+    tokenizer.parent().map(|p| p.to_path_buf()).ok_or_else(|| EngineError::Download {
+        model: repo_id.to_string(),
+        message: format!("unexpected cache path {}", tokenizer.display()),
+    })
+}

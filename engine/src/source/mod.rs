@@ -148,3 +148,27 @@ pub fn resolve_model(spec: &str, opts: &ResolveOptions) -> Result<ResolvedModel>
         }),
     }
 }
+
+/// Resolves `--tokenizer`: a folder holding `tokenizer.json`, or a Hub repo id found in the cache (a snapshot with a
+/// `tokenizer.json`) or, unless offline, downloaded into it (tokenizer files only). Returns the folder.
+pub fn resolve_tokenizer(spec: &str, opts: &ResolveOptions) -> Result<PathBuf> {
+    let spec = spec.trim();
+    let path = Path::new(spec);
+    if path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    let mut searched = vec![absolute(path)];
+    if !hf_cache::is_repo_id(spec) {
+        return Err(EngineError::ModelNotFound { model: format!("tokenizer {spec}"), searched });
+    }
+    let revision = opts.revision_or_main();
+    match hf_cache::snapshot_dir(&opts.cache_dir, spec, revision) {
+        Ok((_, dir)) if dir.join(local::TOKENIZER).is_file() => return Ok(dir),
+        Ok((_, dir)) => searched.push(dir.join(local::TOKENIZER)),
+        Err(paths) => searched.extend(paths),
+    }
+    if opts.offline {
+        return Err(EngineError::ModelNotFound { model: format!("tokenizer {spec}@{revision} (offline)"), searched });
+    }
+    download::download_tokenizer(spec, revision, opts)
+}

@@ -20,7 +20,6 @@ pub const MAX_N: i64 = 128;
 /// Most choices per request (prompts × n).
 pub const MAX_CHOICES: usize = 256;
 /// Most log-prob alternatives per token (`top_logprobs`, completions `logprobs`).
-pub const MAX_LOGPROBS: i64 = 20;
 /// Most stop strings per request.
 pub const MAX_STOP_STRINGS: usize = 64;
 
@@ -53,12 +52,13 @@ pub enum ValidationError {
     LogitBiasKeyInvalid { key: String, max_id: usize },
     #[error("logit_bias values must be between -100 and 100, got {value} for token {key}")]
     LogitBiasValueOutOfRange { key: String, value: f64 },
-    #[error("top_logprobs must be between 0 and {MAX_LOGPROBS}, got {0}")]
-    TopLogprobsOutOfRange(i64),
+    /// The bound is `--max-logprobs`.
+    #[error("top_logprobs must be between 0 and {1}, got {0}")]
+    TopLogprobsOutOfRange(i64, usize),
     #[error("top_logprobs requires logprobs to be true")]
     TopLogprobsWithoutLogprobs,
-    #[error("logprobs must be between 0 and {MAX_LOGPROBS}, got {0}")]
-    LogprobsOutOfRange(i64),
+    #[error("logprobs must be between 0 and {1}, got {0}")]
+    LogprobsOutOfRange(i64, usize),
     #[error("{param} must hold token ids between 0 and {max_id}, got {value}")]
     TokenIdOutOfRange { param: &'static str, value: i64, max_id: usize },
     #[error("stop strings must not be empty")]
@@ -126,8 +126,8 @@ impl ValidationError {
             V::MaxTokensTooSmall { field, .. } => field,
             V::MinTokensNegative(_) | V::MinTokensAboveMaxTokens { .. } => "min_tokens",
             V::LogitBiasKeyInvalid { .. } | V::LogitBiasValueOutOfRange { .. } => "logit_bias",
-            V::TopLogprobsOutOfRange(_) | V::TopLogprobsWithoutLogprobs => "top_logprobs",
-            V::LogprobsOutOfRange(_) => "logprobs",
+            V::TopLogprobsOutOfRange(..) | V::TopLogprobsWithoutLogprobs => "top_logprobs",
+            V::LogprobsOutOfRange(..) => "logprobs",
             V::TokenIdOutOfRange { param, .. } => param,
             V::StopStringEmpty | V::TooManyStopStrings(_) => "stop",
             V::StreamOptionsWithoutStream => "stream_options",
@@ -568,7 +568,9 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine, tool_settings: &To
         }
     }
     let top = match req.top_logprobs {
-        Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => return Err(ValidationError::TopLogprobsOutOfRange(k)),
+        Some(k) if k < 0 || k as u64 > info.max_logprobs as u64 => {
+            return Err(ValidationError::TopLogprobsOutOfRange(k, info.max_logprobs))
+        }
         Some(k) => k as usize,
         None => 0,
     };
@@ -658,7 +660,9 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
         }
     }
     let logprobs = match req.logprobs {
-        Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => return Err(ValidationError::LogprobsOutOfRange(k)),
+        Some(k) if k < 0 || k as u64 > info.max_logprobs as u64 => {
+            return Err(ValidationError::LogprobsOutOfRange(k, info.max_logprobs))
+        }
         Some(k) => Some(k as usize),
         None => None,
     };

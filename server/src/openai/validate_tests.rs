@@ -184,14 +184,14 @@ fn rule_logit_bias() {
 fn rule_logprobs() {
     refused(
         chat_with(json!({"logprobs": true, "top_logprobs": 21})),
-        ValidationError::TopLogprobsOutOfRange(21),
+        ValidationError::TopLogprobsOutOfRange(21, 20),
         "top_logprobs",
     );
     refused(chat_with(json!({"top_logprobs": 2})), ValidationError::TopLogprobsWithoutLogprobs, "top_logprobs");
     assert_eq!(chat_with(json!({"logprobs": true})).expect("valid").logprobs, Some(0));
     assert_eq!(chat_with(json!({"logprobs": false, "top_logprobs": 0})).expect("valid").logprobs, None);
-    refused(compl_with(json!({"logprobs": 21})), ValidationError::LogprobsOutOfRange(21), "logprobs");
-    refused(compl_with(json!({"logprobs": -1})), ValidationError::LogprobsOutOfRange(-1), "logprobs");
+    refused(compl_with(json!({"logprobs": 21})), ValidationError::LogprobsOutOfRange(21, 20), "logprobs");
+    refused(compl_with(json!({"logprobs": -1})), ValidationError::LogprobsOutOfRange(-1, 20), "logprobs");
     assert_eq!(compl_with(json!({"logprobs": 3})).expect("valid").requests[0].sampling.logprobs, Some(3));
 }
 

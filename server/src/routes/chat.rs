@@ -3,6 +3,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::fanout;
@@ -13,10 +14,28 @@ use crate::openai::validate;
 use crate::sse;
 use crate::state::AppState;
 
+/// `--default-chat-template-kwargs` under the request's own `chat_template_kwargs`: the request's keys win, as vLLM
+/// merges them. A value that is not an object is left for validation to refuse.
+fn with_default_kwargs(req: &mut ChatCompletionRequest, defaults: &Map<String, Value>) {
+    if defaults.is_empty() {
+        return;
+    }
+    match &mut req.chat_template_kwargs {
+        Some(Value::Object(kw)) => {
+            for (k, v) in defaults {
+                kw.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+        }
+        slot @ (None | Some(Value::Null)) => *slot = Some(Value::Object(defaults.clone())),
+        Some(_) => {}
+    }
+}
+
 pub async fn create(
     State(state): State<AppState>,
-    ApiJson(req): ApiJson<ChatCompletionRequest>,
+    ApiJson(mut req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
+    with_default_kwargs(&mut req, &state.settings.default_chat_template_kwargs);
     let model = state.resolve_model(req.model.as_deref())?;
     let valid = validate::chat(&req, state.engine.as_ref(), &state.settings.tools)?;
     let meta = ResponseMeta::new("chatcmpl", model);

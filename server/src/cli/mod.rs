@@ -1,17 +1,28 @@
 //! The command line, mirroring `vllm serve`: `rserve MODEL [flags]` (same as `rserve serve MODEL`), plus `generate`
-//! and `convert`. Flags are grouped in `--help` like vLLM's (ModelConfig, CacheConfig, ParallelConfig, …). Here flags
-//! are parsed and checked; a value we cannot honour yet is a start-up error (`CliError`), never silently ignored.
+//! and `convert`. Flags are grouped in `--help` like vLLM's (ModelConfig, CacheConfig, ParallelConfig, …). Here the
+//! implemented flags are parsed and checked; a value we cannot honour yet is a start-up error (`CliError`), never
+//! silently ignored. Every other `vllm serve` flag is classified in `vllm_flags` and applied by `compat` before clap
+//! runs (ignored with a warning, or refused with a reason); `config_file` reads `--config FILE.yaml`, `env` lists the
+//! `VLLM_*` variables rserve reads, `flag_docs` writes README's flag table from all of it.
+
+mod compat;
+mod config_file;
+pub mod env;
+pub mod flag_docs;
+pub mod vllm_flags;
+
+pub use compat::Notice;
 
 pub use crate::human::parse_human_int;
 use crate::openai::tool_parsers::ToolParser;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use rserve_engine::engine::{DTypeArg, EngineConfig};
 
 /// Subcommand names; any other first argument is taken as the model of `serve`.
-const SUBCOMMANDS: &[&str] = &["serve", "generate", "convert", "bench", "plan", "help"];
+const SUBCOMMANDS: &[&str] = &["serve", "generate", "convert", "bench", "plan", "help", "help-flags"];
 
 #[derive(Debug, Parser)]
 #[command(
@@ -26,6 +37,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start-up; boxing the large variants would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve a model over the OpenAI-compatible HTTP API (the default command).
@@ -39,17 +52,28 @@ pub enum Command {
     /// Benchmarks: `bench serve` load-tests an OpenAI-compatible server (like `vllm bench serve`).
     #[command(subcommand)]
     Bench(Box<rserve_benches::BenchCommand>),
+    /// Print, as Markdown tables, what rserve does with every `vllm serve` flag and `VLLM_*` variable (README's
+    /// flag section).
+    HelpFlags,
 }
 
+/// A flag given twice takes its last value, as argparse does (a `--config` file's flag, then the command line's).
 #[derive(Debug, Clone, Args)]
+#[command(args_override_self = true)]
 pub struct ServeArgs {
     /// The model: a Hugging Face repo id, a local model folder, or a .gguf file.
     #[arg(value_name = "MODEL_TAG")]
     pub model_tag: Option<String>,
+    /// Read flags from a YAML file (keys are flag names without `--`); flags on the command line win over it.
+    #[arg(long, value_name = "FILE.yaml")]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
     pub frontend: FrontendArgs,
+    /// The vLLM flags accepted without effect (logged at start-up).
+    #[arg(skip)]
+    pub notices: Vec<Notice>,
 }
 
 /// Everything that shapes the engine (shared by `serve` and `generate`).
@@ -77,9 +101,23 @@ pub struct ModelArgs {
     /// The model (alternative to the positional MODEL_TAG).
     #[arg(long)]
     pub model: Option<String>,
-    /// Tokenizer to use instead of the model's own (repo id or folder).
+    /// Tokenizer to use instead of the model's own: a Hub repo id (looked up and downloaded like models) or a folder.
     #[arg(long)]
     pub tokenizer: Option<String>,
+    /// Revision (branch, tag or commit) of a --tokenizer repo (default: main).
+    #[arg(long)]
+    pub tokenizer_revision: Option<String>,
+    /// Hugging Face token for gated or private repos (default, and given without a value: HF_TOKEN, else the token
+    /// file `hf auth login` writes).
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
+    pub hf_token: Option<String>,
+    /// Weights quantization. rserve serves unquantized weights (GGUF files are dequantized at load): only "gguf"
+    /// for a .gguf model, or "none".
+    #[arg(long)]
+    pub quantization: Option<String>,
+    /// Most log-probs a request may ask for (`logprobs` / `top_logprobs`); -1: the vocabulary size.
+    #[arg(long, default_value_t = 20, allow_negative_numbers = true)]
+    pub max_logprobs: i64,
     /// Model revision (branch, tag or commit) on the Hugging Face hub.
     #[arg(long)]
     pub revision: Option<String>,
@@ -93,7 +131,7 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Names the API accepts for the model (the first is reported). Default: the model argument.
-    #[arg(long, num_args = 1..)]
+    #[arg(long, num_args = 1.., action = clap::ArgAction::Set)]
     pub served_model_name: Vec<String>,
     /// Sampling defaults: "auto" (the model's generation_config.json), "vllm" (none), or a folder.
     #[arg(long, default_value = "auto")]
@@ -129,8 +167,8 @@ pub struct CacheArgs {
     /// Share KV blocks of equal prompt prefixes (default on).
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
     pub enable_prefix_caching: bool,
-    /// Turn prefix caching off.
-    #[arg(long, overrides_with = "enable_prefix_caching")]
+    /// Turn prefix caching off (also --disable-prefix-caching).
+    #[arg(long, overrides_with = "enable_prefix_caching", alias = "disable-prefix-caching")]
     pub no_enable_prefix_caching: bool,
     /// KV cache dtype: only "auto" (the compute dtype) for now.
     #[arg(long, default_value = "auto")]
@@ -163,6 +201,9 @@ pub struct SchedulerArgs {
     /// Most requests waiting for a slot; beyond it new requests get 503 with Retry-After.
     #[arg(long, default_value_t = 1024)]
     pub max_num_waiting: usize,
+    /// Most requests in flight (waiting or running); beyond it new requests get 503. Default: no limit.
+    #[arg(long)]
+    pub max_num_queued_reqs: Option<usize>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -177,9 +218,14 @@ pub struct DeviceArgs {
     /// With --device opencl: the device index within that platform (default: its first GPU, else 0).
     #[arg(long)]
     pub opencl_device: Option<usize>,
-    /// Weights: auto (the checkpoint) or dummy (random weights of the config's shapes, for benchmarks).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "dummy"])]
+    /// Weights: auto, safetensors or gguf (the checkpoint's files) or dummy (random weights of the config's shapes,
+    /// for benchmarks).
+    #[arg(long, default_value = "auto")]
     pub load_format: String,
+    /// The Hugging Face cache folder models and tokenizers are looked up in and downloaded to (default: HF_HUB_CACHE,
+    /// else HF_HOME/hub).
+    #[arg(long)]
+    pub download_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -191,9 +237,9 @@ pub struct FrontendArgs {
     /// Port to listen on (0: any free port; the log line names it).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on /v1 routes.
-    #[arg(long, env = "VLLM_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
+    /// Require `Authorization: Bearer KEY` on /v1 routes (one of the keys given).
+    #[arg(long, num_args = 1.., action = clap::ArgAction::Set, env = "VLLM_API_KEY", hide_env_values = true)]
+    pub api_key: Vec<String>,
     /// Seconds running requests may take to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30.0)]
     pub shutdown_timeout: f64,
@@ -203,12 +249,15 @@ pub struct FrontendArgs {
     /// Do not log one line per HTTP request.
     #[arg(long)]
     pub disable_uvicorn_access_log: bool,
+    /// Answer every response with an `X-Request-Id` header: the request's own, else a random one.
+    #[arg(long)]
+    pub enable_request_id_headers: bool,
+    /// Paths the HTTP access log leaves out, comma-separated (e.g. "/health,/metrics,/ping").
+    #[arg(long)]
+    pub disable_access_log_for_endpoints: Option<String>,
     /// Log one line per accepted generation request.
     #[arg(long)]
     pub enable_log_requests: bool,
-    /// Accepted for compatibility (requests are not logged unless --enable-log-requests).
-    #[arg(long)]
-    pub disable_log_requests: bool,
     /// Do not log the periodic throughput line.
     #[arg(long)]
     pub disable_log_stats: bool,
@@ -216,6 +265,10 @@ pub struct FrontendArgs {
     /// --tool-call-parser.
     #[arg(long)]
     pub enable_auto_tool_choice: bool,
+    /// Chat template variables every chat request gets, a JSON object (e.g. '{"enable_thinking": false}'); a
+    /// request's own `chat_template_kwargs` win over them.
+    #[arg(long, value_parser = parse_json_object)]
+    pub default_chat_template_kwargs: Option<JsonObject>,
     /// How the model writes tool calls: llama3_json (Llama 3.1-3.3), hermes (Qwen2.5, Qwen3, Hermes), mistral.
     #[arg(long, value_enum)]
     pub tool_call_parser: Option<ToolParser>,
@@ -238,6 +291,9 @@ pub struct FrontendArgs {
     /// Serve HTTPS: the certificate chain (PEM); needs --ssl-keyfile.
     #[arg(long)]
     pub ssl_certfile: Option<PathBuf>,
+    /// Reload the key and certificate when their files change (checked every few seconds), without a restart.
+    #[arg(long)]
+    pub enable_ssl_refresh: bool,
     /// CA certificates (PEM) that client certificates are checked against.
     #[arg(long)]
     pub ssl_ca_certs: Option<PathBuf>,
@@ -252,6 +308,17 @@ pub struct FrontendArgs {
     /// Count the generation requests in progress for `GET /load`.
     #[arg(long)]
     pub enable_server_load_tracking: bool,
+    /// Log level (default: VLLM_LOGGING_LEVEL, else INFO; RUST_LOG overrides both).
+    #[arg(long, ignore_case = true, value_parser = ["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"])]
+    pub log_level: Option<String>,
+}
+
+impl FrontendArgs {
+    /// `--disable-access-log-for-endpoints`, split at commas (as vLLM does; a query string is not part of a path).
+    pub fn access_log_skip(&self) -> Vec<String> {
+        let list = self.disable_access_log_for_endpoints.as_deref().unwrap_or("");
+        list.split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect()
+    }
 }
 
 /// A list flag given as JSON, as vLLM takes `--allowed-origins` and its siblings.
@@ -262,6 +329,16 @@ fn parse_json_list(s: &str) -> Result<JsonList, String> {
     serde_json::from_str::<Vec<String>>(s)
         .map(JsonList)
         .map_err(|e| format!("expected a JSON list of strings such as '[\"*\"]' ({e})"))
+}
+
+/// A flag given as a JSON object, as vLLM takes `--default-chat-template-kwargs`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JsonObject(pub serde_json::Map<String, serde_json::Value>);
+
+fn parse_json_object(s: &str) -> Result<JsonObject, String> {
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s)
+        .map(JsonObject)
+        .map_err(|e| format!("expected a JSON object such as '{{\"enable_thinking\": false}}' ({e})"))
 }
 
 /// vLLM's `VLLM_SERVER_DEV_MODE` (an integer, 0 by default): nonzero serves the development routes
@@ -361,6 +438,21 @@ pub enum CliError {
     RootPath(String),
     #[error("--dtype {0} is not supported for convert; use float32, bfloat16 or float16")]
     ConvertDtype(String),
+    #[error("{flag} is not supported by rserve: {why}")]
+    Refused { flag: String, why: &'static str },
+    #[error("{flag} {value} is not supported by rserve: {why}")]
+    RefusedValue { flag: String, value: String, why: &'static str },
+    #[error("--config: {0}")]
+    ConfigFile(String),
+    #[error("--load-format {0} is not supported; use auto, safetensors, gguf or dummy")]
+    LoadFormat(String),
+    #[error(
+        "--quantization {value} does not match the checkpoint: rserve serves unquantized weights (a .gguf model is \
+         dequantized at load, so only `gguf` for a .gguf model, or `none`)"
+    )]
+    Quantization { value: String },
+    #[error("--max-logprobs must be -1 (the vocabulary) or at least 0, got {0}")]
+    MaxLogprobs(i64),
 }
 
 fn parse_dtype(s: &str) -> Result<DTypeArg, String> {
@@ -445,6 +537,7 @@ impl EngineArgs {
         let mut cfg = EngineConfig::new(model);
         cfg.revision = m.revision.clone();
         cfg.tokenizer = m.tokenizer.clone();
+        cfg.tokenizer_revision = m.tokenizer_revision.clone();
         cfg.dtype = m.dtype;
         cfg.max_model_len = max_model_len;
         cfg.gpu_memory_utilization = c.gpu_memory_utilization;
@@ -460,7 +553,14 @@ impl EngineArgs {
         cfg.device = self.device.device.clone();
         cfg.opencl_platform = self.device.opencl_platform.clone();
         cfg.opencl_device = self.device.opencl_device;
-        cfg.load_format = self.device.load_format.clone();
+        cfg.load_format = self.load_format(model)?;
+        cfg.download_dir = self.device.download_dir.clone();
+        cfg.hf_token = m.hf_token.clone();
+        cfg.max_logprobs = match m.max_logprobs {
+            -1 => None,
+            n if n >= 0 => Some(to_usize("max-logprobs", n as u64)?),
+            n => return Err(CliError::MaxLogprobs(n)),
+        };
         cfg.enforce_eager = m.enforce_eager;
         cfg.profile = rserve_engine::graph_runner::ProfileMode::parse(&m.profile).unwrap_or_default();
         cfg.max_waiting = max_num_waiting;
@@ -468,6 +568,26 @@ impl EngineArgs {
         cfg.pipeline_parallel_size = p.pipeline_parallel_size;
         cfg.testing_fail_after_requests = self.testing_fail_engine_after_requests;
         Ok(cfg)
+    }
+
+    /// `--load-format`, checked: the checkpoint's own formats all mean "auto" (rserve reads safetensors or GGUF as
+    /// the model is), `dummy` random weights; anything else is refused.
+    fn load_format(&self, model: &str) -> Result<String, CliError> {
+        self.check_quantization(model)?;
+        match self.device.load_format.as_str() {
+            "auto" | "safetensors" | "gguf" => Ok("auto".into()),
+            "dummy" => Ok("dummy".into()),
+            other => Err(CliError::LoadFormat(other.into())),
+        }
+    }
+
+    /// `--quantization` names what the checkpoint is: nothing, or GGUF for a .gguf file.
+    fn check_quantization(&self, model: &str) -> Result<(), CliError> {
+        match self.model.quantization.as_deref() {
+            None | Some("None" | "none") => Ok(()),
+            Some("gguf") if model.to_ascii_lowercase().ends_with(".gguf") => Ok(()),
+            Some(other) => Err(CliError::Quantization { value: other.into() }),
+        }
     }
 
     /// The model from the positional argument or `--model`.
@@ -515,11 +635,40 @@ impl ConvertArgs {
     }
 }
 
-/// Parses the process arguments (after `normalize_args`).
-pub fn parse() -> Cli {
-    Cli::parse_from(normalize_args(std::env::args_os().collect()))
+/// Parses the process arguments: `normalize_args`, then vLLM's flags applied (`compat`), then clap. A refused flag
+/// or a bad `--config` file is an error; clap's own errors (an unknown flag, a bad value) exit as clap does.
+pub fn parse() -> Result<Cli, CliError> {
+    parse_from(std::env::args_os().collect())
+}
+
+/// `parse` on a given command line.
+pub fn parse_from(args: Vec<OsString>) -> Result<Cli, CliError> {
+    let prepared = compat::prepare(normalize_args(args))?;
+    let mut cli = Cli::parse_from(prepared.args);
+    if let Command::Serve(s) = &mut cli.command {
+        s.notices = prepared.notices;
+    }
+    Ok(cli)
+}
+
+/// The long names and aliases of `serve`'s clap arguments, with their `--`.
+pub fn serve_clap_names() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let cmd = Cli::command();
+        let serve = cmd.find_subcommand("serve").expect("serve is a subcommand");
+        serve
+            .get_arguments()
+            .flat_map(|a| a.get_long().into_iter().chain(a.get_all_aliases().unwrap_or_default()))
+            .map(|l| format!("--{l}"))
+            .collect()
+    })
+}
+
+/// Whether clap knows this spelling (`--no-enable-prefix-caching`) as a `serve` flag.
+pub fn clap_knows(name: &str) -> bool {
+    serve_clap_names().iter().any(|n| n == name)
 }
 
 #[cfg(test)]
-#[path = "cli_tests.rs"]
 mod tests;

@@ -78,7 +78,10 @@ fn flags_reach_the_engine_config() {
 #[test]
 fn api_key_from_flag() {
     let s = serve("rserve m --api-key sk-1");
-    assert_eq!(s.frontend.api_key.as_deref(), Some("sk-1"));
+    assert_eq!(s.frontend.api_key, ["sk-1"]);
+    // vLLM takes several keys; a request may carry any of them.
+    let s = serve("rserve m --api-key sk-1 sk-2 --port 1");
+    assert_eq!(s.frontend.api_key, ["sk-1", "sk-2"]);
 }
 
 #[test]
@@ -93,6 +96,10 @@ fn unsupported_values_are_start_up_errors() {
         ("rserve m --max-num-seqs 0", CliError::MaxNumSeqs),
         ("rserve m --max-model-len 0", CliError::ZeroLength("max-model-len")),
         ("rserve m --max-num-batched-tokens 0", CliError::ZeroLength("max-num-batched-tokens")),
+        ("rserve m --load-format pt", CliError::LoadFormat("pt".into())),
+        ("rserve m --quantization awq", CliError::Quantization { value: "awq".into() }),
+        ("rserve m --quantization gguf", CliError::Quantization { value: "gguf".into() }),
+        ("rserve m --max-logprobs -2", CliError::MaxLogprobs(-2)),
     ];
     for (line, want) in cases {
         let s = serve(line);
@@ -165,4 +172,29 @@ fn front_flags_as_vllm_takes_them() {
     let s = serve("rserve m --testing-fail-engine-after-requests 2");
     let cfg = s.engine.engine_config("m", 8).expect("config");
     assert_eq!(cfg.testing_fail_after_requests, Some(2));
+}
+
+#[test]
+fn a_flag_given_twice_takes_its_last_value_like_argparse() {
+    let s = serve("rserve m --port 1 --load-format dummy --served-model-name a b --port 2 --load-format auto --served-model-name c");
+    assert_eq!(s.frontend.port, 2);
+    assert_eq!(s.engine.device.load_format, "auto");
+    assert_eq!(s.engine.model.served_model_name, ["c"]);
+}
+
+#[test]
+fn load_download_and_logprob_flags_reach_the_engine_config() {
+    let s = serve(
+        "rserve m.gguf --load-format safetensors --quantization gguf --download-dir /cache --hf-token hf_x \
+         --tokenizer org/tok --tokenizer-revision v1 --max-logprobs -1",
+    );
+    let cfg = s.engine.engine_config("m.gguf", 1).expect("valid");
+    assert_eq!(cfg.load_format, "auto", "the checkpoint's own formats all mean auto");
+    assert_eq!(cfg.download_dir.as_deref(), Some(std::path::Path::new("/cache")));
+    assert_eq!(cfg.resolve_options().cache_dir, std::path::Path::new("/cache"));
+    assert_eq!(cfg.resolve_options().token.as_deref(), Some("hf_x"));
+    assert_eq!((cfg.tokenizer.as_deref(), cfg.tokenizer_revision.as_deref()), (Some("org/tok"), Some("v1")));
+    assert_eq!(cfg.max_logprobs, None, "-1: the vocabulary");
+    let cfg = serve("rserve m --load-format dummy --hf-token").engine.engine_config("m", 1).expect("valid");
+    assert_eq!((cfg.load_format.as_str(), cfg.hf_token.as_deref(), cfg.max_logprobs), ("dummy", Some(""), Some(20)));
 }
