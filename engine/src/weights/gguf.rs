@@ -86,9 +86,11 @@ pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weig
         jobs.push((spec.name, gguf_name, info, heads));
     }
     let data_offset = content.tensor_data_offset;
+    let bar = super::progress::tensors(jobs.len(), "Loading GGUF tensors");
     let loaded: Vec<(String, Tensor)> = jobs
         .into_par_iter()
         .map(|(name, gguf_name, info, heads)| {
+            let _advance = super::progress::AdvanceOnDrop(&bar);
             let q = info
                 .read(&mut Cursor::new(&map[..]), data_offset, &Device::Cpu)
                 .map_err(|e| EngineError::Weights(format!("reading GGUF tensor `{gguf_name}`: {e}")))?;
@@ -103,6 +105,7 @@ pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weig
             Ok((name, t))
         })
         .collect::<Result<_>>()?;
+    bar.finish();
     let tensors: HashMap<String, Tensor> = loaded.into_iter().collect();
     Weights::from_tensors(tensors, params, dtype)
 }

@@ -8,6 +8,7 @@
 pub mod dummy;
 pub mod gguf;
 pub mod names;
+mod progress;
 pub mod safetensors;
 
 use std::collections::HashMap;

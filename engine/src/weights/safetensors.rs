@@ -10,6 +10,7 @@ use crate::model::shard::{apply_cut, Shard};
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
+use super::progress::AdvanceOnDrop;
 use super::{check_dtype, expected_tensors, Weights};
 use crate::config::ModelParams;
 use crate::{EngineError, Result};
@@ -71,9 +72,11 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
             }
         }
     }
+    let bar = super::progress::tensors(specs.len(), "Loading safetensors tensors");
     let loaded: Vec<(String, Tensor)> = specs
         .into_par_iter()
         .map(|spec| {
+            let _advance = AdvanceOnDrop(&bar);
             let t = st.load(&spec.name, &Device::Cpu)?;
             let t = match shard.and_then(|s| s.cut(params, &spec.name)) {
                 Some(cut) => apply_cut(&t, &cut)?,
@@ -83,6 +86,7 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
             Ok((spec.name, t))
         })
         .collect::<Result<_>>()?;
+    bar.finish();
     let map: HashMap<String, Tensor> = loaded.into_iter().collect();
     match shard {
         None => Weights::from_tensors(map, params, dtype),
