@@ -9,7 +9,8 @@
 # SmolLM2 GGUF on DEVICE=cpu).
 # Needs target/release/rserve (any machine builds it: cargo build --release -p rserve-server).
 # Env: RSERVE_TEST_MODELS (default ./models/x), OUT (default /tmp/rserve-gpu-structured), PORT (8012),
-#      MODEL, DEVICE (cuda), CONCURRENCY (64), PROMPTS (4 x CONCURRENCY), IN_LEN (128), OUT_LEN (128), KV_BYTES.
+#      MODEL, DEVICE (cuda), CONCURRENCY (64), PROMPTS (4 x CONCURRENCY), IN_LEN (128), OUT_LEN (128), KV_BYTES,
+#      SERVER_ARGS (more `rserve serve` flags, e.g. "--profile graph").
 set -u
 cd "$(dirname "$0")/../.."
 . benches/gpu/lib.sh
@@ -31,7 +32,7 @@ fi
 : > "$OUT/server.log"
 # Every run sends the same prompts: with prefix caching on, a later run would find an earlier run's prompts cached.
 start_server "$OUT/server.log" "$M" --device "${DEVICE:-cuda}" "${LOAD[@]}" --max-model-len 2048 --max-num-seqs 256 \
-  --kv-cache-memory-bytes "${KV_BYTES:-40000000000}" --no-enable-prefix-caching || exit 1
+  --kv-cache-memory-bytes "${KV_BYTES:-40000000000}" --no-enable-prefix-caching ${SERVER_ARGS:-} || exit 1
 echo "server ready in $STARTED_IN s" | tee "$OUT/summary.txt"
 SCHEMA='{"type":"object","properties":{"title":{"type":"string"},"year":{"type":"integer"},"genres":{"type":"array","items":{"enum":["drama","comedy","documentary","horror"]}},"cast":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"role":{"type":"string"}},"required":["name","role"]}},"rating":{"anyOf":[{"type":"number"},{"type":"null"}]}},"required":["title","year","genres","cast","rating"]}'
 JSON=(--extra-body "{\"structured_outputs\": {\"json\": $SCHEMA}}")
@@ -43,7 +44,9 @@ run() { # label, extra args...
 }
 run warmup --num-prompts "$C" > /dev/null
 run warmup-json --num-prompts "$C" "${JSON[@]}" > /dev/null
+echo "bench-marker plain" >> "$OUT/server.log"
 run plain
+echo "bench-marker json" >> "$OUT/server.log"
 run json "${JSON[@]}"
 for l in plain json; do
   echo "$l: $(grep -E 'Output token throughput' "$OUT/bench-$l.log")"
