@@ -10,7 +10,8 @@
 # Needs target/release/rserve (any machine builds it: cargo build --release -p rserve-server).
 # Env: RSERVE_TEST_MODELS (default ./models/x), OUT (default /tmp/rserve-gpu-structured), PORT (8012),
 #      MODEL, DEVICE (cuda), CONCURRENCY (64), PROMPTS (4 x CONCURRENCY), IN_LEN (128), OUT_LEN (128), KV_BYTES,
-#      SERVER_ARGS (more `rserve serve` flags, e.g. "--profile graph").
+#      SERVER_ARGS (more `rserve serve` flags, e.g. "--profile graph"), BENCH_ARGS (more `rserve bench serve` flags
+#      for the measured runs, e.g. "--save-result --save-detailed --result-dir DIR").
 set -u
 cd "$(dirname "$0")/../.."
 . benches/gpu/lib.sh
@@ -45,9 +46,11 @@ run() { # label, extra args...
 run warmup --num-prompts "$C" > /dev/null
 run warmup-json --num-prompts "$C" "${JSON[@]}" > /dev/null
 echo "bench-marker plain" >> "$OUT/server.log"
-run plain
+# shellcheck disable=SC2086
+run plain ${BENCH_ARGS:-} --label plain
 echo "bench-marker json" >> "$OUT/server.log"
-run json "${JSON[@]}"
+# shellcheck disable=SC2086
+run json "${JSON[@]}" ${BENCH_ARGS:-} --label json
 for l in plain json; do
   echo "$l: $(grep -E 'Output token throughput' "$OUT/bench-$l.log")"
 done | tee -a "$OUT/summary.txt"
