@@ -37,20 +37,23 @@ start_server "$OUT/server.log" "$M" --device "${DEVICE:-cuda}" "${LOAD[@]}" --ma
 echo "server ready in $STARTED_IN s" | tee "$OUT/summary.txt"
 SCHEMA='{"type":"object","properties":{"title":{"type":"string"},"year":{"type":"integer"},"genres":{"type":"array","items":{"enum":["drama","comedy","documentary","horror"]}},"cast":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"},"role":{"type":"string"}},"required":["name","role"]}},"rating":{"anyOf":[{"type":"number"},{"type":"null"}]}},"required":["title","year","genres","cast","rating"]}'
 JSON=(--extra-body "{\"structured_outputs\": {\"json\": $SCHEMA}}")
-run() { # label, extra args...
-  local label=$1; shift
+run() { # label, prompts, extra args...
+  local label=$1 n=$2; shift 2
   "$BIN" bench serve --port "$PORT" --tokenizer "$M" --dataset-name random --random-input-len "${IN_LEN:-128}" \
-    --random-output-len "${OUT_LEN:-128}" --num-prompts "$N" --max-concurrency "$C" --ignore-eos --temperature 0 "$@" \
+    --random-output-len "${OUT_LEN:-128}" --num-prompts "$n" --max-concurrency "$C" --ignore-eos --temperature 0 "$@" \
     2>&1 | tee "$OUT/bench-$label.log"
 }
-run warmup --num-prompts "$C" > /dev/null
-run warmup-json --num-prompts "$C" "${JSON[@]}" > /dev/null
+run warmup "$C" > /dev/null
+run warmup-json "$C" "${JSON[@]}" > /dev/null
+for w in warmup warmup-json; do
+  grep -q "Successful requests" "$OUT/bench-$w.log" || { echo "$w failed:"; cat "$OUT/bench-$w.log"; exit 1; }
+done
 echo "bench-marker plain" >> "$OUT/server.log"
 # shellcheck disable=SC2086
-run plain ${BENCH_ARGS:-} --label plain
+run plain "$N" ${BENCH_ARGS:-} --label plain
 echo "bench-marker json" >> "$OUT/server.log"
 # shellcheck disable=SC2086
-run json "${JSON[@]}" ${BENCH_ARGS:-} --label json
+run json "$N" "${JSON[@]}" ${BENCH_ARGS:-} --label json
 for l in plain json; do
   echo "$l: $(grep -E 'Output token throughput' "$OUT/bench-$l.log")"
 done | tee -a "$OUT/summary.txt"

@@ -141,16 +141,32 @@ impl EngineHandle {
         &self.tokenizer
     }
 
-    /// Compiles a structured-output spec against the model's vocabulary (cached per spec). The first call builds
-    /// the grammar engine's view of the vocabulary.
+    /// Compiles a structured-output spec against the model's vocabulary (cached per spec).
     pub fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {
-        let compiler = self.grammars.get_or_init(|| {
+        self.grammar_compiler().as_ref().map_err(Clone::clone)?.compile(spec)
+    }
+
+    /// The grammar engine, built on first use (a structured-output request waits for it then).
+    fn grammar_compiler(&self) -> &Result<GrammarCompiler, GrammarError> {
+        self.grammars.get_or_init(|| {
             let t0 = std::time::Instant::now();
             let c = GrammarCompiler::new(self.tokenizer.clone(), self.info.vocab_size, &self.info.eos_token_ids);
             tracing::info!("Structured outputs: grammar engine ready in {:.2} s", t0.elapsed().as_secs_f64());
             c
+        })
+    }
+
+    /// Builds the grammar engine's view of the vocabulary on a background thread at start-up, so the first
+    /// structured-output requests (often many at once, from an agent framework or a benchmark) do not all wait for
+    /// it; a request that comes sooner waits for the same build.
+    pub(crate) fn prepare_grammars(&self) {
+        let handle = self.clone();
+        let spawned = std::thread::Builder::new().name("rserve-grammar".into()).spawn(move || {
+            let _ = handle.grammar_compiler();
         });
-        compiler.as_ref().map_err(Clone::clone)?.compile(spec)
+        if let Err(e) = spawned {
+            tracing::warn!("structured outputs: the grammar engine will be built at the first request ({e})");
+        }
     }
 
     /// The chat template, or None when the model has none (chat requests must then be refused).

@@ -249,7 +249,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         .name("rserve-engine".into())
         .spawn(move || engine.run(rx))
         .map_err(|e| EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
-    Ok(EngineHandle {
+    let handle = EngineHandle {
         tx,
         info: Arc::new(info),
         metrics,
@@ -259,7 +259,9 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         default_sampling: sampling_defaults,
         thread: Arc::new(std::sync::Mutex::new(Some(thread))),
         grammars: Arc::default(),
-    })
+    };
+    handle.prepare_grammars();
+    Ok(handle)
 }
 
 /// `93200` as `93,200`, the way vLLM writes token counts in its start-up lines.
