@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::backend::cuda::{CuBuffer, CudaBackend, Graph};
-use crate::backend::{Backend, Op};
+use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::engine::phase::Phase;
 use crate::error::{EngineError, Result};
@@ -271,16 +271,7 @@ impl CudaGraphRunner {
         let vocab = self.model.params().vocab_size;
         let masked = match step.masks {
             Some(masks) => {
-                let m = masks();
-                if m.rows() != real || m.words_per_row != vocab.div_ceil(32) {
-                    return Err(EngineError::Backend(format!(
-                        "grammar masks: {} rows of {} words for {real} sequences of {vocab} logits",
-                        m.rows(),
-                        m.words_per_row
-                    )));
-                }
-                let mask = b.upload_u32(&m.bits)?;
-                b.run(Op::MaskLogits { logits, mask: &mask, rows: real, vocab })?;
+                masks().apply_on(b, logits, real, vocab)?;
                 true
             }
             None => false,

@@ -28,6 +28,20 @@ impl StepMasks {
         self.bits.len().checked_div(self.words_per_row).unwrap_or(0)
     }
 
+    /// Uploads the masks and applies them to the first `rows` rows of `[.., vocab]` logits on `b`'s device
+    /// (`Op::MaskLogits`); refuses masks of another shape.
+    pub fn apply_on<B: Backend>(&self, b: &B, logits: &B::Buffer, rows: usize, vocab: usize) -> Result<()> {
+        if self.rows() != rows || self.words_per_row != vocab.div_ceil(32) {
+            return Err(crate::error::EngineError::Backend(format!(
+                "grammar masks: {} rows of {} words for {rows} sequences of {vocab} logits",
+                self.rows(),
+                self.words_per_row
+            )));
+        }
+        let mask = b.upload_u32(&self.bits)?;
+        b.run(crate::backend::Op::MaskLogits { logits, mask: &mask, rows, vocab })
+    }
+
     /// Applies the masks to `[rows, vocab]` logits on the host (runners whose logits are host memory).
     pub fn apply_host(&self, logits: &mut [f32], vocab: usize) {
         for (row, bits) in logits.chunks_mut(vocab).zip(self.bits.chunks(self.words_per_row.max(1))) {

@@ -214,17 +214,7 @@ impl<B: Backend> LlamaModel<B> {
         let DeviceOutput::Logits(logits) = self.forward_device(b, &flat, &dev, cache, &NoComm, None)? else {
             return Err(EngineError::Backend("forward_masked() on a model shard without the LM head".into()));
         };
-        let vocab = self.params.vocab_size;
-        let m = masks();
-        if m.rows() != num_seqs || m.words_per_row != vocab.div_ceil(32) {
-            return Err(EngineError::Backend(format!(
-                "grammar masks: {} rows of {} words for {num_seqs} sequences of {vocab} logits",
-                m.rows(),
-                m.words_per_row
-            )));
-        }
-        let mask = b.upload_u32(&m.bits)?;
-        b.run(Op::MaskLogits { logits: &logits, mask: &mask, rows: num_seqs, vocab })?;
+        masks().apply_on(b, &logits, num_seqs, self.params.vocab_size)?;
         b.download_f32(&logits)
     }
 
