@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::opencl::{ClBuffer, OpenClBackend, OpenClOptions};
-use rserve_engine::backend::{Backend, Op};
+use rserve_engine::backend::{Activation, Backend, Op};
 
 mod op_cases;
 use op_cases::{
@@ -72,14 +72,29 @@ fn bench_elementwise(c: &mut Criterion) {
         let gate_up = upload_random(&be, &mut rng, tokens * 2 * INTERMEDIATE);
         let act = be.alloc_f32(tokens * INTERMEDIATE).expect("alloc");
         g.bench_function(BenchmarkId::new("silu_mul", tokens), |bch| {
-            bch.iter(|| be.run_timed(Op::SiluMul { gate_up: &gate_up, out: &act, rows: tokens, width: INTERMEDIATE }))
+            bch.iter(|| {
+                be.run_timed(Op::GatedAct {
+                    gate_up: &gate_up,
+                    out: &act,
+                    rows: tokens,
+                    width: INTERMEDIATE,
+                    act: Activation::Silu,
+                })
+            })
         });
         let table = be.upload_weight(&random_weight(&mut rng, 4096, HIDDEN)).expect("upload");
         let ids: Vec<u32> = (0..tokens).map(|_| rng.gen_range(0..4096)).collect();
         let ids = be.upload_u32(&ids).expect("upload");
         g.bench_function(BenchmarkId::new("embedding", tokens), |bch| {
             bch.iter(|| {
-                be.run_timed(Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: tokens, hidden: HIDDEN })
+                be.run_timed(Op::Embedding {
+                    table: &table,
+                    ids: &ids,
+                    out: &out,
+                    num_tokens: tokens,
+                    hidden: HIDDEN,
+                    scale: 1.0,
+                })
             })
         });
         let rows: Vec<u32> = (0..tokens as u32).rev().collect();

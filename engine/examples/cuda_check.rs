@@ -19,7 +19,7 @@
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::cuda::CudaBackend;
-use rserve_engine::backend::{AttentionMeta, Backend, Op, RopeIo};
+use rserve_engine::backend::{Activation, AttentionMeta, Backend, Op, RopeIo};
 use rserve_engine::graph_runner::{CudaGraphRunner, GraphOptions};
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
@@ -201,7 +201,7 @@ fn run_spec<B: KvCaches>(b: &B, s: &OpSpec) -> R<Vec<f32>> {
                 candle_core::Tensor::from_vec(w.clone(), (*n, *width), &candle_core::Device::Cpu)?.to_dtype(*dtype)?;
             let (gb, wb) = (b.upload_f32(gate_up)?, b.upload_weight(&t)?);
             let (act, out) = (b.alloc_matmul_input(rows * width, &wb)?, b.alloc_f32(rows * n)?);
-            b.run(Op::SiluMul { gate_up: &gb, out: &act, rows: *rows, width: *width })?;
+            b.run(Op::GatedAct { gate_up: &gb, out: &act, rows: *rows, width: *width, act: Activation::Silu })?;
             b.run(Op::MatMul { x: &act, w: &wb, bias: None, out: &out, m: *rows, k: *width, n: *n })?;
             b.download_f32(&out)?
         }
@@ -232,6 +232,7 @@ fn run_attention<B: KvCaches>(b: &B, a: &AttnSpec) -> R<Vec<f32>> {
         num_kv_heads: *kvh,
         head_dim: *hd,
         block_size: *bs,
+        mscale: 1.0,
     })?;
     let (qsb, cb, tb) = (b.upload_u32(qs)?, b.upload_u32(ctx)?, b.upload_u32(tables)?);
     let meta = AttentionMeta::new([&qsb, &cb, &tb], [qs, ctx, tables], *max_blocks, *bs)?;
@@ -260,6 +261,8 @@ fn run_attention<B: KvCaches>(b: &B, a: &AttnSpec) -> R<Vec<f32>> {
         head_dim: *hd,
         block_size: *bs,
         scale: 1.0 / (*hd as f32).sqrt(),
+        window: None,
+        softcap: None,
     })?;
     let mut o = match &wo {
         Some((w, n_out)) => {

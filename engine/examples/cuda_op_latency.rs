@@ -11,7 +11,7 @@
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cuda::CudaBackend;
-use rserve_engine::backend::{AttentionMeta, Backend, Op, RopeIo, WeightDType};
+use rserve_engine::backend::{Activation, AttentionMeta, Backend, Op, RopeIo, WeightDType};
 
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 type Buf = <CudaBackend as Backend>::Buffer;
@@ -99,6 +99,7 @@ impl Shape {
             num_kv_heads: self.hkv,
             head_dim: self.hd,
             block_size: BS,
+            mscale: 1.0,
         }
     }
 
@@ -121,6 +122,8 @@ impl Shape {
             head_dim: self.hd,
             block_size: BS,
             scale: 1.0 / (self.hd as f32).sqrt(),
+            window: None,
+            softcap: None,
         }
     }
 }
@@ -254,7 +257,7 @@ fn main() -> R<()> {
         time_matmul("matmul gate/up (bf16 in)", &normed2, &w_gu, &gu, h, 2 * inter)?;
         let act = gpu.alloc_matmul_input(rows * inter, &w_down[0])?;
         time(&gpu, "silu_mul -> bf16", rows, &|_| {
-            Ok(gpu.run(Op::SiluMul { gate_up: &gu, out: &act, rows, width: inter })?)
+            Ok(gpu.run(Op::GatedAct { gate_up: &gu, out: &act, rows, width: inter, act: Activation::Silu })?)
         })?;
         let down = gpu.alloc_f32(rows * h)?;
         time_matmul("matmul down (bf16 in)", &act, &w_down, &down, inter, h)?;
@@ -298,7 +301,7 @@ fn main() -> R<()> {
                     gpu.run(s.matmul(&normed2, wg, &gu, h, 2 * inter))?;
                 }
                 if norms || attention {
-                    gpu.run(Op::SiluMul { gate_up: &gu, out: &act, rows, width: inter })?;
+                    gpu.run(Op::GatedAct { gate_up: &gu, out: &act, rows, width: inter, act: Activation::Silu })?;
                 }
                 if matmuls {
                     gpu.run(s.matmul(&act, wd, &down, inter, h))?;

@@ -11,15 +11,48 @@ pub mod hf;
 use serde::Serialize;
 use std::ops::Deref;
 
-/// Model families the llama forward pass implements.
+use crate::backend::Activation;
+
+/// Model families the decoder forward pass implements (`model::llama`; what differs is in `ModelParams`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Architecture {
     /// `LlamaForCausalLM` (Llama 2/3.x, SmolLM2, ...).
     Llama,
-    /// `MistralForCausalLM` (llama layout; sliding window ignored up to `max_model_len` <= window).
+    /// `MistralForCausalLM` (llama layout; sliding-window attention when the config sets a window).
     Mistral,
     /// `Qwen2ForCausalLM` (llama layout with bias on q/k/v).
     Qwen2,
+    /// `Qwen3ForCausalLM` (llama layout with per-head RMSNorm of q and k before RoPE).
+    Qwen3,
+    /// `Gemma2ForCausalLM`: scaled embeddings, (1 + w) norms around attention and MLP, GELU-tanh, soft-capping,
+    /// alternating sliding-window and global layers.
+    Gemma2,
+    /// `Gemma3ForCausalLM` (text): Gemma 2's layout with q/k norms instead of soft-capping, 5 local layers (own
+    /// RoPE base) to 1 global.
+    Gemma3,
+    /// `Phi3ForCausalLM`: fused qkv and gate_up projections in the checkpoint, LongRoPE.
+    Phi3,
+}
+
+impl Architecture {
+    /// The Hugging Face class name.
+    pub fn hf_name(self) -> &'static str {
+        match self {
+            Architecture::Llama => "LlamaForCausalLM",
+            Architecture::Mistral => "MistralForCausalLM",
+            Architecture::Qwen2 => "Qwen2ForCausalLM",
+            Architecture::Qwen3 => "Qwen3ForCausalLM",
+            Architecture::Gemma2 => "Gemma2ForCausalLM",
+            Architecture::Gemma3 => "Gemma3ForCausalLM",
+            Architecture::Phi3 => "Phi3ForCausalLM",
+        }
+    }
+
+    /// Gemma's layer layout: RMSNorm weights stored as `w - 1`, norms after attention and after the MLP as well,
+    /// embeddings scaled by sqrt(hidden).
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Architecture::Gemma2 | Architecture::Gemma3)
+    }
 }
 
 /// Llama 3.x `rope_scaling` of type `llama3`.
@@ -29,6 +62,61 @@ pub struct Llama3RopeScaling {
     pub low_freq_factor: f64,
     pub high_freq_factor: f64,
     pub original_max_position_embeddings: usize,
+}
+
+/// `rope_scaling` of type `yarn` (transformers' `_compute_yarn_parameters`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct YarnRopeScaling {
+    pub factor: f64,
+    pub original_max_position_embeddings: usize,
+    pub beta_fast: f64,
+    pub beta_slow: f64,
+    /// cos/sin multiplier: the config's `attention_factor`, else derived from `factor`, `mscale`, `mscale_all_dim`.
+    pub attention_factor: f64,
+    pub truncate: bool,
+}
+
+/// `rope_scaling` of type `longrope` (older name `su`): per-dimension factors for sequences up to and beyond the
+/// original length.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LongRopeScaling {
+    pub short_factor: Vec<f64>,
+    pub long_factor: Vec<f64>,
+    pub original_max_position_embeddings: usize,
+    /// cos/sin multiplier (`attention_factor`, else sqrt(1 + ln(factor) / ln(original)) for factor = max / original).
+    pub attention_factor: f64,
+}
+
+/// The RoPE frequency scaling kinds of the checkpoints rserve serves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    Llama3(Llama3RopeScaling),
+    /// Position interpolation: every frequency divided by `factor`.
+    Linear {
+        factor: f64,
+    },
+    /// Dynamic NTK, as vLLM applies it: the base scaled once for `max_position_embeddings x factor` positions.
+    Dynamic {
+        factor: f64,
+    },
+    Yarn(YarnRopeScaling),
+    LongRope(LongRopeScaling),
+}
+
+/// One rotary embedding: base and scaling.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rope {
+    pub theta: f64,
+    pub scaling: Option<RopeScaling>,
+}
+
+/// What a layer's attention looks like beyond the shared shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LayerAttention {
+    /// Sliding window in tokens (a query sees itself and the `window - 1` tokens before it), or global attention.
+    pub window: Option<usize>,
+    /// The layer uses `ModelParams::local_rope` (Gemma 3's sliding layers) instead of the model's RoPE.
+    pub local_rope: bool,
 }
 
 /// The sizes that fix every weight and KV-cache shape of a decoder; `ModelParams` and the planner's `ModelShape`
@@ -53,7 +141,22 @@ pub struct ModelParams {
     pub dims: ModelDims,
     pub rms_norm_eps: f64,
     pub rope_theta: f64,
-    pub rope_scaling: Option<Llama3RopeScaling>,
+    pub rope_scaling: Option<RopeScaling>,
+    /// Gemma 3's RoPE of the sliding-window layers (`rope_local_base_freq`, no scaling).
+    pub local_rope: Option<Rope>,
+    /// One entry per layer.
+    pub layers: Vec<LayerAttention>,
+    /// Per-head RMSNorm of q and k before RoPE (`q_norm` / `k_norm`: Qwen3, Gemma 3).
+    pub qk_norm: bool,
+    /// The gated MLP's activation (`hidden_act` / `hidden_activation`).
+    pub activation: Activation,
+    /// Attention scores are `q . k * attn_scale` (`query_pre_attn_scalar ** -0.5` for Gemma, else
+    /// `head_dim ** -0.5`).
+    pub attn_scale: f64,
+    /// Gemma 2's `attn_logit_softcapping`.
+    pub attn_softcap: Option<f64>,
+    /// Gemma 2's `final_logit_softcapping`.
+    pub final_softcap: Option<f64>,
     pub max_position_embeddings: usize,
     pub tie_word_embeddings: bool,
     /// Bias on q/k/v projections (Qwen2).
@@ -62,8 +165,34 @@ pub struct ModelParams {
     pub eos_token_ids: Vec<u32>,
     /// `torch_dtype` / `dtype` from the config, e.g. "bfloat16"; None for GGUF.
     pub torch_dtype: Option<String>,
-    /// Mistral-style sliding window, if the config sets one.
+    /// The sliding window of the model's sliding-window layers, if it has any (`layers` says which).
     pub sliding_window: Option<usize>,
+}
+
+impl ModelParams {
+    /// The RoPE of the model's (global) layers.
+    pub fn rope(&self) -> Rope {
+        Rope { theta: self.rope_theta, scaling: self.rope_scaling.clone() }
+    }
+
+    /// The token embedding multiplier (Gemma: sqrt(hidden_size)).
+    pub fn embed_scale(&self) -> f32 {
+        if self.architecture.is_gemma() {
+            (self.hidden_size as f32).sqrt()
+        } else {
+            1.0
+        }
+    }
+
+    /// Whether any layer attends through a sliding window.
+    pub fn has_sliding_layers(&self) -> bool {
+        self.layers.iter().any(|l| l.window.is_some())
+    }
+}
+
+/// `num_layers` layers with the same attention: a sliding window on every layer, or none.
+pub fn uniform_layers(num_layers: usize, window: Option<usize>) -> Vec<LayerAttention> {
+    vec![LayerAttention { window, local_rope: false }; num_layers]
 }
 
 impl Deref for ModelParams {

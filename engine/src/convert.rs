@@ -10,7 +10,7 @@ use candle_core::DType;
 use serde_json::{json, Map, Value as Json};
 
 use crate::config::gguf_meta::{params_from_gguf, read_gguf_header};
-use crate::config::{Architecture, ModelParams};
+use crate::config::{Architecture, ModelParams, RopeScaling};
 use crate::{EngineError, Result};
 
 fn torch_dtype_name(dtype: DType) -> Result<&'static str> {
@@ -36,6 +36,8 @@ pub fn config_json(params: &ModelParams, dtype: DType) -> Result<Json> {
         Architecture::Llama => ("LlamaForCausalLM", "llama"),
         Architecture::Mistral => ("MistralForCausalLM", "mistral"),
         Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
+        // GGUF files of these are not read (config::gguf_meta), so no conversion writes them.
+        other => return Err(EngineError::UnsupportedArchitecture(format!("{} (GGUF conversion)", other.hf_name()))),
     };
     let mut c = json!({
         "architectures": [arch],
@@ -58,7 +60,7 @@ pub fn config_json(params: &ModelParams, dtype: DType) -> Result<Json> {
         "torch_dtype": torch_dtype_name(dtype)?,
         "use_cache": true,
     });
-    if let (Json::Object(map), Some(s)) = (&mut c, params.rope_scaling) {
+    if let (Json::Object(map), Some(RopeScaling::Llama3(s))) = (&mut c, &params.rope_scaling) {
         map.insert(
             "rope_scaling".into(),
             json!({
@@ -83,6 +85,7 @@ pub fn config_json(params: &ModelParams, dtype: DType) -> Result<Json> {
             Architecture::Mistral => {
                 map.insert("sliding_window".into(), json!(params.sliding_window));
             }
+            _ => {}
         }
     }
     Ok(c)

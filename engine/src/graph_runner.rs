@@ -236,7 +236,7 @@ impl CudaGraphRunner {
         }
         let bucket = self.bucket_for(batch);
         let width = if bucket.is_some() { self.max_blocks } else { 0 };
-        let flat = FlatBatch::new(batch, self.cache.block_size, self.usable_blocks, width)?;
+        let flat = self.model.flatten(batch, self.cache.block_size, self.usable_blocks, width)?;
         let vocab = self.model.params().vocab_size;
         if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));

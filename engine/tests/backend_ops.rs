@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rserve_engine::backend::kernels::MatmulPath;
-use rserve_engine::backend::{AttentionMeta, Backend, Op, RopeIo};
+use rserve_engine::backend::{Activation, AttentionMeta, Backend, Op, RopeIo};
 
 use backends::{poisoned, random};
 
@@ -38,7 +38,7 @@ fn embedding<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends:
     ids[n - 1] = vocab as u32 - 1;
     let ids = b.upload_u32(&ids).unwrap();
     let out = poisoned(b, n * hidden);
-    b.run(Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: n, hidden }).unwrap();
+    b.run(Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: n, hidden, scale: 1.0 }).unwrap();
     vec![("out", b.download_f32(&out).unwrap(), hidden)]
 }
 
@@ -110,7 +110,7 @@ op_parity!(silu_mul, tol = F32_TOL, |b, rng| {
     for (rows, width) in [(1, 10_007), (5, 1536), (3, 77)] {
         let gate_up = b.upload_f32(&random(&mut rng, rows * 2 * width, 8.0)).unwrap();
         let out = poisoned(b, rows * width);
-        b.run(Op::SiluMul { gate_up: &gate_up, out: &out, rows, width }).unwrap();
+        b.run(Op::GatedAct { gate_up: &gate_up, out: &out, rows, width, act: Activation::Silu }).unwrap();
         outs.push(("out", b.download_f32(&out).unwrap(), width));
     }
     outs
@@ -185,6 +185,7 @@ op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {
             num_kv_heads: kv_heads,
             head_dim,
             block_size,
+            mscale: 1.0,
         })
         .unwrap();
         outs.push(("q", b.download_f32(&q).unwrap(), head_dim));
@@ -246,6 +247,8 @@ fn attention<B: Backend>(b: &B, rng: &mut StdRng, name: &'static str, c: &Attn) 
         head_dim: c.head_dim,
         block_size: bs,
         scale: 1.0 / (c.head_dim as f32).sqrt(),
+        window: None,
+        softcap: None,
     })
     .unwrap();
     (name, b.download_f32(&out).unwrap(), c.head_dim)
@@ -316,7 +319,8 @@ fn out_of_range_indices_are_errors() {
     let table = weight(b, vec![0.5; 40], 10, 4, DType::F32);
     let out = b.alloc_f32(8).unwrap();
     let ids = b.upload_u32(&[3, 10]).unwrap();
-    let e = b.run(Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: 2, hidden: 4 }).unwrap_err();
+    let e =
+        b.run(Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: 2, hidden: 4, scale: 1.0 }).unwrap_err();
     assert!(e.to_string().contains("outside the vocabulary"), "{e}");
 
     let (qkv, q, cache) = (b.upload_f32(&[1.0; 24]).unwrap(), b.alloc_f32(8).unwrap(), b.alloc_f32(4 * 8).unwrap());
@@ -337,6 +341,7 @@ fn out_of_range_indices_are_errors() {
         num_kv_heads: 1,
         head_dim: 8,
         block_size: 2,
+        mscale: 1.0,
     };
     assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));
 
@@ -363,6 +368,8 @@ fn out_of_range_indices_are_errors() {
         head_dim: 8,
         block_size: 2,
         scale: 1.0,
+        window: None,
+        softcap: None,
     };
     assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));
 }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use rserve_engine::config::hf::parse_config_json;
-use rserve_engine::config::{Architecture, ModelParams};
+use rserve_engine::config::{Architecture, ModelParams, RopeScaling};
 use rserve_engine::EngineError;
 use serde_json::Value;
 
@@ -19,6 +19,7 @@ fn as_json(p: &ModelParams) -> Value {
         Architecture::Llama => "Llama",
         Architecture::Mistral => "Mistral",
         Architecture::Qwen2 => "Qwen2",
+        other => other.hf_name(),
     };
     serde_json::json!({
         "architecture": arch,
@@ -31,12 +32,15 @@ fn as_json(p: &ModelParams) -> Value {
         "head_dim": p.head_dim,
         "rms_norm_eps": p.rms_norm_eps,
         "rope_theta": p.rope_theta,
-        "rope_scaling": p.rope_scaling.map(|s| serde_json::json!({
+        "rope_scaling": p.rope_scaling.as_ref().map(|s| match s {
+            RopeScaling::Llama3(s) => serde_json::json!({
             "factor": s.factor,
             "low_freq_factor": s.low_freq_factor,
             "high_freq_factor": s.high_freq_factor,
             "original_max_position_embeddings": s.original_max_position_embeddings,
-        })),
+            }),
+            other => serde_json::json!(format!("{other:?}")),
+        }),
         "max_position_embeddings": p.max_position_embeddings,
         "tie_word_embeddings": p.tie_word_embeddings,
         "attention_bias": p.attention_bias,

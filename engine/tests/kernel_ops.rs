@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use rserve_engine::backend::kernels::{
     self, split_work, Contents, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache,
 };
-use rserve_engine::backend::{AttentionMeta, Op, RopeIo, WeightDType};
+use rserve_engine::backend::{Activation, AttentionMeta, Op, RopeIo, WeightDType};
 use rserve_kernels::launch::{ATTN_MAX_PARTITION, PREFILL_ROWS};
 
 type FakeBuf = Contents;
@@ -94,7 +94,20 @@ fn attention<'a>(
     meta: &'a AttentionMeta<'a, FakeBuf>,
     [num_heads, num_kv_heads, head_dim, block_size]: [usize; 4],
 ) -> Op<'a, FakeBuf> {
-    Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale: 0.25 }
+    Op::PagedAttention {
+        q,
+        k_cache,
+        v_cache,
+        out,
+        meta,
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        block_size,
+        scale: 0.25,
+        window: None,
+        softcap: None,
+    }
 }
 
 fn f(len: usize) -> FakeBuf {
@@ -147,7 +160,14 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     for dtype in [WeightDType::F32, WeightDType::BF16, WeightDType::F16] {
         kernels::run(
             d,
-            Op::Embedding { table: &mat(dtype, vocab, h), ids: &ids, out: &f(40 * h), num_tokens: 40, hidden: h },
+            Op::Embedding {
+                table: &mat(dtype, vocab, h),
+                ids: &ids,
+                out: &f(40 * h),
+                num_tokens: 40,
+                hidden: h,
+                scale: 1.0,
+            },
         )
         .unwrap();
         if act.is_some_and(|t| t != dtype) {
@@ -183,11 +203,21 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
             num_kv_heads: kvh,
             head_dim: hd,
             block_size: bs,
+            mscale: 1.0,
         },
     )
     .unwrap();
-    kernels::run(d, Op::SiluMul { gate_up: &f(40 * 2 * inter), out: &act_buf(40 * inter), rows: 40, width: inter })
-        .unwrap();
+    kernels::run(
+        d,
+        Op::GatedAct {
+            gate_up: &f(40 * 2 * inter),
+            out: &act_buf(40 * inter),
+            rows: 40,
+            width: inter,
+            act: Activation::Silu,
+        },
+    )
+    .unwrap();
     kernels::run(d, Op::GatherRows { x: &x, rows: &u(vec![3, 39]), out: &f(2 * h), num_rows: 2, width: h }).unwrap();
     kernels::run(d, Op::MaskLogits { logits: &f(3 * 1000), mask: &u(vec![u32::MAX; 3 * 32]), rows: 3, vocab: 1000 })
         .unwrap();
@@ -291,10 +321,12 @@ fn the_work_split_covers_every_row_once() {
 fn indices_outside_their_buffers_are_refused() {
     let d = Fake::new(KernelTuning::level_zero());
     let table = mat(WeightDType::F32, 10, 8);
-    let e =
-        kernels::run(&d, Op::Embedding { table: &table, ids: &u(vec![3, 10]), out: &f(16), num_tokens: 2, hidden: 8 })
-            .unwrap_err()
-            .to_string();
+    let e = kernels::run(
+        &d,
+        Op::Embedding { table: &table, ids: &u(vec![3, 10]), out: &f(16), num_tokens: 2, hidden: 8, scale: 1.0 },
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("token id 10") && e.contains("vocabulary of 10"), "{e}");
     let (pos, slots) = (u(vec![0]), u(vec![4]));
     let op = Op::RopeWriteKv {
@@ -312,6 +344,7 @@ fn indices_outside_their_buffers_are_refused() {
         num_kv_heads: 1,
         head_dim: 8,
         block_size: 4,
+        mscale: 1.0,
     };
     let e = kernels::run(&d, op).unwrap_err().to_string();
     assert!(e.contains("slot 4 outside the cache"), "{e}");

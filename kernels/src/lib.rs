@@ -43,7 +43,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
         ],
     ),
     ("attention_prefill", &["paged_attention_prefill", "paged_attention_prefill_bf16", "paged_attention_prefill_f16"]),
-    ("elementwise", &["silu_mul", "silu_mul_bf16", "silu_mul_f16", "gather_rows"]),
+    ("elementwise", &["gated_act", "gated_act_bf16", "gated_act_f16", "soft_cap", "gather_rows"]),
     ("embedding", &["embedding_f32", "embedding_bf16", "embedding_f16"]),
     ("kv_cache", &["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"]),
     (
@@ -64,7 +64,18 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "matmul_pdla_f16",
         ],
     ),
-    ("norm", &["rms_norm", "rms_norm_bf16", "rms_norm_f16", "add_rms_norm", "add_rms_norm_bf16", "add_rms_norm_f16"]),
+    (
+        "norm",
+        &[
+            "rms_norm",
+            "rms_norm_bf16",
+            "rms_norm_f16",
+            "add_rms_norm",
+            "add_rms_norm_bf16",
+            "add_rms_norm_f16",
+            "head_rms_norm",
+        ],
+    ),
     ("sampling", &["argmax_rows", "mask_logits"]),
 ];
 
@@ -106,7 +117,9 @@ pub mod names {
     /// By output type.
     pub const ADD_RMS_NORM: ByType = ["add_rms_norm", "add_rms_norm_bf16", "add_rms_norm_f16"];
     /// By output type.
-    pub const SILU_MUL: ByType = ["silu_mul", "silu_mul_bf16", "silu_mul_f16"];
+    pub const GATED_ACT: ByType = ["gated_act", "gated_act_bf16", "gated_act_f16"];
+    pub const SOFT_CAP: &str = "soft_cap";
+    pub const HEAD_RMS_NORM: &str = "head_rms_norm";
     pub const GATHER_ROWS: &str = "gather_rows";
     /// By KV-cache type.
     pub const ROPE_WRITE_KV: ByType = ["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"];
@@ -138,7 +151,7 @@ pub mod names {
 pub fn work_group(kernel: &str) -> usize {
     use launch::*;
     match kernel {
-        k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") => ROW_WG,
+        k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") || k == "head_rms_norm" => ROW_WG,
         k if k.starts_with("paged_attention_decode") => ATTN_WG,
         k if k.starts_with("paged_attention_prefill") => PREFILL_WG,
         k if k.starts_with("matmul_rows") => GEMV_WG,

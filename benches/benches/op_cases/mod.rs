@@ -96,6 +96,7 @@ impl<B> RopeCase<B> {
             num_kv_heads: KV_HEADS,
             head_dim: HEAD_DIM,
             block_size: BLOCK_SIZE,
+            mscale: 1.0,
         }
     }
 }
@@ -144,6 +145,8 @@ pub fn bench_paged_attention<E: TimedBackend>(
                 head_dim: HEAD_DIM,
                 block_size: BLOCK_SIZE,
                 scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+                window: None,
+                softcap: None,
             })
         })
     });

@@ -14,7 +14,7 @@ pub mod level_zero;
 pub mod opencl;
 mod ops;
 
-pub use ops::{AttentionMeta, Op, RopeIo};
+pub use ops::{Activation, AttentionMeta, Op, RopeIo};
 
 use crate::error::Result;
 
@@ -86,7 +86,7 @@ pub trait Backend {
         self.alloc_f32(len)
     }
     /// An activation buffer of `len` values whose only reader is `Op::MatMul` with weight `w`, written whole by
-    /// `RmsNorm`, `AddRmsNorm`, `SiluMul` or `PagedAttention`. A backend whose matrix multiply rounds activations to the weight's
+    /// `RmsNorm`, `AddRmsNorm`, `GatedAct` or `PagedAttention`. A backend whose matrix multiply rounds activations to the weight's
     /// 16-bit type anyway (cuBLAS) may store them in that type, so the producer writes them rounded and no conversion
     /// pass runs; the others return an f32 buffer. Such a buffer is never downloaded.
     fn alloc_matmul_input(&self, len: usize, w: &Self::Buffer) -> Result<Self::Buffer> {

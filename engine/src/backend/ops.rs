@@ -133,10 +133,29 @@ pub struct RopeIo<'a, B> {
     pub slot_mapping: &'a B,
 }
 
+/// The activation of a gated MLP (`Op::GatedAct`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SiLU (SwiGLU: Llama, Qwen, Mistral, Phi-3).
+    Silu,
+    /// PyTorch's `gelu(approximate="tanh")` (GeGLU: Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+impl Activation {
+    /// The kernels' `act` argument (`ACT_*` in `kernels/src/cl/elementwise.cl`).
+    pub fn kernel_id(self) -> u32 {
+        match self {
+            Activation::Silu => 0,
+            Activation::GeluTanh => 1,
+        }
+    }
+}
+
 /// One backend operation. Matched exhaustively: a backend missing an op does not compile.
 pub enum Op<'a, B> {
-    /// `out[t] = table[ids[t]]`; table `[vocab, hidden]`.
-    Embedding { table: &'a B, ids: &'a B, out: &'a B, num_tokens: usize, hidden: usize },
+    /// `out[t] = table[ids[t]] * scale`; table `[vocab, hidden]` (`scale`: Gemma's sqrt(hidden), else 1).
+    Embedding { table: &'a B, ids: &'a B, out: &'a B, num_tokens: usize, hidden: usize, scale: f32 },
     /// `out = rmsnorm(x) * weight` per row.
     RmsNorm { x: &'a B, weight: &'a B, out: &'a B, rows: usize, hidden: usize, eps: f32 },
     /// `residual += x; out = rmsnorm(residual) * weight` per row (the residual add fused with the norm).
@@ -145,8 +164,10 @@ pub enum Op<'a, B> {
     MatMul { x: &'a B, w: &'a B, bias: Option<&'a B>, out: &'a B, m: usize, k: usize, n: usize },
     /// Split a fused q/k/v projection `qkv[tokens, (num_heads + 2 * num_kv_heads) * head_dim]` (the q heads, then
     /// the k heads, then the v heads of each token): rotary embedding (rotate-half, Hugging Face layout;
-    /// `inv_freq[head_dim / 2]` already holds any llama3 scaling) of q into `q_out[tokens, num_heads, head_dim]`, and
-    /// of k; k and v are stored into the paged cache at `slot_mapping[t]`.
+    /// `inv_freq[head_dim / 2]` already holds the checkpoint's frequency scaling) of q into
+    /// `q_out[tokens, num_heads, head_dim]`, and of k, with cos and sin multiplied by `mscale` (YaRN's / LongRoPE's
+    /// attention factor, else 1); k and v are stored into the paged cache at `slot_mapping[t]`. A position with bit
+    /// 31 set reads a second table at `inv_freq[head_dim / 2..head_dim]` (LongRoPE's long factors).
     RopeWriteKv {
         io: RopeIo<'a, B>,
         num_tokens: usize,
@@ -154,12 +175,30 @@ pub enum Op<'a, B> {
         num_kv_heads: usize,
         head_dim: usize,
         block_size: usize,
+        mscale: f32,
     },
-    /// `out[r, j] = silu(gate_up[r, j]) * gate_up[r, width + j]` over the fused gate/up projection
+    /// Per-head RMSNorm, in place, of the q heads (weight `q_weight[head_dim]`) and k heads (`k_weight`) of the fused
+    /// projection `qkv[tokens, (num_heads + 2 * num_kv_heads) * head_dim]` (Qwen3's and Gemma 3's q/k norms, before
+    /// `RopeWriteKv`); the v heads are left alone.
+    HeadRmsNorm {
+        qkv: &'a B,
+        q_weight: &'a B,
+        k_weight: &'a B,
+        num_tokens: usize,
+        num_heads: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+        eps: f32,
+    },
+    /// `out[r, j] = act(gate_up[r, j]) * gate_up[r, width + j]` over the fused gate/up projection
     /// `gate_up[rows, 2 * width]` (gate columns first).
-    SiluMul { gate_up: &'a B, out: &'a B, rows: usize, width: usize },
+    GatedAct { gate_up: &'a B, out: &'a B, rows: usize, width: usize, act: Activation },
+    /// `x = cap * tanh(x / cap)` over `x[rows, width]`, in place (Gemma 2's final logit soft-capping).
+    SoftCap { x: &'a B, rows: usize, width: usize, cap: f32 },
     /// Causal attention of each query row over its sequence's cached keys/values (prefix and the current chunk,
     /// which `RopeWriteKv` has already stored). Grouped-query: head `h` reads kv head `h / (num_heads / num_kv_heads)`.
+    /// Scores are `q . k * scale`, capped as `softcap * tanh(score / softcap)` when `softcap` is set (Gemma 2); with a
+    /// `window`, the row at position `p` sees only keys `p - window + 1 ..= p` (sliding-window layers).
     PagedAttention {
         q: &'a B,
         k_cache: &'a B,
@@ -171,6 +210,8 @@ pub enum Op<'a, B> {
         head_dim: usize,
         block_size: usize,
         scale: f32,
+        window: Option<usize>,
+        softcap: Option<f32>,
     },
     /// `out[i] = x[rows[i]]`: pick the rows whose logits are needed.
     GatherRows { x: &'a B, rows: &'a B, out: &'a B, num_rows: usize, width: usize },

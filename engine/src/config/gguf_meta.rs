@@ -8,7 +8,8 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
-use super::{Architecture, ModelDims, ModelParams};
+use super::{uniform_layers, Architecture, ModelDims, ModelParams};
+use crate::backend::Activation;
 use crate::{EngineError, Result};
 
 /// The metadata of a GGUF file that describes the model shape, as stored.
@@ -255,6 +256,13 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         rms_norm_eps,
         rope_theta,
         rope_scaling: None,
+        local_rope: None,
+        layers: uniform_layers(num_layers, None),
+        qk_norm: false,
+        activation: Activation::Silu,
+        attn_scale: 1.0 / (head_dim as f64).sqrt(),
+        attn_softcap: None,
+        final_softcap: None,
         max_position_embeddings,
         tie_word_embeddings: !meta.has_output_weight,
         attention_bias: architecture == Architecture::Qwen2,

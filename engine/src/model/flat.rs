@@ -63,6 +63,18 @@ impl FlatBatch {
         Ok(f)
     }
 
+    /// LongRoPE: sets bit 31 of the positions of every sequence whose context is longer than `long_after`, so
+    /// `Op::RopeWriteKv` reads the long factors for its tokens (transformers switches to them once a sequence
+    /// outgrows the original length).
+    pub fn mark_long_rope(&mut self, long_after: usize) {
+        for s in 0..self.num_seqs() {
+            if self.context_lens[s] as usize > long_after {
+                let rows = self.query_start[s] as usize..self.query_start[s + 1] as usize;
+                self.positions[rows].iter_mut().for_each(|p| *p |= 1 << 31);
+            }
+        }
+    }
+
     pub fn num_tokens(&self) -> usize {
         self.ids.len()
     }

@@ -1,6 +1,8 @@
-//! The llama-family decoder (Llama 3.x, SmolLM2, Mistral, Qwen2) on any `Backend`: pre-norm attention with rotary
-//! embeddings and grouped-query heads reading the paged KV cache, a SwiGLU MLP, and logits for the last token of each
-//! sequence of a flattened batch.
+//! The decoder on any `Backend`, for every architecture rserve serves (Llama 3.x, SmolLM2, Mistral, Qwen2/3,
+//! Gemma 2/3, Phi-3): pre-norm attention with rotary embeddings and grouped-query heads reading the paged KV cache,
+//! a gated MLP, and logits for the last token of each sequence of a flattened batch. What differs between them is
+//! data in `ModelParams`: per-head q/k norms (Qwen3, Gemma 3), Gemma's norms after attention and MLP and its scaled
+//! embeddings, sliding-window layers and their own RoPE (Gemma 3), soft-capping (Gemma 2), GELU-tanh, LongRoPE.
 
 use crate::backend::{Backend, Op, RopeIo};
 use crate::config::{Architecture, ModelParams};
@@ -8,6 +10,7 @@ use crate::error::{EngineError, Result};
 use crate::model::flat::{DeviceBatch, FlatBatch};
 use crate::model::kv_cache::PagedKvCache;
 use crate::model::rope;
+use crate::model::rope::RopeTable;
 use crate::model::shard::{apply_cut, NoComm, Shard, TpCollective};
 use crate::runner::StepMasks;
 use crate::weights::Weights;
@@ -24,13 +27,31 @@ struct Linear<B: Backend> {
 /// One decoder layer. q/k/v are one fused projection (rows: q, then k, then v) and gate/up another (gate rows, then
 /// up rows): one matrix multiply each, so a decode step launches two instead of five and reads its activations
 /// twice instead of five times.
+///
+/// Norms: `input_norm` before attention and `post_norm` before the MLP (llama layout); Gemma also normalises the
+/// attention output (`attn_out_norm`, its `post_attention_layernorm`, with `post_norm` its
+/// `pre_feedforward_layernorm`) and the MLP output (`mlp_out_norm`).
 struct Layer<B: Backend> {
     input_norm: B::Buffer,
     post_norm: B::Buffer,
+    attn_out_norm: Option<B::Buffer>,
+    mlp_out_norm: Option<B::Buffer>,
+    /// Per-head RMSNorm weights of q and k (Qwen3, Gemma 3).
+    qk_norm: Option<(B::Buffer, B::Buffer)>,
     qkv: Linear<B>,
     o: Linear<B>,
     gate_up: Linear<B>,
     down: Linear<B>,
+    /// Sliding window of this layer's attention.
+    window: Option<usize>,
+    /// Index into `LlamaModel::ropes`.
+    rope: usize,
+}
+
+/// One RoPE's frequencies on the device and its cos/sin multiplier.
+struct RopeBuf<B: Backend> {
+    inv_freq: B::Buffer,
+    mscale: f32,
 }
 
 /// A loaded llama-family model (or one shard of it): weights on the backend plus the rotary table.
@@ -43,7 +64,10 @@ pub struct LlamaModel<B: Backend> {
     /// Final norm and this rank's vocabulary slice of the LM head, on the last stage.
     norm: Option<B::Buffer>,
     lm_head: Option<B::Buffer>,
-    inv_freq: B::Buffer,
+    /// The model's RoPE, then Gemma 3's local one.
+    ropes: Vec<RopeBuf<B>>,
+    /// LongRoPE: sequences longer than this read the long factors (`FlatBatch::mark_long_rope`).
+    long_rope_after: Option<usize>,
 }
 
 /// What one stage's device part leaves on the device.
@@ -125,6 +149,18 @@ impl<B: Backend> LlamaModel<B> {
             upload_time.set(upload_time.get() + t0.elapsed());
             r
         };
+        // Gemma stores its RMSNorm weights as w - 1 (its norm multiplies by 1 + w): the 1 is added here, in f32 as
+        // transformers computes it.
+        let gemma = p.architecture.is_gemma();
+        let norm = |name: &str| -> Result<B::Buffer> {
+            let t = take(name)?;
+            if gemma {
+                upload(&t.to_dtype(candle_core::DType::F32)?.affine(1.0, 1.0)?)
+            } else {
+                upload(&t)
+            }
+        };
+        let local_rope = p.local_rope.is_some();
         let t0 = std::time::Instant::now();
         let layers = shard
             .layers
@@ -133,9 +169,30 @@ impl<B: Backend> LlamaModel<B> {
                 let pre = format!("model.layers.{i}");
                 let attn = |n: &[&str]| n.iter().map(|n| format!("{pre}.self_attn.{n}")).collect::<Vec<_>>();
                 let mlpn = |n: &[&str]| n.iter().map(|n| format!("{pre}.mlp.{n}")).collect::<Vec<_>>();
+                let layer_norm = |n: &str| norm(&format!("{pre}.{n}.weight"));
+                let (post_norm, attn_out_norm, mlp_out_norm) = if gemma {
+                    (
+                        layer_norm("pre_feedforward_layernorm")?,
+                        Some(layer_norm("post_attention_layernorm")?),
+                        Some(layer_norm("post_feedforward_layernorm")?),
+                    )
+                } else {
+                    (layer_norm("post_attention_layernorm")?, None, None)
+                };
+                let qk_norm = if p.qk_norm {
+                    Some((layer_norm("self_attn.q_norm")?, layer_norm("self_attn.k_norm")?))
+                } else {
+                    None
+                };
+                let kind = p.layers[i];
                 Ok(Layer {
-                    input_norm: upload(&take(&format!("{pre}.input_layernorm.weight"))?)?,
-                    post_norm: upload(&take(&format!("{pre}.post_attention_layernorm.weight"))?)?,
+                    input_norm: layer_norm("input_layernorm")?,
+                    post_norm,
+                    attn_out_norm,
+                    mlp_out_norm,
+                    qk_norm,
+                    window: kind.window,
+                    rope: usize::from(kind.local_rope && local_rope),
                     qkv: linear(backend, &upload_time, &take, &attn(&["q_proj", "k_proj", "v_proj"]), bias)?,
                     o: linear(backend, &upload_time, &take, &attn(&["o_proj"]), false)?,
                     gate_up: linear(backend, &upload_time, &take, &mlpn(&["gate_proj", "up_proj"]), false)?,
@@ -150,7 +207,7 @@ impl<B: Backend> LlamaModel<B> {
                 (Some(e), true) => rows(e, shard.vocab(p))?,
                 _ => take("lm_head.weight")?,
             };
-            (Some(upload(&take("model.norm.weight")?)?), Some(upload(&head)?))
+            (Some(norm("model.norm.weight")?), Some(upload(&head)?))
         } else {
             (None, None)
         };
@@ -163,20 +220,36 @@ impl<B: Backend> LlamaModel<B> {
             upload_time.get().as_secs_f64(),
             (t0.elapsed() - upload_time.get()).as_secs_f64()
         );
-        let inv = rope::inv_freq(p.head_dim, p.rope_theta, p.rope_scaling.as_ref());
-        Ok(Self {
-            params: p.clone(),
-            shard: shard.clone(),
-            embed,
-            layers,
-            norm,
-            lm_head,
-            inv_freq: backend.upload_f32(&inv)?,
-        })
+        let tables: Vec<RopeTable> = std::iter::once(p.rope())
+            .chain(p.local_rope.clone())
+            .map(|r| rope::table(p.head_dim, &r, p.max_position_embeddings))
+            .collect();
+        let long_rope_after = tables[0].long_after;
+        let ropes = tables
+            .into_iter()
+            .map(|t| Ok(RopeBuf { inv_freq: backend.upload_f32(&t.inv_freq)?, mscale: t.mscale }))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { params: p.clone(), shard: shard.clone(), embed, layers, norm, lm_head, ropes, long_rope_after })
     }
 
     pub fn params(&self) -> &ModelParams {
         &self.params
+    }
+
+    /// Checks and flattens a step's batch for this model (`FlatBatch::new`, then LongRoPE's choice of factors per
+    /// sequence).
+    pub fn flatten(
+        &self,
+        batch: &[ScheduledSeq],
+        block_size: usize,
+        num_blocks: usize,
+        max_blocks: usize,
+    ) -> Result<FlatBatch> {
+        let mut flat = FlatBatch::new(batch, block_size, num_blocks, max_blocks)?;
+        if let Some(after) = self.long_rope_after {
+            flat.mark_long_rope(after);
+        }
+        Ok(flat)
     }
 
     fn project(&self, b: &B, l: &Linear<B>, x: &B::Buffer, m: usize, k: usize) -> Result<B::Buffer> {
@@ -209,7 +282,7 @@ impl<B: Backend> LlamaModel<B> {
         if num_seqs == 0 {
             return Ok(Vec::new());
         }
-        let flat = FlatBatch::new(batch, cache.block_size, cache.num_blocks, 0)?;
+        let flat = self.flatten(batch, cache.block_size, cache.num_blocks, 0)?;
         let dev = DeviceBatch::upload(b, &flat)?;
         let DeviceOutput::Logits(logits) = self.forward_device(b, &flat, &dev, cache, &NoComm, None)? else {
             return Err(EngineError::Backend("forward_masked() on a model shard without the LM head".into()));
@@ -233,7 +306,7 @@ impl<B: Backend> LlamaModel<B> {
         if num_seqs == 0 {
             return Ok(StageOutput::Logits(Vec::new()));
         }
-        let flat = FlatBatch::new(batch, cache.block_size, cache.num_blocks, 0)?;
+        let flat = self.flatten(batch, cache.block_size, cache.num_blocks, 0)?;
         let dev = DeviceBatch::upload(b, &flat)?;
         let logits = match self.forward_device(b, &flat, &dev, cache, comm, input)? {
             DeviceOutput::Hidden { residual, delta } => {
@@ -290,7 +363,8 @@ impl<B: Backend> LlamaModel<B> {
         let residual = match (&self.embed, input) {
             (Some(table), None) => {
                 let r = b.alloc_f32_scratch(n * h)?;
-                b.run(Op::Embedding { table, ids: ids_buf, out: &r, num_tokens: n, hidden: h })?;
+                let scale = p.embed_scale();
+                b.run(Op::Embedding { table, ids: ids_buf, out: &r, num_tokens: n, hidden: h, scale })?;
                 r
             }
             (None, Some(x)) if x.len() == n * h => b.upload_f32(x)?,
@@ -307,7 +381,8 @@ impl<B: Backend> LlamaModel<B> {
         };
         let zeros = b.alloc_f32(n * h)?;
         let mut delta: Option<B::Buffer> = None;
-        let scale = 1.0 / (hd as f32).sqrt();
+        let scale = p.attn_scale as f32;
+        let softcap = p.attn_softcap.map(|c| c as f32);
         for (li, l) in self.layers.iter().enumerate() {
             // residual += previous layer's output; normed = norm(residual)
             let x = delta.as_ref().unwrap_or(&zeros);
@@ -324,13 +399,26 @@ impl<B: Backend> LlamaModel<B> {
                 eps,
             })?;
             let qkv = self.project(b, &l.qkv, &normed, n, h)?;
+            if let Some((q_weight, k_weight)) = &l.qk_norm {
+                b.run(Op::HeadRmsNorm {
+                    qkv: &qkv,
+                    q_weight,
+                    k_weight,
+                    num_tokens: n,
+                    num_heads: hq,
+                    num_kv_heads: hkv,
+                    head_dim: hd,
+                    eps,
+                })?;
+            }
             let q = b.alloc_f32_scratch(n * hq * hd)?;
             let (kc, vc) = &cache.layers[li];
+            let rope = &self.ropes[l.rope];
             b.run(Op::RopeWriteKv {
                 io: RopeIo {
                     qkv: &qkv,
                     positions: pos_buf,
-                    inv_freq: &self.inv_freq,
+                    inv_freq: &rope.inv_freq,
                     q_out: &q,
                     k_cache: kc,
                     v_cache: vc,
@@ -341,6 +429,7 @@ impl<B: Backend> LlamaModel<B> {
                 num_kv_heads: hkv,
                 head_dim: hd,
                 block_size: cache.block_size,
+                mscale: rope.mscale,
             })?;
             // Read only by the output projection, like the norm outputs below.
             let attn = b.alloc_matmul_input(n * hq * hd, &l.o.w)?;
@@ -355,8 +444,15 @@ impl<B: Backend> LlamaModel<B> {
                 head_dim: hd,
                 block_size: cache.block_size,
                 scale,
+                window: l.window,
+                softcap,
             })?;
-            let o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;
+            let mut o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;
+            if let Some(w) = &l.attn_out_norm {
+                let normed_o = b.alloc_f32_scratch(n * h)?;
+                b.run(Op::RmsNorm { x: &o, weight: w, out: &normed_o, rows: n, hidden: h, eps })?;
+                o = normed_o;
+            }
             let normed = b.alloc_matmul_input(n * h, &l.gate_up.w)?;
             b.run(Op::AddRmsNorm {
                 x: &o,
@@ -369,8 +465,16 @@ impl<B: Backend> LlamaModel<B> {
             })?;
             let gate_up = self.project(b, &l.gate_up, &normed, n, h)?;
             let act = b.alloc_matmul_input(n * inter, &l.down.w)?;
-            b.run(Op::SiluMul { gate_up: &gate_up, out: &act, rows: n, width: inter })?;
-            delta = Some(reduce(self.project(b, &l.down, &act, n, inter)?)?);
+            b.run(Op::GatedAct { gate_up: &gate_up, out: &act, rows: n, width: inter, act: p.activation })?;
+            let down = reduce(self.project(b, &l.down, &act, n, inter)?)?;
+            delta = Some(match &l.mlp_out_norm {
+                Some(w) => {
+                    let normed_down = b.alloc_f32_scratch(n * h)?;
+                    b.run(Op::RmsNorm { x: &down, weight: w, out: &normed_down, rows: n, hidden: h, eps })?;
+                    normed_down
+                }
+                None => down,
+            });
         }
         let (Some(norm), Some(head)) = (&self.norm, &self.lm_head) else {
             return Ok(DeviceOutput::Hidden { residual, delta });
@@ -400,6 +504,9 @@ impl<B: Backend> LlamaModel<B> {
         let vocab = self.shard.vocab(p).len();
         let logits = b.alloc_f32_scratch(num_seqs * vocab)?;
         b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: num_seqs, k: h, n: vocab })?;
+        if let Some(cap) = p.final_softcap {
+            b.run(Op::SoftCap { x: &logits, rows: num_seqs, width: vocab, cap: cap as f32 })?;
+        }
         Ok(DeviceOutput::Logits(logits))
     }
 }

@@ -47,6 +47,7 @@ impl Weights {
     /// `lm_head.weight` of a tied model) are dropped.
     pub fn from_tensors(mut tensors: HashMap<String, Tensor>, params: &ModelParams, dtype: DType) -> Result<Self> {
         check_dtype(dtype)?;
+        names::unfuse(&mut tensors, params)?;
         let mut out = HashMap::new();
         for spec in expected_tensors(params) {
             let tensor = tensors.remove(&spec.name).ok_or_else(|| {

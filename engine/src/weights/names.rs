@@ -1,7 +1,8 @@
-//! Tensor names and shapes of the llama family: the Hugging Face names a model needs (`expected_tensors`) and the
-//! llama.cpp GGUF name of each (`hf_to_gguf`, `gguf_to_hf`).
+//! Tensor names and shapes: the Hugging Face names a model needs (`expected_tensors`), the names its checkpoint
+//! stores them under (`checkpoint_tensors`: Phi-3 fuses q/k/v and gate/up, `unfuse` splits them) and the llama.cpp
+//! GGUF name of each (`hf_to_gguf`, `gguf_to_hf`).
 
-use crate::config::ModelParams;
+use crate::config::{Architecture, ModelParams};
 use crate::{EngineError, Result};
 
 pub const EMBED_TOKENS: &str = "model.embed_tokens.weight";
@@ -58,8 +59,16 @@ pub fn expected_tensors(params: &ModelParams) -> Vec<TensorSpec> {
             out.push(TensorSpec::new(format!("{p}.self_attn.k_proj.bias"), &[kv]));
             out.push(TensorSpec::new(format!("{p}.self_attn.v_proj.bias"), &[kv]));
         }
+        if params.qk_norm {
+            out.push(TensorSpec::new(format!("{p}.self_attn.q_norm.weight"), &[params.head_dim]));
+            out.push(TensorSpec::new(format!("{p}.self_attn.k_norm.weight"), &[params.head_dim]));
+        }
         out.push(TensorSpec::new(format!("{p}.self_attn.o_proj.weight"), &[h, q]));
         out.push(TensorSpec::new(format!("{p}.post_attention_layernorm.weight"), &[h]));
+        if params.architecture.is_gemma() {
+            out.push(TensorSpec::new(format!("{p}.pre_feedforward_layernorm.weight"), &[h]));
+            out.push(TensorSpec::new(format!("{p}.post_feedforward_layernorm.weight"), &[h]));
+        }
         out.push(TensorSpec::new(format!("{p}.mlp.gate_proj.weight"), &[i, h]));
         out.push(TensorSpec::new(format!("{p}.mlp.up_proj.weight"), &[i, h]));
         out.push(TensorSpec::new(format!("{p}.mlp.down_proj.weight"), &[h, i]));
@@ -69,6 +78,79 @@ pub fn expected_tensors(params: &ModelParams) -> Vec<TensorSpec> {
         out.push(TensorSpec::new(LM_HEAD, &[params.vocab_size, h]));
     }
     out
+}
+
+/// The fused projections of a checkpoint: (fused suffix, its parts in row order).
+const FUSED: &[(&str, &[&str])] = &[
+    ("self_attn.qkv_proj", &["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]),
+    ("mlp.gate_up_proj", &["mlp.gate_proj", "mlp.up_proj"]),
+];
+
+/// Whether the checkpoint stores q/k/v and gate/up fused (Phi-3's `qkv_proj`, `gate_up_proj`).
+pub fn has_fused_projections(params: &ModelParams) -> bool {
+    params.architecture == Architecture::Phi3
+}
+
+/// The tensors as the checkpoint stores them: `expected_tensors`, with Phi-3's fused projections in place of their
+/// parts.
+pub fn checkpoint_tensors(params: &ModelParams) -> Vec<TensorSpec> {
+    let specs = expected_tensors(params);
+    if !has_fused_projections(params) {
+        return specs;
+    }
+    let mut out = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let fused = FUSED.iter().find_map(|(fused, parts)| {
+            let (layer, part) = spec.name.strip_suffix(".weight")?.rsplit_once(".self_attn.").map_or_else(
+                || spec.name.strip_suffix(".weight")?.rsplit_once(".mlp.").map(|(l, p)| (l, format!("mlp.{p}"))),
+                |(l, p)| Some((l, format!("self_attn.{p}"))),
+            )?;
+            let at = parts.iter().position(|p| *p == part)?;
+            Some((at, format!("{layer}.{fused}.weight")))
+        });
+        match fused {
+            // The fused tensor stands where its first part was, with the parts' rows summed below.
+            Some((0, name)) => out.push(TensorSpec::new(name, &spec.shape)),
+            Some((_, name)) => {
+                let f = out.iter_mut().rev().find(|s| s.name == name).expect("the first part comes first");
+                f.shape[0] += spec.shape[0];
+            }
+            None => out.push(spec),
+        }
+    }
+    out
+}
+
+/// Splits fused projections (`checkpoint_tensors`' names) into the parts the model reads (`expected_tensors`).
+pub fn unfuse(
+    tensors: &mut std::collections::HashMap<String, candle_core::Tensor>,
+    params: &ModelParams,
+) -> Result<()> {
+    if !has_fused_projections(params) {
+        return Ok(());
+    }
+    let expected = expected_tensors(params);
+    let rows = |name: &str| expected.iter().find(|s| s.name == name).map(|s| s.shape[0]);
+    for l in 0..params.num_layers {
+        for (fused, parts) in FUSED {
+            let name = format!("model.layers.{l}.{fused}.weight");
+            let Some(t) = tensors.remove(&name) else { continue };
+            let mut at = 0;
+            for part in *parts {
+                let part_name = format!("model.layers.{l}.{part}.weight");
+                let n = rows(&part_name).unwrap_or(0);
+                if at + n > t.dim(0)? {
+                    return Err(EngineError::Weights(format!(
+                        "`{name}` has {} rows, too few for its parts",
+                        t.dim(0)?
+                    )));
+                }
+                tensors.insert(part_name, t.narrow(0, at, n)?.contiguous()?);
+                at += n;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Per-layer name pairs: (Hugging Face suffix after `model.layers.{i}.`, llama.cpp suffix after `blk.{i}.`).

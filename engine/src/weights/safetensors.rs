@@ -10,8 +10,9 @@ use crate::model::shard::{apply_cut, Shard};
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
+use super::names::{checkpoint_tensors, has_fused_projections};
 use super::progress::AdvanceOnDrop;
-use super::{check_dtype, expected_tensors, Weights};
+use super::{check_dtype, Weights};
 use crate::config::ModelParams;
 use crate::{EngineError, Result};
 
@@ -45,7 +46,10 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
     // SAFETY: see `mmap` above; the maps are read-only.
     let st = unsafe { MmapedSafetensors::multi(paths) }
         .map_err(|e| EngineError::Weights(format!("cannot read safetensors header: {e}")))?;
-    let mut specs = expected_tensors(params);
+    let mut specs = checkpoint_tensors(params);
+    // A fused projection is split into its parts before it can be cut: such checkpoints load whole and the model
+    // cuts its share at upload.
+    let shard = shard.filter(|_| !has_fused_projections(params));
     if let Some(shard) = shard {
         specs.retain(|spec| shard.cut(params, &spec.name).is_some());
     }

@@ -14,6 +14,10 @@
 // (max_parts == 1) the kernel writes the normalised output directly. `out` is f32 or, after `out_kind` (1 bf16,
 // 2 f16), the 16-bit input of the output projection's matrix multiply.
 //
+// Sliding-window layers (`window` > 0; 0 means none): a row at position p sees keys p - window + 1 .. p, and its
+// partitions count from the first of them, so a long context costs the window's keys, not the context's. Scores
+// are multiplied by `scale` and, with `softcap` > 0, capped as softcap * tanh(score / softcap) (Gemma 2).
+//
 // Cache layout per layer: [num_blocks, block_size, kv_heads, head_dim]; slot = block * block_size + offset.
 // head_dim must be a multiple of 4 (4-wide loads and stores; the host checks it).
 #include "prelude.h"
@@ -48,8 +52,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
                         GLOBAL float* part_ml, GLOBAL uint* counters, GLOBAL const uint* entries, GLOBAL const uint* query_start,
                         GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, uint max_blocks,
                         uint num_heads, uint num_kv_heads, uint head_dim, uint block_size, uint partition_size,
-                        uint max_parts, float scale, uint out_kind, uint fuse_reduce, uint lat,
-                        LOCAL_PTR float* scores, LOCAL_PTR uint* slots,
+                        uint max_parts, float scale, uint out_kind, uint fuse_reduce, uint lat, uint window,
+                        float softcap, LOCAL_PTR float* scores, LOCAL_PTR uint* slots,
                         LOCAL_PTR float* head_max, LOCAL_PTR float* head_sum, LOCAL_PTR float4* red) {
     uint e = group_id(0);
     uint group = num_heads / num_kv_heads;
@@ -67,6 +71,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     uint b_first = (start + local_id()) / block_size;
     uint blk_first = b_first < max_blocks ? table[b_first] : 0u;
     uint ctx = context_lens[seq] + row + 1 - query_start[seq + 1];
+    uint lo = window != 0u && ctx > window ? ctx - window : 0u;  // the row's first visible key
+    start += lo;
     if (start >= ctx) return;  // this row has fewer partitions than the longest one (uniform per work-group)
     uint len = min(partition_size, ctx - start);
     ulong kv_row = (ulong)num_kv_heads * head_dim;
@@ -76,7 +82,7 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     for (uint j = local_id(); j < len; j += local_size()) {
         uint tok = start + j;
         uint b = tok / block_size;
-        slots[j] = (j == local_id() ? blk_first : table[b]) * block_size + (tok - b * block_size);
+        slots[j] = (j == local_id() && lo == 0u ? blk_first : table[b]) * block_size + (tok - b * block_size);
     }
     stage_q(red, q, q_base, nh, head_dim, 0);  // in flight together with the block-table loads
     barrier_local();
@@ -153,6 +159,7 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
             float v = s[j];
             for (uint tt = 1; tt < T; tt++) v += s[tt * len + j];
             v *= scale;
+            if (softcap > 0.0f) v = softcap * tanh(v / softcap);
             s[j] = v;
             m = fmax(m, v);
         }
@@ -245,7 +252,7 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
     // Fused reduction: publish this partition, count it, and let the row's last work-group combine them all.
     global_fence();
     barrier_local();
-    uint parts = (ctx + partition_size - 1) / partition_size;
+    uint parts = (ctx - lo + partition_size - 1) / partition_size;
     if (local_id() == 0) {
         GLOBAL uint* c = counters + (ulong)e * (num_kv_heads * chunks) + group_id(1);
         uint done = counter_add(c, 1u) + 1u;
@@ -287,7 +294,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
                      GLOBAL float* part_out, GLOBAL float* part_ml, GLOBAL uint* counters, GLOBAL const uint* entries, \
                      GLOBAL const uint* query_start, GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, \
                      uint max_blocks, uint num_heads, uint num_kv_heads, uint head_dim, uint block_size,            \
-                     uint partition_size, uint max_parts, float scale, uint out_kind, uint fuse_reduce) {           \
+                     uint partition_size, uint max_parts, float scale, uint out_kind, uint fuse_reduce,             \
+                     uint window, float softcap) {                                                                  \
         GRID_DEP_SYNC();                                                                                            \
         LOCAL float scores[ATTN_HEAD_CHUNK * ATTN_MAX_PARTITION];                                                   \
         LOCAL uint slots[ATTN_MAX_PARTITION];                                                                       \
@@ -297,7 +305,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
         decode_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,   \
                     (GLOBAL const ushort*)v_cache, KIND, out, part_out, part_ml, counters, entries, query_start,     \
                     context_lens, block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size,          \
-                    partition_size, max_parts, scale, out_kind, fuse_reduce, LAT, scores, slots, head_max,          \
+                    partition_size, max_parts, scale, out_kind, fuse_reduce, LAT, window, softcap, scores, slots,   \
+                    head_max,                                                                                       \
                     head_sum, red);                                                                                 \
     }
 // The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.
@@ -311,18 +320,19 @@ DECODE_KERNEL(paged_attention_decode_lat_f16, ushort, 2, 1)
 
 // Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p, in one pass
 // over the partitions with a running maximum (each step's loads do not wait for the step before, so they overlap).
-// Grid: (entries x ELEM_WG, num_heads). `out` as in the decode kernel (`out_kind`).
+// Grid: (entries x ELEM_WG, num_heads). `out` as in the decode kernel (`out_kind`); `window` as there.
 KERNEL void paged_attention_reduce(GLOBAL float* out, GLOBAL const float* part_out, GLOBAL const float* part_ml,
                                    GLOBAL const uint* entries, GLOBAL const uint* query_start,
                                    GLOBAL const uint* context_lens, uint num_heads, uint head_dim,
-                                   uint partition_size, uint max_parts, uint out_kind) {
+                                   uint partition_size, uint max_parts, uint out_kind, uint window) {
     GRID_DEP_SYNC();
     uint e = group_id(0);
     uint h = group_id(1);
     uint row = entries[2 * e];
     uint seq = entries[2 * e + 1];
     uint ctx = context_lens[seq] + row + 1 - query_start[seq + 1];
-    uint parts = (ctx + partition_size - 1) / partition_size;
+    uint lo = window != 0u && ctx > window ? ctx - window : 0u;
+    uint parts = (ctx - lo + partition_size - 1) / partition_size;
     ulong base = (ulong)e * num_heads + h;
     GLOBAL const float* ml = part_ml + base * max_parts * 2;
     for (uint d = local_id(); d < head_dim; d += local_size()) {

@@ -7,6 +7,9 @@
 // (sequence, first pair) per tile. Grid: (tiles x PREFILL_WG, num_kv_heads). The host sends heads that are not a
 // multiple of 8 or over PREFILL_MAX_HEAD_DIM to the per-row decode kernel (`rserve_kernels::prefill_tiles_head`).
 // `out` is f32 or, after `out_kind` (1 bf16, 2 f16), the 16-bit input of the output projection's matrix multiply.
+// `window` (> 0: a sliding-window layer; a row at position p sees keys p - window + 1 .. p, and the key loop starts
+// at the tile's first visible key) and `softcap` (> 0: scores capped as softcap * tanh(score / softcap)) as in the
+// decode kernel.
 //
 // Register tiling, so local memory is not the bottleneck: the queries are staged transposed (qs[d][pair]) and each
 // key tile of PREFILL_KEYS (16) keys transposed (kv[d][key]); a work-item scores 2 pairs x 2 keys, reading one
@@ -29,7 +32,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
                          GLOBAL const ushort* vh, uint kind, GLOBAL float* out, uint out_kind, GLOBAL const uint* tiles,
                          GLOBAL const uint* query_start, GLOBAL const uint* context_lens,
                          GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,
-                         uint head_dim, uint block_size, float scale, LOCAL_PTR float* qs, LOCAL_PTR float* kv,
+                         uint head_dim, uint block_size, float scale, uint window, float softcap, LOCAL_PTR float* qs, LOCAL_PTR float* kv,
                          LOCAL_PTR float* ps, LOCAL_PTR float* row_max, LOCAL_PTR float* row_sum,
                          LOCAL_PTR float* row_corr, LOCAL_PTR uint* row_pos, LOCAL_PTR uint* slots) {
     uint lid = local_id();
@@ -47,6 +50,8 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
     GLOBAL const uint* table = block_tables + (ulong)seq * max_blocks;
     uint last = min(first + PREFILL_ROWS, npairs) - 1;
     uint limit = past + last / group + 1;  // keys [0, limit) are visible to some row of the tile
+    uint first_pos = past + first / group;
+    uint lo = window != 0u && first_pos + 1 > window ? first_pos + 1 - window : 0u;  // and none before lo
 
     if (lid < PREFILL_ROWS) {
         uint p = first + lid;
@@ -78,7 +83,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
     for (uint i = 0; i < 4; i++)
         for (uint c = 0; c < 8; c++) o[i][c] = 0.0f;
 
-    for (uint kb = 0; kb < limit; kb += PREFILL_KEYS) {
+    for (uint kb = (lo / PREFILL_KEYS) * PREFILL_KEYS; kb < limit; kb += PREFILL_KEYS) {
         uint nk = min((uint)PREFILL_KEYS, limit - kb);
         barrier_local();  // the previous tile is consumed (and, first time round, qs/row_* are written)
         if (lid < PREFILL_KEYS) {
@@ -110,8 +115,11 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
                 uint r = 2 * sr + i;
                 for (uint c = 0; c < 2; c++) {
                     uint j = 2 * sk + c;
-                    uint ok = j < nk && row_pos[r] != NO_ROW && kb + j <= row_pos[r];
-                    ps[j * PREFILL_ROWS + r] = ok ? a[i][c] * scale : NEG_INF;
+                    uint ok = j < nk && row_pos[r] != NO_ROW && kb + j <= row_pos[r] &&
+                              (window == 0u || kb + j + window > row_pos[r]);
+                    float sc = a[i][c] * scale;
+                    if (softcap > 0.0f) sc = softcap * tanh(sc / softcap);
+                    ps[j * PREFILL_ROWS + r] = ok ? sc : NEG_INF;
                 }
             }
         }
@@ -179,7 +187,8 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
     KERNEL void NAME(GLOBAL const float* q, GLOBAL const T* k_cache, GLOBAL const T* v_cache, GLOBAL float* out,     \
                      GLOBAL const uint* tiles, GLOBAL const uint* query_start, GLOBAL const uint* context_lens,      \
                      GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,           \
-                     uint head_dim, uint block_size, float scale, uint out_kind) { GRID_DEP_SYNC();                 \
+                     uint head_dim, uint block_size, float scale, uint out_kind, uint window, float softcap) {       \
+        GRID_DEP_SYNC();                                                                                            \
         LOCAL float qs[PREFILL_ROWS * PREFILL_MAX_HEAD_DIM];                                                        \
         LOCAL float kv[PREFILL_KEYS * PREFILL_MAX_HEAD_DIM];                                                        \
         LOCAL float ps[PREFILL_ROWS * PREFILL_KEYS];                                                                \
@@ -190,7 +199,8 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
         LOCAL uint slots[PREFILL_KEYS];                                                                             \
         prefill_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,  \
                      (GLOBAL const ushort*)v_cache, KIND, out, out_kind, tiles, query_start, context_lens,          \
-                     block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size, scale, qs, kv, ps, row_max, row_sum, \
+                     block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap,  \
+                     qs, kv, ps, row_max, row_sum,                                                                  \
                      row_corr, row_pos, slots);                                                                     \
     }
 // The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.

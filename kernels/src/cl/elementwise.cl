@@ -1,31 +1,48 @@
-// elementwise.cl — SiLU-and-multiply of a fused gate/up projection (`out = silu(gate) * up`) and the row gather
-// (`out[i] = x[rows[i]]`).
+// elementwise.cl — the gated activation of a fused gate/up projection (`out = act(gate) * up`, SiLU or GELU-tanh),
+// logit soft-capping (`x = cap * tanh(x / cap)`) and the row gather (`out[i] = x[rows[i]]`).
 #include "prelude.h"
+
+// Activations of `gated_act*` (`act` argument).
+#define ACT_SILU 0u
+#define ACT_GELU_TANH 1u
 
 // Fused gate/up rows gate_up[rows, 2 * width] (gate columns first). Grid: (ceil(width / ELEM_WG) groups, rows). The
 // `_bf16` / `_f16` entry points write `out` rounded to that 16-bit type (the input of a 16-bit matrix multiply).
-INLINE void silu_mul_body(GLOBAL const float* gate_up, GLOBAL float* out, GLOBAL ushort* out16, uint width, uint kind) {
+// GELU-tanh is PyTorch's `gelu(approximate="tanh")` (Gemma's `gelu_pytorch_tanh`).
+INLINE void gated_act_body(GLOBAL const float* gate_up, GLOBAL float* out, GLOBAL ushort* out16, uint width, uint act,
+                           uint kind) {
     uint i = global_id0();
     ulong r = group_id(1);
     if (i < width) {
         float g = gate_up[r * 2 * width + i];
-        store_act(out, out16, r * width + i, g / (1.0f + exp(-g)) * gate_up[r * 2 * width + width + i], kind);
+        float a = act == ACT_GELU_TANH ? 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)))
+                                       : g / (1.0f + exp(-g));
+        store_act(out, out16, r * width + i, a * gate_up[r * 2 * width + width + i], kind);
     }
 }
 
-KERNEL void silu_mul(GLOBAL const float* gate_up, GLOBAL float* out, uint width) {
+KERNEL void gated_act(GLOBAL const float* gate_up, GLOBAL float* out, uint width, uint act) {
     GRID_DEP_SYNC();
-    silu_mul_body(gate_up, out, (GLOBAL ushort*)out, width, 0);
+    gated_act_body(gate_up, out, (GLOBAL ushort*)out, width, act, 0);
 }
 
-KERNEL void silu_mul_bf16(GLOBAL const float* gate_up, GLOBAL ushort* out, uint width) {
+KERNEL void gated_act_bf16(GLOBAL const float* gate_up, GLOBAL ushort* out, uint width, uint act) {
     GRID_DEP_SYNC();
-    silu_mul_body(gate_up, (GLOBAL float*)out, out, width, 1);
+    gated_act_body(gate_up, (GLOBAL float*)out, out, width, act, 1);
 }
 
-KERNEL void silu_mul_f16(GLOBAL const float* gate_up, GLOBAL ushort* out, uint width) {
+KERNEL void gated_act_f16(GLOBAL const float* gate_up, GLOBAL ushort* out, uint width, uint act) {
     GRID_DEP_SYNC();
-    silu_mul_body(gate_up, (GLOBAL float*)out, out, width, 2);
+    gated_act_body(gate_up, (GLOBAL float*)out, out, width, act, 2);
+}
+
+// x[rows, width] = cap * tanh(x / cap), in place (Gemma 2's final logit soft-capping). Grid: (ceil(width / ELEM_WG)
+// groups, rows).
+KERNEL void soft_cap(GLOBAL float* x, uint width, float cap) {
+    GRID_DEP_SYNC();
+    uint i = global_id0();
+    ulong r = group_id(1);
+    if (i < width) x[r * width + i] = cap * tanh(x[r * width + i] / cap);
 }
 
 // Grid: (ceil(width / ELEM_WG) groups, num_rows); the host checks rows[] against x's row count.

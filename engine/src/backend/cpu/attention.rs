@@ -1,5 +1,6 @@
 //! CPU paged attention: causal attention of each query row over its sequence's cached keys (the cached prefix plus
-//! the current chunk, which `Op::RopeWriteKv` stored), grouped-query aware.
+//! the current chunk, which `Op::RopeWriteKv` stored), grouped-query aware, with an optional sliding window and
+//! score soft-capping.
 
 use rayon::prelude::*;
 
@@ -12,6 +13,10 @@ pub(super) struct Shape {
     pub head_dim: usize,
     pub block_size: usize,
     pub scale: f32,
+    /// Sliding window: a row at position p sees keys p - window + 1 ..= p.
+    pub window: Option<usize>,
+    /// Gemma 2's attention logit soft-capping.
+    pub softcap: Option<f32>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -53,10 +58,12 @@ pub(super) fn paged_attention(
         let qv = &q[i * hd..(i + 1) * hd];
         let bt = table(seq);
         let slot = |j: usize| (bt[j / s.block_size] as usize * s.block_size + j % s.block_size) * kv_row + kvh * hd;
-        let mut scores: Vec<f32> = (0..=pos)
+        let lo = s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let mut scores: Vec<f32> = (lo..=pos)
             .map(|j| {
                 let k = &k_cache[slot(j)..slot(j) + hd];
-                qv.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * s.scale
+                let sc = qv.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * s.scale;
+                s.softcap.map_or(sc, |c| c * (sc / c).tanh())
             })
             .collect();
         let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
@@ -66,7 +73,7 @@ pub(super) fn paged_attention(
             sum += *v;
         }
         o.iter_mut().for_each(|v| *v = 0.0);
-        for (j, p) in scores.iter().enumerate() {
+        for (j, p) in (lo..).zip(&scores) {
             let v = &v_cache[slot(j)..slot(j) + hd];
             let p = p / sum;
             o.iter_mut().zip(v).for_each(|(o, v)| *o += p * v);

@@ -1,10 +1,11 @@
-//! CPU elementwise and row-wise ops: embedding gather, RMSNorm, residual add, rotary embedding with the KV-cache
-//! store of a fused q/k/v row, SiLU-and-multiply, row gather. Bounds are checked once per op so a malformed batch is an error, never a panic.
+//! CPU elementwise and row-wise ops: embedding gather, RMSNorm (per row and per q/k head), residual add, rotary
+//! embedding with the KV-cache store of a fused q/k/v row, gated activations, soft-capping, row gather. Bounds are checked once per op so a malformed batch is an error, never a panic.
 
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
 use super::{be, CpuBuffer};
+use crate::backend::Activation;
 use crate::error::Result;
 
 fn check_len(what: &str, have: usize, need: usize) -> Result<()> {
@@ -14,7 +15,14 @@ fn check_len(what: &str, have: usize, need: usize) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn embedding(table: &CpuBuffer, ids: &[u32], out: &mut [f32], n: usize, hidden: usize) -> Result<()> {
+pub(super) fn embedding(
+    table: &CpuBuffer,
+    ids: &[u32],
+    out: &mut [f32],
+    n: usize,
+    hidden: usize,
+    scale: f32,
+) -> Result<()> {
     check_len("embedding ids", ids.len(), n)?;
     check_len("embedding out", out.len(), n * hidden)?;
     let t = table.matrix()?;
@@ -24,7 +32,7 @@ pub(super) fn embedding(table: &CpuBuffer, ids: &[u32], out: &mut [f32], n: usiz
     }
     let idx = Tensor::from_slice(&ids[..n], n, &Device::Cpu)?;
     let rows = t.index_select(&idx, 0)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    out[..n * hidden].copy_from_slice(&rows);
+    out[..n * hidden].iter_mut().zip(rows).for_each(|(o, v)| *o = v * scale);
     Ok(())
 }
 
@@ -44,6 +52,26 @@ pub(super) fn rms_norm(x: &[f32], w: &[f32], out: &mut [f32], rows: usize, hidde
         let r = 1.0 / (ms + eps).sqrt();
         for ((o, &v), &wv) in o.iter_mut().zip(xr).zip(w) {
             *o = wv * (v * r);
+        }
+    });
+    Ok(())
+}
+
+/// `Op::HeadRmsNorm`: RMSNorm of each q head (weight `wq`) and k head (`wk`) of the fused rows, in place.
+pub(super) fn head_rms_norm(qkv: &mut [f32], wq: &[f32], wk: &[f32], n: usize, s: &QkvShape, eps: f32) -> Result<()> {
+    let hd = s.head_dim;
+    let width = (s.heads + 2 * s.kv_heads) * hd;
+    check_len("head_rms_norm qkv", qkv.len(), n * width)?;
+    check_len("head_rms_norm q weight", wq.len(), hd)?;
+    check_len("head_rms_norm k weight", wk.len(), hd)?;
+    if hd == 0 {
+        return Ok(());
+    }
+    qkv[..n * width].par_chunks_mut(width).for_each(|row| {
+        for (h, x) in row[..(s.heads + s.kv_heads) * hd].chunks_mut(hd).enumerate() {
+            let w = if h < s.heads { wq } else { wk };
+            let r = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() / hd as f32 + eps).sqrt();
+            x.iter_mut().zip(w).for_each(|(v, &wv)| *v = wv * (*v * r));
         }
     });
     Ok(())
@@ -78,6 +106,7 @@ pub(super) fn rope_write_kv(
     slots: &[u32],
     n: usize,
     s: &QkvShape,
+    mscale: f32,
 ) -> Result<()> {
     let (hd, half) = (s.head_dim, s.head_dim / 2);
     let (q_w, kv_w) = (s.heads * hd, s.kv_heads * hd);
@@ -86,15 +115,18 @@ pub(super) fn rope_write_kv(
     check_len("rope_write_kv q_out", q_out.len(), n * q_w)?;
     check_len("rope_write_kv positions", positions.len(), n)?;
     check_len("rope_write_kv slot mapping", slots.len(), n)?;
-    check_len("rope_write_kv inv_freq", inv_freq.len(), half)?;
+    let tables = if positions[..n].iter().any(|p| p >> 31 != 0) { 2 } else { 1 };
+    check_len("rope_write_kv inv_freq", inv_freq.len(), tables * half)?;
     let cache_len = k_cache.len().min(v_cache.len());
     if let Some(bad) = slots[..n].iter().find(|&&slot| (slot as usize + 1) * kv_w > cache_len) {
         return Err(be(format!("rope_write_kv: slot {bad} outside the cache")));
     }
     for t in 0..n {
-        let a: Vec<f32> = inv_freq[..half].iter().map(|&f| positions[t] as f32 * f).collect();
-        let cos: Vec<f32> = a.iter().map(|a| a.cos()).collect();
-        let sin: Vec<f32> = a.iter().map(|a| a.sin()).collect();
+        // Bit 31 of a position selects the second table (LongRoPE's long factors).
+        let (pos, table) = ((positions[t] & 0x7fff_ffff) as f32, (positions[t] >> 31) as usize * half);
+        let a: Vec<f32> = inv_freq[table..table + half].iter().map(|&f| pos * f).collect();
+        let cos: Vec<f32> = a.iter().map(|a| a.cos() * mscale).collect();
+        let sin: Vec<f32> = a.iter().map(|a| a.sin() * mscale).collect();
         let row = &qkv[t * width..(t + 1) * width];
         let (q, kv) = row.split_at(q_w);
         let (k, v) = kv.split_at(kv_w);
@@ -110,10 +142,15 @@ pub(super) fn rope_write_kv(
     Ok(())
 }
 
-/// `Op::SiluMul`: `out[r, j] = silu(gate_up[r, j]) * gate_up[r, width + j]`.
-pub(super) fn silu_mul(gate_up: &[f32], out: &mut [f32], rows: usize, width: usize) -> Result<()> {
-    check_len("silu gate_up", gate_up.len(), rows * 2 * width)?;
-    check_len("silu out", out.len(), rows * width)?;
+/// PyTorch's `gelu(x, approximate="tanh")`.
+pub(crate) fn gelu_tanh(x: f32) -> f32 {
+    0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// `Op::GatedAct`: `out[r, j] = act(gate_up[r, j]) * gate_up[r, width + j]`.
+pub(super) fn gated_act(gate_up: &[f32], out: &mut [f32], rows: usize, width: usize, act: Activation) -> Result<()> {
+    check_len("gated_act gate_up", gate_up.len(), rows * 2 * width)?;
+    check_len("gated_act out", out.len(), rows * width)?;
     if width == 0 {
         return Ok(());
     }
@@ -121,10 +158,23 @@ pub(super) fn silu_mul(gate_up: &[f32], out: &mut [f32], rows: usize, width: usi
         |(o, gu)| {
             let (g, u) = gu.split_at(width);
             for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                *o = g / (1.0 + (-g).exp()) * u;
+                *o = match act {
+                    Activation::Silu => g / (1.0 + (-g).exp()),
+                    Activation::GeluTanh => gelu_tanh(g),
+                } * u;
             }
         },
     );
+    Ok(())
+}
+
+/// `Op::SoftCap`: `x = cap * tanh(x / cap)`.
+pub(super) fn soft_cap(x: &mut [f32], len: usize, cap: f32) -> Result<()> {
+    check_len("soft_cap x", x.len(), len)?;
+    if cap.is_nan() || cap <= 0.0 {
+        return Err(be(format!("soft_cap: cap {cap} must be positive")));
+    }
+    x[..len].par_iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
     Ok(())
 }
 

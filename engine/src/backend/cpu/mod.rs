@@ -102,8 +102,8 @@ impl Backend for CpuBackend {
 
     fn run(&self, op: Op<'_, CpuBuffer>) -> Result<()> {
         match op {
-            Op::Embedding { table, ids, out, num_tokens, hidden } => {
-                elementwise::embedding(table, ids.u32()?, &mut out.f32_mut()?, num_tokens, hidden)
+            Op::Embedding { table, ids, out, num_tokens, hidden, scale } => {
+                elementwise::embedding(table, ids.u32()?, &mut out.f32_mut()?, num_tokens, hidden, scale)
             }
             Op::RmsNorm { x, weight, out, rows, hidden, eps } => {
                 elementwise::rms_norm(&x.f32()?, &weight.f32()?, &mut out.f32_mut()?, rows, hidden, eps)
@@ -128,7 +128,7 @@ impl Backend for CpuBackend {
                     n,
                 )
             }
-            Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _ } => {
+            Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _, mscale } => {
                 elementwise::rope_write_kv(
                     &io.qkv.f32()?,
                     io.positions.u32()?,
@@ -139,11 +139,23 @@ impl Backend for CpuBackend {
                     io.slot_mapping.u32()?,
                     num_tokens,
                     &elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim },
+                    mscale,
                 )
             }
-            Op::SiluMul { gate_up, out, rows, width } => {
-                elementwise::silu_mul(&gate_up.f32()?, &mut out.f32_mut()?, rows, width)
+            Op::HeadRmsNorm { qkv, q_weight, k_weight, num_tokens, num_heads, num_kv_heads, head_dim, eps } => {
+                elementwise::head_rms_norm(
+                    &mut qkv.f32_mut()?,
+                    &q_weight.f32()?,
+                    &k_weight.f32()?,
+                    num_tokens,
+                    &elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim },
+                    eps,
+                )
             }
+            Op::GatedAct { gate_up, out, rows, width, act } => {
+                elementwise::gated_act(&gate_up.f32()?, &mut out.f32_mut()?, rows, width, act)
+            }
+            Op::SoftCap { x, rows, width, cap } => elementwise::soft_cap(&mut x.f32_mut()?, rows * width, cap),
             Op::PagedAttention {
                 q,
                 k_cache,
@@ -155,6 +167,8 @@ impl Backend for CpuBackend {
                 head_dim,
                 block_size,
                 scale,
+                window,
+                softcap,
             } => {
                 let (k, v) = (k_cache.f32()?, v_cache.f32()?);
                 let block_elems = (block_size * num_kv_heads * head_dim).max(1);
@@ -164,7 +178,7 @@ impl Backend for CpuBackend {
                     &k,
                     &v,
                     &mut out.f32_mut()?,
-                    &attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale },
+                    &attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap },
                     meta.host_query_start,
                     meta.host_context_lens,
                     meta.host_block_tables,

@@ -21,6 +21,27 @@ pub struct AttnShape {
     pub head_dim: usize,
     pub block_size: usize,
     pub scale: f32,
+    /// Sliding window in keys (a row sees its last `window` positions), if the layer has one.
+    pub window: Option<usize>,
+    /// Score soft-capping (Gemma 2), if the layer has it.
+    pub softcap: Option<f32>,
+}
+
+impl AttnShape {
+    /// The kernels' `window` (0: none) and `softcap` (0: none) arguments.
+    fn window_softcap<'a, B>(&self, kernel: &str) -> Result<[Arg<'a, B>; 2]> {
+        let window = match self.window {
+            Some(0) => return Err(be("paged_attention: a sliding window of 0 keys")),
+            w => u32_arg(w.unwrap_or(0), kernel, "window")?,
+        };
+        let softcap = match self.softcap {
+            Some(c) if c.is_nan() || c <= 0.0 => {
+                return Err(be(format!("paged_attention: soft cap {c} must be positive")))
+            }
+            c => c.unwrap_or(0.0),
+        };
+        Ok([window, Arg::F32(softcap)])
+    }
 }
 
 /// What a plan depends on: query starts, decode partitions, heads, kv heads, head dim.
@@ -200,6 +221,7 @@ pub(super) fn paged_attention<D: KernelDevice>(
         args.extend(arg_list(kernel, &[meta.query_start, meta.context_lens, meta.block_tables], &shape_args)?);
         args.extend(arg_list(kernel, &[], &[(plan.partition, "partition_size"), (dec.parts, "max_parts")])?);
         args.extend([Arg::F32(s.scale), Arg::U32(out_kind), Arg::U32(counters.is_some() as u32)]);
+        args.extend(s.window_softcap(kernel)?);
         d.launch(&Launch::groups(
             kernel,
             args,
@@ -212,6 +234,8 @@ pub(super) fn paged_attention<D: KernelDevice>(
             let nums = [(s.num_heads, "num_heads"), (s.head_dim, "head_dim"), (plan.partition, "partition_size")];
             let mut args = arg_list(kernel, &bufs, &nums)?;
             args.extend([u32_arg(dec.parts, kernel, "max_parts")?, Arg::U32(out_kind)]);
+            let [window, _] = s.window_softcap(kernel)?;
+            args.push(window);
             d.launch(&Launch::groups(kernel, args, dec.count, [s.num_heads, 1]))?;
         }
     }
@@ -220,6 +244,7 @@ pub(super) fn paged_attention<D: KernelDevice>(
         let mut args = arg_list(kernel, &[q, k_cache, v_cache, out, &p.tiles], &[])?;
         args.extend(arg_list(kernel, &[meta.query_start, meta.context_lens, meta.block_tables], &shape_args)?);
         args.extend([Arg::F32(s.scale), Arg::U32(out_kind)]);
+        args.extend(s.window_softcap(kernel)?);
         d.launch(&Launch::groups(kernel, args, p.count, [s.num_kv_heads, 1]))?;
     }
     Ok(())

@@ -125,7 +125,9 @@ pub trait KernelDevice {
 /// Runs `op` as kernel launches on `d`.
 pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
     match op {
-        Op::Embedding { table, ids, out, num_tokens, hidden } => ops::embedding(d, table, ids, out, num_tokens, hidden),
+        Op::Embedding { table, ids, out, num_tokens, hidden, scale } => {
+            ops::embedding(d, table, ids, out, [num_tokens, hidden], scale)
+        }
         Op::RmsNorm { x, weight, out, rows, hidden, eps } => {
             ops::rms_norm(d, x, None, weight, out, [rows, hidden], eps)
         }
@@ -133,14 +135,31 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
             ops::rms_norm(d, x, Some(residual), weight, out, [rows, hidden], eps)
         }
         Op::MatMul { x, w, bias, out, m, k, n } => matmul::matmul(d, &MatMulCall { x, w, bias, out, m, k, n }),
-        Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _ } => {
-            ops::rope_write_kv(d, &io, num_tokens, [num_heads, num_kv_heads, head_dim])
+        Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _, mscale } => {
+            ops::rope_write_kv(d, &io, num_tokens, [num_heads, num_kv_heads, head_dim], mscale)
         }
-        Op::SiluMul { gate_up, out, rows, width } => ops::silu_mul(d, gate_up, out, rows, width),
+        Op::HeadRmsNorm { qkv, q_weight, k_weight, num_tokens, num_heads, num_kv_heads, head_dim, eps } => {
+            ops::head_rms_norm(d, [qkv, q_weight, k_weight], num_tokens, [num_heads, num_kv_heads, head_dim], eps)
+        }
+        Op::GatedAct { gate_up, out, rows, width, act } => ops::gated_act(d, gate_up, out, [rows, width], act),
+        Op::SoftCap { x, rows, width, cap } => ops::soft_cap(d, x, [rows, width], cap),
         Op::GatherRows { x, rows, out, num_rows, width } => ops::gather_rows(d, x, rows, out, num_rows, width),
         Op::MaskLogits { logits, mask, rows, vocab } => ops::mask_logits(d, logits, mask, rows, vocab),
-        Op::PagedAttention { q, k_cache, v_cache, out, meta, num_heads, num_kv_heads, head_dim, block_size, scale } => {
-            let s = AttnShape { num_heads, num_kv_heads, head_dim, block_size, scale };
+        Op::PagedAttention {
+            q,
+            k_cache,
+            v_cache,
+            out,
+            meta,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            block_size,
+            scale,
+            window,
+            softcap,
+        } => {
+            let s = AttnShape { num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap };
             attention::paged_attention(d, [q, k_cache, v_cache, out], meta, &s)
         }
     }

@@ -4,9 +4,9 @@
 use rserve_kernels::names;
 
 use super::contents::{elem_type, kv_pair};
-use super::{u32_arg, Arg, KernelDevice, Launch};
+use super::{arg_list, u32_arg, Arg, KernelDevice, Launch};
 use crate::backend::cpu::be;
-use crate::backend::RopeIo;
+use crate::backend::{Activation, RopeIo};
 use crate::error::Result;
 
 pub(super) fn embedding<D: KernelDevice>(
@@ -14,8 +14,8 @@ pub(super) fn embedding<D: KernelDevice>(
     table: &D::Buf,
     ids: &D::Buf,
     out: &D::Buf,
-    n: usize,
-    hidden: usize,
+    [n, hidden]: [usize; 2],
+    scale: f32,
 ) -> Result<()> {
     let (dtype, vocab, cols) = d.contents(table).matrix("embedding table")?;
     if cols != hidden {
@@ -27,7 +27,7 @@ pub(super) fn embedding<D: KernelDevice>(
     }
     d.contents(out).f32("embedding out", n * hidden)?;
     let kernel = elem_type(dtype).pick(&names::EMBEDDING);
-    let args = vec![Arg::Buf(table), Arg::Buf(ids), Arg::Buf(out), u32_arg(hidden, kernel, "hidden")?];
+    let args = vec![Arg::Buf(table), Arg::Buf(ids), Arg::Buf(out), u32_arg(hidden, kernel, "hidden")?, Arg::F32(scale)];
     d.launch(&Launch::items(kernel, args, hidden, [n, 1]))
 }
 
@@ -62,12 +62,15 @@ pub(super) fn rope_write_kv<D: KernelDevice>(
     io: &RopeIo<'_, D::Buf>,
     n: usize,
     [heads, kv_heads, hd]: [usize; 3],
+    mscale: f32,
 ) -> Result<()> {
     let all_heads = heads + 2 * kv_heads;
     d.contents(io.qkv).f32("rope_write_kv qkv", n * all_heads * hd)?;
     d.contents(io.q_out).f32("rope_write_kv q_out", n * heads * hd)?;
-    d.contents(io.positions).u32("rope_write_kv positions", n)?;
-    d.contents(io.inv_freq).f32("rope_write_kv inv_freq", hd / 2)?;
+    // A position with bit 31 set reads the second table of frequencies (LongRoPE's long factors).
+    let pos_bound = d.contents(io.positions).u32("rope_write_kv positions", n)?;
+    let tables = if pos_bound > 1 << 31 { 2 } else { 1 };
+    d.contents(io.inv_freq).f32("rope_write_kv inv_freq", tables * (hd / 2))?;
     let (cache_len, ty) = kv_pair(d.contents(io.k_cache), d.contents(io.v_cache), "rope_write_kv")?;
     let bound = d.contents(io.slot_mapping).u32("rope_write_kv slot mapping", n)?;
     if bound * kv_heads * hd > cache_len {
@@ -83,21 +86,50 @@ pub(super) fn rope_write_kv<D: KernelDevice>(
         u32_arg(heads, kernel, "heads")?,
         u32_arg(kv_heads, kernel, "kv_heads")?,
         u32_arg(hd, kernel, "head_dim")?,
+        Arg::F32(mscale),
     ]);
     d.launch(&Launch::items(kernel, args, n * all_heads * (hd / 2), [1, 1]))
 }
 
-/// `silu(gate) * up` over the fused gate/up rows; `out` is f32 or the 16-bit input of the down projection.
-pub(super) fn silu_mul<D: KernelDevice>(
+/// Per-head RMSNorm of the q and k heads of the fused projection, in place.
+pub(super) fn head_rms_norm<D: KernelDevice>(
+    d: &D,
+    [qkv, wq, wk]: [&D::Buf; 3],
+    n: usize,
+    [heads, kv_heads, hd]: [usize; 3],
+    eps: f32,
+) -> Result<()> {
+    d.contents(qkv).f32("head_rms_norm qkv", n * (heads + 2 * kv_heads) * hd)?;
+    d.contents(wq).f32("head_rms_norm q weight", hd)?;
+    d.contents(wk).f32("head_rms_norm k weight", hd)?;
+    let kernel = names::HEAD_RMS_NORM;
+    let mut args = arg_list(kernel, &[qkv, wq, wk], &[(heads, "heads"), (kv_heads, "kv_heads"), (hd, "head_dim")])?;
+    args.push(Arg::F32(eps));
+    d.launch(&Launch::groups(kernel, args, n * (heads + kv_heads), [1, 1]))
+}
+
+/// `act(gate) * up` over the fused gate/up rows; `out` is f32 or the 16-bit input of the down projection.
+pub(super) fn gated_act<D: KernelDevice>(
     d: &D,
     gate_up: &D::Buf,
     out: &D::Buf,
-    rows: usize,
-    width: usize,
+    [rows, width]: [usize; 2],
+    act: Activation,
 ) -> Result<()> {
-    d.contents(gate_up).f32("silu gate_up", rows * 2 * width)?;
-    let kernel = d.contents(out).act("silu out", rows * width)?.pick(&names::SILU_MUL);
-    let args = vec![Arg::Buf(gate_up), Arg::Buf(out), u32_arg(width, kernel, "width")?];
+    d.contents(gate_up).f32("gated_act gate_up", rows * 2 * width)?;
+    let kernel = d.contents(out).act("gated_act out", rows * width)?.pick(&names::GATED_ACT);
+    let args = vec![Arg::Buf(gate_up), Arg::Buf(out), u32_arg(width, kernel, "width")?, Arg::U32(act.kernel_id())];
+    d.launch(&Launch::items(kernel, args, width, [rows, 1]))
+}
+
+/// `x = cap * tanh(x / cap)` over `x[rows, width]`, in place.
+pub(super) fn soft_cap<D: KernelDevice>(d: &D, x: &D::Buf, [rows, width]: [usize; 2], cap: f32) -> Result<()> {
+    d.contents(x).f32("soft_cap x", rows * width)?;
+    if cap.is_nan() || cap <= 0.0 {
+        return Err(be(format!("soft_cap: cap {cap} must be positive")));
+    }
+    let kernel = names::SOFT_CAP;
+    let args = vec![Arg::Buf(x), u32_arg(width, kernel, "width")?, Arg::F32(cap)];
     d.launch(&Launch::items(kernel, args, width, [rows, 1]))
 }
 
