@@ -101,6 +101,8 @@ pub enum RopeScaling {
     },
     Yarn(YarnRopeScaling),
     LongRope(LongRopeScaling),
+    /// Every frequency divided by its own factor (GGUF's `rope_freqs.weight`: llama.cpp's form of llama3 scaling).
+    Factors(Vec<f64>),
 }
 
 /// One rotary embedding: base and scaling.

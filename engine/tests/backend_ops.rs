@@ -43,6 +43,16 @@ fn embedding<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends:
 }
 
 op_parity!(embedding_f32, tol = 0.0, |b, rng| { embedding(b, &mut rng, DType::F32) });
+
+op_parity!(embedding_scaled, tol = F32_TOL, |b, rng| {
+    // Gemma's sqrt(hidden) normaliser.
+    let (vocab, hidden, n) = (50, 64, 9);
+    let table = weight(b, random(&mut rng, vocab * hidden, 1.0), vocab, hidden, DType::BF16);
+    let ids = b.upload_u32(&(0..n as u32).map(|i| i * 5).collect::<Vec<_>>()).unwrap();
+    let out = poisoned(b, n * hidden);
+    b.run(Op::Embedding { table: &table, ids: &ids, out: &out, num_tokens: n, hidden, scale: 8.0 }).unwrap();
+    vec![("out", b.download_f32(&out).unwrap(), hidden)]
+});
 op_parity!(embedding_bf16, tol = 0.0, |b, rng| { embedding(b, &mut rng, DType::BF16) });
 op_parity!(embedding_f16, tol = 0.0, |b, rng| { embedding(b, &mut rng, DType::F16) });
 
@@ -69,6 +79,32 @@ fn norm<B: Backend>(b: &B, rng: &mut StdRng, fused: bool) -> Vec<backends::Outpu
 }
 
 op_parity!(rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, false) });
+
+op_parity!(head_rms_norm, tol = F32_TOL, |b, rng| {
+    let mut outs = Vec::new();
+    // Qwen3-8B's heads (32 q, 8 kv of 128), Gemma 3's 256-wide heads, and a small odd case.
+    for (n, heads, kv_heads, hd) in [(5, 32, 8, 128), (3, 8, 4, 256), (7, 3, 1, 36)] {
+        let width = (heads + 2 * kv_heads) * hd;
+        let qkv = b.upload_f32(&random(&mut rng, n * width, 3.0)).unwrap();
+        let w = |rng: &mut StdRng| {
+            b.upload_weight(&Tensor::from_vec(random(rng, hd, 1.5), hd, &Device::Cpu).unwrap()).unwrap()
+        };
+        let (wq, wk) = (w(&mut rng), w(&mut rng));
+        b.run(Op::HeadRmsNorm {
+            qkv: &qkv,
+            q_weight: &wq,
+            k_weight: &wk,
+            num_tokens: n,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim: hd,
+            eps: 1e-6,
+        })
+        .unwrap();
+        outs.push(("qkv", b.download_f32(&qkv).unwrap(), hd));
+    }
+    outs
+});
 op_parity!(add_rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, true) });
 
 // ------------------------------------------------------------------------------------------------ matmul
@@ -116,6 +152,24 @@ op_parity!(silu_mul, tol = F32_TOL, |b, rng| {
     outs
 });
 
+op_parity!(gelu_tanh_mul, tol = F32_TOL, |b, rng| {
+    let mut outs = Vec::new();
+    for (rows, width) in [(1, 10_007), (4, 640)] {
+        let gate_up = b.upload_f32(&random(&mut rng, rows * 2 * width, 8.0)).unwrap();
+        let out = poisoned(b, rows * width);
+        b.run(Op::GatedAct { gate_up: &gate_up, out: &out, rows, width, act: Activation::GeluTanh }).unwrap();
+        outs.push(("out", b.download_f32(&out).unwrap(), width));
+    }
+    outs
+});
+
+op_parity!(soft_cap, tol = F32_TOL, |b, rng| {
+    let (rows, width) = (3, 1001);
+    let x = b.upload_f32(&random(&mut rng, rows * width, 80.0)).unwrap();
+    b.run(Op::SoftCap { x: &x, rows, width, cap: 30.0 }).unwrap();
+    vec![("x", b.download_f32(&x).unwrap(), width)]
+});
+
 op_parity!(gather_rows, tol = 0.0, |b, rng| {
     let (rows_in, width, num_rows) = (23, 577, 9);
     let x = b.upload_f32(&random(&mut rng, rows_in * width, 1.0)).unwrap();
@@ -149,7 +203,12 @@ op_parity!(mask_logits, tol = 0.0, |b, rng| {
 
 // ------------------------------------------------------------------------------------------------ rope + KV store
 
-op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {
+op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| { rope(b, &mut rng, false) });
+op_parity!(rope_write_kv_long_table_and_mscale, tol = F32_TOL, |b, rng| { rope(b, &mut rng, true) });
+
+/// With `long`: cos/sin scaled (YaRN / LongRoPE attention factor) and half the positions reading the second table
+/// (bit 31, LongRoPE's long factors).
+fn rope<B: Backend>(b: &B, mut rng: &mut StdRng, long: bool) -> Vec<backends::Output> {
     let mut outs = Vec::new();
     for (block_size, heads, kv_heads, head_dim) in [(16, 9, 3, 64), (32, 32, 8, 128), (64, 2, 1, 80), (1, 2, 2, 64)] {
         let num_blocks = 7;
@@ -166,8 +225,15 @@ op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {
         let n = slots.len();
         let qkv = b.upload_f32(&random(&mut rng, n * (heads + 2 * kv_heads) * head_dim, 2.0)).unwrap();
         let q = poisoned(b, n * heads * head_dim);
-        let pos: Vec<u32> = (0..n).map(|_| rng.gen_range(0..5000)).collect();
-        let freq: Vec<f32> = (0..head_dim / 2).map(|i| 1.0 / 10000f32.powf(2.0 * i as f32 / head_dim as f32)).collect();
+        let pos: Vec<u32> =
+            (0..n).map(|i| rng.gen_range(0..5000) | if long && i % 2 == 1 { 1 << 31 } else { 0 }).collect();
+        let tables = if long { 2 } else { 1 };
+        let freq: Vec<f32> = (0..tables * head_dim / 2)
+            .map(|i| {
+                let (t, i) = (i / (head_dim / 2), i % (head_dim / 2));
+                1.0 / 10000f32.powf(2.0 * i as f32 / head_dim as f32) / (1.0 + 3.0 * t as f32)
+            })
+            .collect();
         let (pos, freq, slots) =
             (b.upload_u32(&pos).unwrap(), b.upload_f32(&freq).unwrap(), b.upload_u32(&slots).unwrap());
         b.run(Op::RopeWriteKv {
@@ -185,7 +251,7 @@ op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {
             num_kv_heads: kv_heads,
             head_dim,
             block_size,
-            mscale: 1.0,
+            mscale: if long { 1.19 } else { 1.0 },
         })
         .unwrap();
         outs.push(("q", b.download_f32(&q).unwrap(), head_dim));
@@ -193,7 +259,7 @@ op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| {
         outs.push(("v_cache", b.download_f32(&vc).unwrap(), row));
     }
     outs
-});
+}
 
 // ------------------------------------------------------------------------------------------------ attention
 
@@ -208,6 +274,18 @@ struct Attn {
 
 /// Random caches (every block, used or not), blocks handed out in random order, q random, out poisoned.
 fn attention<B: Backend>(b: &B, rng: &mut StdRng, name: &'static str, c: &Attn) -> backends::Output {
+    attention_with(b, rng, name, c, None, None)
+}
+
+/// `attention` on a sliding-window layer and / or with soft-capped scores.
+fn attention_with<B: Backend>(
+    b: &B,
+    rng: &mut StdRng,
+    name: &'static str,
+    c: &Attn,
+    window: Option<usize>,
+    softcap: Option<f32>,
+) -> backends::Output {
     let bs = c.block_size;
     let per_seq: Vec<usize> = c.seqs.iter().map(|&(_, ctx)| ctx.div_ceil(bs)).collect();
     let num_blocks = per_seq.iter().sum::<usize>() + 3;
@@ -247,12 +325,48 @@ fn attention<B: Backend>(b: &B, rng: &mut StdRng, name: &'static str, c: &Attn) 
         head_dim: c.head_dim,
         block_size: bs,
         scale: 1.0 / (c.head_dim as f32).sqrt(),
-        window: None,
-        softcap: None,
+        window,
+        softcap,
     })
     .unwrap();
     (name, b.download_f32(&out).unwrap(), c.head_dim)
 }
+
+op_parity!(attention_sliding_window_decode, tol = F32_TOL, |b, rng| {
+    // Contexts shorter than, equal to and longer than the window; with a 300-key window over split-KV partitions
+    // of 256 (the partitions count from the first visible key, so 1300 keys need 2, not 6).
+    let seqs = &[(1, 1), (1, 15), (1, 16), (1, 17), (1, 33), (1, 200)];
+    let small = Attn { heads: 8, kv_heads: 4, head_dim: 64, block_size: 16, seqs };
+    let seqs = &[(1, 512), (1, 299), (1, 1300), (1, 301)];
+    let long = Attn { heads: 32, kv_heads: 8, head_dim: 128, block_size: 32, seqs };
+    vec![
+        attention_with(b, &mut rng, "window16", &small, Some(16), None),
+        attention_with(b, &mut rng, "window300", &long, Some(300), None),
+    ]
+});
+
+op_parity!(attention_sliding_window_prefill, tol = F32_TOL, |b, rng| {
+    // Chunks longer than the window, over cached prefixes, mixed with decode rows; the tiled prefill kernel (head
+    // dim 64) and the per-row fallback (256, Gemma's heads).
+    let seqs = &[(37, 37), (20, 100), (1, 50), (40, 48), (2, 700), (1, 1)];
+    let tiled = Attn { heads: 8, kv_heads: 4, head_dim: 64, block_size: 16, seqs };
+    let wide = Attn { heads: 4, kv_heads: 2, head_dim: 256, block_size: 16, seqs: &[(30, 30), (9, 40), (1, 45)] };
+    vec![
+        attention_with(b, &mut rng, "tiled", &tiled, Some(16), None),
+        attention_with(b, &mut rng, "tiled_window_past_tile", &tiled, Some(70), None),
+        attention_with(b, &mut rng, "wide", &wide, Some(16), None),
+    ]
+});
+
+op_parity!(attention_soft_capped, tol = F32_TOL, |b, rng| {
+    // Gemma 2: capped scores, on a sliding-window layer and a global one, decode and prefill rows.
+    let seqs = &[(30, 30), (1, 300), (5, 60), (1, 7)];
+    let c = Attn { heads: 8, kv_heads: 4, head_dim: 64, block_size: 16, seqs };
+    vec![
+        attention_with(b, &mut rng, "global", &c, None, Some(0.5)),
+        attention_with(b, &mut rng, "window", &c, Some(16), Some(0.5)),
+    ]
+});
 
 op_parity!(attention_decode_ragged_gqa, tol = F32_TOL, |b, rng| {
     let seqs = &[(1, 1), (1, 15), (1, 16), (1, 17), (1, 33), (1, 200)];

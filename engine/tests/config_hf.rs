@@ -111,8 +111,13 @@ fn bad_configs_name_the_field() {
     assert!(config_error(v).contains("head_dim"));
 
     let mut v = base();
-    v["rope_scaling"] = serde_json::json!({"rope_type":"yarn","factor":4.0});
-    assert!(config_error(v).contains("yarn"));
+    v["rope_scaling"] = serde_json::json!({"rope_type":"mrope","factor":4.0});
+    assert!(config_error(v).contains("mrope"));
+
+    let mut v = base();
+    v["rope_scaling"] =
+        serde_json::json!({"rope_type":"longrope","short_factor":[1.0, 1.0, 1.0],"long_factor":[1.0, 1.0, 1.0]});
+    assert!(config_error(v).contains("longrope factors have 3 and 3 entries, the head needs 8"));
 
     let mut v = base();
     v["rope_scaling"] = serde_json::json!({"rope_type":"llama3","factor":8.0});

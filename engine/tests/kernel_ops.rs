@@ -218,6 +218,21 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
         },
     )
     .unwrap();
+    kernels::run(
+        d,
+        Op::HeadRmsNorm {
+            qkv: &f(40 * (heads + 2 * kvh) * hd),
+            q_weight: &f(hd),
+            k_weight: &f(hd),
+            num_tokens: 40,
+            num_heads: heads,
+            num_kv_heads: kvh,
+            head_dim: hd,
+            eps: 1e-6,
+        },
+    )
+    .unwrap();
+    kernels::run(d, Op::SoftCap { x: &f(3 * vocab), rows: 3, width: vocab, cap: 30.0 }).unwrap();
     kernels::run(d, Op::GatherRows { x: &x, rows: &u(vec![3, 39]), out: &f(2 * h), num_rows: 2, width: h }).unwrap();
     kernels::run(d, Op::MaskLogits { logits: &f(3 * 1000), mask: &u(vec![u32::MAX; 3 * 32]), rows: 3, vocab: 1000 })
         .unwrap();

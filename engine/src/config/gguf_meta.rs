@@ -8,7 +8,7 @@ use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
-use super::{uniform_layers, Architecture, ModelDims, ModelParams};
+use super::{uniform_layers, Architecture, ModelDims, ModelParams, RopeScaling};
 use crate::backend::Activation;
 use crate::{EngineError, Result};
 
@@ -150,20 +150,42 @@ pub(crate) fn required(value: Option<u64>, key: &str) -> Result<usize> {
 }
 
 /// Resolves GGUF metadata into `ModelParams`.
+/// (The header alone: a `rope_freqs.weight` tensor is read by `params_from_gguf_file`.)
 pub fn params_from_gguf(content: &Content) -> Result<ModelParams> {
-    if content.tensor_infos.contains_key("rope_freqs.weight") {
-        // Llama 3.1+ files carry their llama3 rope scaling as per-frequency factors, not as parameters, and
-        // `ModelParams` has no place for them yet: positions are rotated without that scaling.
-        tracing::warn!("this GGUF has rope_freqs.weight (Llama 3.1+ rope scaling); it is not applied");
-    }
     resolve(&GgufMeta::from_content(content)?)
 }
 
-/// Reads the header of a `.gguf` file and resolves its `ModelParams`.
+/// Reads the header of a `.gguf` file and resolves its `ModelParams`, with the per-frequency RoPE factors of a
+/// `rope_freqs.weight` tensor (Llama 3.1+ files carry their llama3 scaling that way).
 pub fn params_from_gguf_file(path: &Path) -> Result<ModelParams> {
     let content = read_gguf_header(path)?;
-    params_from_gguf(&content)
+    let mut params = resolve(&GgufMeta::from_content(&content)?)?;
+    if content.tensor_infos.contains_key(ROPE_FREQS) {
+        let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+        let mut reader = std::io::BufReader::new(file);
+        let factors: Vec<f64> = content
+            .tensor(&mut reader, ROPE_FREQS, &candle_core::Device::Cpu)
+            .and_then(|t| t.dequantize(&candle_core::Device::Cpu))
+            .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
+            .map_err(|e| EngineError::Config(format!("{}: cannot read {ROPE_FREQS}: {e}", path.display())))?
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        if factors.len() != params.head_dim / 2 || factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
+            return Err(EngineError::Config(format!(
+                "{}: {ROPE_FREQS} has {} entries (the head needs {} positive factors)",
+                path.display(),
+                factors.len(),
+                params.head_dim / 2
+            )));
+        }
+        params.rope_scaling = Some(RopeScaling::Factors(factors));
+    }
+    Ok(params)
 }
+
+/// llama.cpp's per-frequency RoPE factors.
+const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// Parses the metadata and tensor directory of a GGUF file (tensor data is not read).
 pub fn read_gguf_header(path: &Path) -> Result<Content> {

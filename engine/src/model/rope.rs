@@ -1,6 +1,7 @@
 //! Rotary embedding frequencies, computed once at load for each RoPE a model has (Gemma 3's sliding layers have
 //! their own), with the checkpoint's frequency scaling: `llama3`, `linear`, `dynamic` (as vLLM applies it), `yarn`
-//! and `longrope` (a second table of long factors), following transformers' `modeling_rope_utils`.
+//! and `longrope` (a second table of long factors), following transformers' `modeling_rope_utils`, and GGUF's
+//! per-frequency factors (`rope_freqs.weight`).
 
 use crate::config::{Llama3RopeScaling, LongRopeScaling, Rope, RopeScaling, YarnRopeScaling};
 
@@ -46,6 +47,7 @@ pub fn table(head_dim: usize, rope: &Rope, max_position_embeddings: usize) -> Ro
             long_after: None,
         },
         Some(RopeScaling::LongRope(s)) => longrope(b, s),
+        Some(RopeScaling::Factors(f)) => plain(b.iter().zip(f).map(|(b, f)| b / f).collect()),
     }
 }
 
@@ -137,6 +139,24 @@ mod tests {
         assert_eq!(plain[0], scaled[0]);
         let last = plain.len() - 1;
         assert!((scaled[last] - plain[last] / 8.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn gguf_rope_freqs_equal_the_llama3_rule_they_encode() {
+        // llama.cpp writes llama3 scaling as 1 / (scaled / base) per frequency: dividing by them gives the same table.
+        let s = Llama3RopeScaling {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        };
+        let plain = table(128, &rope(500000.0, None), 8192).inv_freq;
+        let llama3 = table(128, &rope(500000.0, Some(RopeScaling::Llama3(s))), 8192).inv_freq;
+        let factors = plain.iter().zip(&llama3).map(|(p, l)| f64::from(*p) / f64::from(*l)).collect();
+        let from_factors = table(128, &rope(500000.0, Some(RopeScaling::Factors(factors))), 8192).inv_freq;
+        for (a, b) in from_factors.iter().zip(&llama3) {
+            assert!((a - b).abs() <= b * 1e-6);
+        }
     }
 
     #[test]

@@ -1,0 +1,193 @@
+//! The model shelf against Hugging Face transformers (float32): tiny random-weight checkpoints of Qwen3, Gemma 2,
+//! Gemma 3, Phi-3 (LongRoPE) and Mistral with a sliding window (`scripts/reference/tiny_models.py`, made at setup
+//! without torch) give transformers' 32 greedy tokens and first-token top-20 log-probs within 1e-3
+//! (`tests/fixtures/golden/tiny/*.json`, `scripts/reference/tiny_goldens.py`), on the CPU backend and on OpenCL, with
+//! prompts longer than the 16-token window. On OpenCL the prompts also run together in one ragged batch.
+
+mod backends;
+mod common;
+
+use std::path::PathBuf;
+
+use candle_core::DType;
+use rserve_engine::backend::cpu::CpuBackend;
+use rserve_engine::backend::Backend;
+use rserve_engine::config::ModelParams;
+use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
+use rserve_engine::runner::{ModelRunner, StepRunner};
+use rserve_engine::sampling::{argmax, logprobs};
+use rserve_engine::source::{resolve_model, ResolveOptions};
+use rserve_engine::weights::Weights;
+use serde_json::Value;
+
+const STEPS: usize = 32;
+const LOGPROB_TOL: f32 = 1e-3;
+
+/// One architecture's golden file and its checkpoint.
+struct Golden {
+    name: String,
+    prompts: Vec<Prompt>,
+    params: ModelParams,
+    weights: Weights,
+}
+
+struct Prompt {
+    name: String,
+    ids: Vec<u32>,
+    greedy: Vec<u32>,
+    top20: Vec<(usize, f32)>,
+    margins: Vec<f32>,
+    near_tie: f32,
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn golden(name: &str) -> Golden {
+    let path = common::fixture(&format!("golden/tiny/{name}.json"));
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let folder: PathBuf = common::models_dir().join(g["model"]["folder"].as_str().unwrap());
+    assert!(
+        folder.join("model.safetensors").exists(),
+        "tiny checkpoint missing at {}: run `bash scripts/fetch-models.sh` (or set RSERVE_TEST_MODELS)",
+        folder.display()
+    );
+    let near_tie = g["settings"]["near_tie_threshold"].as_f64().unwrap() as f32;
+    let prompts = g["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| Prompt {
+            name: p["name"].as_str().unwrap().to_string(),
+            ids: ids(&p["prompt_token_ids"]),
+            greedy: ids(&p["greedy_token_ids"]),
+            top20: p["first_step_top20"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|pair| (pair[0].as_u64().unwrap() as usize, pair[1].as_f64().unwrap() as f32))
+                .collect(),
+            margins: p["margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap() as f32).collect(),
+            near_tie,
+        })
+        .collect();
+    let resolved =
+        resolve_model(folder.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
+    let params = resolved.load_params().unwrap();
+    let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
+    Golden { name: name.to_string(), prompts, params, weights }
+}
+
+fn seq(tokens: &[u32], start: usize, first_block: u32, blocks: usize, bs: usize) -> ScheduledSeq {
+    ScheduledSeq::new(tokens.iter().copied().map(TokenId).collect(), start, BlockId::run(first_block, blocks), bs)
+}
+
+/// Greedy tokens must equal transformers' up to the first step where its top two are a near-tie (float noise may
+/// pick either there); everything after such a step is not compared.
+fn check_tokens(what: &str, p: &Prompt, got: &[u32]) {
+    for (step, (g, w)) in got.iter().zip(&p.greedy).enumerate() {
+        if p.margins[step] < p.near_tie {
+            return;
+        }
+        assert_eq!(
+            g, w,
+            "{what} {}: step {step} picks {g}, transformers {w} (got {got:?}, want {:?})",
+            p.name, p.greedy
+        );
+    }
+}
+
+fn check_first_logprobs(what: &str, p: &Prompt, logits: &[f32]) {
+    let lp = logprobs::log_softmax(logits);
+    for &(id, want) in &p.top20 {
+        assert!(
+            (lp[id] - want).abs() < LOGPROB_TOL,
+            "{what} {}: logprob of {id} is {}, transformers {want}",
+            p.name,
+            lp[id]
+        );
+    }
+}
+
+/// Each prompt alone: prefill in one step, then one token per step.
+fn check_alone(what: &str, r: &mut dyn StepRunner, g: &Golden, bs: usize) {
+    for p in &g.prompts {
+        let blocks = (p.ids.len() + STEPS).div_ceil(bs);
+        let mut logits = r.execute(&[seq(&p.ids, 0, 0, blocks, bs)]).unwrap();
+        check_first_logprobs(what, p, &logits);
+        let mut got = Vec::new();
+        for step in 0..STEPS {
+            let t = argmax(&logits);
+            got.push(t);
+            if step + 1 < STEPS {
+                logits = r.execute(&[seq(&[t], p.ids.len() + step, 0, blocks, bs)]).unwrap();
+            }
+        }
+        check_tokens(what, p, &got);
+    }
+}
+
+/// All prompts in one ragged batch: every prefill in one step (chunks longer than the window next to each other),
+/// then batched decode.
+fn check_batched(what: &str, r: &mut dyn StepRunner, g: &Golden, bs: usize, blocks_per_seq: usize) {
+    let block0 = |i: usize| (i * blocks_per_seq) as u32;
+    let batch: Vec<ScheduledSeq> =
+        g.prompts.iter().enumerate().map(|(i, p)| seq(&p.ids, 0, block0(i), blocks_per_seq, bs)).collect();
+    let mut logits = r.execute(&batch).unwrap();
+    let vocab = r.vocab_size();
+    let mut out = vec![Vec::new(); g.prompts.len()];
+    for step in 0..STEPS {
+        let next: Vec<u32> = (0..g.prompts.len()).map(|i| argmax(&logits[i * vocab..(i + 1) * vocab])).collect();
+        out.iter_mut().zip(&next).for_each(|(o, t)| o.push(*t));
+        if step + 1 < STEPS {
+            let seqs: Vec<ScheduledSeq> = g
+                .prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| seq(&[next[i]], p.ids.len() + step, block0(i), blocks_per_seq, bs))
+                .collect();
+            logits = r.execute(&seqs).unwrap();
+        }
+    }
+    for (p, got) in g.prompts.iter().zip(&out) {
+        check_tokens(what, p, got);
+    }
+}
+
+fn longest(g: &Golden) -> usize {
+    g.prompts.iter().map(|p| p.ids.len()).max().unwrap() + STEPS
+}
+
+fn on_cpu(name: &str) {
+    let g = golden(name);
+    assert!(g.prompts.iter().all(|p| p.ids.len() > 16), "{}: prompts must be longer than the window", g.name);
+    let mut cpu = ModelRunner::new(CpuBackend::new(), &g.params, &g.weights, longest(&g).div_ceil(16), 16).unwrap();
+    check_alone("cpu", &mut cpu, &g, 16);
+}
+
+fn on_opencl(name: &str) {
+    let Some(cl) = backends::opencl() else { return };
+    let g = golden(name);
+    let what = format!("opencl ({})", cl.device_name());
+    let mut gpu = ModelRunner::new(cl, &g.params, &g.weights, longest(&g).div_ceil(16), 16).unwrap();
+    check_alone(&what, &mut gpu, &g, 16);
+    drop(gpu);
+    let blocks_per_seq = longest(&g).div_ceil(32);
+    let cl = backends::opencl().unwrap();
+    let mut gpu = ModelRunner::new(cl, &g.params, &g.weights, g.prompts.len() * blocks_per_seq, 32).unwrap();
+    check_batched(&what, &mut gpu, &g, 32, blocks_per_seq);
+}
+
+macro_rules! shelf {
+    ($($name:ident),*) => {
+        mod cpu {
+            $(#[test] fn $name() { super::on_cpu(stringify!($name)) })*
+        }
+        mod opencl {
+            $(#[test] fn $name() { super::on_opencl(stringify!($name)) })*
+        }
+    };
+}
+
+shelf!(qwen3, gemma2, gemma3, phi3, mistral);
