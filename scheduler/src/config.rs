@@ -1,6 +1,7 @@
 //! `SchedulerConfig`: the scheduler's own small configuration (cache geometry and step limits) and its validation.
 
 use crate::error::SchedulerError;
+use crate::kv_groups::KvGroupSpec;
 
 /// Default number of token slots per KV block.
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
@@ -25,6 +26,9 @@ pub struct SchedulerConfig {
     pub max_model_len: usize,
     /// Share full blocks between requests with equal prefixes.
     pub enable_prefix_caching: bool,
+    /// The KV cache groups (one full group unless the model has sliding-window layers); every request holds one
+    /// block table per group.
+    pub kv_groups: Vec<KvGroupSpec>,
 }
 
 impl SchedulerConfig {
@@ -38,6 +42,7 @@ impl SchedulerConfig {
             max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
             max_model_len,
             enable_prefix_caching: true,
+            kv_groups: vec![KvGroupSpec::FULL],
         }
     }
 

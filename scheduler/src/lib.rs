@@ -26,7 +26,8 @@
 //!
 //! Modules: [`ids`] (newtype ids), `config` ([`SchedulerConfig`]), `error` ([`SchedulerError`]), `block_hash`
 //! (chained block keys), `block_pool` ([`BlockPool`]: ref counts, LRU free queue, prefix cache), `kv_cache_manager`
-//! ([`KvCacheManager`]: block tables), `request` ([`Request`]), `output` (step in/out types), `scheduler`
+//! ([`KvCacheManager`]: block tables per KV cache group), `kv_groups` ([`KvGroupSpec`]: global or sliding-window
+//! groups of layers), `request` ([`Request`]), `output` (step in/out types), `scheduler`
 //! ([`Scheduler`]).
 
 mod block_hash;
@@ -37,6 +38,7 @@ mod free_queue;
 mod id_map;
 pub mod ids;
 mod kv_cache_manager;
+mod kv_groups;
 mod output;
 mod request;
 mod scheduler;
@@ -47,6 +49,7 @@ pub use config::{SchedulerConfig, DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TO
 pub use error::SchedulerError;
 pub use ids::{BlockHash, BlockId, RequestId, TokenId};
 pub use kv_cache_manager::KvCacheManager;
+pub use kv_groups::{KvGroupSpec, NULL_BLOCK};
 pub use output::{FinishStatus, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
 pub use request::{NewRequest, Request, RequestStatus};
 pub use scheduler::{PrefixCacheReset, Scheduler};

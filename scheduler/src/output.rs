@@ -13,10 +13,12 @@ pub struct ScheduledSeq {
     /// Equals the request's `num_computed_tokens` before this step; the tokens sit at positions
     /// `start_position..start_position + token_ids.len()`.
     pub start_position: usize,
-    /// The request's whole block table after allocation.
-    pub block_table: Vec<BlockId>,
-    /// Per token, the cache slot its KV is written to: `block_id * block_size + offset`.
-    pub slot_mapping: Vec<u32>,
+    /// The request's whole block table in each KV cache group after allocation (`SchedulerConfig::kv_groups`
+    /// order; all the same length). In a sliding-window group the entries before the window are
+    /// [`crate::NULL_BLOCK`].
+    pub block_tables: Vec<Vec<BlockId>>,
+    /// Per group, per token, the cache slot its KV is written to: `block_id * block_size + offset`.
+    pub slot_mappings: Vec<Vec<u32>>,
     /// True when this step computes all known tokens of the request, so the runner samples one token for it.
     pub sample: bool,
     /// Prompt tokens this request got from the prefix cache at its first admission (for usage and metrics).
@@ -27,21 +29,44 @@ pub struct ScheduledSeq {
 
 impl ScheduledSeq {
     /// A step that computes `token_ids` at positions `start_position..` of a sequence whose blocks are
-    /// `block_table`, with the slot mapping that table implies, and samples after them. The scheduler fills its
-    /// own (recycled) entries; this is for runners driven without one (tests, benchmarks, other MPI ranks).
+    /// `block_table` (one KV cache group), with the slot mapping that table implies, and samples after them. The
+    /// scheduler fills its own (recycled) entries; this is for runners driven without one (tests, benchmarks, other
+    /// MPI ranks).
     pub fn new(token_ids: Vec<TokenId>, start_position: usize, block_table: Vec<BlockId>, block_size: usize) -> Self {
-        let mut slot_mapping = Vec::with_capacity(token_ids.len());
-        push_slots(&mut slot_mapping, &block_table, start_position..start_position + token_ids.len(), block_size);
+        Self::with_groups(token_ids, start_position, vec![block_table], block_size)
+    }
+
+    /// `new` with one block table per KV cache group.
+    pub fn with_groups(
+        token_ids: Vec<TokenId>,
+        start_position: usize,
+        block_tables: Vec<Vec<BlockId>>,
+        block_size: usize,
+    ) -> Self {
+        let positions = start_position..start_position + token_ids.len();
+        let slot_mappings = block_tables
+            .iter()
+            .map(|table| {
+                let mut slots = Vec::with_capacity(token_ids.len());
+                push_slots(&mut slots, table, positions.clone(), block_size);
+                slots
+            })
+            .collect();
         Self {
             request_id: RequestId(0),
             token_ids,
             start_position,
-            block_table,
-            slot_mapping,
+            block_tables,
+            slot_mappings,
             sample: true,
             num_cached_tokens: 0,
             is_first_schedule: false,
         }
+    }
+
+    /// The block table of the first KV cache group (the only one of a model without sliding-window layers).
+    pub fn block_table(&self) -> &[BlockId] {
+        self.block_tables.first().map_or(&[], |t| t.as_slice())
     }
 
     /// Number of tokens computed for this request in the step.
