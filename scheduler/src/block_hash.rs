@@ -44,6 +44,21 @@ impl BlockHasher {
         BlockHash(h.finish())
     }
 
+    /// The prefix-cache key of the block with key `hash` in KV cache group `group`: `hash` itself in group 0 (so a
+    /// one-group model keeps its keys), a keyed rehash in the others, so that the same token block never shares a
+    /// cache entry across groups (each group keeps its own KV for it, in its own block).
+    pub fn group_key(&self, hash: BlockHash, group: usize) -> BlockHash {
+        if group == 0 {
+            return hash;
+        }
+        let mut h = self.state.build_hasher();
+        // Tag 2: block keys start with tag 0 or 1, so a group key never equals a block key by construction.
+        h.write_u8(2);
+        h.write_u64(hash.0);
+        h.write_usize(group);
+        BlockHash(h.finish())
+    }
+
     /// Extends `hashes` (the keys of the first `hashes.len()` blocks of `tokens`) so that it holds one key per full
     /// block of `tokens`. Only the blocks not hashed yet are hashed.
     pub fn extend_hashes(&self, hashes: &mut Vec<BlockHash>, tokens: &[TokenId], block_size: usize) {
@@ -78,6 +93,16 @@ mod tests {
         let other_parent = h.hash_block(None, &t(&[9, 9, 9, 9]));
         assert_ne!(b1, h.hash_block(Some(other_parent), &t(&[5, 6, 7, 8])));
         assert_ne!(b1, h.hash_block(None, &t(&[5, 6, 7, 8])));
+    }
+
+    #[test]
+    fn group_keys_differ_per_group_and_keep_group_zero() {
+        let h = BlockHasher::new();
+        let k = h.hash_block(None, &t(&[1, 2, 3, 4]));
+        assert_eq!(h.group_key(k, 0), k);
+        assert_ne!(h.group_key(k, 1), k);
+        assert_ne!(h.group_key(k, 1), h.group_key(k, 2));
+        assert_eq!(h.group_key(k, 1), h.group_key(k, 1));
     }
 
     #[test]

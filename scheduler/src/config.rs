@@ -51,6 +51,30 @@ impl SchedulerConfig {
         self.num_blocks.saturating_mul(self.block_size)
     }
 
+    /// Fewest blocks that let one request of `max_model_len` tokens run alone, in every KV cache group at once: a
+    /// full group holds the whole context (`ceil(max_model_len / block_size)`); a sliding group holds what a step's
+    /// queries read, its window plus the step's chunk (`ceil(min(window - 1 + chunk, max_model_len) / block_size) + 1`,
+    /// at most the full count, with `chunk = min(max_num_batched_tokens, max_model_len)`, as vLLM's sliding-window
+    /// spec; `KvGroupSpec::blocks_held(max_model_len)` alone is not enough while a prefill chunk is computed); plus
+    /// the reserved null block when any group slides. For one full group: `ceil(max_model_len / block_size)`.
+    pub fn min_num_blocks(&self) -> usize {
+        let bs = self.block_size.max(1);
+        let full = self.max_model_len.div_ceil(bs);
+        let chunk = self.max_num_batched_tokens.min(self.max_model_len);
+        let groups: usize = self
+            .kv_groups
+            .iter()
+            .map(|g| match g.window {
+                None => full,
+                Some(w) => {
+                    let tokens = w.saturating_sub(1).saturating_add(chunk).min(self.max_model_len);
+                    (tokens.div_ceil(bs) + 1).min(full)
+                }
+            })
+            .sum();
+        groups + usize::from(self.kv_groups.iter().any(|g| g.window.is_some()))
+    }
+
     /// Checks every rule; the first broken one is returned.
     pub fn validate(&self) -> Result<(), SchedulerError> {
         for (field, value) in [
@@ -70,6 +94,12 @@ impl SchedulerConfig {
                 max_num_seqs: self.max_num_seqs,
             });
         }
+        if self.kv_groups.is_empty() {
+            return Err(SchedulerError::NoKvGroups);
+        }
+        if let Some(group) = self.kv_groups.iter().position(|g| g.window == Some(0)) {
+            return Err(SchedulerError::ZeroSlidingWindow { group });
+        }
         let max_slots = u64::from(u32::MAX);
         let slots = (self.num_blocks as u128) * (self.block_size as u128);
         if slots > u128::from(max_slots) {
@@ -85,6 +115,16 @@ impl SchedulerConfig {
                 block_size: self.block_size,
                 capacity_tokens: self.capacity_tokens(),
                 max_model_len: self.max_model_len,
+            });
+        }
+        let blocks_needed = self.min_num_blocks();
+        if self.num_blocks < blocks_needed {
+            return Err(SchedulerError::CacheSmallerThanKvGroups {
+                num_blocks: self.num_blocks,
+                blocks_needed,
+                block_size: self.block_size,
+                max_model_len: self.max_model_len,
+                num_groups: self.kv_groups.len(),
             });
         }
         Ok(())
@@ -117,10 +157,45 @@ mod tests {
         let cfg = SchedulerConfig::new(63, 1024 - 15);
         assert!(matches!(cfg.validate(), Err(SchedulerError::CacheSmallerThanModelLen { capacity_tokens: 1008, .. })));
 
+        let mut cfg = SchedulerConfig::new(64, 1024);
+        cfg.kv_groups.clear();
+        assert_eq!(cfg.validate(), Err(SchedulerError::NoKvGroups));
+        cfg.kv_groups = vec![KvGroupSpec::FULL, KvGroupSpec::sliding(0)];
+        assert_eq!(cfg.validate(), Err(SchedulerError::ZeroSlidingWindow { group: 1 }));
+
         let mut cfg = SchedulerConfig::new(1 << 29, 1024);
         cfg.block_size = 8;
         assert!(matches!(cfg.validate(), Err(SchedulerError::TooManySlots { .. })));
         let msg = cfg.validate().unwrap_err().to_string();
         assert!(msg.contains("num_blocks") && msg.contains("block_size"), "{msg}");
+    }
+
+    #[test]
+    fn sliding_groups_need_their_window_chunk_and_the_null_block() {
+        // 1024 tokens in blocks of 16: a full group holds 64 blocks.
+        let mut cfg = SchedulerConfig::new(64, 1024);
+        assert_eq!(cfg.min_num_blocks(), 64);
+        // Window 32 and chunks of 64: ceil((31 + 64) / 16) + 1 = 7 blocks, plus the null block.
+        cfg.max_num_batched_tokens = 64;
+        cfg.max_num_seqs = 64;
+        cfg.kv_groups = vec![KvGroupSpec::FULL, KvGroupSpec::sliding(32)];
+        assert_eq!(cfg.min_num_blocks(), 64 + 7 + 1);
+        let err = cfg.validate().unwrap_err();
+        assert_eq!(
+            err,
+            SchedulerError::CacheSmallerThanKvGroups {
+                num_blocks: 64,
+                blocks_needed: 72,
+                block_size: 16,
+                max_model_len: 1024,
+                num_groups: 2
+            }
+        );
+        assert!(err.to_string().contains("72 blocks"), "{err}");
+        cfg.num_blocks = 72;
+        assert_eq!(cfg.validate(), Ok(()));
+        // A window as long as the context holds everything: never more than the full count.
+        cfg.kv_groups = vec![KvGroupSpec::sliding(4096)];
+        assert_eq!(cfg.min_num_blocks(), 64 + 1);
     }
 }

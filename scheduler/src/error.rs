@@ -23,6 +23,29 @@ pub enum SchedulerError {
     )]
     CacheSmallerThanModelLen { num_blocks: usize, block_size: usize, capacity_tokens: usize, max_model_len: usize },
 
+    /// A scheduler serves at least one KV cache group.
+    #[error("scheduler config: `kv_groups` is empty; at least one KV cache group (`KvGroupSpec::FULL`) is required")]
+    NoKvGroups,
+
+    /// A sliding window must cover at least the query's own token.
+    #[error("scheduler config: KV cache group {group} has a sliding window of 0 tokens; a window must be at least 1")]
+    ZeroSlidingWindow { group: usize },
+
+    /// The KV cache cannot hold the blocks one request of the maximum length needs in all groups at once (each full
+    /// group: the whole context; each sliding group: its window plus a step's chunk; plus the reserved null block).
+    #[error(
+        "scheduler config: one request of `max_model_len` {max_model_len} needs {blocks_needed} blocks of {block_size} \
+         tokens over {num_groups} KV cache groups (null block included), but `num_blocks` is {num_blocks}; lower \
+         max_model_len or give the cache more memory"
+    )]
+    CacheSmallerThanKvGroups {
+        num_blocks: usize,
+        blocks_needed: usize,
+        block_size: usize,
+        max_model_len: usize,
+        num_groups: usize,
+    },
+
     /// Slot indices (`block_id * block_size + offset`) are `u32`; the cache has more slots than that.
     #[error(
         "scheduler config: `num_blocks` ({num_blocks}) x `block_size` ({block_size}) exceeds the {max_slots} slots a u32 slot mapping can address"

@@ -24,6 +24,14 @@
 //! }
 //! ```
 //!
+//! KV cache groups ([`KvGroupSpec`], `SchedulerConfig::kv_groups`): a model with sliding-window layers has its
+//! layers partitioned into groups of equal layer count (vLLM v1's hybrid KV cache manager); all groups allocate from
+//! the one [`BlockPool`] and every request holds one block table per group, all of the same length. A sliding group
+//! returns the blocks that fall before its window to the pool as the request advances (their table entries point at
+//! the reserved [`NULL_BLOCK`], block 0, then), and each group has its own prefix-cache keys; a hit is the longest
+//! prefix every group can serve. [`ScheduledSeq`] carries one block table and one slot mapping per group. A model
+//! without sliding layers has one full group and behaves as before.
+//!
 //! Modules: [`ids`] (newtype ids), `config` ([`SchedulerConfig`]), `error` ([`SchedulerError`]), `block_hash`
 //! (chained block keys), `block_pool` ([`BlockPool`]: ref counts, LRU free queue, prefix cache), `kv_cache_manager`
 //! ([`KvCacheManager`]: block tables per KV cache group), `kv_groups` ([`KvGroupSpec`]: global or sliding-window
@@ -48,7 +56,7 @@ pub use block_pool::BlockPool;
 pub use config::{SchedulerConfig, DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS};
 pub use error::SchedulerError;
 pub use ids::{BlockHash, BlockId, RequestId, TokenId};
-pub use kv_cache_manager::KvCacheManager;
+pub use kv_cache_manager::{KvCacheManager, RequestBlocks};
 pub use kv_groups::{KvGroupSpec, NULL_BLOCK};
 pub use output::{FinishStatus, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
 pub use request::{NewRequest, Request, RequestStatus};

@@ -144,10 +144,12 @@ pub struct RequestOutput {
 pub struct SchedulerStats {
     pub num_running: usize,
     pub num_waiting: usize,
-    /// Blocks referenced by some request.
+    /// Blocks referenced by some request (in any KV cache group; never the reserved null block).
     pub num_blocks_used: usize,
     /// Blocks referenced by none, including cached blocks waiting for reuse.
     pub num_blocks_free: usize,
+    /// Usable blocks: `num_blocks`, less the reserved null block when a KV cache group slides; always
+    /// `num_blocks_used + num_blocks_free`.
     pub num_blocks_total: usize,
     /// Blocks registered in the prefix cache (used or free).
     pub num_blocks_cached: usize,

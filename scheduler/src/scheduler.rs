@@ -8,6 +8,10 @@
 //! to `update_from_output()` and may hand the output back with `recycle()` so the next step reuses its buffers.
 //! `abort()` may be called at any time between those calls.
 //!
+//! KV cache groups: the scheduler serves the groups of `SchedulerConfig::kv_groups` through one
+//! [`KvCacheManager`]; every scheduled seq carries one block table and slot mapping per group. All groups' tables of
+//! a request have the same length, so capacity is read from group 0.
+//!
 //! Invariant: requests live in exactly one of `running` (admission order, holding a block table) and `waiting`
 //! (arrival order, preempted ones at the front, holding no blocks); `live` holds the ids of both.
 
@@ -16,8 +20,8 @@ use std::collections::VecDeque;
 use crate::config::SchedulerConfig;
 use crate::error::SchedulerError;
 use crate::id_map::IdSet;
-use crate::ids::{BlockId, RequestId, TokenId};
-use crate::kv_cache_manager::KvCacheManager;
+use crate::ids::{RequestId, TokenId};
+use crate::kv_cache_manager::{KvCacheManager, RequestBlocks};
 use crate::output::{push_slots, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
 use crate::request::{NewRequest, Request, RequestStatus};
 
@@ -54,7 +58,7 @@ impl Scheduler {
     /// A scheduler over an empty cache; fails when `cfg` breaks a rule.
     pub fn new(cfg: SchedulerConfig) -> Result<Self, SchedulerError> {
         cfg.validate()?;
-        let kv = KvCacheManager::new(cfg.num_blocks, cfg.block_size, cfg.enable_prefix_caching);
+        let kv = KvCacheManager::new(cfg.num_blocks, cfg.block_size, cfg.enable_prefix_caching, &cfg.kv_groups);
         Ok(Self {
             kv,
             running: Vec::with_capacity(cfg.max_num_seqs),
@@ -168,8 +172,8 @@ impl Scheduler {
                 }
             };
             if scheduled {
-                let table = self.kv.block_table(id).unwrap_or(&[]);
-                fill_seq(next_seq(&mut out.seqs, &mut filled), &mut self.running[i], table, num_new, bs);
+                let tables = self.kv.block_tables(id).unwrap_or(&[]);
+                fill_seq(next_seq(&mut out.seqs, &mut filled), &mut self.running[i], tables, num_new, bs);
                 budget -= num_new;
                 i += 1;
             }
@@ -202,8 +206,8 @@ impl Scheduler {
             }
             self.prefix_cache_queries += req.num_tokens() as u64;
             self.prefix_cache_hits += num_cached as u64;
-            let table = self.kv.block_table(req.id).unwrap_or(&[]);
-            fill_seq(next_seq(&mut out.seqs, filled), &mut req, table, num_new, self.cfg.block_size);
+            let tables = self.kv.block_tables(req.id).unwrap_or(&[]);
+            fill_seq(next_seq(&mut out.seqs, filled), &mut req, tables, num_new, self.cfg.block_size);
             self.running.push(req);
             *budget -= num_new;
         }
@@ -357,8 +361,8 @@ fn next_seq<'a>(seqs: &'a mut Vec<ScheduledSeq>, filled: &mut usize) -> &'a mut 
             request_id: RequestId(0),
             token_ids: Vec::new(),
             start_position: 0,
-            block_table: Vec::new(),
-            slot_mapping: Vec::new(),
+            block_tables: Vec::new(),
+            slot_mappings: Vec::new(),
             sample: false,
             num_cached_tokens: 0,
             is_first_schedule: false,
@@ -368,18 +372,24 @@ fn next_seq<'a>(seqs: &'a mut Vec<ScheduledSeq>, filled: &mut usize) -> &'a mut 
     &mut seqs[*filled - 1]
 }
 
-/// Rewrites `s` with `req`'s next `num_new` tokens, whose slots `table` covers, reusing `s`'s buffers.
-fn fill_seq(s: &mut ScheduledSeq, req: &mut Request, table: &[BlockId], num_new: usize, block_size: usize) {
+/// Rewrites `s` with `req`'s next `num_new` tokens, whose slots `tables` (one per KV cache group) cover, reusing
+/// `s`'s buffers (the outer vectors are sized to the group count on first use, the inner ones are refilled).
+fn fill_seq(s: &mut ScheduledSeq, req: &mut Request, tables: &[RequestBlocks], num_new: usize, block_size: usize) {
     let start = req.num_computed_tokens;
     let end = start + num_new;
     s.request_id = req.id;
     s.token_ids.clear();
     s.token_ids.extend_from_slice(&req.token_ids[start..end]);
     s.start_position = start;
-    s.block_table.clear();
-    s.block_table.extend_from_slice(table);
-    s.slot_mapping.clear();
-    push_slots(&mut s.slot_mapping, table, start..end, block_size);
+    s.block_tables.resize_with(tables.len(), Vec::new);
+    s.slot_mappings.resize_with(tables.len(), Vec::new);
+    for ((table, slots), t) in s.block_tables.iter_mut().zip(s.slot_mappings.iter_mut()).zip(tables) {
+        table.clear();
+        table.extend_from_slice(t.blocks());
+        slots.clear();
+        // The tokens computed sit at or after the first block the first query reads: never a null entry.
+        push_slots(slots, t.blocks(), start..end, block_size);
+    }
     s.sample = end == req.num_tokens();
     s.num_cached_tokens = req.num_cached_tokens.unwrap_or(0);
     s.is_first_schedule = std::mem::replace(&mut req.first_schedule_pending, false);

@@ -102,7 +102,7 @@ fn eviction_takes_least_recently_freed_blocks_tail_first() {
     sched.add_request(new_request(3, (300..320).collect(), 1, 0, vec![])).unwrap();
     let out = sched.schedule();
     check_step(&sched, &out).unwrap();
-    assert_eq!(out.seqs[0].block_table.len(), 5);
+    assert_eq!(out.seqs[0].block_table().len(), 5);
     assert_eq!(cached_tokens(&sched, a.clone()), 4);
     assert_eq!(cached_tokens(&sched, b.clone()), 8);
 }

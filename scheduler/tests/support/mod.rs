@@ -39,9 +39,10 @@ pub fn new_request(id: u64, prompt: Vec<u32>, max_tokens: usize, min_tokens: usi
     NewRequest { id: RequestId(id), prompt_token_ids: toks(prompt), max_tokens, min_tokens, stop_token_ids: toks(stop) }
 }
 
-/// Checks one step's output against the scheduler's limits and the KV cache: the token budget and sequence cap, slot
-/// mappings that follow the block tables, and that no slot written this step is shared (by two seqs or by a block
-/// another request references).
+/// Checks one step's output against the scheduler's limits and the KV cache: the token budget and sequence cap, one
+/// block table and slot mapping per KV cache group, equal to the manager's tables, slot mappings that follow them and
+/// never point into the null block, and that no slot written this step is shared (by two seqs, two groups or by a
+/// block another request references).
 pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String> {
     let cfg = sched.config();
     let bs = cfg.block_size;
@@ -56,33 +57,53 @@ pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String
         return Err(format!("{} seqs > max_num_seqs {}", out.seqs.len(), cfg.max_num_seqs));
     }
     let mut ids = HashSet::new();
-    let mut slots = HashSet::new();
+    let mut slots_seen = HashSet::new();
     for s in &out.seqs {
         if !ids.insert(s.request_id) {
             return Err(format!("{} scheduled twice", s.request_id));
         }
-        if s.token_ids.is_empty() || s.slot_mapping.len() != s.token_ids.len() {
-            return Err(format!("{}: {} tokens, {} slots", s.request_id, s.token_ids.len(), s.slot_mapping.len()));
+        let groups = sched.config().kv_groups.len();
+        if s.block_tables.len() != groups || s.slot_mappings.len() != groups {
+            return Err(format!(
+                "{}: {} tables, {} slot mappings for {groups} groups",
+                s.request_id,
+                s.block_tables.len(),
+                s.slot_mappings.len()
+            ));
+        }
+        if s.token_ids.is_empty() {
+            return Err(format!("{}: no tokens", s.request_id));
         }
         if s.start_position + s.token_ids.len() > cfg.max_model_len {
             return Err(format!("{}: positions past max_model_len", s.request_id));
         }
-        let table = sched.kv_cache().block_table(s.request_id).ok_or("scheduled request without blocks")?;
-        if table != s.block_table.as_slice() {
-            return Err(format!("{}: block table differs from the manager's", s.request_id));
-        }
-        for (k, &slot) in s.slot_mapping.iter().enumerate() {
-            let p = s.start_position + k;
-            let want = s.block_table[p / bs].0 * bs as u32 + (p % bs) as u32;
-            if slot != want {
-                return Err(format!("{}: slot {slot} at position {p}, expected {want}", s.request_id));
+        let tables = sched.kv_cache().block_tables(s.request_id).ok_or("scheduled request without blocks")?;
+        let null = sched.kv_cache().null_block();
+        for (g, (table, slots)) in s.block_tables.iter().zip(&s.slot_mappings).enumerate() {
+            if slots.len() != s.token_ids.len() {
+                return Err(format!("{} group {g}: {} tokens, {} slots", s.request_id, s.token_ids.len(), slots.len()));
             }
-            if !slots.insert(slot) {
-                return Err(format!("slot {slot} written twice in one step"));
+            if tables[g].blocks() != table.as_slice() || table.len() != s.block_tables[0].len() {
+                return Err(format!("{} group {g}: block table differs from the manager's", s.request_id));
             }
-            let rc = sched.kv_cache().pool().ref_count(BlockId(slot / bs as u32));
-            if rc != 1 {
-                return Err(format!("{}: writes slot {slot} of a block with {rc} references", s.request_id));
+            for (k, &slot) in slots.iter().enumerate() {
+                let p = s.start_position + k;
+                let block = table[p / bs];
+                if Some(block) == null {
+                    return Err(format!("{} group {g}: position {p} computed into the null block", s.request_id));
+                }
+                let want = block.0 * bs as u32 + (p % bs) as u32;
+                if slot != want {
+                    return Err(format!("{} group {g}: slot {slot} at position {p}, expected {want}", s.request_id));
+                }
+                // Slots are unique across groups too: a block belongs to one group's table at a time.
+                if !slots_seen.insert(slot) {
+                    return Err(format!("slot {slot} written twice in one step"));
+                }
+                let rc = sched.kv_cache().pool().ref_count(BlockId(slot / bs as u32));
+                if rc != 1 {
+                    return Err(format!("{}: writes slot {slot} of a block with {rc} references", s.request_id));
+                }
             }
         }
     }
