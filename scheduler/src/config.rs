@@ -109,7 +109,8 @@ impl SchedulerConfig {
                 max_slots,
             });
         }
-        if self.capacity_tokens() < self.max_model_len {
+        // A full group holds the whole context (sliding-only models are checked by the group rule below).
+        if self.kv_groups.iter().any(|g| g.window.is_none()) && self.capacity_tokens() < self.max_model_len {
             return Err(SchedulerError::CacheSmallerThanModelLen {
                 num_blocks: self.num_blocks,
                 block_size: self.block_size,

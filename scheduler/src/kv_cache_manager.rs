@@ -541,4 +541,183 @@ mod tests {
         assert_eq!(mgr.num_free_blocks(), 8);
         mgr.check_invariants().unwrap();
     }
+
+    const SLIDING: [KvGroupSpec; 2] = [KvGroupSpec::FULL, KvGroupSpec { window: Some(16) }];
+
+    /// Computes `r`'s tokens one at a time from `num_computed_tokens` to `end`, caching as it goes, and checks the
+    /// held blocks of each group at every step.
+    fn decode_to(mgr: &mut KvCacheManager, r: &mut Request, end: usize) {
+        let bs = mgr.block_size();
+        for c in r.num_computed_tokens..end {
+            r.num_computed_tokens = c;
+            let t = mgr.allocate_slots(r, 1, &[]).expect("the pool fits the window");
+            assert_eq!(t[0].num_held(), (c + 1).div_ceil(bs), "the full group holds everything");
+            assert_eq!(t[1].num_held(), SLIDING[1].blocks_held(c + 1, bs), "at {} tokens", c + 1);
+            assert!(t[1].blocks()[..t[1].num_null()].iter().all(|&b| b == NULL_BLOCK));
+            assert_eq!(t[0].len(), t[1].len());
+            assert_eq!(mgr.blocks_held(r.id, 1), SLIDING[1].blocks_held(c + 1, bs));
+            assert_eq!(mgr.num_free_blocks() + mgr.num_used_blocks(), mgr.num_blocks());
+            mgr.check_invariants().unwrap();
+            r.num_computed_tokens = c + 1;
+            mgr.cache_computed_blocks(r);
+        }
+    }
+
+    #[test]
+    fn sliding_group_holds_its_window_while_the_full_group_holds_all() {
+        for bs in [4, 16] {
+            let len = 8 * 16;
+            // Room for the full group and one window (plus the null block): only freeing keeps the request going.
+            let num_blocks = 1 + len / bs + 16 / bs + 2;
+            let mut mgr = KvCacheManager::new(num_blocks, bs, true, &SLIDING);
+            assert_eq!(mgr.null_block(), Some(NULL_BLOCK));
+            assert_eq!(
+                (mgr.num_blocks(), mgr.num_free_blocks(), mgr.num_used_blocks()),
+                (num_blocks - 1, num_blocks - 1, 0)
+            );
+            let mut r = request(1, (0..len as u32).collect(), &mgr);
+            decode_to(&mut mgr, &mut r, len);
+            assert!(mgr.free(r.id));
+            assert_eq!((mgr.num_free_blocks(), mgr.num_used_blocks()), (num_blocks - 1, 0));
+            assert_eq!(mgr.pool().ref_count(NULL_BLOCK), 1, "the null block stays reserved");
+            mgr.check_invariants().unwrap();
+        }
+    }
+
+    #[test]
+    fn sliding_hits_need_the_window_before_the_next_token() {
+        let (bs, len) = (4, 128);
+        let num_blocks = 1 + len / bs + 16 / bs + 4;
+        let mut mgr = KvCacheManager::new(num_blocks, bs, true, &SLIDING);
+        let mut a = request(1, (0..len as u32).collect(), &mgr);
+        decode_to(&mut mgr, &mut a, len);
+
+        // While `a` runs: `b` (same tokens) hits 31 blocks (one token left to compute); the window of the token at
+        // 124 starts in block 27, so the sliding group hits blocks 27..31 (27 was already freed by `a`, a free
+        // cached block) and is null before.
+        let b = request(2, (0..len as u32).collect(), &mgr);
+        let (hits, n) = mgr.get_computed_blocks(&b);
+        assert_eq!(n, 124);
+        assert_eq!(hits.len(), 2);
+        assert_eq!(hits[0].as_slice(), &mgr.block_table(a.id).unwrap()[..31]);
+        assert!(hits[1][..27].iter().all(|&x| x == NULL_BLOCK));
+        assert!(hits[1][27..].iter().all(|&x| x != NULL_BLOCK));
+        assert_eq!(mgr.pool().ref_count(hits[1][27]), 0, "freed by a, still cached");
+        assert_ne!(mgr.block_tables(a.id).unwrap()[1].blocks()[27], hits[1][27], "a's entry is null now");
+        let free = mgr.num_free_blocks();
+        let t = mgr.allocate_slots(&b, 4, &hits).expect("fits").to_vec();
+        assert_eq!((t[0].num_held(), t[1].num_held(), t[1].num_null()), (32, 5, 27));
+        assert_eq!(mgr.num_free_blocks(), free - 1 - 2, "one evictable hit and one new block per group");
+        mgr.check_invariants().unwrap();
+        mgr.free(b.id);
+        mgr.free(a.id);
+        mgr.check_invariants().unwrap();
+        let (again, n) = mgr.get_computed_blocks(&b);
+        assert_eq!((again.clone(), n), (hits, 124), "hits survive the frees");
+
+        // Evict the sliding block 27 by allocating blocks for other requests: the full group still has its 31
+        // blocks, so the hit is the longest shorter prefix whose window is still cached, by brute force.
+        let mut k = 10;
+        while mgr.pool().block_hash(again[1][27]).is_some() {
+            assert!(mgr.allocate_slots(&request(k, vec![7; 3], &mgr), 3, &[]).is_some());
+            k += 1;
+        }
+        assert!(mgr.pool().block_hash(again[0][30]).is_some(), "the full group's blocks are still cached");
+        let (hits, n) = mgr.get_computed_blocks(&b);
+        assert!(n < 124);
+        assert_eq!(n, oracle_hit_blocks(&mgr, &b) * bs);
+        assert_eq!(hits.first().map_or(0, Vec::len) * bs, n);
+        mgr.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn failed_sliding_allocation_changes_nothing_and_counts_freeable_blocks() {
+        // Window 8 over blocks of 4, 3 usable blocks (block 0 is the null block).
+        let mut mgr = KvCacheManager::new(4, 4, false, &[KvGroupSpec::sliding(8)]);
+        let mut r = request(1, (0..40).collect(), &mgr);
+        mgr.allocate_slots(&r, 8, &[]).unwrap();
+        r.num_computed_tokens = 8;
+        let t = mgr.allocate_slots(&r, 4, &[]).unwrap()[0].clone();
+        assert_eq!((t.num_held(), mgr.num_free_blocks()), (3, 0));
+        // At 12 computed the first query reads from block 1, so block 0 could go: 8 tokens need 2 new blocks, more
+        // than 0 free + 1 freeable. Nothing changes, block 0 included.
+        r.num_computed_tokens = 12;
+        assert!(mgr.allocate_slots(&r, 8, &[]).is_none());
+        assert_eq!(mgr.block_tables(r.id).unwrap(), std::slice::from_ref(&t));
+        mgr.check_invariants().unwrap();
+        // 4 tokens need 1 new block: block 0 is freed and handed out again for block 3.
+        let t2 = mgr.allocate_slots(&r, 4, &[]).unwrap()[0].clone();
+        assert_eq!(t2.blocks(), &[NULL_BLOCK, t.blocks()[1], t.blocks()[2], t.blocks()[0]]);
+        assert_eq!((t2.num_null(), t2.num_held(), mgr.num_free_blocks()), (1, 3, 0));
+        mgr.check_invariants().unwrap();
+        mgr.free(r.id);
+        assert_eq!((mgr.num_free_blocks(), mgr.num_blocks()), (3, 3));
+        mgr.check_invariants().unwrap();
+    }
+
+    /// The longest `L` with every full group cached on `0..L` and every sliding group on its window at `L`, by
+    /// brute force.
+    fn oracle_hit_blocks(mgr: &KvCacheManager, r: &Request) -> usize {
+        let bs = mgr.block_size();
+        let max = ((r.num_tokens() - 1) / bs).min(r.block_hashes.len());
+        (1..=max)
+            .rev()
+            .find(|&l| {
+                mgr.groups.iter().enumerate().all(|(g, spec)| {
+                    (spec.first_needed_block(l * bs, bs)..l).all(|i| mgr.cached(r.block_hashes[i], g).is_some())
+                })
+            })
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn hits_match_a_brute_force_search_under_random_evictions() {
+        // Deterministic xorshift: group shapes, prompts over a tiny vocabulary (so prefixes repeat) and lengths.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n) as usize
+        };
+        let mut hits_seen = 0;
+        for _ in 0..60 {
+            let bs = [1, 2, 4][next(3)];
+            let groups: Vec<KvGroupSpec> = (0..1 + next(3))
+                .map(|_| if next(3) == 0 { KvGroupSpec::FULL } else { KvGroupSpec::sliding(1 + next(12)) })
+                .collect();
+            let mut mgr = KvCacheManager::new(24 + next(24), bs, true, &groups);
+            for id in 0..30u64 {
+                let len = 2 + next(40);
+                let tokens: Vec<u32> = (0..len).map(|i| if i < next(40) { i as u32 } else { next(2) as u32 }).collect();
+                let mut r = request(id, tokens, &mgr);
+                let (hits, n) = mgr.get_computed_blocks(&r);
+                let l = oracle_hit_blocks(&mgr, &r);
+                assert_eq!(n, l * bs, "{groups:?} bs {bs}");
+                hits_seen += usize::from(n > 0);
+                for (g, spec) in groups.iter().enumerate() {
+                    let t = hits.get(g).map_or(&[][..], Vec::as_slice);
+                    assert_eq!(t.len(), l);
+                    let first = spec.first_needed_block(l * bs, bs).min(l);
+                    assert!(t.iter().enumerate().all(|(i, &b)| (mgr.null_block() == Some(b)) == (i < first)));
+                }
+                // Compute the rest token by token (as decode steps), then free: blocks go back cached.
+                let Some(_) = mgr.allocate_slots(&r, 1, &hits) else { continue };
+                r.num_computed_tokens = n + 1;
+                mgr.cache_computed_blocks(&r);
+                while r.num_computed_tokens < r.num_tokens() {
+                    if mgr.allocate_slots(&r, 1, &[]).is_none() {
+                        break;
+                    }
+                    r.num_computed_tokens += 1;
+                    mgr.cache_computed_blocks(&r);
+                }
+                mgr.check_invariants().unwrap();
+                if next(4) != 0 {
+                    mgr.free(r.id);
+                }
+            }
+        }
+        assert!(hits_seen > 100, "only {hits_seen} requests hit the cache");
+    }
 }

@@ -122,6 +122,11 @@ impl Scheduler {
         &self.kv
     }
 
+    /// Short for [`Scheduler::kv_cache`].
+    pub fn kv(&self) -> &KvCacheManager {
+        &self.kv
+    }
+
     pub fn stats(&self) -> SchedulerStats {
         SchedulerStats {
             num_running: self.running.len(),
