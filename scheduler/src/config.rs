@@ -16,7 +16,8 @@ pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 2048;
 pub struct SchedulerConfig {
     /// Token slots per KV block.
     pub block_size: usize,
-    /// Number of KV blocks in the cache.
+    /// Number of KV blocks in the cache, shared by all KV cache groups (block 0 is reserved as the null block when a
+    /// group slides; see [`SchedulerConfig::min_num_blocks`] for the fewest that [`SchedulerConfig::validate`] accepts).
     pub num_blocks: usize,
     /// Most sequences running at once.
     pub max_num_seqs: usize,

@@ -30,7 +30,10 @@
 //! returns the blocks that fall before its window to the pool as the request advances (their table entries point at
 //! the reserved [`NULL_BLOCK`], block 0, then), and each group has its own prefix-cache keys; a hit is the longest
 //! prefix every group can serve. [`ScheduledSeq`] carries one block table and one slot mapping per group. A model
-//! without sliding layers has one full group and behaves as before.
+//! without sliding layers has one full group and behaves as before. `SchedulerConfig::min_num_blocks` is the
+//! smallest cache that one request of `max_model_len` tokens can run in (what `SchedulerConfig::validate` checks).
+//! The engine reads held blocks through `Scheduler::kv()` ([`KvCacheManager::blocks_held`],
+//! [`KvCacheManager::block_tables`]).
 //!
 //! Modules: [`ids`] (newtype ids), `config` ([`SchedulerConfig`]), `error` ([`SchedulerError`]), `block_hash`
 //! (chained block keys), `block_pool` ([`BlockPool`]: ref counts, LRU free queue, prefix cache), `kv_cache_manager`
