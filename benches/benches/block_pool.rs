@@ -11,7 +11,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use rserve_scheduler::{
-    BlockHash, BlockPool, KvCacheManager, NewRequest, Request, RequestId, Scheduler, SchedulerConfig, TokenId,
+    BlockHash, BlockPool, KvCacheManager, KvGroupSpec, NewRequest, Request, RequestId, Scheduler, SchedulerConfig,
+    TokenId,
 };
 
 const NUM_BLOCKS: usize = 4096;
@@ -63,7 +64,7 @@ fn bench_pool(c: &mut Criterion) {
 
 fn bench_manager(c: &mut Criterion) {
     let mut g = c.benchmark_group("kv_cache_manager");
-    let mut mgr = KvCacheManager::new(NUM_BLOCKS, BLOCK_SIZE, true);
+    let mut mgr = KvCacheManager::new(NUM_BLOCKS, BLOCK_SIZE, true, &[KvGroupSpec::FULL]);
     g.bench_function("allocate_free_512", |b| {
         b.iter(|| {
             let mut req = Request::new(new_request(1), 4096).expect("valid request");
@@ -91,7 +92,7 @@ fn bench_manager(c: &mut Criterion) {
             let mut req = Request::new(new_request(2), 4096).expect("valid request");
             mgr.update_block_hashes(&mut req);
             let (hits, num_cached) = mgr.get_computed_blocks(&req);
-            assert_eq!(hits.len(), PROMPT_LEN / BLOCK_SIZE - 1);
+            assert_eq!(hits[0].len(), PROMPT_LEN / BLOCK_SIZE - 1);
             let table = mgr.allocate_slots(&req, PROMPT_LEN - num_cached, &hits).expect("room");
             black_box(table.len());
             mgr.free(req.id());

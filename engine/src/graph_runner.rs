@@ -21,7 +21,7 @@ use crate::config::ModelParams;
 use crate::engine::phase::Phase;
 use crate::error::{EngineError, Result};
 use crate::model::shard::NoComm;
-use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, LlamaModel, PagedKvCache, ScheduledSeq};
+use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, KvLayout, LlamaModel, PagedKvCache, ScheduledSeq};
 use crate::runner::{StepMasks, StepOutput, StepRunner};
 use crate::weights::Weights;
 
@@ -114,14 +114,23 @@ struct Inputs {
 }
 
 impl Inputs {
-    fn parts(f: &FlatBatch) -> [&[u32]; 7] {
-        [&f.ids, &f.positions, &f.slots, &f.query_start, &f.context_lens, &f.tables, &f.last_rows]
+    /// ids, positions, query starts, context lengths, last rows, then each KV cache group's slots, then each
+    /// group's block tables.
+    fn parts(f: &FlatBatch) -> Vec<&[u32]> {
+        let mut parts: Vec<&[u32]> = vec![&f.ids, &f.positions, &f.query_start, &f.context_lens, &f.last_rows];
+        parts.extend(f.slots.iter().map(Vec::as_slice));
+        parts.extend(f.tables.iter().map(Vec::as_slice));
+        parts
     }
 
     fn upload(b: &CudaBackend, f: &FlatBatch) -> Result<Self> {
         let (packed, views) = b.upload_u32_packed(&Self::parts(f))?;
-        let [ids, positions, slots, query_start, context_lens, block_tables, last_rows]: [CuBuffer; 7] =
-            views.try_into().map_err(|_| EngineError::Backend("cuda: packed inputs".into()))?;
+        let groups = f.num_groups();
+        let mut views = views.into_iter();
+        let mut next = || views.next().ok_or_else(|| EngineError::Backend("cuda: packed inputs".into()));
+        let (ids, positions, query_start, context_lens, last_rows) = (next()?, next()?, next()?, next()?, next()?);
+        let slots = (0..groups).map(|_| next()).collect::<Result<Vec<_>>>()?;
+        let block_tables = (0..groups).map(|_| next()).collect::<Result<Vec<_>>>()?;
         Ok(Self {
             dev: DeviceBatch { ids, positions, slots, query_start, context_lens, block_tables, last_rows },
             packed,
@@ -130,15 +139,10 @@ impl Inputs {
 
     fn write(&mut self, b: &CudaBackend, f: &FlatBatch) -> Result<()> {
         let d = &mut self.dev;
-        let mut views = [
-            &mut d.ids,
-            &mut d.positions,
-            &mut d.slots,
-            &mut d.query_start,
-            &mut d.context_lens,
-            &mut d.block_tables,
-            &mut d.last_rows,
-        ];
+        let mut views: Vec<&mut CuBuffer> =
+            vec![&mut d.ids, &mut d.positions, &mut d.query_start, &mut d.context_lens, &mut d.last_rows];
+        views.extend(d.slots.iter_mut());
+        views.extend(d.block_tables.iter_mut());
         b.write_u32_packed(&self.packed, &mut views, &Self::parts(f))
     }
 }
@@ -170,7 +174,9 @@ impl CudaGraphRunner {
         let model = LlamaModel::load(&backend, params, weights)?;
         phase.done(&format!("{:.2} GiB", weights.total_bytes() as f64 / (1u64 << 30) as f64));
         let phase = Phase::start("KV cache allocated");
-        let cache = PagedKvCache::new(&backend, params, num_blocks + 1, block_size, weights.compute_dtype())?;
+        let layout = KvLayout::of(params);
+        let (layers, dtype) = (0..params.num_layers, weights.compute_dtype());
+        let cache = PagedKvCache::new(&backend, params, &layout, layers, num_blocks + 1, block_size, dtype)?;
         phase.done(&format!("{} blocks of {block_size} tokens", cache.num_blocks));
         let max_blocks = opts.max_model_len.max(1).div_ceil(block_size);
         tracing::info!(
@@ -220,7 +226,7 @@ impl CudaGraphRunner {
         if self.opts.enforce_eager || batch.is_empty() || batch.iter().any(|s| s.token_ids.len() != 1) {
             return None;
         }
-        if batch.iter().any(|s| s.block_table.len() > self.max_blocks) {
+        if batch.iter().any(|s| s.block_tables.iter().any(|t| t.len() > self.max_blocks)) {
             return None;
         }
         self.buckets.iter().copied().find(|&b| b >= batch.len())
@@ -236,7 +242,7 @@ impl CudaGraphRunner {
         }
         let bucket = self.bucket_for(batch);
         let width = if bucket.is_some() { self.max_blocks } else { 0 };
-        let flat = self.model.flatten(batch, self.cache.block_size, self.usable_blocks, width)?;
+        let flat = self.model.flatten(batch, &self.cache, self.usable_blocks, width)?;
         let vocab = self.model.params().vocab_size;
         if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));

@@ -6,7 +6,7 @@ use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::engine::phase::Phase;
 use crate::error::Result;
-use crate::model::{LlamaModel, PagedKvCache, ScheduledSeq};
+use crate::model::{KvLayout, LlamaModel, PagedKvCache, ScheduledSeq};
 use crate::weights::Weights;
 
 /// The grammar masks of one step: a row per sequence of the batch, `words_per_row = ceil(vocab / 32)` u32 words
@@ -111,7 +111,8 @@ impl<B: Backend> ModelRunner<B> {
         let model = LlamaModel::load(&backend, params, weights)?;
         phase.done(&format!("{:.2} GiB", weights.total_bytes() as f64 / (1u64 << 30) as f64));
         let phase = Phase::start("KV cache allocated");
-        let cache = PagedKvCache::new(&backend, params, num_blocks, block_size, weights.compute_dtype())?;
+        let (layout, dtype) = (KvLayout::of(params), weights.compute_dtype());
+        let cache = PagedKvCache::new(&backend, params, &layout, 0..params.num_layers, num_blocks, block_size, dtype)?;
         phase.done(&format!("{} blocks of {block_size} tokens", cache.num_blocks));
         Ok(Self { backend, model, cache })
     }

@@ -208,22 +208,21 @@ op_parity!(rope_write_kv_long_table_and_mscale, tol = F32_TOL, |b, rng| { rope(b
 
 /// With `long`: cos/sin scaled (YaRN / LongRoPE attention factor) and half the positions reading the second table
 /// (bit 31, LongRoPE's long factors).
-fn rope<B: Backend>(b: &B, mut rng: &mut StdRng, long: bool) -> Vec<backends::Output> {
+fn rope<B: Backend>(b: &B, rng: &mut StdRng, long: bool) -> Vec<backends::Output> {
     let mut outs = Vec::new();
     for (block_size, heads, kv_heads, head_dim) in [(16, 9, 3, 64), (32, 32, 8, 128), (64, 2, 1, 80), (1, 2, 2, 64)] {
         let num_blocks = 7;
         let row = kv_heads * head_dim;
         let len = num_blocks * block_size * row;
-        let (kc, vc) =
-            (b.upload_f32(&random(&mut rng, len, 1.0)).unwrap(), b.upload_f32(&random(&mut rng, len, 1.0)).unwrap());
+        let (kc, vc) = (b.upload_f32(&random(rng, len, 1.0)).unwrap(), b.upload_f32(&random(rng, len, 1.0)).unwrap());
         // First and last slot of a block, the cache's last slot, and a few random ones.
         let mut slots = vec![0, block_size as u32 - 1, 2 * block_size as u32, (num_blocks * block_size) as u32 - 1];
         slots.extend((0..5).map(|_| rng.gen_range(0..(num_blocks * block_size) as u32)));
         slots.sort();
         slots.dedup();
-        slots.shuffle(&mut rng);
+        slots.shuffle(rng);
         let n = slots.len();
-        let qkv = b.upload_f32(&random(&mut rng, n * (heads + 2 * kv_heads) * head_dim, 2.0)).unwrap();
+        let qkv = b.upload_f32(&random(rng, n * (heads + 2 * kv_heads) * head_dim, 2.0)).unwrap();
         let q = poisoned(b, n * heads * head_dim);
         let pos: Vec<u32> =
             (0..n).map(|i| rng.gen_range(0..5000) | if long && i % 2 == 1 { 1 << 31 } else { 0 }).collect();

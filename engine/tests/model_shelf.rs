@@ -13,7 +13,7 @@ use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::Backend;
 use rserve_engine::config::ModelParams;
-use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
+use rserve_engine::model::{BlockId, KvLayout, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::sampling::{argmax, logprobs};
 use rserve_engine::source::{resolve_model, ResolveOptions};
@@ -29,6 +29,8 @@ struct Golden {
     prompts: Vec<Prompt>,
     params: ModelParams,
     weights: Weights,
+    /// KV cache groups of the model (sliding-window and global layers keep separate block tables).
+    groups: usize,
 }
 
 struct Prompt {
@@ -76,11 +78,28 @@ fn golden(name: &str) -> Golden {
         resolve_model(folder.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
     let params = resolved.load_params().unwrap();
     let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
-    Golden { name: name.to_string(), prompts, params, weights }
+    let groups = KvLayout::of(&params).groups.len();
+    Golden { name: name.to_string(), prompts, params, weights, groups }
 }
 
-fn seq(tokens: &[u32], start: usize, first_block: u32, blocks: usize, bs: usize) -> ScheduledSeq {
-    ScheduledSeq::new(tokens.iter().copied().map(TokenId).collect(), start, BlockId::run(first_block, blocks), bs)
+/// A sequence over `blocks` blocks from `first_block` in every KV cache group; group `g`'s blocks lie `g x region`
+/// further on (each group has its own blocks, as the scheduler hands them out).
+fn seq(tokens: &[u32], start: usize, first_block: u32, blocks: usize, bs: usize, g: &Golden) -> ScheduledSeq {
+    let region = g.region(bs) as u32;
+    let tables = (0..g.groups as u32).map(|i| BlockId::run(first_block + i * region, blocks)).collect();
+    ScheduledSeq::with_groups(tokens.iter().copied().map(TokenId).collect(), start, tables, bs)
+}
+
+impl Golden {
+    /// Blocks one group needs for every prompt of the golden at once.
+    fn region(&self, bs: usize) -> usize {
+        self.prompts.len() * longest(self).div_ceil(bs)
+    }
+
+    /// Blocks of a cache that holds every prompt at once in every group.
+    fn num_blocks(&self, bs: usize) -> usize {
+        self.groups * self.region(bs)
+    }
 }
 
 /// Greedy tokens must equal transformers' up to the first step where its top two are a near-tie (float noise may
@@ -114,14 +133,14 @@ fn check_first_logprobs(what: &str, p: &Prompt, logits: &[f32]) {
 fn check_alone(what: &str, r: &mut dyn StepRunner, g: &Golden, bs: usize) {
     for p in &g.prompts {
         let blocks = (p.ids.len() + STEPS).div_ceil(bs);
-        let mut logits = r.execute(&[seq(&p.ids, 0, 0, blocks, bs)]).unwrap();
+        let mut logits = r.execute(&[seq(&p.ids, 0, 0, blocks, bs, g)]).unwrap();
         check_first_logprobs(what, p, &logits);
         let mut got = Vec::new();
         for step in 0..STEPS {
             let t = argmax(&logits);
             got.push(t);
             if step + 1 < STEPS {
-                logits = r.execute(&[seq(&[t], p.ids.len() + step, 0, blocks, bs)]).unwrap();
+                logits = r.execute(&[seq(&[t], p.ids.len() + step, 0, blocks, bs, g)]).unwrap();
             }
         }
         check_tokens(what, p, &got);
@@ -133,7 +152,7 @@ fn check_alone(what: &str, r: &mut dyn StepRunner, g: &Golden, bs: usize) {
 fn check_batched(what: &str, r: &mut dyn StepRunner, g: &Golden, bs: usize, blocks_per_seq: usize) {
     let block0 = |i: usize| (i * blocks_per_seq) as u32;
     let batch: Vec<ScheduledSeq> =
-        g.prompts.iter().enumerate().map(|(i, p)| seq(&p.ids, 0, block0(i), blocks_per_seq, bs)).collect();
+        g.prompts.iter().enumerate().map(|(i, p)| seq(&p.ids, 0, block0(i), blocks_per_seq, bs, g)).collect();
     let mut logits = r.execute(&batch).unwrap();
     let vocab = r.vocab_size();
     let mut out = vec![Vec::new(); g.prompts.len()];
@@ -145,7 +164,7 @@ fn check_batched(what: &str, r: &mut dyn StepRunner, g: &Golden, bs: usize, bloc
                 .prompts
                 .iter()
                 .enumerate()
-                .map(|(i, p)| seq(&[next[i]], p.ids.len() + step, block0(i), blocks_per_seq, bs))
+                .map(|(i, p)| seq(&[next[i]], p.ids.len() + step, block0(i), blocks_per_seq, bs, g))
                 .collect();
             logits = r.execute(&seqs).unwrap();
         }
@@ -162,7 +181,7 @@ fn longest(g: &Golden) -> usize {
 fn on_cpu(name: &str) {
     let g = golden(name);
     assert!(g.prompts.iter().all(|p| p.ids.len() > 16), "{}: prompts must be longer than the window", g.name);
-    let mut cpu = ModelRunner::new(CpuBackend::new(), &g.params, &g.weights, longest(&g).div_ceil(16), 16).unwrap();
+    let mut cpu = ModelRunner::new(CpuBackend::new(), &g.params, &g.weights, g.num_blocks(16), 16).unwrap();
     check_alone("cpu", &mut cpu, &g, 16);
 }
 
@@ -170,12 +189,12 @@ fn on_opencl(name: &str) {
     let Some(cl) = backends::opencl() else { return };
     let g = golden(name);
     let what = format!("opencl ({})", cl.device_name());
-    let mut gpu = ModelRunner::new(cl, &g.params, &g.weights, longest(&g).div_ceil(16), 16).unwrap();
+    let mut gpu = ModelRunner::new(cl, &g.params, &g.weights, g.num_blocks(16), 16).unwrap();
     check_alone(&what, &mut gpu, &g, 16);
     drop(gpu);
     let blocks_per_seq = longest(&g).div_ceil(32);
     let cl = backends::opencl().unwrap();
-    let mut gpu = ModelRunner::new(cl, &g.params, &g.weights, g.prompts.len() * blocks_per_seq, 32).unwrap();
+    let mut gpu = ModelRunner::new(cl, &g.params, &g.weights, g.num_blocks(32), 32).unwrap();
     check_batched(&what, &mut gpu, &g, 32, blocks_per_seq);
 }
 

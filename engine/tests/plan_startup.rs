@@ -49,7 +49,8 @@ fn plan_and_startup_budget_agree() {
         let p = f32_plan(spec, device, kv_exact, len);
         let l = p.layout.as_ref().expect("one device holds SmolLM2");
         assert_eq!((l.tp, l.pp), (1, 1));
-        let b = budget::plan(&params, 4, 16, Some(len), kv_exact, 0.9, p.weights_bytes, device_memory).unwrap();
+        let chunk = rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS;
+        let b = budget::plan(&params, 4, 16, Some(len), kv_exact, 0.9, p.weights_bytes, device_memory, chunk).unwrap();
         assert_eq!(b.kv_bytes, l.kv_bytes_per_device, "KV bytes ({device_memory:?}, {kv_exact:?})");
         assert_eq!(b.num_blocks as u64, l.num_blocks_per_device);
         assert_eq!(b.bytes_per_token as u64, p.kv_bytes_per_token);

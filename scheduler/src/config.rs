@@ -59,19 +59,10 @@ impl SchedulerConfig {
     /// spec; `KvGroupSpec::blocks_held(max_model_len)` alone is not enough while a prefill chunk is computed); plus
     /// the reserved null block when any group slides. For one full group: `ceil(max_model_len / block_size)`.
     pub fn min_num_blocks(&self) -> usize {
-        let bs = self.block_size.max(1);
-        let full = self.max_model_len.div_ceil(bs);
-        let chunk = self.max_num_batched_tokens.min(self.max_model_len);
         let groups: usize = self
             .kv_groups
             .iter()
-            .map(|g| match g.window {
-                None => full,
-                Some(w) => {
-                    let tokens = w.saturating_sub(1).saturating_add(chunk).min(self.max_model_len);
-                    (tokens.div_ceil(bs) + 1).min(full)
-                }
-            })
+            .map(|g| g.max_blocks(self.max_model_len, self.block_size, self.max_num_batched_tokens))
             .sum();
         groups + usize::from(self.kv_groups.iter().any(|g| g.window.is_some()))
     }

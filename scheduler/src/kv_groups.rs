@@ -37,6 +37,23 @@ impl KvGroupSpec {
         }
     }
 
+    /// The most blocks one request of up to `max_model_len` tokens holds in this group at any step, with prefill
+    /// chunks of up to `max_num_batched_tokens`: every block for global attention; for a window, what a step's
+    /// queries read (the window before its first query plus the chunk, and the block being filled), as vLLM's
+    /// sliding-window spec counts it.
+    pub fn max_blocks(&self, max_model_len: usize, block_size: usize, max_num_batched_tokens: usize) -> usize {
+        let bs = block_size.max(1);
+        let full = max_model_len.div_ceil(bs);
+        match self.window {
+            None => full,
+            Some(w) => {
+                let chunk = max_num_batched_tokens.min(max_model_len);
+                let tokens = w.saturating_sub(1).saturating_add(chunk).min(max_model_len);
+                (tokens.div_ceil(bs) + 1).min(full)
+            }
+        }
+    }
+
     /// Blocks one request of `num_tokens` tokens holds in this group once its earlier blocks are freed: all of them
     /// for global attention; for a window, the blocks from the one its last query reads on, and never more than a
     /// window's worth plus the block being filled.

@@ -5,12 +5,16 @@ For every tests/fixtures/configs/*.json (config.json files of published models) 
 transformers on the meta device (no memory, no weights) and records:
   - `parameters`: the number of distinct parameters (tied embeddings counted once), i.e. what the weights hold;
   - `layer_types`: transformers' per-layer attention kind when the config class defines it ("full_attention" /
-    "sliding_attention"), else null;
-  - `sliding_window`: the resolved window, when the config has one;
+    "sliding_attention"), else null (a multimodal wrapper's, e.g. Gemma3ForConditionalGeneration's, from its text
+    config: the decoder is what holds the KV cache);
+  - `sliding_window`: the resolved window, when the (text) config has one;
   - `kv_values_per_token`: K and V values the transformers cache holds per token over all layers, measured by
     running a 3-token forward pass on the meta device (shapes only) and summing the cache tensors;
   - for configs with a sliding window, `kv_values_at_len`: the same after a forward pass of `kv_len` = 2 x window
-    tokens (transformers keeps window - 1 tokens in a sliding layer: what the next token attends to besides itself).
+    tokens (transformers keeps window - 1 tokens in a sliding layer: what the next token attends to besides itself);
+  - for multimodal configs (a `vision_config`), `parameters_by_module`: the same parameters split by the model's
+    top-level modules (`language_model`, `vision_tower`, `multi_modal_projector`, an untied `lm_head`), so a planner
+    that counts the vision tower can be checked part by part.
 
 Usage (needs torch + transformers; not run by CI):
     /work/venv-ref/bin/python scripts/reference/plan_refs.py tests/fixtures/configs
@@ -35,10 +39,24 @@ def load_config(path: str):
     return AutoConfig.for_model(model_type, **raw)
 
 
-def count(cfg) -> int:
+def build(cfg):
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
-    return sum(p.numel() for p in model.parameters())
+        return AutoModelForCausalLM.from_config(cfg)
+
+
+def count(cfg) -> int:
+    return sum(p.numel() for p in build(cfg).parameters())
+
+
+def count_by_module(cfg) -> dict:
+    """Parameters per top-level module: `model.vision_tower.x` counts under `vision_tower`, `lm_head.weight` under
+    `lm_head` (tied weights are listed once, under the module that owns them)."""
+    parts: dict = {}
+    for name, p in build(cfg).named_parameters():
+        path = name.split(".")
+        key = path[1] if path[0] == "model" and len(path) > 2 else path[0]
+        parts[key] = parts.get(key, 0) + p.numel()
+    return dict(sorted(parts.items()))
 
 
 def cache_values(cfg, tokens: int) -> int:
@@ -56,8 +74,10 @@ def main(folder: str) -> None:
         if name == "refs":
             continue
         cfg = load_config(path)
-        layer_types = getattr(cfg, "layer_types", None)
-        window = getattr(cfg, "sliding_window", None)
+        # The decoder's config (the config itself for a text-only model, `text_config` for a multimodal wrapper).
+        text = cfg.get_text_config()
+        layer_types = getattr(text, "layer_types", None)
+        window = getattr(text, "sliding_window", None)
         entry = {
             "parameters": count(cfg),
             "layer_types": list(layer_types) if layer_types is not None else None,
@@ -67,6 +87,8 @@ def main(folder: str) -> None:
         if window:
             entry["kv_len"] = 2 * window
             entry["kv_values_at_len"] = cache_values(cfg, 2 * window)
+        if getattr(cfg, "vision_config", None) is not None:
+            entry["parameters_by_module"] = count_by_module(cfg)
         out["configs"][name] = entry
         print(name, out["configs"][name]["parameters"], file=sys.stderr)
     with open(os.path.join(folder, "refs.json"), "w") as f:

@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
 use crate::model::shard::Shard;
-use crate::model::{LlamaModel, PagedKvCache, ScheduledSeq, StageOutput};
+use crate::model::{KvLayout, LlamaModel, PagedKvCache, ScheduledSeq, StageOutput};
 use crate::runner::StepRunner;
 use crate::weights::Weights;
 
@@ -44,7 +44,10 @@ impl<B: Backend> RankModel<B> {
         let l = comm.layout;
         let shard = Shard::new(p, l.tp, l.pp, l.tp_rank(), l.stage())?;
         let model = LlamaModel::load_shard(&backend, p, w, &shard)?;
-        let cache = PagedKvCache::new(&backend, &shard.kv_params(p), num_blocks, block_size, w.compute_dtype())?;
+        // The layout is the whole model's (the scheduler's groups); this stage allocates the tensors its layers use.
+        let (layout, dtype) = (KvLayout::of(p), w.compute_dtype());
+        let kv = shard.kv_params(p);
+        let cache = PagedKvCache::new(&backend, &kv, &layout, shard.layers.clone(), num_blocks, block_size, dtype)?;
         Ok(Self { model, cache, backend, comm })
     }
 }

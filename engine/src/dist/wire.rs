@@ -1,6 +1,7 @@
 //! The wire format of one step broadcast from rank 0: the scheduler's sequences flattened into `u32`s (what a
 //! forward step reads of them; the other ranks sample nothing).
-//! Layout: `[num_seqs, then per sequence: n_tokens, start_position, n_blocks, tokens.., blocks.., slots..]`.
+//! Layout: `[num_seqs, then per sequence: n_tokens, start_position, n_groups, n_blocks, tokens.., then per KV cache
+//! group: blocks.., slots..]` (every group's table has `n_blocks` entries).
 
 use rserve_scheduler::{BlockId, ScheduledSeq, TokenId};
 
@@ -9,10 +10,14 @@ use crate::error::{EngineError, Result};
 pub fn encode(batch: &[ScheduledSeq]) -> Vec<u32> {
     let mut out = vec![batch.len() as u32];
     for s in batch {
-        out.extend([s.token_ids.len() as u32, s.start_position as u32, s.block_table.len() as u32]);
+        let n_blocks = s.block_table().len();
+        out.extend([s.token_ids.len() as u32, s.start_position as u32, s.block_tables.len() as u32, n_blocks as u32]);
         out.extend(s.token_ids.iter().map(|t| t.0));
-        out.extend(s.block_table.iter().map(|b| b.0));
-        out.extend(&s.slot_mapping);
+        for (table, slots) in s.block_tables.iter().zip(&s.slot_mappings) {
+            // Groups share their length (the scheduler's invariant); pad or cut defensively so decode stays aligned.
+            out.extend((0..n_blocks).map(|i| table.get(i).map_or(0, |b| b.0)));
+            out.extend(slots);
+        }
     }
     out
 }
@@ -31,15 +36,19 @@ pub fn decode(data: &[u32]) -> Result<Vec<ScheduledSeq>> {
     let num = take(1)?[0] as usize;
     let mut seqs = Vec::with_capacity(num);
     for _ in 0..num {
-        let h = take(3)?;
-        let (n, start, nb) = (h[0] as usize, h[1] as usize, h[2] as usize);
+        let h = take(4)?;
+        let (n, start, groups, nb) = (h[0] as usize, h[1] as usize, h[2] as usize, h[3] as usize);
         let token_ids = take(n)?.into_iter().map(TokenId).collect();
-        let block_table = take(nb)?.into_iter().map(BlockId).collect();
-        let slot_mapping = take(n)?;
+        let mut block_tables = Vec::with_capacity(groups);
+        let mut slot_mappings = Vec::with_capacity(groups);
+        for _ in 0..groups {
+            block_tables.push(take(nb)?.into_iter().map(BlockId).collect());
+            slot_mappings.push(take(n)?);
+        }
         seqs.push(ScheduledSeq {
             token_ids,
-            block_table,
-            slot_mapping,
+            block_tables,
+            slot_mappings,
             ..ScheduledSeq::new(Vec::new(), start, Vec::new(), 1)
         });
     }
@@ -58,7 +67,15 @@ mod tests {
         ];
         assert_eq!(decode(&encode(&b)).unwrap(), b);
         assert!(decode(&encode(&b)[..5]).is_err());
-        // The bytes on the wire are the bare ids, as before token ids were typed.
-        assert_eq!(encode(&b[1..]), [1, 1, 17, 2, 9, 0, 2, 33]);
+        // Two KV cache groups (a sliding-window group with its first block freed).
+        let g = [ScheduledSeq::with_groups(
+            vec![TokenId(5)],
+            20,
+            vec![vec![BlockId(3), BlockId(4)], vec![BlockId(0), BlockId(6)]],
+            16,
+        )];
+        assert_eq!(decode(&encode(&g)).unwrap(), g);
+        // The bytes on the wire are the bare ids: one sequence of 1 token at 17, 1 group of 2 blocks.
+        assert_eq!(encode(&b[1..]), [1, 1, 17, 1, 2, 9, 0, 2, 33]);
     }
 }

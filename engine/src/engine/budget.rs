@@ -8,7 +8,7 @@
 
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
-use crate::plan::memory::{self, MemoryPool, StepShape, CPU_DEFAULT_KV_BYTES};
+use crate::plan::memory::{self, KvGroups, MemoryPool, StepShape, CPU_DEFAULT_KV_BYTES};
 use crate::plan::ModelShape;
 
 pub use crate::plan::device::host_available_bytes;
@@ -19,19 +19,26 @@ pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 #[derive(Debug, Clone, PartialEq)]
 pub struct KvBudget {
     pub kv_bytes: u64,
+    /// Blocks of the pool, the reserved null block of sliding-window groups included.
     pub num_blocks: usize,
+    /// KV bytes of one token over every layer (what a model without sliding-window layers holds per token).
     pub bytes_per_token: usize,
     pub max_model_len: usize,
+    /// The model's KV cache groups.
+    pub groups: KvGroups,
+    /// Most tokens of one step (`--max-num-batched-tokens`): a sliding-window group holds a step's chunk too.
+    pub chunk: usize,
 }
 
 impl KvBudget {
+    /// Tokens of context the cache holds (vLLM's "GPU KV cache size").
     pub fn num_tokens(&self, block_size: usize) -> usize {
-        self.num_blocks * block_size
+        self.groups.kv_tokens(self.num_blocks as u64, block_size) as usize
     }
 
     /// How many requests of `max_model_len` tokens fit at once.
     pub fn max_concurrency(&self, block_size: usize) -> f64 {
-        self.num_tokens(block_size) as f64 / self.max_model_len as f64
+        self.groups.max_concurrency(self.num_blocks as u64, self.max_model_len, block_size, self.chunk)
     }
 }
 
@@ -46,6 +53,7 @@ pub fn plan(
     utilization: f64,
     weights_bytes: u64,
     device_memory: Option<u64>,
+    max_num_batched_tokens: usize,
 ) -> Result<KvBudget> {
     if block_size == 0 {
         return Err(EngineError::InvalidArgument("--block-size must be positive".into()));
@@ -77,9 +85,14 @@ pub fn plan(
     };
     let kv_bytes = memory::kv_budget_bytes(pool, utilization, weights_bytes, activations, kv_cache_memory_bytes);
     let per_token = memory::kv_bytes_per_token(&shape, kv_elem_bytes) as usize;
-    let per_block = (per_token * block_size) as u64;
-    let num_blocks = memory::kv_blocks(kv_bytes, per_token as u64, block_size) as usize;
-    let need_blocks = max_model_len.div_ceil(block_size);
+    // A block spans the layers of one KV cache group.
+    let groups = KvGroups::of(&shape);
+    let block_token = memory::kv_bytes_per_token_on(&shape, groups.block_layers(shape.kv_layers()), 1, kv_elem_bytes);
+    let per_block = block_token * block_size as u64;
+    let num_blocks = memory::kv_blocks(kv_bytes, block_token, block_size) as usize;
+    // The scheduler's own minimum (`SchedulerConfig::min_num_blocks`): one request of max_model_len tokens.
+    let chunk = max_num_batched_tokens;
+    let need_blocks = (groups.reserved_blocks() + groups.blocks_per_request(max_model_len, block_size, chunk)) as usize;
     if num_blocks < need_blocks {
         return Err(EngineError::InvalidArgument(format!(
             "to serve at least one request with the max seq len ({max_model_len}), {:.3} GiB KV cache is needed, \
@@ -89,5 +102,5 @@ pub fn plan(
             kv_bytes as f64 / GIB
         )));
     }
-    Ok(KvBudget { kv_bytes, num_blocks, bytes_per_token: per_token, max_model_len })
+    Ok(KvBudget { kv_bytes, num_blocks, bytes_per_token: per_token, max_model_len, groups, chunk })
 }

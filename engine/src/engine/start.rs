@@ -19,6 +19,7 @@ use crate::api::{EngineInfo, SamplingParams};
 use crate::chat_template::{ChatTemplate, TemplateSources};
 use crate::config::gguf_meta::read_gguf_header;
 use crate::error::{EngineError, Result};
+use crate::model::KvLayout;
 use crate::source::{resolve_model, ResolveOptions, ResolvedModel};
 use crate::tokenizer::Tokenizer;
 
@@ -171,6 +172,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         cfg.gpu_memory_utilization,
         weights_here,
         device.memory_bytes(),
+        cfg.max_num_batched_tokens.unwrap_or(rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS),
     )?;
     let runner = match role {
         Role::Leader => distributed::leader_runner(device, &params, &weights, &cfg, plan.num_blocks)?,
@@ -206,6 +208,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     sched_cfg.max_num_batched_tokens =
         cfg.max_num_batched_tokens.unwrap_or(rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS);
     sched_cfg.enable_prefix_caching = cfg.enable_prefix_caching;
+    sched_cfg.kv_groups = KvLayout::of(&params).groups;
     let scheduler = Scheduler::new(sched_cfg).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
 
     let mut eos: Vec<TokenId> = params.eos_token_ids.iter().copied().map(TokenId).collect();

@@ -1,7 +1,7 @@
 //! A step's batch as the kernels read it. Runners take the scheduler's `ScheduledSeq`s as they are; `FlatBatch`
 //! checks them against the cache and flattens them in one pass into the host vectors the kernels read (token ids,
-//! positions, slots, query starts, context lengths, block tables, last rows), and `DeviceBatch` is the same on a
-//! backend. `forward_stage` flattens and uploads each step; the CUDA graph runner keeps one `DeviceBatch` per
+//! positions, slots, query starts, context lengths, block tables, last rows; slots and tables once per KV cache
+//! group), and `DeviceBatch` is the same on a backend. `forward_stage` flattens and uploads each step; the CUDA graph runner keeps one `DeviceBatch` per
 //! batch-size bucket and overwrites it in place, padding a decode batch to its bucket with rows that only touch a
 //! reserved KV block.
 //!
@@ -17,50 +17,65 @@ use crate::error::{EngineError, Result};
 pub struct FlatBatch {
     pub ids: Vec<u32>,
     pub positions: Vec<u32>,
-    pub slots: Vec<u32>,
+    /// Per KV cache group: the cache slot of each token.
+    pub slots: Vec<Vec<u32>>,
     /// `num_seqs + 1` entries: sequence `s` owns rows `query_start[s]..query_start[s + 1]`.
     pub query_start: Vec<u32>,
     pub context_lens: Vec<u32>,
-    /// `num_seqs x max_blocks`, unused entries 0.
-    pub tables: Vec<u32>,
+    /// Per KV cache group: `num_seqs x max_blocks`, unused entries 0.
+    pub tables: Vec<Vec<u32>>,
     pub max_blocks: usize,
     /// The row of each sequence's last token (whose logits the step returns).
     pub last_rows: Vec<u32>,
 }
 
 impl FlatBatch {
-    /// Checks `seqs` against a cache of `num_blocks` blocks of `block_size` tokens (tokens to compute, one slot
-    /// each, at the place the block table gives their position, tables long enough and inside the cache) and
-    /// flattens them with block tables `max_blocks` wide (at least the longest table; 0: exactly that).
-    pub fn new(seqs: &[ScheduledSeq], block_size: usize, num_blocks: usize, max_blocks: usize) -> Result<Self> {
+    /// Checks `seqs` against a cache of `num_blocks` blocks of `block_size` tokens in `num_groups` KV cache groups
+    /// (tokens to compute, one slot each per group, at the place the group's block table gives their position,
+    /// tables long enough and inside the cache) and flattens them with block tables `max_blocks` wide (at least the
+    /// longest table; 0: exactly that).
+    pub fn new(
+        seqs: &[ScheduledSeq],
+        block_size: usize,
+        num_blocks: usize,
+        num_groups: usize,
+        max_blocks: usize,
+    ) -> Result<Self> {
         let n = seqs.iter().map(|s| s.token_ids.len()).sum();
         let num_seqs = seqs.len();
-        let longest = seqs.iter().map(|s| s.block_table.len()).max().unwrap_or(0).max(1);
+        let longest = seqs.iter().flat_map(|s| s.block_tables.iter().map(Vec::len)).max().unwrap_or(0).max(1);
         let max_blocks = max_blocks.max(longest);
         let mut f = FlatBatch {
             ids: Vec::with_capacity(n),
             positions: Vec::with_capacity(n),
-            slots: Vec::with_capacity(n),
+            slots: vec![Vec::with_capacity(n); num_groups],
             query_start: Vec::with_capacity(num_seqs + 1),
             context_lens: Vec::with_capacity(num_seqs),
-            tables: vec![0u32; num_seqs * max_blocks],
+            tables: vec![vec![0u32; num_seqs * max_blocks]; num_groups],
             max_blocks,
             last_rows: Vec::with_capacity(num_seqs),
         };
         f.query_start.push(0);
         for (i, s) in seqs.iter().enumerate() {
-            check_seq(s, block_size, num_blocks)
+            check_seq(s, block_size, num_blocks, num_groups)
                 .map_err(|m| EngineError::InvalidArgument(format!("batch sequence {i}: {m}")))?;
             f.ids.extend(s.token_ids.iter().map(|t| t.0));
             f.positions.extend((0..s.token_ids.len()).map(|t| (s.start_position + t) as u32));
-            f.slots.extend_from_slice(&s.slot_mapping);
+            for g in 0..num_groups {
+                f.slots[g].extend_from_slice(&s.slot_mappings[g]);
+                let table = &s.block_tables[g];
+                let row = &mut f.tables[g][i * max_blocks..i * max_blocks + table.len()];
+                row.iter_mut().zip(table).for_each(|(t, b)| *t = b.0);
+            }
             f.query_start.push(f.ids.len() as u32);
             f.context_lens.push((s.start_position + s.token_ids.len()) as u32);
-            let row = &mut f.tables[i * max_blocks..i * max_blocks + s.block_table.len()];
-            row.iter_mut().zip(&s.block_table).for_each(|(t, b)| *t = b.0);
             f.last_rows.push(f.ids.len() as u32 - 1);
         }
         Ok(f)
+    }
+
+    pub fn num_groups(&self) -> usize {
+        self.slots.len()
     }
 
     /// LongRoPE: sets bit 31 of the positions of every sequence whose context is longer than `long_after`, so
@@ -91,12 +106,14 @@ impl FlatBatch {
             let row = self.ids.len() as u32;
             self.ids.push(0);
             self.positions.push(0);
-            self.slots.push(pad_block * block_size as u32);
             self.query_start.push(row + 1);
             self.context_lens.push(1);
-            let at = self.tables.len();
-            self.tables.resize(at + self.max_blocks, 0);
-            self.tables[at] = pad_block;
+            for (slots, tables) in self.slots.iter_mut().zip(&mut self.tables) {
+                slots.push(pad_block * block_size as u32);
+                let at = tables.len();
+                tables.resize(at + self.max_blocks, 0);
+                tables[at] = pad_block;
+            }
             self.last_rows.push(row);
         }
     }
@@ -106,10 +123,12 @@ impl FlatBatch {
 pub struct DeviceBatch<B: Backend> {
     pub ids: B::Buffer,
     pub positions: B::Buffer,
-    pub slots: B::Buffer,
+    /// Per KV cache group.
+    pub slots: Vec<B::Buffer>,
     pub query_start: B::Buffer,
     pub context_lens: B::Buffer,
-    pub block_tables: B::Buffer,
+    /// Per KV cache group.
+    pub block_tables: Vec<B::Buffer>,
     pub last_rows: B::Buffer,
 }
 
@@ -118,46 +137,62 @@ impl<B: Backend> DeviceBatch<B> {
         Ok(Self {
             ids: b.upload_u32(&f.ids)?,
             positions: b.upload_u32(&f.positions)?,
-            slots: b.upload_u32(&f.slots)?,
+            slots: f.slots.iter().map(|s| b.upload_u32(s)).collect::<Result<_>>()?,
             query_start: b.upload_u32(&f.query_start)?,
             context_lens: b.upload_u32(&f.context_lens)?,
-            block_tables: b.upload_u32(&f.tables)?,
+            block_tables: f.tables.iter().map(|t| b.upload_u32(t)).collect::<Result<_>>()?,
             last_rows: b.upload_u32(&f.last_rows)?,
         })
     }
 
-    /// The attention metadata of this batch (device buffers plus the host copies in `f`), built once a step.
-    pub fn meta<'a>(&'a self, f: &'a FlatBatch, block_size: usize) -> Result<AttentionMeta<'a, B::Buffer>> {
-        AttentionMeta::new(
-            [&self.query_start, &self.context_lens, &self.block_tables],
-            [&f.query_start, &f.context_lens, &f.tables],
-            f.max_blocks,
-            block_size,
-        )
+    /// The attention metadata of this batch for each KV cache group (device buffers plus the host copies in `f`),
+    /// built once a step.
+    pub fn metas<'a>(&'a self, f: &'a FlatBatch, block_size: usize) -> Result<Vec<AttentionMeta<'a, B::Buffer>>> {
+        self.block_tables
+            .iter()
+            .zip(&f.tables)
+            .map(|(dev, host)| {
+                AttentionMeta::new(
+                    [&self.query_start, &self.context_lens, dev],
+                    [&f.query_start, &f.context_lens, host],
+                    f.max_blocks,
+                    block_size,
+                )
+            })
+            .collect()
     }
 }
 
 /// The shapes the kernels rely on for one sequence: tokens to compute, one slot each where the block table puts its
 /// position, a table that holds the context and lies inside the cache.
-fn check_seq(s: &ScheduledSeq, block_size: usize, num_blocks: usize) -> std::result::Result<(), String> {
+fn check_seq(s: &ScheduledSeq, block_size: usize, num_blocks: usize, groups: usize) -> std::result::Result<(), String> {
     if s.token_ids.is_empty() {
         return Err("no tokens".into());
     }
-    if s.slot_mapping.len() != s.token_ids.len() {
-        return Err(format!("{} slots for {} tokens", s.slot_mapping.len(), s.token_ids.len()));
+    if s.block_tables.len() != groups || s.slot_mappings.len() != groups {
+        return Err(format!(
+            "{} block tables and {} slot mappings for {groups} KV cache groups",
+            s.block_tables.len(),
+            s.slot_mappings.len()
+        ));
     }
     let ctx = s.start_position + s.token_ids.len();
-    if s.block_table.len() * block_size < ctx {
-        return Err(format!("block table of {} blocks cannot hold {ctx} tokens", s.block_table.len()));
-    }
-    if let Some(b) = s.block_table.iter().find(|b| b.index() >= num_blocks) {
-        return Err(format!("{b} is outside the cache of {num_blocks} blocks"));
-    }
-    for (t, &slot) in s.slot_mapping.iter().enumerate() {
-        let pos = s.start_position + t;
-        let want = s.block_table[pos / block_size].index() * block_size + pos % block_size;
-        if slot as usize != want {
-            return Err(format!("slot {slot} of position {pos} disagrees with the block table ({want})"));
+    for (table, slots) in s.block_tables.iter().zip(&s.slot_mappings) {
+        if slots.len() != s.token_ids.len() {
+            return Err(format!("{} slots for {} tokens", slots.len(), s.token_ids.len()));
+        }
+        if table.len() * block_size < ctx {
+            return Err(format!("block table of {} blocks cannot hold {ctx} tokens", table.len()));
+        }
+        if let Some(b) = table.iter().find(|b| b.index() >= num_blocks) {
+            return Err(format!("{b} is outside the cache of {num_blocks} blocks"));
+        }
+        for (t, &slot) in slots.iter().enumerate() {
+            let pos = s.start_position + t;
+            let want = table[pos / block_size].index() * block_size + pos % block_size;
+            if slot as usize != want {
+                return Err(format!("slot {slot} of position {pos} disagrees with the block table ({want})"));
+            }
         }
     }
     Ok(())
@@ -180,37 +215,49 @@ mod tests {
     #[test]
     fn flattens_and_pads_a_decode_batch() {
         let batch = [seq(&[5, 6], 0, &[3]), seq(&[7], 20, &[1, 2])];
-        let mut f = FlatBatch::new(&batch, 16, 10, 4).unwrap();
+        let mut f = FlatBatch::new(&batch, 16, 10, 1, 4).unwrap();
         assert_eq!(f.ids, vec![5, 6, 7]);
         assert_eq!(f.positions, vec![0, 1, 20]);
-        assert_eq!(f.slots, vec![48, 49, 36]);
+        assert_eq!(f.slots, vec![vec![48, 49, 36]]);
         assert_eq!(f.query_start, vec![0, 2, 3]);
         assert_eq!(f.context_lens, vec![2, 21]);
-        assert_eq!(f.tables, vec![3, 0, 0, 0, 1, 2, 0, 0]);
+        assert_eq!(f.tables, vec![vec![3, 0, 0, 0, 1, 2, 0, 0]]);
         assert_eq!(f.last_rows, vec![1, 2]);
         f.pad_decode(4, 9, 16);
         assert_eq!(f.num_seqs(), 4);
         assert_eq!(f.query_start, vec![0, 2, 3, 4, 5]);
-        assert_eq!(f.slots[3..], [144, 144]);
+        assert_eq!(f.slots[0][3..], [144, 144]);
         assert_eq!(f.context_lens[2..], [1, 1]);
-        assert_eq!(f.tables[8..], [9, 0, 0, 0, 9, 0, 0, 0]);
+        assert_eq!(f.tables[0][8..], [9, 0, 0, 0, 9, 0, 0, 0]);
         assert_eq!(f.last_rows, vec![1, 2, 3, 4]);
         // Tables are at least as wide as the longest one.
-        assert_eq!(FlatBatch::new(&batch, 16, 10, 0).unwrap().max_blocks, 2);
+        assert_eq!(FlatBatch::new(&batch, 16, 10, 1, 0).unwrap().max_blocks, 2);
+    }
+
+    #[test]
+    fn flattens_every_kv_cache_group() {
+        // A global group and a sliding-window one whose first block was freed (the null block 0).
+        let tables = vec![vec![BlockId(3), BlockId(4)], vec![BlockId(0), BlockId(5)]];
+        let s = ScheduledSeq::with_groups(vec![TokenId(1)], 20, tables, 16);
+        let f = FlatBatch::new(std::slice::from_ref(&s), 16, 10, 2, 0).unwrap();
+        assert_eq!(f.slots, vec![vec![68], vec![84]]);
+        assert_eq!(f.tables, vec![vec![3, 4], vec![0, 5]]);
+        let err = FlatBatch::new(&[s], 16, 10, 1, 0).unwrap_err().to_string();
+        assert!(err.contains("2 block tables and 2 slot mappings for 1 KV cache groups"), "{err}");
     }
 
     #[test]
     fn refuses_a_batch_the_cache_cannot_hold() {
-        let err = |seqs: &[ScheduledSeq]| FlatBatch::new(seqs, 16, 4, 0).unwrap_err().to_string();
+        let err = |seqs: &[ScheduledSeq]| FlatBatch::new(seqs, 16, 4, 1, 0).unwrap_err().to_string();
         assert!(err(&[seq(&[1], 0, &[4])]).contains("block-4 is outside the cache of 4 blocks"));
         assert!(err(&[seq(&[1], 0, &[0]), seq(&[], 3, &[1])]).contains("batch sequence 1: no tokens"));
         let mut short = seq(&[1; 3], 15, &[0, 1]);
-        short.block_table.pop();
+        short.block_tables[0].pop();
         assert!(err(&[short]).contains("block table of 1 blocks cannot hold 18 tokens"));
         let mut s = seq(&[1, 2], 0, &[2]);
-        s.slot_mapping[1] = 7;
+        s.slot_mappings[0][1] = 7;
         assert!(err(&[s.clone()]).contains("slot 7 of position 1 disagrees with the block table (33)"));
-        s.slot_mapping.pop();
+        s.slot_mappings[0].pop();
         assert!(err(&[s]).contains("1 slots for 2 tokens"));
     }
 }

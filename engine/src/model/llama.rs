@@ -236,16 +236,16 @@ impl<B: Backend> LlamaModel<B> {
         &self.params
     }
 
-    /// Checks and flattens a step's batch for this model (`FlatBatch::new`, then LongRoPE's choice of factors per
-    /// sequence).
+    /// Checks and flattens a step's batch for this model and `cache` (`FlatBatch::new` against its first
+    /// `num_blocks` blocks, then LongRoPE's choice of factors per sequence).
     pub fn flatten(
         &self,
         batch: &[ScheduledSeq],
-        block_size: usize,
+        cache: &PagedKvCache<B>,
         num_blocks: usize,
         max_blocks: usize,
     ) -> Result<FlatBatch> {
-        let mut flat = FlatBatch::new(batch, block_size, num_blocks, max_blocks)?;
+        let mut flat = FlatBatch::new(batch, cache.block_size, num_blocks, cache.num_groups, max_blocks)?;
         if let Some(after) = self.long_rope_after {
             flat.mark_long_rope(after);
         }
@@ -282,7 +282,7 @@ impl<B: Backend> LlamaModel<B> {
         if num_seqs == 0 {
             return Ok(Vec::new());
         }
-        let flat = self.flatten(batch, cache.block_size, cache.num_blocks, 0)?;
+        let flat = self.flatten(batch, cache, cache.num_blocks, 0)?;
         let dev = DeviceBatch::upload(b, &flat)?;
         let DeviceOutput::Logits(logits) = self.forward_device(b, &flat, &dev, cache, &NoComm, None)? else {
             return Err(EngineError::Backend("forward_masked() on a model shard without the LM head".into()));
@@ -306,7 +306,7 @@ impl<B: Backend> LlamaModel<B> {
         if num_seqs == 0 {
             return Ok(StageOutput::Logits(Vec::new()));
         }
-        let flat = self.flatten(batch, cache.block_size, cache.num_blocks, 0)?;
+        let flat = self.flatten(batch, cache, cache.num_blocks, 0)?;
         let dev = DeviceBatch::upload(b, &flat)?;
         let logits = match self.forward_device(b, &flat, &dev, cache, comm, input)? {
             DeviceOutput::Hidden { residual, delta } => {
@@ -356,8 +356,9 @@ impl<B: Backend> LlamaModel<B> {
         let num_seqs = flat.num_seqs();
         let (h, hd) = (p.hidden_size, p.head_dim);
         let eps = p.rms_norm_eps as f32;
-        let meta = dev.meta(flat, cache.block_size)?;
-        let (ids_buf, pos_buf, slot_buf) = (&dev.ids, &dev.positions, &dev.slots);
+        // One attention metadata per KV cache group (each group has its own block tables).
+        let metas = dev.metas(flat, cache.block_size)?;
+        let (ids_buf, pos_buf) = (&dev.ids, &dev.positions);
         let (hq, hkv) = (self.shard.heads(p), self.shard.kv_heads(p));
         let inter = self.shard.intermediate(p).len();
         let residual = match (&self.embed, input) {
@@ -412,7 +413,7 @@ impl<B: Backend> LlamaModel<B> {
                 })?;
             }
             let q = b.alloc_f32_scratch(n * hq * hd)?;
-            let (kc, vc) = &cache.layers[li];
+            let (group, kc, vc) = cache.layer(li)?;
             let rope = &self.ropes[l.rope];
             b.run(Op::RopeWriteKv {
                 io: RopeIo {
@@ -422,7 +423,7 @@ impl<B: Backend> LlamaModel<B> {
                     q_out: &q,
                     k_cache: kc,
                     v_cache: vc,
-                    slot_mapping: slot_buf,
+                    slot_mapping: &dev.slots[group],
                 },
                 num_tokens: n,
                 num_heads: hq,
@@ -438,7 +439,7 @@ impl<B: Backend> LlamaModel<B> {
                 k_cache: kc,
                 v_cache: vc,
                 out: &attn,
-                meta: &meta,
+                meta: &metas[group],
                 num_heads: hq,
                 num_kv_heads: hkv,
                 head_dim: hd,

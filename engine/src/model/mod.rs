@@ -1,5 +1,5 @@
-//! Models written once against the `Backend` ops: the llama family (Llama 3.x, SmolLM2, Mistral, Qwen2), its rotary
-//! tables, the paged KV cache buffers, and the flattened batch a forward step takes (from the scheduler's
+//! Models written once against the `Backend` ops: the decoder of every architecture rserve serves, its rotary
+//! tables, the paged KV cache buffers and their layout over KV cache groups, and the flattened batch a forward step takes (from the scheduler's
 //! `ScheduledSeq`s, re-exported here for runners driven without a scheduler).
 
 pub mod flat;
@@ -9,6 +9,6 @@ pub mod rope;
 pub mod shard;
 
 pub use flat::{DeviceBatch, FlatBatch};
-pub use kv_cache::PagedKvCache;
+pub use kv_cache::{KvLayout, PagedKvCache};
 pub use llama::{DeviceOutput, LlamaModel, StageOutput};
 pub use rserve_scheduler::{BlockId, ScheduledSeq, TokenId};

@@ -68,7 +68,7 @@ fn kv_formula(shape: &ModelShape, layers: usize, kv_heads: usize, elem: usize, d
     }
 }
 
-fn warnings(shape: &ModelShape, plan_len: usize, kv_seq: u64, windowed: Option<u64>) -> Vec<String> {
+fn warnings(shape: &ModelShape, plan_len: usize, dense_seq: u64, windowed: Option<u64>) -> Vec<String> {
     let mut w = Vec::new();
     if let Attention::Latent(m) = shape.attention {
         w.push(format!(
@@ -81,10 +81,13 @@ fn warnings(shape: &ModelShape, plan_len: usize, kv_seq: u64, windowed: Option<u
         let kind =
             if s.sliding_layers == shape.num_layers { "all".to_string() } else { "interleaved local/global:".into() };
         w.push(format!(
-            "sliding-window attention ({kind} {} of {} layers see only the last {} tokens): the per-token formula counts \
-             every layer at all {plan_len} tokens ({} per sequence, what rserve's cache allocates); a window-aware \
-             cache needs {}",
-            s.sliding_layers, shape.num_layers, s.window, gb(kv_seq), gb(win)
+            "sliding-window attention ({kind} {} of {} layers see only the last {} tokens): a sequence of {plan_len} \
+             tokens holds {} of KV (the cache frees blocks outside the window), not the {} of the per-token formula",
+            s.sliding_layers,
+            shape.num_layers,
+            s.window,
+            gb(win),
+            gb(dense_seq)
         ));
     }
     for (kind, n) in &shape.other_layers {
@@ -96,7 +99,17 @@ fn warnings(shape: &ModelShape, plan_len: usize, kv_seq: u64, windowed: Option<u
     if let Some(q) = &shape.quantization {
         w.push(format!("the checkpoint is quantized ({q}): weights memory is counted at --dtype bytes per parameter"));
     }
-    let served = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "llama (GGUF)", "qwen2 (GGUF)"];
+    let served = [
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Gemma2ForCausalLM",
+        "Gemma3ForCausalLM",
+        "Phi3ForCausalLM",
+        "llama (GGUF)",
+        "qwen2 (GGUF)",
+    ];
     if !served.contains(&shape.architecture.as_str()) {
         w.push(format!("`rserve serve` cannot run {} yet (this plan is for sizing only)", shape.architecture));
     }
@@ -125,12 +138,15 @@ pub fn plan(
     let weights_bytes = parameters * dtype.bytes() as u64;
     let len = max_model_len(&shape, opts.max_model_len)?;
     let kv_token = memory::kv_bytes_per_token(&shape, kv_dtype.bytes());
-    let kv_seq = kv_token * len as u64;
+    let dense_seq = kv_token * len as u64;
+    // Sliding-window layers keep only their window (rserve's cache frees the blocks before it): a sequence holds
+    // every global layer's tokens and each sliding layer's last `window` tokens.
     let windowed = shape.sliding.filter(|s| s.window < len).map(|s| {
         let per_layer = kv_token / shape.kv_layers().max(1) as u64;
         let full = shape.kv_layers().saturating_sub(s.sliding_layers) as u64;
         per_layer * (full * len as u64 + s.sliding_layers as u64 * s.window as u64)
     });
+    let kv_seq = windowed.unwrap_or(dense_seq);
     let min_memory = weights_bytes + kv_seq;
     let usable = usable_bytes(device.memory_bytes, opts.gpu_memory_utilization);
     let devices_needed = min_memory.div_ceil(usable.max(1)) as usize;
@@ -184,7 +200,7 @@ pub fn plan(
         _ => (sizing.choose(&search_tp, &search_pp, devices_needed, len), false),
     };
 
-    let mut warn = warnings(&shape, len, kv_seq, windowed);
+    let mut warn = warnings(&shape, len, dense_seq, windowed);
     match &layout {
         None => warn.push(format!(
             "no valid layout holds one {len}-token sequence (tried TP {} x PP {}); lower --max-model-len{}",

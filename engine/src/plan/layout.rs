@@ -47,13 +47,16 @@ pub struct LayoutPlan {
     /// KV memory of each device (the tightest device's).
     pub kv_bytes_per_device: u64,
     pub kv_bytes_total: u64,
+    /// Bytes of one token slot of a block (a block spans one KV cache group's layers: `memory::KvGroups`).
     pub kv_bytes_per_token_per_device: u64,
     pub num_blocks_per_device: u64,
-    /// Tokens the cache holds (every device holds its layers' share of the same tokens).
+    /// Tokens the cache holds (every device holds its layers' share of the same tokens; with sliding-window groups,
+    /// the usable blocks shared evenly by the groups, `KvGroups::kv_tokens`).
     pub kv_tokens: u64,
     pub max_model_len: usize,
     pub full_context_requests: u64,
-    /// `kv_tokens / max_model_len`, vLLM's "Maximum concurrency".
+    /// vLLM's "Maximum concurrency" (`KvGroups::max_concurrency`: `kv_tokens / max_model_len` for a model without
+    /// sliding-window layers).
     pub max_concurrency: f64,
     pub kv_heads_replicated: bool,
 }
@@ -112,10 +115,14 @@ impl Sizing<'_> {
             None => memory::activation_reserve(mem, self.utilization, activations),
         };
         let kv = memory::kv_budget_bytes(pool, self.utilization, weights, activations, self.kv_cache_memory_bytes);
-        let per_token = memory::kv_bytes_per_token_on(self.shape, kv_layers_per_stage, tp, self.kv_elem_bytes);
+        // A block spans a KV cache group's layers (all of the stage's for a model without sliding-window layers).
+        let groups = memory::KvGroups::of(self.shape);
+        let block_layers = groups.block_layers(kv_layers_per_stage);
+        let per_token = memory::kv_bytes_per_token_on(self.shape, block_layers, tp, self.kv_elem_bytes);
         let blocks = memory::kv_blocks(kv, per_token, self.block_size);
-        let kv_tokens = blocks * self.block_size as u64;
-        let blocks_per_request = max_model_len.div_ceil(self.block_size).max(1) as u64;
+        let kv_tokens = groups.kv_tokens(blocks, self.block_size);
+        let chunk = self.step.max_num_batched_tokens;
+        let blocks_per_request = groups.blocks_per_request(max_model_len, self.block_size, chunk).max(1);
         let devices = tp * pp;
         let stages_per_node = (self.device.devices_per_node / tp).max(1);
         LayoutPlan {
@@ -133,8 +140,8 @@ impl Sizing<'_> {
             num_blocks_per_device: blocks,
             kv_tokens,
             max_model_len,
-            full_context_requests: blocks / blocks_per_request,
-            max_concurrency: kv_tokens as f64 / max_model_len.max(1) as f64,
+            full_context_requests: blocks.saturating_sub(groups.reserved_blocks()) / blocks_per_request,
+            max_concurrency: groups.max_concurrency(blocks, max_model_len, self.block_size, chunk),
             kv_heads_replicated: replicates_kv(self.shape, tp),
         }
     }

@@ -63,6 +63,81 @@ pub fn kv_bytes_per_token(shape: &ModelShape, elem_bytes: usize) -> u64 {
     kv_bytes_per_token_on(shape, shape.kv_layers(), 1, elem_bytes)
 }
 
+/// The KV cache groups of a model, from its layer counts: the arithmetic of `model::KvLayout` (which builds the same
+/// groups from the per-layer windows; a test checks they agree). Global and sliding-window layers form groups of
+/// `group_size` layers (the smaller kind's count; one group of every layer when the model has one kind), a block
+/// spans `group_size` layers, and a request holds every block of a full group but only its window's blocks of a
+/// sliding group (the scheduler frees the rest; the pool keeps one null block for them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KvGroups {
+    pub group_size: usize,
+    pub full_groups: usize,
+    pub sliding_groups: usize,
+    pub window: Option<usize>,
+}
+
+impl KvGroups {
+    pub fn of(shape: &ModelShape) -> Self {
+        let layers = shape.kv_layers();
+        let (sliding, window) = match shape.sliding {
+            Some(s) => (s.sliding_layers.min(layers), Some(s.window)),
+            None => (0, None),
+        };
+        let full = layers - sliding;
+        let group_size = if sliding == 0 || full == 0 { layers.max(1) } else { full.min(sliding) };
+        KvGroups {
+            group_size,
+            full_groups: if sliding == 0 { 1 } else { full.div_ceil(group_size) },
+            sliding_groups: sliding.div_ceil(group_size),
+            window: window.filter(|_| sliding > 0),
+        }
+    }
+
+    pub fn num_groups(&self) -> usize {
+        self.full_groups + self.sliding_groups
+    }
+
+    /// Blocks the pool keeps (the null block of sliding groups).
+    pub fn reserved_blocks(&self) -> u64 {
+        u64::from(self.sliding_groups > 0)
+    }
+
+    /// The most blocks one request of `tokens` tokens holds over all groups at any step, with prefill chunks of
+    /// `chunk` tokens (`KvGroupSpec::max_blocks`: the scheduler's own rule for the smallest cache).
+    pub fn blocks_per_request(&self, tokens: usize, block_size: usize, chunk: usize) -> u64 {
+        (self.sliding_blocks(tokens, block_size, chunk) + tokens.div_ceil(block_size) * self.full_groups) as u64
+    }
+
+    fn sliding_blocks(&self, tokens: usize, block_size: usize, chunk: usize) -> usize {
+        match self.window {
+            Some(w) => {
+                rserve_scheduler::KvGroupSpec::sliding(w).max_blocks(tokens, block_size, chunk) * self.sliding_groups
+            }
+            None => 0,
+        }
+    }
+
+    /// Tokens of context the cache holds: its usable blocks shared evenly by the groups (vLLM's "GPU KV cache
+    /// size" for hybrid models; every block for one group).
+    pub fn kv_tokens(&self, blocks: u64, block_size: usize) -> u64 {
+        blocks.saturating_sub(self.reserved_blocks()) / self.num_groups().max(1) as u64 * block_size as u64
+    }
+
+    /// Requests of `tokens` tokens the cache holds at once (vLLM's "Maximum concurrency"): usable blocks over the
+    /// blocks a request holds (`blocks_per_request`), its global groups counted at `tokens / block_size` (so one
+    /// global group gives `blocks x block_size / tokens`).
+    pub fn max_concurrency(&self, blocks: u64, tokens: usize, block_size: usize, chunk: usize) -> f64 {
+        let usable = blocks.saturating_sub(self.reserved_blocks()) as f64;
+        let full = self.full_groups as f64 * tokens.max(1) as f64 / block_size as f64;
+        usable / (full + self.sliding_blocks(tokens, block_size, chunk) as f64)
+    }
+
+    /// Layers one block spans on a device holding `kv_layers` of the model's KV layers (a pipeline stage).
+    pub fn block_layers(&self, kv_layers: usize) -> usize {
+        self.group_size.min(kv_layers).max(1)
+    }
+}
+
 /// Values live per token during one decoder layer on one TP rank: the residual stream, the normed input and the
 /// layer output (3 x hidden), q / k / v and the attention output, and the MLP's gate, up and product.
 pub fn activation_values_per_token(shape: &ModelShape, tp: usize) -> u64 {

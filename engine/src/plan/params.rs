@@ -1,10 +1,10 @@
 //! Parameter counts from a `ModelShape`: per layer (attention, MLP or experts, norms), embeddings, output head,
-//! and the split into pipeline stages. Exact for the llama family (checked against transformers in
+//! a multimodal model's vision tower and projector, and the split into pipeline stages. Exact for the llama family (checked against transformers in
 //! tests/plan_params.rs); other layer layouts are estimates built from the same standard keys.
 
 use serde::Serialize;
 
-use super::shape::{Attention, ModelShape};
+use super::shape::{Attention, ModelShape, VisionProjector, VisionTower};
 
 /// Where the parameters are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -13,6 +13,8 @@ pub struct ParamCount {
     /// The output projection (0 when tied to the embeddings).
     pub lm_head: u64,
     pub final_norm: u64,
+    /// The vision tower and its projector into the decoder (0: a text-only model); held by the first stage.
+    pub vision: u64,
     /// Every decoder layer's parameters, in order.
     #[serde(skip)]
     pub per_layer: Vec<u64>,
@@ -75,6 +77,27 @@ fn layer_params(s: &ModelShape, i: usize) -> u64 {
     attention_params(s) + mlp + s.norms_per_layer as u64 * h
 }
 
+/// A SigLIP vision tower (as transformers' `SiglipVisionModel` builds it) plus the projector into a decoder of
+/// `text_hidden`: patch convolution with bias, one position embedding per patch, per layer two layer norms (weight
+/// and bias), q / k / v / out projections with biases and a biased fc1 / fc2 MLP, the post layer norm, and the
+/// attention-pooling head when `vision_use_head`.
+pub fn vision_params(v: &VisionTower, text_hidden: usize) -> u64 {
+    let h = v.hidden_size as u64;
+    let i = v.intermediate_size as u64;
+    let patches = (v.image_size / v.patch_size.max(1)).pow(2) as u64;
+    let patch_embedding = v.num_channels as u64 * (v.patch_size as u64).pow(2) * h + h;
+    let position_embedding = patches * h;
+    let mlp = h * i + i + i * h + h;
+    let layer = 2 * (2 * h) + 4 * (h * h + h) + mlp;
+    let post_norm = 2 * h;
+    // Probe, multi-head attention (packed in-projection with bias, out-projection with bias), layer norm, MLP.
+    let head = if v.pooling_head { h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + mlp } else { 0 };
+    let projector = match v.projector {
+        VisionProjector::Gemma3 => h + h * text_hidden as u64,
+    };
+    patch_embedding + position_embedding + v.num_layers as u64 * layer + post_norm + head + projector
+}
+
 /// Counts the parameters the config describes.
 pub fn count_params(s: &ModelShape) -> ParamCount {
     let embedding = s.vocab_size as u64 * s.hidden_size as u64;
@@ -82,18 +105,28 @@ pub fn count_params(s: &ModelShape) -> ParamCount {
     let final_norm = s.hidden_size as u64;
     let per_layer: Vec<u64> = (0..s.num_layers).map(|i| layer_params(s, i)).collect();
     let layers = per_layer.iter().sum();
-    ParamCount { embedding, lm_head, final_norm, per_layer, layers, total: embedding + lm_head + final_norm + layers }
+    let vision = s.vision.map_or(0, |v| vision_params(&v, s.hidden_size));
+    ParamCount {
+        embedding,
+        lm_head,
+        final_norm,
+        vision,
+        per_layer,
+        layers,
+        total: embedding + lm_head + final_norm + vision + layers,
+    }
 }
 
 impl ParamCount {
     /// Parameters held by each of `pp` pipeline stages of equal layer counts: the first stage also holds the
-    /// embeddings, the last the final norm and the output head (with tied embeddings and `pp > 1`, its own copy).
+    /// embeddings (and a multimodal model's vision tower), the last the final norm and the output head (with tied
+    /// embeddings and `pp > 1`, its own copy).
     pub fn stages(&self, pp: usize) -> Vec<u64> {
         let pp = pp.max(1);
         let per_stage = self.per_layer.len().div_ceil(pp).max(1);
         let mut stages: Vec<u64> = self.per_layer.chunks(per_stage).map(|c| c.iter().sum()).collect();
         stages.resize(pp, 0);
-        stages[0] += self.embedding;
+        stages[0] += self.embedding + self.vision;
         let head = if self.lm_head == 0 && pp > 1 { self.embedding } else { self.lm_head };
         stages[pp - 1] += head + self.final_norm;
         stages

@@ -61,6 +61,29 @@ pub struct Moe {
     pub routed: Vec<bool>,
 }
 
+/// A SigLIP vision tower and the projector that maps its output into the decoder (multimodal wrappers read through
+/// their `text_config`, such as Gemma 3's `Gemma3ForConditionalGeneration`): counted in the parameters, no KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VisionTower {
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_channels: usize,
+    pub image_size: usize,
+    pub patch_size: usize,
+    /// SigLIP's attention-pooling head (`vision_use_head`, default true).
+    pub pooling_head: bool,
+    pub projector: VisionProjector,
+}
+
+/// How the vision tower's output reaches the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VisionProjector {
+    /// Gemma 3: an RMS norm over the vision hidden size and a `vision hidden x text hidden` matrix, no bias.
+    Gemma3,
+}
+
 /// The model sizes the planner works from. It reads as its `dims` (`shape.num_heads`) through `Deref`, and its JSON
 /// lists their fields inline.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -87,6 +110,9 @@ pub struct ModelShape {
     /// Layers whose kind is neither full nor sliding attention (linear attention, mamba, ...), by kind.
     pub other_layers: BTreeMap<String, usize>,
     pub moe: Option<Moe>,
+    /// The vision tower of a multimodal wrapper, when the planner knows its layout (else not counted; see `notes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<VisionTower>,
     /// `quantization_config.quant_method`, when the checkpoint is quantized.
     pub quantization: Option<String>,
     /// What the reader assumed or where it looked (shown with the plan).
@@ -107,6 +133,33 @@ const TIED_BY_DEFAULT: &[&str] =
 /// Model types whose MLP is up + down without a gate.
 const UNGATED_MLP: &[&str] =
     &["gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi", "gpt_bigcode", "starcoder2", "mpt"];
+
+/// transformers' config-class defaults the planner needs when a config leaves a key out (the published Gemma 3
+/// multimodal configs give no `vocab_size` or `max_position_embeddings` in `text_config`): `Gemma3TextConfig`.
+fn class_default(model_type: &str, key: &str) -> Option<usize> {
+    match (model_type, key) {
+        ("gemma3_text", "vocab_size") => Some(262_208),
+        ("gemma3_text", "max_position_embeddings") => Some(131_072),
+        _ => None,
+    }
+}
+
+/// The first of `keys` present in `cfg`, else the config class's default for `keys[0]` (noted).
+fn get_or_default(
+    cfg: &Map<String, Value>,
+    keys: &[&str],
+    model_type: &str,
+    notes: &mut Vec<String>,
+) -> Result<Option<usize>> {
+    if let Some(n) = get_usize(cfg, keys)? {
+        return Ok(Some(n));
+    }
+    let default = class_default(model_type, keys[0]);
+    if let Some(n) = default {
+        notes.push(format!("no `{}`: transformers' {model_type} default {n}", keys[0]));
+    }
+    Ok(default)
+}
 
 /// Reads `key` (the first of `keys` that is present and not null) as a non-negative integer.
 fn get_usize(cfg: &Map<String, Value>, keys: &[&str]) -> Result<Option<usize>> {
@@ -155,14 +208,22 @@ impl ModelShape {
         let top = root.as_object().ok_or_else(|| EngineError::Config("config.json is not a JSON object".into()))?;
         let mut notes = Vec::new();
         let has_hidden = HIDDEN.iter().any(|k| top.get(*k).is_some_and(|v| !v.is_null()));
-        let cfg = match top.get("text_config").and_then(Value::as_object) {
+        let (cfg, vision) = match top.get("text_config").and_then(Value::as_object) {
             Some(text_cfg) if !has_hidden => {
-                notes.push("read the decoder from `text_config` (vision/audio encoders are not counted)".to_string());
-                text_cfg
+                let vision = vision_tower(top)?;
+                notes.push(match vision {
+                    Some(_) => "read the decoder from `text_config`; the SigLIP vision tower and projector \
+                                (`vision_config`) are counted in the parameters"
+                        .to_string(),
+                    None => "read the decoder from `text_config` (vision/audio encoders are not counted)".to_string(),
+                });
+                (text_cfg, vision)
             }
-            _ => top,
+            _ => (top, None),
         };
-        Self::from_map(top, cfg, notes)
+        let mut shape = Self::from_map(top, cfg, notes)?;
+        shape.vision = vision;
+        Ok(shape)
     }
 
     fn from_map(top: &Map<String, Value>, cfg: &Map<String, Value>, mut notes: Vec<String>) -> Result<Self> {
@@ -180,7 +241,7 @@ impl ModelShape {
         let num_layers = required(cfg, LAYERS)?;
         let num_heads = required(cfg, HEADS)?;
         let dims = ModelDims {
-            vocab_size: required(cfg, VOCAB)?,
+            vocab_size: required_size(get_or_default(cfg, VOCAB, &model_type, &mut notes)?, VOCAB[0])?,
             num_kv_heads: match positive(get_usize(cfg, KV_HEADS)?, "num_key_value_heads")? {
                 Some(n) => n,
                 None if get_bool(cfg, "multi_query") == Some(true) => 1,
@@ -224,10 +285,11 @@ impl ModelShape {
             .get("quantization_config")
             .or_else(|| cfg.get("quantization_config"))
             .map(|q| q.get("quant_method").and_then(Value::as_str).unwrap_or("unknown").to_string());
+        let max_position_embeddings = get_or_default(cfg, MAX_POS, &model_type, &mut notes)?.filter(|n| *n > 0);
         Ok(ModelShape {
             architecture,
             dims,
-            max_position_embeddings: get_usize(cfg, MAX_POS)?.filter(|n| *n > 0),
+            max_position_embeddings,
             tie_word_embeddings,
             torch_dtype,
             gated_mlp: !UNGATED_MLP.contains(&model_type.as_str()),
@@ -240,6 +302,7 @@ impl ModelShape {
             sliding,
             other_layers,
             moe,
+            vision: None,
             quantization,
             notes,
             model_type,
@@ -269,6 +332,7 @@ impl ModelShape {
             }),
             other_layers: BTreeMap::new(),
             moe: None,
+            vision: None,
             quantization: None,
             notes: Vec::new(),
         }
@@ -292,6 +356,27 @@ impl Deref for ModelShape {
     fn deref(&self) -> &ModelDims {
         &self.dims
     }
+}
+
+/// The vision tower of a multimodal wrapper whose layout the planner knows: a SigLIP `vision_config` under Gemma 3's
+/// `Gemma3ForConditionalGeneration` (`model_type` "gemma3"), with `SiglipVisionConfig`'s defaults for absent keys.
+fn vision_tower(top: &Map<String, Value>) -> Result<Option<VisionTower>> {
+    let Some(v) = top.get("vision_config").and_then(Value::as_object) else { return Ok(None) };
+    let siglip = get_str(v, "model_type").is_none_or(|t| t == "siglip_vision_model");
+    if get_str(top, "model_type") != Some("gemma3") || !siglip {
+        return Ok(None);
+    }
+    let size = |key: &str, default: usize| -> Result<usize> { Ok(get_usize(v, &[key])?.unwrap_or(default)) };
+    Ok(Some(VisionTower {
+        hidden_size: size("hidden_size", 768)?,
+        intermediate_size: size("intermediate_size", 3072)?,
+        num_layers: size("num_hidden_layers", 12)?,
+        num_channels: size("num_channels", 3)?,
+        image_size: size("image_size", 224)?,
+        patch_size: positive(Some(size("patch_size", 16)?), "vision_config.patch_size")?.unwrap_or(16),
+        pooling_head: get_bool(v, "vision_use_head").unwrap_or(true),
+        projector: VisionProjector::Gemma3,
+    }))
 }
 
 /// Multi-head latent attention, recognised by `kv_lora_rank`.

@@ -108,6 +108,7 @@ pub fn shape_from_gguf(content: &Content) -> Result<ModelShape> {
         sliding,
         other_layers: BTreeMap::new(),
         moe,
+        vision: None,
         quantization: None,
         notes,
     })

@@ -130,7 +130,8 @@ const NO_REASONING: &str = "no reasoning-effort handling";
 const NO_REASONING_PARSER: &str = "reasoning parsers are not implemented (reasoning would come back as content)";
 const NO_REMOTE_CODE: &str = "rserve never runs code from model repositories";
 const NO_SLEEP: &str = "no sleep mode";
-const NO_SLIDING_WINDOW: &str = "no sliding-window attention models in rserve";
+const NO_SLIDING_WINDOW: &str =
+    "sliding-window layers always attend through their window (their cache keeps only the window)";
 const NO_SPECULATIVE: &str = "no speculative decoding: every token comes from the model itself (same output)";
 const NO_STACK: &str = "errors carry no Python stack trace";
 const NO_TOKENIZER_INFO: &str = "no /tokenizer_info endpoint";
