@@ -47,14 +47,14 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn golden(name: &str) -> Golden {
+    golden_from(name, None)
+}
+
+/// The golden of `name`, with its checkpoint read from `folder` instead of the one the golden names.
+fn golden_from(name: &str, folder: Option<PathBuf>) -> Golden {
     let path = common::fixture(&format!("golden/tiny/{name}.json"));
     let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    let folder: PathBuf = common::models_dir().join(g["model"]["folder"].as_str().unwrap());
-    assert!(
-        folder.join("model.safetensors").exists(),
-        "tiny checkpoint missing at {}: run `bash scripts/fetch-models.sh` (or set RSERVE_TEST_MODELS)",
-        folder.display()
-    );
+    let folder = folder.unwrap_or_else(|| tiny_folder(&g));
     let near_tie = g["settings"]["near_tie_threshold"].as_f64().unwrap() as f32;
     let prompts = g["prompts"]
         .as_array()
@@ -84,6 +84,47 @@ fn golden(name: &str) -> Golden {
 
 /// A sequence over `blocks` blocks from `first_block` in every KV cache group; group `g`'s blocks lie `g x region`
 /// further on (each group has its own blocks, as the scheduler hands them out).
+fn tiny_folder(g: &Value) -> PathBuf {
+    let folder = common::models_dir().join(g["model"]["folder"].as_str().unwrap());
+    assert!(
+        folder.join("model.safetensors").exists(),
+        "tiny checkpoint missing at {}: run `bash scripts/fetch-models.sh` (or set RSERVE_TEST_MODELS)",
+        folder.display()
+    );
+    folder
+}
+
+/// The tiny Gemma 3 as Gemma 3's 4B-27B checkpoints are published: a `Gemma3ForConditionalGeneration` config with
+/// the text model in `text_config` (without `max_position_embeddings`, as there) and its tensors under
+/// `language_model.` (as transformers 4 saves them).
+fn gemma3_as_multimodal(dir: &std::path::Path) -> PathBuf {
+    let g: Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/tiny/gemma3.json")).unwrap()).unwrap();
+    let src = tiny_folder(&g);
+    let mut text: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    text.as_object_mut().unwrap().remove("max_position_embeddings");
+    let eos = text.get("eos_token_id").cloned().unwrap_or(Value::Null);
+    let config = serde_json::json!({
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3",
+        "eos_token_id": eos,
+        "text_config": text,
+        "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 16},
+    });
+    let out = dir.join("gemma3_mm");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&config).unwrap()).unwrap();
+    for f in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), out.join(f)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let renamed: Vec<(String, safetensors::tensor::TensorView<'_>)> =
+        st.tensors().into_iter().map(|(name, view)| (format!("language_model.{name}"), view)).collect();
+    safetensors::serialize_to_file(renamed, None, &out.join("model.safetensors")).unwrap();
+    out
+}
+
 fn seq(tokens: &[u32], start: usize, first_block: u32, blocks: usize, bs: usize, g: &Golden) -> ScheduledSeq {
     let region = g.region(bs) as u32;
     let tables = (0..g.groups as u32).map(|i| BlockId::run(first_block + i * region, blocks)).collect();
@@ -196,6 +237,15 @@ fn on_opencl(name: &str) {
     let cl = backends::opencl().unwrap();
     let mut gpu = ModelRunner::new(cl, &g.params, &g.weights, g.num_blocks(32), 32).unwrap();
     check_batched(&what, &mut gpu, &g, 32, blocks_per_seq);
+}
+
+#[test]
+fn gemma3_published_as_a_multimodal_checkpoint_serves_its_text_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = golden_from("gemma3", Some(gemma3_as_multimodal(dir.path())));
+    assert_eq!(g.params.max_position_embeddings, 131_072, "Gemma3TextConfig's default context");
+    let mut cpu = ModelRunner::new(CpuBackend::new(), &g.params, &g.weights, g.num_blocks(16), 16).unwrap();
+    check_alone("cpu (multimodal checkpoint)", &mut cpu, &g, 16);
 }
 
 macro_rules! shelf {

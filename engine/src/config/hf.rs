@@ -170,9 +170,34 @@ pub(crate) fn read_config_file<T>(path: &Path, parse: impl FnOnce(&str) -> Resul
 
 /// Parses the text of a `config.json` into checked `ModelParams`.
 pub fn parse_config_json(text: &str) -> Result<ModelParams> {
-    let raw: RawConfig =
+    let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| EngineError::Config(format!("config.json is not valid: {e}")))?;
+    let value = language_model_config(value)?;
+    let raw: RawConfig =
+        serde_json::from_value(value).map_err(|e| EngineError::Config(format!("config.json is not valid: {e}")))?;
     resolve(raw)
+}
+
+/// A multimodal checkpoint whose language model rserve serves on its own (`Gemma3ForConditionalGeneration`, the
+/// class of Gemma 3's 4B-27B checkpoints): its `text_config`, with transformers' `Gemma3TextConfig` defaults for the
+/// keys the nested config leaves out and the special tokens of the outer config. Other configs pass unchanged.
+fn language_model_config(mut value: serde_json::Value) -> Result<serde_json::Value> {
+    let first = value.get("architectures").and_then(|a| a.get(0)).and_then(|a| a.as_str());
+    if first != Some("Gemma3ForConditionalGeneration") {
+        return Ok(value);
+    }
+    let Some(serde_json::Value::Object(mut text)) = value.get_mut("text_config").map(serde_json::Value::take) else {
+        return Err(EngineError::Config("Gemma3ForConditionalGeneration config has no `text_config` object".into()));
+    };
+    text.insert("architectures".into(), serde_json::json!(["Gemma3ForCausalLM"]));
+    text.entry("vocab_size").or_insert(serde_json::json!(262_208));
+    text.entry("max_position_embeddings").or_insert(serde_json::json!(131_072));
+    for key in ["bos_token_id", "eos_token_id", "torch_dtype", "dtype", "tie_word_embeddings"] {
+        if let Some(v) = value.get(key).filter(|v| !v.is_null()) {
+            text.entry(key).or_insert(v.clone());
+        }
+    }
+    Ok(serde_json::Value::Object(text))
 }
 
 /// Maps `architectures[0]` (or, without it, `model_type`) to a supported family.

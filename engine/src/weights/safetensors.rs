@@ -53,9 +53,10 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
     if let Some(shard) = shard {
         specs.retain(|spec| shard.cut(params, &spec.name).is_some());
     }
+    let file_name = language_model_prefix(&st);
     // Check names, shapes and source dtypes first, so a wrong checkpoint fails before copying gigabytes.
     for spec in &specs {
-        let view = st.get(&spec.name).map_err(|_| {
+        let view = st.get(&file_name(&spec.name)).map_err(|_| {
             EngineError::Weights(format!(
                 "the checkpoint has no tensor `{}` (shape {:?}); files: {}",
                 spec.name,
@@ -81,7 +82,7 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
         .into_par_iter()
         .map(|spec| {
             let _advance = AdvanceOnDrop(&bar);
-            let t = st.load(&spec.name, &Device::Cpu)?;
+            let t = st.load(&file_name(&spec.name), &Device::Cpu)?;
             let t = match shard.and_then(|s| s.cut(params, &spec.name)) {
                 Some(cut) => apply_cut(&t, &cut)?,
                 None => t,
@@ -96,6 +97,26 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
         None => Weights::from_tensors(map, params, dtype),
         Some(_) => Ok(Weights::from_cut_tensors(map, dtype)),
     }
+}
+
+/// The name a tensor has in the files: the model's own name, or under the language-model prefix of a multimodal
+/// checkpoint whose text model rserve serves (Gemma 3's `Gemma3ForConditionalGeneration`: `language_model.model.*`
+/// as transformers 4 saves it, `model.language_model.*` as transformers 5 does; the vision tower is not read).
+fn language_model_prefix(st: &MmapedSafetensors) -> fn(&str) -> String {
+    fn own(name: &str) -> String {
+        name.to_string()
+    }
+    fn v4(name: &str) -> String {
+        format!("language_model.{name}")
+    }
+    fn v5(name: &str) -> String {
+        match name.strip_prefix("model.") {
+            Some(rest) => format!("model.language_model.{rest}"),
+            None => name.to_string(),
+        }
+    }
+    let embed = super::names::EMBED_TOKENS;
+    [own as fn(&str) -> String, v4, v5].into_iter().find(|f| st.get(&f(embed)).is_ok()).unwrap_or(own)
 }
 
 /// Number of parameters in safetensors files, read from the headers only.
