@@ -316,7 +316,7 @@ fn lines(p: &Plan, counts: &super::params::ParamCount, forced: bool) -> Vec<Line
         }
     };
     let shapes = format!(
-        "embeddings {} x {}{} + {per_layer} + final norm {}",
+        "embeddings {} x {}{} + {per_layer} + final norm {}{}",
         s.vocab_size,
         s.hidden_size,
         if counts.lm_head > 0 {
@@ -324,7 +324,12 @@ fn lines(p: &Plan, counts: &super::params::ParamCount, forced: bool) -> Vec<Line
         } else {
             " (output head tied)".into()
         },
-        s.hidden_size
+        s.hidden_size,
+        if counts.vision > 0 {
+            format!(" + vision tower and projector {}", fmt_params(counts.vision))
+        } else {
+            String::new()
+        }
     );
     let formula = match p.parameters_source {
         ParamSource::ConfigShapes => format!("config shapes: {shapes}"),
@@ -344,11 +349,20 @@ fn lines(p: &Plan, counts: &super::params::ParamCount, forced: bool) -> Vec<Line
         format!("{} B", p.kv_bytes_per_token),
         kv_formula(s, s.kv_layers(), s.num_kv_heads, p.kv_cache_dtype.bytes(), kvdt),
     ));
-    out.push(line(
-        "KV per sequence",
-        gb(p.kv_bytes_per_sequence),
-        format!("{} B x {} tokens", p.kv_bytes_per_token, p.max_model_len),
-    ));
+    let per_sequence = match (s.sliding, p.kv_bytes_per_sequence_windowed) {
+        // Sliding-window layers hold their window only (the cache frees the blocks before it).
+        (Some(w), Some(_)) => {
+            let per_layer = p.kv_bytes_per_token / s.kv_layers().max(1) as u64;
+            let global = s.kv_layers().saturating_sub(w.sliding_layers);
+            format!(
+                "{per_layer} B per layer and token x ({global} global layers x {} tokens + {} sliding layers x {} \
+                 window tokens)",
+                p.max_model_len, w.sliding_layers, w.window
+            )
+        }
+        _ => format!("{} B x {} tokens", p.kv_bytes_per_token, p.max_model_len),
+    };
+    out.push(line("KV per sequence", gb(p.kv_bytes_per_sequence), per_sequence));
     out.push(line(
         "minimum memory",
         gb(p.min_memory_bytes),
@@ -476,20 +490,33 @@ fn layout_lines(p: &Plan, l: &LayoutPlan, forced: bool, out: &mut Vec<Line>) {
         Attention::Standard => memory::kv_heads_per_rank(s, l.tp),
         Attention::Latent(_) => 0,
     };
-    out.push(line(
-        "KV per token per device",
-        format!("{} B", l.kv_bytes_per_token_per_device),
-        kv_formula(s, s.kv_layers().div_ceil(l.pp), kv_heads, p.kv_cache_dtype.bytes(), p.kv_cache_dtype.name()),
-    ));
+    // A block spans the layers of one KV cache group (every layer of the stage without sliding-window layers).
+    let groups = memory::KvGroups::of(s);
+    let block_layers = groups.block_layers(s.kv_layers().div_ceil(l.pp));
+    let mut per_token = kv_formula(s, block_layers, kv_heads, p.kv_cache_dtype.bytes(), p.kv_cache_dtype.name());
+    if groups.num_groups() > 1 {
+        per_token += &format!(
+            "; a block spans one of {} KV cache groups ({} global, {} sliding-window)",
+            groups.num_groups(),
+            groups.full_groups,
+            groups.sliding_groups
+        );
+    }
+    out.push(line("KV per token per device", format!("{} B", l.kv_bytes_per_token_per_device), per_token));
     out.push(line(
         "KV cache size",
         format!("{} tokens", l.kv_tokens),
         format!(
-            "floor({} / ({} B x {}-token blocks)) = {} blocks",
+            "floor({} / ({} B x {}-token blocks)) = {} blocks{}",
             gb(l.kv_bytes_per_device),
             l.kv_bytes_per_token_per_device,
             p.block_size,
-            l.num_blocks_per_device
+            l.num_blocks_per_device,
+            if groups.num_groups() > 1 {
+                format!(", less the null block, shared by the {} groups", groups.num_groups())
+            } else {
+                String::new()
+            }
         ),
     ));
     out.push(line(
@@ -497,8 +524,8 @@ fn layout_lines(p: &Plan, l: &LayoutPlan, forced: bool, out: &mut Vec<Line>) {
         l.full_context_requests.to_string(),
         format!(
             "floor({} blocks / {} blocks per {}-token request); concurrency {:.2}x",
-            l.num_blocks_per_device,
-            l.max_model_len.div_ceil(p.block_size),
+            l.num_blocks_per_device.saturating_sub(groups.reserved_blocks()),
+            groups.blocks_per_request(l.max_model_len, p.block_size, p.step.max_num_batched_tokens),
             l.max_model_len,
             l.max_concurrency
         ),
