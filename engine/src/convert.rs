@@ -36,6 +36,7 @@ pub fn config_json(params: &ModelParams, dtype: DType) -> Result<Json> {
         Architecture::Llama => ("LlamaForCausalLM", "llama"),
         Architecture::Mistral => ("MistralForCausalLM", "mistral"),
         Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
+        Architecture::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
         // GGUF files of these are not read (config::gguf_meta), so no conversion writes them.
         other => return Err(EngineError::UnsupportedArchitecture(format!("{} (GGUF conversion)", other.hf_name()))),
     };

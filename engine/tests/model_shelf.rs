@@ -6,6 +6,7 @@
 
 mod backends;
 mod common;
+mod weights_support;
 
 use std::path::PathBuf;
 
@@ -237,6 +238,28 @@ fn on_opencl(name: &str) {
     let cl = backends::opencl().unwrap();
     let mut gpu = ModelRunner::new(cl, &g.params, &g.weights, g.num_blocks(32), 32).unwrap();
     check_batched(&what, &mut gpu, &g, 32, blocks_per_seq);
+}
+
+#[test]
+fn qwen3_from_a_gguf_file_matches_transformers() {
+    // The tiny Qwen3 written as llama.cpp names it (`qwen3` metadata, `attn_q_norm` / `attn_k_norm`), in f32.
+    let safetensors = golden("qwen3");
+    let hf: std::collections::HashMap<String, candle_core::Tensor> =
+        rserve_engine::weights::expected_tensors(&safetensors.params)
+            .into_iter()
+            .map(|spec| (spec.name.clone(), safetensors.weights.get(&spec.name).unwrap().clone()))
+            .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("qwen3-tiny-f32.gguf");
+    weights_support::write_gguf(&path, "qwen3", &safetensors.params, &hf, |_| candle_core::quantized::GgmlDType::F32);
+    let resolved =
+        resolve_model(path.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
+    let params = resolved.load_params().unwrap();
+    assert!(params.qk_norm && params.head_dim == safetensors.params.head_dim);
+    let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
+    let g = Golden { params, weights, ..safetensors };
+    let mut cpu = ModelRunner::new(CpuBackend::new(), &g.params, &g.weights, g.num_blocks(16), 16).unwrap();
+    check_alone("cpu (GGUF)", &mut cpu, &g, 16);
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //!
 //! `GgufMeta` mirrors the llama.cpp metadata keys the llama family needs (`{arch}.block_count`, ...,
 //! `tokenizer.ggml.*`); `params_from_gguf` checks it into `ModelParams`. Supported `general.architecture` values:
-//! `llama` (also used by llama.cpp for Mistral and SmolLM2) and `qwen2`.
+//! `llama` (also used by llama.cpp for Mistral and SmolLM2), `qwen2` and `qwen3`.
 
 use std::path::Path;
 
@@ -201,6 +201,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
     let architecture = match arch {
         "llama" => Architecture::Llama,
         "qwen2" => Architecture::Qwen2,
+        "qwen3" => Architecture::Qwen3,
         other => return Err(EngineError::UnsupportedArchitecture(format!("{other} (GGUF general.architecture)"))),
     };
     let hidden_size = required(meta.embedding_length, &meta.key("embedding_length"))?;
@@ -280,7 +281,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         rope_scaling: None,
         local_rope: None,
         layers: uniform_layers(num_layers, None),
-        qk_norm: false,
+        qk_norm: architecture == Architecture::Qwen3,
         activation: Activation::Silu,
         attn_scale: 1.0 / (head_dim as f64).sqrt(),
         attn_softcap: None,

@@ -109,6 +109,7 @@ fn warnings(shape: &ModelShape, plan_len: usize, dense_seq: u64, windowed: Optio
         "Phi3ForCausalLM",
         "llama (GGUF)",
         "qwen2 (GGUF)",
+        "qwen3 (GGUF)",
     ];
     if !served.contains(&shape.architecture.as_str()) {
         w.push(format!("`rserve serve` cannot run {} yet (this plan is for sizing only)", shape.architecture));

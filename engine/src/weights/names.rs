@@ -164,6 +164,8 @@ const LAYER_NAMES: &[(&str, &str)] = &[
     ("mlp.down_proj", "ffn_down"),
     ("input_layernorm", "attn_norm"),
     ("post_attention_layernorm", "ffn_norm"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
 ];
 
 /// Top-level name pairs (Hugging Face, llama.cpp), without the `.weight` suffix.

@@ -97,6 +97,8 @@ pub fn write_gguf(
         (key("feed_forward_length"), Value::U32(params.intermediate_size as u32)),
         (key("attention.head_count"), Value::U32(params.num_heads as u32)),
         (key("attention.head_count_kv"), Value::U32(params.num_kv_heads as u32)),
+        (key("attention.key_length"), Value::U32(params.head_dim as u32)),
+        (key("attention.value_length"), Value::U32(params.head_dim as u32)),
         (key("rope.freq_base"), Value::F32(params.rope_theta as f32)),
         (key("attention.layer_norm_rms_epsilon"), Value::F32(params.rms_norm_eps as f32)),
         ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
