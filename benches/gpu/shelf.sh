@@ -8,7 +8,8 @@
 # The dummy folders hold the real configs' shapes (tests/fixtures/configs/qwen3_8b.json; Gemma-3-12B's text model:
 # 48 layers, hidden 3840, MLP 15360, 16 heads / 8 KV heads of 256, window 1024, every 6th layer global) with the
 # vocabulary cut to the Llama 3 tokenizer's 128256 (the tokenizer `rserve bench serve` uses), noted in the summary.
-# Needs target/release/rserve. Env: RSERVE_TEST_MODELS (./models/x), OUT (/tmp/rserve-gpu-shelf), PORT (8013),
+# Correctness on the GPU is `cargo run --release -p rserve-engine --example cuda_shelf` (transformers' goldens of the
+# tiny checkpoints). Needs target/release/rserve. Env: RSERVE_TEST_MODELS (./models/x), OUT (/tmp/rserve-gpu-shelf), PORT (8013),
 #      DEVICE (cuda), CONCURRENCY (64), IN_LEN (128), OUT_LEN (128), KV_BYTES (40e9), BW_GBPS (4800), ONLY (a name).
 set -u
 cd "$(dirname "$0")/../.."
