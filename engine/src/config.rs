@@ -185,11 +185,6 @@ impl ModelParams {
             1.0
         }
     }
-
-    /// Whether any layer attends through a sliding window.
-    pub fn has_sliding_layers(&self) -> bool {
-        self.layers.iter().any(|l| l.window.is_some())
-    }
 }
 
 /// `num_layers` layers with the same attention: a sliding window on every layer, or none.

@@ -62,16 +62,6 @@ impl KvLayout {
     pub fn has_sliding(&self) -> bool {
         self.groups.iter().any(|g| g.window.is_some())
     }
-
-    /// Blocks one request of `num_tokens` tokens holds over all groups once out-of-window blocks are freed.
-    pub fn blocks_per_request(&self, num_tokens: usize, block_size: usize) -> usize {
-        self.groups.iter().map(|g| g.blocks_held(num_tokens, block_size)).sum()
-    }
-
-    /// Blocks the pool keeps for itself (the null block of sliding-window groups).
-    pub fn reserved_blocks(&self) -> usize {
-        usize::from(self.has_sliding())
-    }
 }
 
 /// Device memory of the paged KV cache.
@@ -84,12 +74,6 @@ pub struct PagedKvCache<B: Backend> {
     pub num_groups: usize,
     pub num_blocks: usize,
     pub block_size: usize,
-}
-
-/// Bytes of K plus V for one token in one block of every group (the `group_size` layers a block spans), at
-/// `elem_bytes` per value: the size of a block is `block_size` times this.
-pub fn bytes_per_block_token(p: &ModelParams, elem_bytes: usize) -> usize {
-    KvLayout::of(p).group_size * 2 * p.num_kv_heads * p.head_dim * elem_bytes
 }
 
 impl<B: Backend> PagedKvCache<B> {
@@ -156,6 +140,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         assert!(g3.layer.iter().all(|ls| seen.insert(*ls)));
         // One request of 8192 tokens, blocks of 16: 512 global blocks and at most 65 in each local group.
-        assert_eq!(g3.blocks_per_request(8192, 16), 512 + 6 * 64);
+        let held: usize = g3.groups.iter().map(|g| g.blocks_held(8192, 16)).sum();
+        assert_eq!(held, 512 + 6 * 64);
     }
 }

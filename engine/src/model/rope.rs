@@ -117,6 +117,16 @@ mod tests {
         Rope { theta, scaling }
     }
 
+    /// Llama 3.1's `rope_scaling`.
+    fn llama31() -> Llama3RopeScaling {
+        Llama3RopeScaling {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        }
+    }
+
     #[test]
     fn unscaled_matches_the_closed_form() {
         let t = table(64, &rope(10000.0, None), 2048);
@@ -128,12 +138,7 @@ mod tests {
 
     #[test]
     fn llama3_scaling_divides_low_frequencies_and_keeps_high_ones() {
-        let s = Llama3RopeScaling {
-            factor: 8.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position_embeddings: 8192,
-        };
+        let s = llama31();
         let plain = table(128, &rope(500000.0, None), 8192).inv_freq;
         let scaled = table(128, &rope(500000.0, Some(RopeScaling::Llama3(s))), 8192).inv_freq;
         assert_eq!(plain[0], scaled[0]);
@@ -144,12 +149,7 @@ mod tests {
     #[test]
     fn gguf_rope_freqs_equal_the_llama3_rule_they_encode() {
         // llama.cpp writes llama3 scaling as 1 / (scaled / base) per frequency: dividing by them gives the same table.
-        let s = Llama3RopeScaling {
-            factor: 8.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position_embeddings: 8192,
-        };
+        let s = llama31();
         let plain = table(128, &rope(500000.0, None), 8192).inv_freq;
         let llama3 = table(128, &rope(500000.0, Some(RopeScaling::Llama3(s))), 8192).inv_freq;
         let factors = plain.iter().zip(&llama3).map(|(p, l)| f64::from(*p) / f64::from(*l)).collect();

@@ -63,8 +63,8 @@ pub fn kv_bytes_per_token(shape: &ModelShape, elem_bytes: usize) -> u64 {
     kv_bytes_per_token_on(shape, shape.kv_layers(), 1, elem_bytes)
 }
 
-/// The KV cache groups of a model, from its layer counts: the arithmetic of `model::KvLayout` (which builds the same
-/// groups from the per-layer windows; a test checks they agree). Global and sliding-window layers form groups of
+/// The KV cache groups of a model, from its layer counts: `model::KvLayout`'s grouping of that many global and
+/// sliding-window layers (it depends on the counts only). Global and sliding-window layers form groups of
 /// `group_size` layers (the smaller kind's count; one group of every layer when the model has one kind), a block
 /// spans `group_size` layers, and a request holds every block of a full group but only its window's blocks of a
 /// sliding group (the scheduler frees the rest; the pool keeps one null block for them).
@@ -83,12 +83,14 @@ impl KvGroups {
             Some(s) => (s.sliding_layers.min(layers), Some(s.window)),
             None => (0, None),
         };
-        let full = layers - sliding;
-        let group_size = if sliding == 0 || full == 0 { layers.max(1) } else { full.min(sliding) };
+        let mut windows = vec![None; layers - sliding];
+        windows.resize(layers, window);
+        let layout = crate::model::KvLayout::new(&windows);
+        let sliding_groups = layout.groups.iter().filter(|g| g.window.is_some()).count();
         KvGroups {
-            group_size,
-            full_groups: if sliding == 0 { 1 } else { full.div_ceil(group_size) },
-            sliding_groups: sliding.div_ceil(group_size),
+            group_size: layout.group_size,
+            full_groups: layout.groups.len() - sliding_groups,
+            sliding_groups,
             window: window.filter(|_| sliding > 0),
         }
     }
