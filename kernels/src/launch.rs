@@ -62,6 +62,11 @@ pub const GEMM_TILE_N: usize = 64;
 /// Depth of one local-memory stage of the tiled matmul.
 pub const GEMM_TILE_K: usize = 16;
 
+/// Rows of one routed-experts tile (`moe.cl`): the pairs of one expert that share each read of its weights.
+pub const MOE_TILE_M: usize = 8;
+/// Most experts a mixture-of-experts layer may have (`moe_align` counts them in local memory).
+pub const MOE_MAX_EXPERTS: usize = 512;
+
 /// Every constant above by name, as the kernel compiler receives them.
 pub const DEFINES: &[(&str, usize)] = &[
     ("ROW_WG", ROW_WG),
@@ -89,4 +94,6 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMM_TILE_M", GEMM_TILE_M),
     ("GEMM_TILE_N", GEMM_TILE_N),
     ("GEMM_TILE_K", GEMM_TILE_K),
+    ("MOE_TILE_M", MOE_TILE_M),
+    ("MOE_MAX_EXPERTS", MOE_MAX_EXPERTS),
 ];

@@ -64,6 +64,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "matmul_pdla_f16",
         ],
     ),
+    ("moe", &["moe_route", "moe_align", "moe_matmul_f32", "moe_matmul_bf16", "moe_matmul_f16", "moe_combine"]),
     (
         "norm",
         &[
@@ -145,6 +146,12 @@ pub mod names {
     pub const MATMUL_PDLA: ByType = ["", "matmul_pdla_bf16", "matmul_pdla_f16"];
     pub const ARGMAX_ROWS: &str = "argmax_rows";
     pub const MASK_LOGITS: &str = "mask_logits";
+    pub const MOE_ROUTE: &str = "moe_route";
+    /// One work-group (`ELEM_WG`) groups every pair of a step.
+    pub const MOE_ALIGN: &str = "moe_align";
+    /// By weight type: the grouped multiply over the experts' tiles.
+    pub const MOE_MATMUL: ByType = ["moe_matmul_f32", "moe_matmul_bf16", "moe_matmul_f16"];
+    pub const MOE_COMBINE: &str = "moe_combine";
 }
 
 /// The work-group size each kernel is launched with: the sizes its local arrays were compiled for.
@@ -154,7 +161,7 @@ pub fn work_group(kernel: &str) -> usize {
         k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") || k == "head_rms_norm" => ROW_WG,
         k if k.starts_with("paged_attention_decode") => ATTN_WG,
         k if k.starts_with("paged_attention_prefill") => PREFILL_WG,
-        k if k.starts_with("matmul_rows") => GEMV_WG,
+        k if k.starts_with("matmul_rows") || k.starts_with("moe_matmul") => GEMV_WG,
         k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_pdla") => GEMV_ASYNC_WG,
         k if k.starts_with("matmul_tiled") => GEMM_WG,
@@ -215,6 +222,8 @@ const _: () = {
     assert!((PREFILL_ROWS * PREFILL_MAX_HEAD_DIM).is_multiple_of(PREFILL_WG));
     assert!(PREFILL_ROWS <= PREFILL_WG && PREFILL_KEYS <= PREFILL_WG);
     assert!(ATTN_HEAD_CHUNK <= ATTN_WG);
+    // moe_align stages one pair per work-item of its single work-group.
+    assert!(MOE_TILE_M > 0 && MOE_MAX_EXPERTS > 0);
     // Work-group sizes are multiples of 64, so sub-groups are full.
     assert!(ROW_WG.is_multiple_of(64) && ELEM_WG.is_multiple_of(64) && ATTN_WG.is_multiple_of(64));
     assert!(PREFILL_WG.is_multiple_of(64) && GEMV_WG.is_multiple_of(64) && GEMM_WG.is_multiple_of(64));

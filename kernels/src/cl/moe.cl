@@ -1,0 +1,185 @@
+// moe.cl — routed experts (mixture-of-experts MLPs): each token's experts, the (token, expert) pairs grouped by
+// expert on the device, the grouped matrix multiply over the experts a step uses, and the weighted combine.
+//
+// A pair p is token p / top_k with its (p - token * top_k)-th expert ids[p]. Grouped, expert e's pairs (in pair
+// order) fill tiles_e = ceil(count_e / MOE_TILE_M) tiles of MOE_TILE_M rows, from tile start_e = the tiles of the
+// experts before e; the rest of e's last tile and every tile past the used ones are padding (MOE_NONE). So a tile
+// belongs to one expert and a multiply reads each used expert's weights once per tile: at one token only its top_k
+// experts' weights are read, at many tokens each expert's weights serve MOE_TILE_M rows per read. The host sizes
+// the tiles for the worst case (ceil(pairs / MOE_TILE_M) + min(pairs, experts)), so the grid never depends on the
+// routing (a CUDA graph captures it once).
+#include "prelude.h"
+
+#define MOE_NONE 0xffffffffu
+
+// moe_route: logits[rows, experts] -> each row's top_k experts, most probable first (the lowest index among equal
+// probabilities), into ids[r * top_k + j], and their weights: the softmax over all experts, divided by the sum of the
+// chosen ones when `renormalize` (Mixtral, Qwen3-MoE's norm_topk_prob). One work-item per row: top_k passes over
+// the row, each taking the best expert after the previous pick in (probability desc, index asc) order.
+// Grid: (ceil(rows / ELEM_WG) groups).
+KERNEL void moe_route(GLOBAL const float* logits, GLOBAL uint* ids, GLOBAL float* weights, uint rows, uint experts,
+                      uint top_k, uint renormalize) {
+    GRID_DEP_SYNC();
+    uint r = global_id0();
+    if (r >= rows) return;
+    GLOBAL const float* l = logits + (ulong)r * experts;
+    float mx = NEG_INF;
+    for (uint e = 0; e < experts; e++) mx = fmax(mx, l[e]);
+    float sum = 0.0f;
+    for (uint e = 0; e < experts; e++) sum += exp(l[e] - mx);
+    float prev = 0.0f;
+    uint prev_e = MOE_NONE;
+    float chosen = 0.0f;
+    for (uint j = 0; j < top_k; j++) {
+        float best = NEG_INF;
+        uint best_e = 0;
+        uint found = 0;
+        for (uint e = 0; e < experts; e++) {
+            float v = l[e];
+            uint after = prev_e == MOE_NONE || v < prev || (v == prev && e > prev_e);
+            if (after && (!found || v > best)) {
+                best = v;
+                best_e = e;
+                found = 1;
+            }
+        }
+        float w = exp(best - mx) / sum;
+        ids[(ulong)r * top_k + j] = best_e;
+        weights[(ulong)r * top_k + j] = w;
+        chosen += w;
+        prev = best;
+        prev_e = best_e;
+    }
+    if (renormalize)
+        for (uint j = 0; j < top_k; j++) weights[(ulong)r * top_k + j] /= chosen;
+}
+
+// moe_align: groups the pairs by expert (layout at the top): sorted[s] = the pair in row s of the tiles or MOE_NONE,
+// tile_expert[t] = the expert of tile t or MOE_NONE, slot[p] = the row of pair p (MOE_NONE for an id outside the
+// experts). Rows and tiles past max_tiles are never written. One work-group: expert e is owned by work-item
+// e % local_size, which counts and places its pairs while the pairs are staged through local memory a work-group's
+// width at a time, so the order inside an expert is the pair order with no atomics (the same on every device).
+// Grid: (1 group of ELEM_WG).
+KERNEL void moe_align(GLOBAL const uint* ids, GLOBAL uint* sorted, GLOBAL uint* tile_expert, GLOBAL uint* slot,
+                      uint pairs, uint experts, uint max_tiles) {
+    GRID_DEP_SYNC();
+    LOCAL uint stage[ELEM_WG];
+    LOCAL uint count[MOE_MAX_EXPERTS];
+    LOCAL uint start[MOE_MAX_EXPERTS + 1];
+    uint lid = local_id();
+    uint wg = local_size();
+    uint rows = max_tiles * MOE_TILE_M;
+    for (uint p = lid; p < pairs; p += wg) slot[p] = MOE_NONE;
+    for (uint e = lid; e < experts; e += wg) count[e] = 0;
+    barrier_local();
+    for (uint p0 = 0; p0 < pairs; p0 += wg) {
+        uint n = min(wg, pairs - p0);
+        if (lid < n) stage[lid] = ids[p0 + lid];
+        barrier_local();
+        for (uint e = lid; e < experts; e += wg) {
+            uint c = count[e];
+            for (uint i = 0; i < n; i++) c += stage[i] == e ? 1u : 0u;
+            count[e] = c;
+        }
+        barrier_local();
+    }
+    if (lid == 0) {
+        uint t = 0;
+        for (uint e = 0; e < experts; e++) {
+            start[e] = t;
+            t += (count[e] + MOE_TILE_M - 1) / MOE_TILE_M;
+        }
+        start[experts] = t;
+    }
+    barrier_local();
+    uint used = min(start[experts], max_tiles);
+    for (uint t = used + lid; t < max_tiles; t += wg) tile_expert[t] = MOE_NONE;
+    for (uint s = used * MOE_TILE_M + lid; s < rows; s += wg) sorted[s] = MOE_NONE;
+    for (uint e = lid; e < experts; e += wg) {
+        for (uint t = start[e]; t < min(start[e + 1], max_tiles); t++) tile_expert[t] = e;
+        for (uint s = start[e] * MOE_TILE_M + count[e]; s < min(start[e + 1] * MOE_TILE_M, rows); s++)
+            sorted[s] = MOE_NONE;
+        count[e] = start[e] * MOE_TILE_M;  // from here on: the next row of expert e
+    }
+    // count[] now belongs to each expert's owner alone; the barrier below only orders the staging.
+    for (uint p0 = 0; p0 < pairs; p0 += wg) {
+        uint n = min(wg, pairs - p0);
+        barrier_local();
+        if (lid < n) stage[lid] = ids[p0 + lid];
+        barrier_local();
+        for (uint e = lid; e < experts; e += wg) {
+            uint c = count[e];
+            for (uint i = 0; i < n; i++) {
+                if (stage[i] == e) {
+                    if (c < rows) {
+                        sorted[c] = p0 + i;
+                        slot[p0 + i] = c;
+                    }
+                    c++;
+                }
+            }
+            count[e] = c;
+        }
+    }
+}
+
+// moe_matmul_*: out[s, j] = x[row(s)] . w[e, j, :] for each real row s of each used tile t (e = tile_expert[t]);
+// row(s) = sorted[s] / x_div when x_div > 0 (x holds the tokens and a pair reads its token's row: x_div = top_k), else
+// s (x holds one row per slot: the activated output of the first multiply). w stacks the experts' [n, k] matrices
+// (expert e's rows e * n .. (e + 1) * n). Padding rows and unused tiles are not written. As matmul_rows: a sub-group
+// walks one weight row with its lanes across k, with MOE_TILE_M row accumulators.
+// Grid: (ceil(n / GEMV_COLS) x GEMV_WG, max_tiles).
+#define MOE_MATMUL(NAME, T, LOAD)                                                                              \
+    KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const uint* sorted,                      \
+                     GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div) {          \
+        GRID_DEP_SYNC();                                                                                       \
+        uint tile = group_id(1);                                                                               \
+        uint e = tile_expert[tile];                                                                            \
+        if (e == MOE_NONE) return;                                                                             \
+        ulong xrow[MOE_TILE_M];                                                                                \
+        uint nr = 0;                                                                                           \
+        for (uint r = 0; r < MOE_TILE_M; r++) {                                                                \
+            uint s = tile * MOE_TILE_M + r;                                                                    \
+            uint p = sorted[s];                                                                                \
+            if (p != MOE_NONE) nr = r + 1;                                                                     \
+            xrow[r] = (ulong)(p == MOE_NONE ? 0u : (x_div > 0 ? p / x_div : s)) * k;                           \
+        }                                                                                                      \
+        GLOBAL const T* we = w + (ulong)e * n * k;                                                             \
+        for (uint c = sub_id(); c < GEMV_COLS; c += num_subs()) {                                              \
+            uint j = group_id(0) * GEMV_COLS + c;                                                              \
+            if (j >= n) break;                                                                                 \
+            float acc[MOE_TILE_M];                                                                             \
+            for (uint r = 0; r < MOE_TILE_M; r++) acc[r] = 0.0f;                                               \
+            ulong wrow = (ulong)j * k;                                                                         \
+            for (uint kk = sub_lane(); kk < k; kk += sub_size()) {                                             \
+                float wv = LOAD(we, wrow + kk);                                                                \
+                for (uint r = 0; r < MOE_TILE_M; r++)                                                          \
+                    if (r < nr) acc[r] += x[xrow[r] + kk] * wv;                                                \
+            }                                                                                                  \
+            for (uint r = 0; r < MOE_TILE_M; r++) {                                                            \
+                float sum = sub_reduce_add(acc[r]);                                                            \
+                uint s = tile * MOE_TILE_M + r;                                                                \
+                if (sub_lane() == 0 && r < nr && sorted[s] != MOE_NONE) out[(ulong)s * n + j] = sum;           \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+
+MOE_MATMUL(moe_matmul_f32, float, load_f32)
+MOE_MATMUL(moe_matmul_bf16, ushort, load_bf16)
+MOE_MATMUL(moe_matmul_f16, ushort, load_f16)
+
+// moe_combine: out[t, c] = sum over j of weights[t * top_k + j] * y[slot[t * top_k + j], c] (pairs without a slot
+// add nothing). Grid: (ceil(width / ELEM_WG) groups, rows).
+KERNEL void moe_combine(GLOBAL const float* y, GLOBAL const uint* slot, GLOBAL const float* weights, GLOBAL float* out,
+                        uint width, uint top_k) {
+    GRID_DEP_SYNC();
+    uint c = global_id0();
+    ulong t = group_id(1);
+    if (c >= width) return;
+    float acc = 0.0f;
+    for (uint j = 0; j < top_k; j++) {
+        uint s = slot[t * top_k + j];
+        if (s != MOE_NONE) acc += weights[t * top_k + j] * y[(ulong)s * width + c];
+    }
+    out[t * width + c] = acc;
+}
