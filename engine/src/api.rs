@@ -179,4 +179,10 @@ pub struct EngineInfo {
     pub eos_token_ids: Vec<TokenId>,
     /// Most log-probs a request may ask for (`--max-logprobs`; the vocabulary size for -1).
     pub max_logprobs: usize,
+    /// `max_tokens` of a request that sends none (capped by the room left in the context): the generation config's
+    /// `max_new_tokens`, as vLLM takes it; None: the room left in the context.
+    pub default_max_tokens: Option<usize>,
+    /// The most `max_tokens` any request gets, whatever it asks for (vLLM's `override_max_tokens`:
+    /// `--override-generation-config`'s `max_new_tokens`, or a `--generation-config` folder's); None: no cap.
+    pub max_tokens_cap: Option<usize>,
 }

@@ -32,7 +32,13 @@ pub enum ApiError {
     /// `--max-num-queued-reqs`: as many requests as allowed are in flight (waiting or running).
     #[error("the server is at capacity: {in_flight} requests are in flight (limit {limit}); retry later")]
     AtCapacity { in_flight: usize, limit: usize },
-    #[error("the engine has stopped")]
+    /// `--max-connections` connections are open.
+    #[error("the server is at capacity: {limit} connections are open; retry later")]
+    TooManyConnections { limit: usize },
+    /// The body did not arrive within `--http-body-timeout`.
+    #[error("the request body did not arrive within {:.1} s", .0.as_secs_f64())]
+    BodyTimeout(std::time::Duration),
+    #[error("the engine has stopped: no request can be served (the server waits to be restarted)")]
     EngineStopped,
     #[error("the server is shutting down")]
     ShuttingDown,
@@ -76,8 +82,10 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::ModelNotFound(_) | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Overloaded { .. }
             | ApiError::AtCapacity { .. }
+            | ApiError::TooManyConnections { .. }
             | ApiError::EngineStopped
             | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -88,7 +96,7 @@ impl ApiError {
     /// The OpenAI error body for this error.
     pub fn body(&self) -> ErrorBody {
         let kind = match self.status() {
-            StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => "BadRequestError",
+            StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT => "BadRequestError",
             StatusCode::NOT_FOUND => "NotFoundError",
             StatusCode::UNAUTHORIZED => "AuthenticationError",
             StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableError",
@@ -102,7 +110,10 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => (None, Some("request_too_large")),
             ApiError::ModelNotFound(_) => (Some("model".into()), Some("model_not_found")),
             ApiError::Unauthorized => (None, Some("invalid_api_key")),
-            ApiError::Overloaded { .. } | ApiError::AtCapacity { .. } => (None, Some("server_overloaded")),
+            ApiError::Overloaded { .. } | ApiError::AtCapacity { .. } | ApiError::TooManyConnections { .. } => {
+                (None, Some("server_overloaded"))
+            }
+            ApiError::BodyTimeout(_) => (None, Some("request_timeout")),
             _ => (None, None),
         };
         ErrorBody { error: ErrorDetail { message: self.to_string(), kind, param, code: code.map(str::to_owned) } }
@@ -118,8 +129,14 @@ impl IntoResponse for ApiError {
             tracing::debug!(status = status.as_u16(), "request refused: {self}");
         }
         let mut response = (status, axum::Json(self.body())).into_response();
-        if matches!(self, ApiError::Overloaded { .. } | ApiError::AtCapacity { .. } | ApiError::ShuttingDown) {
+        // Every 503 says when to come back: a full queue or connection table empties, and a dead engine's server is
+        // restarted by its supervisor.
+        if status == StatusCode::SERVICE_UNAVAILABLE {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
+        }
+        if matches!(self, ApiError::BodyTimeout(_)) {
+            // The rest of the body is still on its way: the connection cannot carry another request.
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         if matches!(self, ApiError::Unauthorized) {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -159,6 +176,18 @@ mod tests {
         assert_eq!(s, 503);
         assert_eq!(retry.as_deref(), Some("1"));
         assert_eq!(v["error"]["type"], "ServiceUnavailableError");
+
+        let (s, retry, v) = body_json(ApiError::EngineStopped).await;
+        assert_eq!((s.as_u16(), retry.as_deref()), (503, Some("1")), "a dead engine's 503 says when to retry");
+        assert_eq!(v["error"]["type"], "ServiceUnavailableError");
+
+        let (s, retry, v) = body_json(ApiError::TooManyConnections { limit: 4 }).await;
+        assert_eq!((s.as_u16(), retry.as_deref()), (503, Some("1")));
+        assert_eq!(v["error"]["code"], "server_overloaded");
+
+        let (s, _, v) = body_json(ApiError::BodyTimeout(std::time::Duration::from_secs(2))).await;
+        assert_eq!(s, 408);
+        assert_eq!(v["error"]["code"], "request_timeout");
 
         let (s, _, v) = body_json(ApiError::PayloadTooLarge { limit: 10 }).await;
         assert_eq!(s, 413);

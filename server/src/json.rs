@@ -1,6 +1,7 @@
 //! `ApiJson<T>`: the JSON body extractor of every POST route. It reads the body up to `MAX_BODY_BYTES` whatever the
 //! content type, and answers parse errors and oversized bodies as OpenAI-shaped `ApiError`s (naming the field that
-//! failed), never as axum's plain-text rejections.
+//! failed), never as axum's plain-text rejections. A body not in within `--http-body-timeout` (`BodyTimeout`, put on
+//! the request by the connection) is answered 408.
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request};
@@ -14,6 +15,10 @@ pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// How much of an oversized body is read and thrown away so that the client can read the 413 (closing a socket with
 /// unread data makes the kernel reset the connection).
 const MAX_DRAIN_BYTES: usize = 8 * MAX_BODY_BYTES;
+
+/// How long the whole body may take to arrive (`--http-body-timeout`), a request extension set per connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyTimeout(pub std::time::Duration);
 
 /// A JSON request body deserialized into `T`.
 #[derive(Debug)]
@@ -57,7 +62,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = read_body(req.into_body(), MAX_BODY_BYTES).await?;
+        let timeout = req.extensions().get::<BodyTimeout>().copied();
+        let read = read_body(req.into_body(), MAX_BODY_BYTES);
+        let bytes = match timeout {
+            Some(BodyTimeout(t)) => tokio::time::timeout(t, read).await.map_err(|_| ApiError::BodyTimeout(t))??,
+            None => read.await?,
+        };
         parse(&bytes).map(ApiJson)
     }
 }
@@ -116,6 +126,25 @@ mod tests {
             parse(br#"{"messages": [{"role":"user","content":"hi"}], "frobnicate": 3, "metadata": {"a": 1}}"#)
                 .expect("parses");
         assert_eq!(r.messages.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_slower_than_its_timeout_is_408() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+        tx.send(Ok(b"{\"prompt\":".to_vec())).await.expect("send");
+        let body = Body::from_stream(tokio_stream_of(rx));
+        let mut req = Request::new(body);
+        req.extensions_mut().insert(BodyTimeout(std::time::Duration::from_millis(50)));
+        let err = ApiJson::<CompletionRequest>::from_request(req, &()).await.unwrap_err();
+        assert!(matches!(err, ApiError::BodyTimeout(_)), "{err:?}");
+        drop(tx);
+    }
+
+    /// The receiver as a stream (a body whose sender never finishes).
+    fn tokio_stream_of(
+        mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, std::io::Error>>,
+    ) -> impl futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> {
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
     }
 
     #[tokio::test]

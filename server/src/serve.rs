@@ -1,10 +1,15 @@
-//! `rserve serve`: check the front flags (CORS, TLS, root path), start the engine, bind the listener (HTTP or HTTPS),
-//! serve the API until SIGINT/SIGTERM, then drain running requests (up to `--shutdown-timeout`), stop the engine and
-//! return (exit code 0).
+//! `rserve serve`: check the front flags (CORS, TLS, root path, connection limits), start the engine, bind the
+//! listener (HTTP or HTTPS), serve the API (`conn`) until SIGINT/SIGTERM, then drain running requests (up to
+//! `--shutdown-timeout`), stop the engine and return (exit code 0). When the engine dies the server shuts down the same
+//! way and returns an error (exit code 1), unless `VLLM_KEEP_ALIVE_ON_ENGINE_DEATH` keeps it up (`engine_watch`).
+
+mod conn;
+mod engine_watch;
 
 use crate::openai::tools::ToolSettings;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +18,7 @@ use rserve_engine::engine::EngineConfig;
 use tokio::net::TcpListener;
 use tower_http::cors::CorsLayer;
 
-use crate::app::{self, AccessLog, Peer};
+use crate::app::{self, AccessLog};
 use crate::cli::{self, CliError, ServeArgs};
 use crate::cors::CorsSettings;
 use crate::live::LiveEngine;
@@ -91,6 +96,10 @@ pub struct Front {
     /// The files to watch for `--enable-ssl-refresh`.
     tls_refresh: Option<TlsFiles>,
     root_path: Option<String>,
+    /// `--http-header-timeout`, `--http-body-timeout`, `--max-connections`.
+    limits: cli::limits::ConnLimits,
+    /// `VLLM_KEEP_ALIVE_ON_ENGINE_DEATH`: stay up (answering 503) after the engine died.
+    keep_alive_on_engine_death: bool,
 }
 
 impl Front {
@@ -129,7 +138,14 @@ impl Front {
         if f.enable_ssl_refresh && tls.is_none() {
             tracing::warn!("Ignoring --enable-ssl-refresh: HTTPS is off (no --ssl-keyfile / --ssl-certfile)");
         }
-        Ok(Self { cors, tls, tls_refresh, root_path: args.root_path()? })
+        Ok(Self {
+            cors,
+            tls,
+            tls_refresh,
+            root_path: args.root_path()?,
+            limits: f.limits.limits()?,
+            keep_alive_on_engine_death: cli::env::keep_alive_on_engine_death()?,
+        })
     }
 }
 
@@ -191,18 +207,29 @@ pub async fn serve(
 
     let first = signals.first.clone();
     let draining = state.clone();
-    let until_signal = async move {
-        shutdown::flag(first).await;
+    let died = Arc::new(AtomicBool::new(false));
+    let (watched, died_flag, keep_alive) = (engine.clone(), died.clone(), front.keep_alive_on_engine_death);
+    let until_shutdown = async move {
+        tokio::select! {
+            () = shutdown::flag(first) => {}
+            () = engine_watch::died(watched), if !keep_alive => {
+                died_flag.store(true, Ordering::SeqCst);
+                tracing::error!(
+                    "The engine died: shutting down the API server so that its supervisor can restart it \
+                     (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 keeps it up, answering 503)"
+                );
+            }
+        }
         draining.begin_shutdown();
     };
-    let service = router.into_make_service_with_connect_info::<Peer>();
-    let mut server: Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> = match front.tls {
+    let limits = front.limits;
+    let mut server: Pin<Box<dyn Future<Output = ()> + Send>> = match front.tls {
         Some(config) => {
             let listener =
                 TlsListener::new(listener, config, front.tls_refresh).context("starting the TLS listener")?;
-            Box::pin(axum::serve(listener, service).with_graceful_shutdown(until_signal).into_future())
+            Box::pin(conn::serve(listener, router, limits, until_shutdown))
         }
-        None => Box::pin(axum::serve(listener, service).with_graceful_shutdown(until_signal).into_future()),
+        None => Box::pin(conn::serve(listener, router, limits, until_shutdown)),
     };
     tracing::info!("Application startup complete.");
 
@@ -214,7 +241,7 @@ pub async fn serve(
         }
     };
     tokio::select! {
-        result = &mut server => result.context("the HTTP server failed")?,
+        () = &mut server => {}
         why = deadline => tracing::warn!("{why}: aborting {} unfinished requests", state.in_flight()),
     }
     drop(server);
@@ -223,5 +250,8 @@ pub async fn serve(
     }
     engine.shutdown();
     tracing::info!("Shutdown complete.");
+    if died.load(Ordering::SeqCst) {
+        anyhow::bail!("the engine died (see the error above); exiting so that the server is restarted");
+    }
     Ok(())
 }

@@ -56,6 +56,8 @@ pub fn info(max_model_len: usize) -> EngineInfo {
         max_num_seqs: 8,
         eos_token_ids: vec![TokenId(1)],
         max_logprobs: 20,
+        default_max_tokens: None,
+        max_tokens_cap: None,
     }
 }
 

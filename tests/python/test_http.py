@@ -162,7 +162,9 @@ def test_front_flag_errors_at_start_up(flags, fragment):
 
 
 def test_dead_engine_is_503_on_health_and_5xx_on_requests_then_exits_0():
-    srv = Server("--testing-fail-engine-after-requests", "1", name="dying server")
+    # Kept up after its engine died (by default the server exits with code 1 then, as vLLM's: test_faults.py).
+    srv = Server("--testing-fail-engine-after-requests", "1", name="dying server",
+                 env={"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"})
     try:
         client = srv.client()
         assert requests.get(f"{srv.url}/health", timeout=30).status_code == 200

@@ -82,6 +82,18 @@ pub struct EngineConfig {
     /// Testing only (the hidden `--testing-fail-engine-after-requests N`): the engine thread exits when request N + 1
     /// arrives, so that tests can watch a server whose engine died.
     pub testing_fail_after_requests: Option<usize>,
+    /// Testing only (the hidden `--testing-panic-in-step-after N`): the step after the first N panics inside the
+    /// engine thread, so that tests can watch what a crash in a step does (`engine::faults`).
+    pub testing_panic_in_step_after: Option<usize>,
+    /// Testing only (the hidden `--testing-error-in-step-after N`): step N + 1 fails once with a backend error (as
+    /// when the device runs out of memory), so that tests can watch the failed-step path.
+    pub testing_error_in_step_after: Option<usize>,
+    /// `--max-request-time`: a request still running this long after it arrived is ended (finish reason `abort`,
+    /// its KV blocks freed); None: no limit.
+    pub max_request_time: Option<std::time::Duration>,
+    /// `--override-generation-config`: keys of generation_config.json (`temperature`, `top_p`, `top_k`, `min_p`,
+    /// `repetition_penalty`, `max_new_tokens`) that win over the model's file.
+    pub override_generation_config: serde_json::Map<String, serde_json::Value>,
     /// The `model_name` label of the metrics (vLLM's first served model name); `model` when unset.
     pub served_model_name: Option<String>,
 }
@@ -116,6 +128,10 @@ impl EngineConfig {
             enforce_eager: false,
             profile: Default::default(),
             testing_fail_after_requests: None,
+            testing_panic_in_step_after: None,
+            testing_error_in_step_after: None,
+            max_request_time: None,
+            override_generation_config: serde_json::Map::new(),
             served_model_name: None,
             download_dir: None,
             hf_token: None,

@@ -46,6 +46,8 @@ pub struct EngineHandle {
     pub(crate) default_sampling: crate::api::SamplingParams,
     /// The engine thread, joined by the first `shutdown`.
     pub(crate) thread: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// Set by the engine thread when a panic ended it (before it fails the requests it held).
+    pub(crate) dead: Arc<std::sync::atomic::AtomicBool>,
     /// The grammar engine, built by the first structured-output request (a server that gets none pays nothing).
     pub(crate) grammars: Arc<std::sync::OnceLock<Result<GrammarCompiler, GrammarError>>>,
 }
@@ -85,6 +87,9 @@ impl Drop for RequestStream {
 impl EngineHandle {
     /// Queue a request. Errors: the engine thread has stopped, or the waiting queue is full.
     pub fn submit(&self, request: GenerateRequest) -> Result<RequestStream, EngineError> {
+        if self.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(EngineError::EngineStopped);
+        }
         let id = RequestId(self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let (etx, erx) = mpsc::unbounded_channel();
         self.tx
@@ -117,9 +122,13 @@ impl EngineHandle {
         }
     }
 
-    /// True while the engine thread runs: false once it has ended (a failure that stopped it, or `shutdown`), when
-    /// no request can be served any more (`/health` answers 503 then, as vLLM's does).
+    /// True while the engine thread runs: false once a panic killed it (from the moment it is caught) or it has
+    /// ended (`shutdown`, or a failure that stopped it), when no request can be served any more (`/health` answers
+    /// 503 then, as vLLM's does).
     pub fn is_alive(&self) -> bool {
+        if self.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
         let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner());
         thread.as_ref().is_some_and(|t| !t.is_finished())
     }

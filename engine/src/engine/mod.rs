@@ -5,6 +5,7 @@ pub mod budget;
 pub mod config;
 pub mod device;
 pub mod distributed;
+mod faults;
 pub mod handle;
 mod masks;
 pub mod metrics;

@@ -63,18 +63,47 @@ fn load_chat_template(cfg: &EngineConfig, resolved: &ResolvedModel, tok: &Tokeni
     ChatTemplate::from_sources(&sources, tok)
 }
 
-/// Sampling defaults from `generation_config.json` (`--generation-config auto` or a folder), else vLLM's.
-fn default_sampling(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<SamplingParams> {
-    let mut p = SamplingParams::default();
+/// What the generation config gives requests, as vLLM's `get_diff_sampling_param` reads it.
+struct GenerationDefaults {
+    sampling: SamplingParams,
+    /// `max_new_tokens`: the `max_tokens` of a request that sends none.
+    max_new_tokens: Option<usize>,
+    /// vLLM's `override_max_tokens`: the `max_tokens` no request goes past.
+    max_tokens_cap: Option<usize>,
+}
+
+/// Sampling defaults from `generation_config.json` (`--generation-config auto` or a folder; none with `vllm`), with
+/// `--override-generation-config`'s keys over them. `max_new_tokens` becomes the default `max_tokens`; as in vLLM,
+/// it is also a cap on every request when it comes from the override (or from a `--generation-config` folder).
+fn generation_defaults(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<GenerationDefaults> {
     let path = match cfg.generation_config.as_str() {
         "vllm" => None,
         "auto" => resolved.files().generation_config.clone(),
         dir => Some(std::path::Path::new(dir).join("generation_config.json")),
     };
-    let Some(path) = path else { return Ok(p) };
-    let text = std::fs::read_to_string(&path).map_err(|e| EngineError::Io { path: path.clone(), source: e })?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| EngineError::Config(format!("{}: {e}", path.display())))?;
+    let mut v = serde_json::Map::new();
+    if let Some(path) = path {
+        let text = std::fs::read_to_string(&path).map_err(|e| EngineError::Io { path: path.clone(), source: e })?;
+        v = serde_json::from_str(&text).map_err(|e| EngineError::Config(format!("{}: {e}", path.display())))?;
+    }
+    v.extend(cfg.override_generation_config.clone());
+    let max_new_tokens = |m: &serde_json::Map<String, serde_json::Value>| -> Result<Option<usize>> {
+        match m.get("max_new_tokens") {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(x) => match x.as_u64() {
+                Some(n) if n > 0 => Ok(Some(n as usize)),
+                _ => Err(EngineError::Config(format!("max_new_tokens must be a positive integer, got {x}"))),
+            },
+        }
+    };
+    let folder = !matches!(cfg.generation_config.as_str(), "auto" | "vllm");
+    let max_tokens_cap = if folder { max_new_tokens(&v)? } else { max_new_tokens(&cfg.override_generation_config)? };
+    Ok(GenerationDefaults { sampling: sampling_params(&v), max_new_tokens: max_new_tokens(&v)?, max_tokens_cap })
+}
+
+/// The sampling keys of a generation config over vLLM's defaults.
+fn sampling_params(v: &serde_json::Map<String, serde_json::Value>) -> SamplingParams {
+    let mut p = SamplingParams::default();
     let f = |k: &str| v.get(k).and_then(|x| x.as_f64()).map(|x| x as f32);
     if let Some(t) = f("temperature") {
         p.temperature = t;
@@ -91,7 +120,7 @@ fn default_sampling(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<Samp
     if let Some(t) = f("repetition_penalty") {
         p.repetition_penalty = t;
     }
-    Ok(p)
+    p
 }
 
 /// Loads the model and starts the engine thread. Blocking; returns once requests can be submitted.
@@ -134,7 +163,8 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     if chat_template.is_none() {
         tracing::warn!("the model has no chat template: /v1/chat/completions will be refused (pass --chat-template)");
     }
-    let sampling_defaults = default_sampling(&cfg, &resolved)?;
+    let generation = generation_defaults(&cfg, &resolved)?;
+    let sampling_defaults = generation.sampling.clone();
     let weights = match cfg.load_format.as_str() {
         "dummy" => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
         _ if role == Role::Leader => {
@@ -230,6 +260,8 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         max_num_seqs: cfg.max_num_seqs,
         eos_token_ids: eos.clone(),
         max_logprobs: cfg.max_logprobs.unwrap_or(params.vocab_size),
+        default_max_tokens: generation.max_new_tokens,
+        max_tokens_cap: generation.max_tokens_cap,
     };
     let setup = MetricsSetup {
         model_name: cfg.served_model_name.clone().unwrap_or_else(|| cfg.model.clone()),
@@ -248,6 +280,9 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     let (tx, rx) = std::sync::mpsc::channel();
     let mut engine = EngineLoop::new(scheduler, runner, tokenizer.clone(), metrics.clone(), eos, cfg.seed);
     engine.fail_after_requests = cfg.testing_fail_after_requests;
+    engine.hooks = super::faults::StepHooks::new(cfg.testing_panic_in_step_after, cfg.testing_error_in_step_after);
+    engine.max_request_time = cfg.max_request_time;
+    let dead = engine.dead.clone();
     let thread = std::thread::Builder::new()
         .name("rserve-engine".into())
         .spawn(move || engine.run(rx))
@@ -261,6 +296,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         next_id: Arc::new(AtomicU64::new(1)),
         default_sampling: sampling_defaults,
         thread: Arc::new(std::sync::Mutex::new(Some(thread))),
+        dead,
         grammars: Arc::default(),
     };
     handle.prepare_grammars();

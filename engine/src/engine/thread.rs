@@ -1,7 +1,10 @@
 //! The engine loop: one thread owns the scheduler, the model runner and every live request's state. It takes
-//! commands, runs steps while work exists, samples, and streams each request's events.
+//! commands, runs steps while work exists, samples, and streams each request's events. A step that fails fails its
+//! requests; a panic ends the loop with an error to every request it holds (`faults.rs` says why).
 
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,6 +13,7 @@ use rand::SeedableRng;
 use rserve_scheduler::{FinishStatus, NewRequest, RequestId, Scheduler, SchedulerOutput, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::faults::{self, StepHooks};
 use super::handle::Command;
 use super::masks::GrammarState;
 use super::metrics::{EngineMetrics, Finished, RequestStats};
@@ -56,6 +60,12 @@ pub(crate) struct EngineLoop {
     requests_seen: usize,
     /// When the current step began: the scheduled time of the requests it runs for the first time.
     step_started: Instant,
+    /// Testing only: the step-fault hooks (`--testing-panic-in-step-after`, `--testing-error-in-step-after`).
+    pub(crate) hooks: StepHooks,
+    /// `--max-request-time`: requests older than this are ended before the next step.
+    pub(crate) max_request_time: Option<Duration>,
+    /// Set once a panic ended the loop (shared with `EngineHandle`, whose `is_alive` turns false at once).
+    pub(crate) dead: Arc<AtomicBool>,
 }
 
 impl EngineLoop {
@@ -79,11 +89,25 @@ impl EngineLoop {
             fail_after_requests: None,
             requests_seen: 0,
             step_started: Instant::now(),
+            hooks: StepHooks::default(),
+            max_request_time: None,
+            dead: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// Runs until a `Shutdown` command arrives or every handle is gone.
+    /// Runs until a `Shutdown` command arrives or every handle is gone, or until a panic: the engine is dead then,
+    /// and every request it holds or that is still queued gets an error.
     pub(crate) fn run(mut self, rx: std::sync::mpsc::Receiver<Command>) {
+        // The loop's state after a panic is not trusted again: only `live` (the requests' channels) and the metrics
+        // are touched, in `die`.
+        match catch_unwind(AssertUnwindSafe(|| self.serve(&rx))) {
+            Ok(()) => self.publish_gauges(),
+            Err(payload) => self.die(&faults::panic_message(&*payload), &rx),
+        }
+    }
+
+    /// The loop proper.
+    fn serve(&mut self, rx: &std::sync::mpsc::Receiver<Command>) {
         loop {
             if !self.scheduler.has_unfinished() {
                 self.publish_gauges();
@@ -102,12 +126,56 @@ impl EngineLoop {
                 }
                 break;
             }
+            self.expire_overdue();
             if self.scheduler.has_unfinished() {
                 self.step_started = Instant::now();
                 self.step();
             }
         }
-        self.publish_gauges();
+    }
+
+    /// After a panic: marks the engine dead (new requests are refused from now on), ends every live request with an
+    /// error, answers the commands still queued, and returns (the thread ends; the scheduler's and runner's memory
+    /// is freed as the loop is dropped).
+    fn die(&mut self, message: &str, rx: &std::sync::mpsc::Receiver<Command>) {
+        self.dead.store(true, Ordering::SeqCst);
+        tracing::error!(
+            "the engine failed: a step panicked ({message}); {} requests end with an error and no new request is \
+             served",
+            self.live.len()
+        );
+        let error = format!("the engine failed: {message}");
+        for (_, live) in std::mem::take(&mut self.live) {
+            self.observe_end(&live, "error");
+            let _ = live.events.send(RequestEvent::Error(error.clone()));
+        }
+        while let Ok(cmd) = rx.try_recv() {
+            if let Command::Add { events, .. } = cmd {
+                let _ = events.send(RequestEvent::Error(error.clone()));
+            }
+        }
+        self.metrics.set_scheduler_state(0, 0, 0, self.scheduler.kv_cache().num_blocks());
+    }
+
+    /// `--max-request-time`: ends each request that arrived longer ago than the limit (finish reason `abort`, with
+    /// the text it has; its blocks are freed before the next step).
+    fn expire_overdue(&mut self) {
+        let Some(limit) = self.max_request_time else { return };
+        let now = Instant::now();
+        let overdue: Vec<RequestId> = self
+            .live
+            .iter()
+            .filter(|(_, l)| now.saturating_duration_since(l.stats.arrival) >= limit)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in overdue {
+            tracing::warn!("request {} ended: it ran past --max-request-time ({:.1} s)", id.0, limit.as_secs_f64());
+            self.scheduler.abort(id);
+            self.finish(id, FinishReason::Abort, None, true);
+        }
+        if !self.live.is_empty() {
+            self.publish_gauges();
+        }
     }
 
     fn handle(&mut self, cmd: Command) {
@@ -221,7 +289,9 @@ impl EngineLoop {
             .all(|s| !s.sample || self.live.get(&s.request_id).is_none_or(|l| l.sampling.is_plain_greedy()));
         let constrained =
             out.seqs.iter().any(|s| s.sample && self.live.get(&s.request_id).is_some_and(|l| l.constraint.is_some()));
-        let result = if constrained {
+        let result = if let Err(e) = self.hooks.before_step() {
+            Err(e)
+        } else if constrained {
             self.execute_constrained(&out, greedy)
         } else if greedy {
             match self.runner.execute_greedy(&out.seqs) {

@@ -48,6 +48,17 @@ pub static ENV_VARS: &[EnvVar] = &[
         what: "1 serves the development routes (/server_info, /reset_prefix_cache)",
     },
     EnvVar {
+        name: "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH",
+        read: true,
+        what: "1 keeps the server up after its engine died (/health and new requests answer 503); by default the \
+               server shuts down and exits with code 1, so that a supervisor restarts it, as vLLM does",
+    },
+    EnvVar {
+        name: "VLLM_HTTP_TIMEOUT_KEEP_ALIVE",
+        read: true,
+        what: "seconds an idle keep-alive connection stays open (default 5): the default of --http-header-timeout",
+    },
+    EnvVar {
         name: "VLLM_HOST_IP",
         read: false,
         what: "vLLM's address for its distributed rendezvous; rserve's ranks meet through MPI, and the server \
@@ -78,4 +89,18 @@ pub fn log_stats_interval(default: Duration) -> Duration {
         .filter(|s| s.is_finite() && *s > 0.0)
         .map(Duration::from_secs_f64)
         .unwrap_or(default)
+}
+
+/// vLLM's `VLLM_KEEP_ALIVE_ON_ENGINE_DEATH` (an integer, 0 by default, read as `bool(int(value))`): nonzero keeps
+/// the server up after its engine died.
+pub const KEEP_ALIVE_ON_ENGINE_DEATH: &str = "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH";
+
+/// Reads `VLLM_KEEP_ALIVE_ON_ENGINE_DEATH`.
+pub fn keep_alive_on_engine_death() -> Result<bool, super::CliError> {
+    match std::env::var(KEEP_ALIVE_ON_ENGINE_DEATH) {
+        Err(_) => Ok(false),
+        Ok(v) => {
+            v.trim().parse::<i64>().map(|n| n != 0).map_err(|_| super::CliError::Env(KEEP_ALIVE_ON_ENGINE_DEATH, v))
+        }
+    }
 }

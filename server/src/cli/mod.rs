@@ -9,6 +9,7 @@ mod compat;
 mod config_file;
 pub mod env;
 pub mod flag_docs;
+pub mod limits;
 pub mod vllm_flags;
 
 pub use compat::Notice;
@@ -93,6 +94,13 @@ pub struct EngineArgs {
     /// server whose engine died: `/health` 503, 5xx answers, a clean exit on SIGTERM).
     #[arg(long, hide = true, value_name = "N")]
     pub testing_fail_engine_after_requests: Option<usize>,
+    /// Testing only: engine step N + 1 panics (the tests of a crash inside a step: errors to the requests in flight,
+    /// `/health` 503, the exit vLLM makes when its engine dies).
+    #[arg(long, hide = true, value_name = "N")]
+    pub testing_panic_in_step_after: Option<usize>,
+    /// Testing only: engine step N + 1 fails once with a backend error, as when the device runs out of memory.
+    #[arg(long, hide = true, value_name = "N")]
+    pub testing_error_in_step_after: Option<usize>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -136,6 +144,10 @@ pub struct ModelArgs {
     /// Sampling defaults: "auto" (the model's generation_config.json), "vllm" (none), or a folder.
     #[arg(long, default_value = "auto")]
     pub generation_config: String,
+    /// Generation config keys over the model's, a JSON object: temperature, top_p, top_k, min_p,
+    /// repetition_penalty, max_new_tokens (the most tokens any request generates, and the default max_tokens).
+    #[arg(long, value_parser = parse_json_object)]
+    pub override_generation_config: Option<JsonObject>,
     /// A chat template (a file path or the template itself) replacing the model's.
     #[arg(long, help_heading = "Frontend")]
     pub chat_template: Option<String>,
@@ -204,6 +216,10 @@ pub struct SchedulerArgs {
     /// Most requests in flight (waiting or running); beyond it new requests get 503. Default: no limit.
     #[arg(long)]
     pub max_num_queued_reqs: Option<usize>,
+    /// Seconds a request may run, from its arrival; then it ends with finish reason `abort` and the text it has,
+    /// its KV cache blocks freed. Default: no limit.
+    #[arg(long, value_name = "SECONDS")]
+    pub max_request_time: Option<f64>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -311,6 +327,8 @@ pub struct FrontendArgs {
     /// Log level (default: VLLM_LOGGING_LEVEL, else INFO; RUST_LOG overrides both).
     #[arg(long, ignore_case = true, value_parser = ["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"])]
     pub log_level: Option<String>,
+    #[command(flatten)]
+    pub limits: limits::LimitArgs,
 }
 
 impl FrontendArgs {
@@ -453,6 +471,10 @@ pub enum CliError {
     Quantization { value: String },
     #[error("--max-logprobs must be -1 (the vocabulary) or at least 0, got {0}")]
     MaxLogprobs(i64),
+    #[error("--{0} must be a positive number of seconds, got {1}")]
+    Seconds(&'static str, f64),
+    #[error("{0} must be a number, got {1:?}")]
+    Env(&'static str, String),
 }
 
 fn parse_dtype(s: &str) -> Result<DTypeArg, String> {
@@ -567,6 +589,10 @@ impl EngineArgs {
         cfg.tensor_parallel_size = p.tensor_parallel_size;
         cfg.pipeline_parallel_size = p.pipeline_parallel_size;
         cfg.testing_fail_after_requests = self.testing_fail_engine_after_requests;
+        cfg.testing_panic_in_step_after = self.testing_panic_in_step_after;
+        cfg.testing_error_in_step_after = self.testing_error_in_step_after;
+        cfg.max_request_time = limits::seconds("max-request-time", s.max_request_time)?;
+        cfg.override_generation_config = m.override_generation_config.clone().unwrap_or_default().0;
         Ok(cfg)
     }
 

@@ -282,7 +282,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--model-class-overrides"], V, Refused(NO_PLUGINS)),
     v(&["--pooler-config"], V, Refused(POOLING)),
     v(&["--generation-config"], V, Implemented),
-    v(&["--override-generation-config"], V, Refused(NOT_YET)),
+    v(&["--override-generation-config"], V, Implemented),
     v(&["--enable-sleep-mode", "--disable-sleep-mode"], S, Ignored(NO_SLEEP)),
     v(&["--sleep-mode-backend"], V, Ignored(NO_SLEEP)),
     v(&["--sleep-mode-offload-cudagraph", "--no-sleep-mode-offload-cudagraph"], S, Ignored(NO_SLEEP)),
@@ -547,6 +547,12 @@ pub static FLAGS: &[VllmFlag] = &[
     rserve(&["--profile"], V),
     rserve(&["--max-num-waiting"], V),
     rserve(&["--testing-fail-engine-after-requests"], V),
+    rserve(&["--testing-panic-in-step-after"], V),
+    rserve(&["--testing-error-in-step-after"], V),
+    rserve(&["--max-request-time"], V),
+    rserve(&["--http-header-timeout"], V),
+    rserve(&["--http-body-timeout"], V),
+    rserve(&["--max-connections"], V),
 ];
 
 #[cfg(test)]

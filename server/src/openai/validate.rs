@@ -353,9 +353,13 @@ pub fn requests_for_prompt(
             if prompt_tokens >= max_model_len {
                 return Err(ValidationError::PromptTooLong { param, prompt_tokens, max_model_len });
             }
-            max_model_len - prompt_tokens
+            // vLLM: the generation config's `max_new_tokens` when the client sends none.
+            let room = max_model_len - prompt_tokens;
+            info.default_max_tokens.map_or(room, |d| d.min(room))
         }
     };
+    // vLLM's `override_max_tokens` (`--override-generation-config`'s `max_new_tokens`) caps every request.
+    let max_tokens = info.max_tokens_cap.map_or(max_tokens, |cap| max_tokens.min(cap));
     let mut stop = c.stop.clone();
     stop.max_tokens = max_tokens;
     stop.min_tokens = stop.min_tokens.min(max_tokens);

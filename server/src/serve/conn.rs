@@ -1,0 +1,137 @@
+//! Serving connections: the accept loop used instead of `axum::serve`, so that every connection gets the HTTP front's
+//! limits (`ConnLimits`). `axum::serve` sets no timer on hyper, so hyper's header read timeout never ran: a client
+//! that sent its headers a byte a second held its connection (and a file descriptor) for as long as it liked. Here:
+//! - hyper's header read timeout, with tokio's timer: the headers of each request must be in within
+//!   `header_timeout` of the connection opening or of the previous response ending (which also closes idle keep-alive
+//!   connections);
+//! - the body deadline, handed to `ApiJson` as a request extension (`BodyTimeout`);
+//! - the connection limit: one connection more is answered 503 with `Retry-After` and closed (at most as many such
+//!   answers at a time as the limit; beyond that a connection is closed unanswered, so a flood never holds more than
+//!   twice the limit in sockets).
+//!
+//! Graceful shutdown is `axum::serve`'s: stop accepting, let each connection finish the request it serves (idle ones
+//! close at once), and return when all have.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::serve::Listener;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tower::ServiceExt;
+
+use crate::app::Peer;
+use crate::cli::limits::ConnLimits;
+use crate::error::ApiError;
+use crate::json::BodyTimeout;
+
+/// Serves `router` on the connections `listener` accepts, with `limits`, until `shutdown` resolves; then finishes
+/// the open connections' requests and returns.
+pub async fn serve<L>(mut listener: L, router: Router, limits: ConnLimits, shutdown: impl Future<Output = ()>)
+where
+    L: Listener<Addr = SocketAddr>,
+{
+    let slots = limits.max_connections.map(|n| Arc::new(Semaphore::new(n)));
+    let refusals = limits.max_connections.map(|n| Arc::new(Semaphore::new(n)));
+    // Each connection's task holds a receiver: `closed()` on the sender resolves once every one has ended.
+    let (stop_tx, stop_rx) = watch::channel(());
+    let mut shutdown = pin!(shutdown);
+    loop {
+        let (io, peer) = tokio::select! {
+            conn = listener.accept() => conn,
+            () = &mut shutdown => break,
+        };
+        let slot = match &slots {
+            None => None,
+            Some(slots) => match slots.clone().try_acquire_owned() {
+                Ok(slot) => Some(slot),
+                Err(_) => {
+                    refuse(io, peer, &limits, refusals.as_ref(), stop_rx.clone());
+                    continue;
+                }
+            },
+        };
+        let body_timeout = BodyTimeout(limits.body_timeout);
+        let service = router.clone().map_request(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(Peer(peer)));
+            req.extensions_mut().insert(body_timeout);
+            req.map(Body::new)
+        });
+        spawn(io, TowerToHyperService::new(service), limits.header_timeout, stop_rx.clone(), slot);
+    }
+    drop(listener);
+    drop(stop_rx);
+    let _ = stop_tx.send(());
+    stop_tx.closed().await;
+}
+
+/// Answers a connection over `--max-connections` with 503 (after reading its request, so that the client reads the
+/// answer instead of a reset), or closes it at once when as many answers are already under way.
+fn refuse<Io>(
+    io: Io,
+    peer: SocketAddr,
+    limits: &ConnLimits,
+    refusals: Option<&Arc<Semaphore>>,
+    stop: watch::Receiver<()>,
+) where
+    Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let limit = limits.max_connections.unwrap_or_default();
+    tracing::warn!("refusing a connection from {peer}: {limit} connections are open (--max-connections)");
+    let Some(permit) = refusals.and_then(|r| r.clone().try_acquire_owned().ok()) else { return };
+    let service = hyper::service::service_fn(move |_req: hyper::Request<Incoming>| async move {
+        let mut response = ApiError::TooManyConnections { limit }.into_response();
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        Ok::<Response, std::convert::Infallible>(response)
+    });
+    spawn(io, service, limits.header_timeout, stop, Some(permit));
+}
+
+/// Serves one connection in its own task: HTTP/1.1 with the header read timeout, shut down gracefully when `stop`
+/// changes or closes; `slot` (its place under the connection limit) is released when it ends.
+fn spawn<Io, S, B>(
+    io: Io,
+    service: S,
+    header_timeout: Duration,
+    mut stop: watch::Receiver<()>,
+    slot: Option<OwnedSemaphorePermit>,
+) where
+    Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<hyper::Request<Incoming>, Response = hyper::Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    tokio::spawn(async move {
+        let _slot = slot;
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+        let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!("connection ended: {e}");
+                }
+                return;
+            }
+            _ = stop.changed() => {}
+        }
+        conn.as_mut().graceful_shutdown();
+        if let Err(e) = conn.await {
+            tracing::debug!("connection ended: {e}");
+        }
+    });
+}
