@@ -1,5 +1,5 @@
-//! The `rserve` binary: parses the command line and runs `serve` (the OpenAI-compatible server), `generate` or
-//! `convert`. The server's code map: `cli/` (flags: clap's, the vLLM flag table, `--config`, `VLLM_*`), `serve` (life cycle), `app` + `routes/*` (HTTP), `openai/*`
+//! The `rserve` binary: parses the command line and runs `serve` (the OpenAI-compatible server), `run-batch` (a
+//! batch file offline, `run_batch/`), `generate` or `convert`. The server's code map: `cli/` (flags: clap's, the vLLM flag table, `--config`, `VLLM_*`), `serve` (life cycle), `app` + `routes/*` (HTTP), `openai/*`
 //! (wire types, validation, rendering), `sse`, `fanout`, `state` (admission), `auth`, `json`, `error` (the one
 //! place errors become responses), `port` + `live` (the engine seen through one trait), `cors` and `tls` (the HTTP front's flags), `stats_log`,
 //! `shutdown`.
@@ -22,6 +22,7 @@ mod openai;
 mod plan;
 mod port;
 mod routes;
+mod run_batch;
 mod serve;
 mod shutdown;
 mod sse;
@@ -46,6 +47,7 @@ fn main() -> ExitCode {
     };
     let (access_level, log_level) = match &cli.command {
         Command::Serve(a) => (Some(a.frontend.uvicorn_log_level.clone()), a.frontend.log_level.clone()),
+        Command::RunBatch(a) => (None, a.log_level.clone()),
         _ => (None, None),
     };
     logging::init(access_level.as_deref(), log_level.as_deref());
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::RunBatch(args) => run_batch::run(args),
         Command::Bench(cmd) => rserve_benches::run(*cmd).map_err(Into::into),
         Command::HelpFlags => {
             print!("{}", cli::flag_docs::markdown());

@@ -23,7 +23,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use rserve_engine::engine::{DTypeArg, EngineConfig};
 
 /// Subcommand names; any other first argument is taken as the model of `serve`.
-const SUBCOMMANDS: &[&str] = &["serve", "generate", "convert", "bench", "plan", "help", "help-flags"];
+const SUBCOMMANDS: &[&str] = &["serve", "generate", "convert", "bench", "plan", "run-batch", "help", "help-flags"];
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,6 +50,8 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Plan memory and parallelism (weights, KV cache, devices, TP x PP) from the model's config alone.
     Plan(crate::plan::PlanArgs),
+    /// Run a file of OpenAI batch requests offline (like `vllm run-batch`): `-i IN.jsonl -o OUT.jsonl MODEL`.
+    RunBatch(crate::run_batch::RunBatchArgs),
     /// Benchmarks: `bench serve` load-tests an OpenAI-compatible server (like `vllm bench serve`).
     #[command(subcommand)]
     Bench(Box<rserve_benches::BenchCommand>),
@@ -669,10 +671,21 @@ pub fn parse() -> Result<Cli, CliError> {
 
 /// `parse` on a given command line.
 pub fn parse_from(args: Vec<OsString>) -> Result<Cli, CliError> {
-    let prepared = compat::prepare(normalize_args(args))?;
+    let mut args = normalize_args(args);
+    // `run-batch` takes serve's engine flags, so vLLM's spellings and the flag table apply to it as to `serve`.
+    let run_batch = args.get(1).is_some_and(|a| a == "run-batch");
+    if run_batch {
+        args[1] = OsString::from("serve");
+    }
+    let mut prepared = compat::prepare(args)?;
+    if run_batch {
+        prepared.args[1] = OsString::from("run-batch");
+    }
     let mut cli = Cli::parse_from(prepared.args);
-    if let Command::Serve(s) = &mut cli.command {
-        s.notices = prepared.notices;
+    match &mut cli.command {
+        Command::Serve(s) => s.notices = prepared.notices,
+        Command::RunBatch(r) => r.notices = prepared.notices,
+        _ => {}
     }
     Ok(cli)
 }
