@@ -486,3 +486,72 @@ fn out_of_range_indices_are_errors() {
     };
     assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));
 }
+
+// ------------------------------------------------------------------------------------------------ routed experts
+
+/// One mixture-of-experts MLP through the four ops (route, group, gate/up multiply, activation, down multiply,
+/// combine): one token (each pair alone in a tile), a decode-sized and a prefill-sized batch, routing skewed so one
+/// expert's pairs fill several tiles, renormalised and plain top-k weights, f32 and 16-bit expert weights.
+fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Output> {
+    use rserve_engine::backend::{moe_max_tiles, MoeInput, MoeTiles};
+    let mut outs = Vec::new();
+    for (tokens, experts, top_k, hidden, inter, renormalize, skew) in
+        [(1, 8, 2, 64, 48, true, 0.0), (5, 60, 4, 96, 40, false, 0.0), (37, 16, 2, 64, 24, true, 4.0)]
+    {
+        let x = b.upload_f32(&random(rng, tokens * hidden, 1.0)).unwrap();
+        let mut logits = random(rng, tokens * experts, 2.0);
+        // Skewed routing: expert 3 first for every token, so its pairs span several tiles.
+        logits.chunks_mut(experts).for_each(|l| l[3] += skew);
+        let logits = b.upload_f32(&logits).unwrap();
+        let gate_up = weight(b, random(rng, experts * 2 * inter * hidden, 0.2), experts * 2 * inter, hidden, dtype);
+        let down = weight(b, random(rng, experts * hidden * inter, 0.2), experts * hidden, inter, dtype);
+        let pairs = tokens * top_k;
+        let max_tiles = moe_max_tiles(pairs, experts);
+        let rows = max_tiles * rserve_kernels::launch::MOE_TILE_M;
+        let ids = b.alloc_u32_output(pairs).unwrap();
+        let weights = poisoned(b, pairs);
+        b.run(Op::MoeRoute {
+            logits: &logits,
+            ids: &ids,
+            weights: &weights,
+            rows: tokens,
+            experts,
+            top_k,
+            renormalize,
+        })
+        .unwrap();
+        let (sorted, tile_expert, slot) = (
+            b.alloc_u32_output(rows).unwrap(),
+            b.alloc_u32_output(max_tiles).unwrap(),
+            b.alloc_u32_output(pairs).unwrap(),
+        );
+        let tiles = MoeTiles { sorted: &sorted, tile_expert: &tile_expert, slot: &slot, max_tiles };
+        b.run(Op::MoeAlign { ids: &ids, tiles: &tiles, pairs, experts }).unwrap();
+        let h = b.alloc_f32(rows * 2 * inter).unwrap();
+        let input = MoeInput::Tokens { top_k, tokens };
+        b.run(Op::MoeMatMul { x: &x, w: &gate_up, tiles: &tiles, input, out: &h, k: hidden, n: 2 * inter }).unwrap();
+        let act = b.alloc_f32(rows * inter).unwrap();
+        b.run(Op::GatedAct { gate_up: &h, out: &act, rows, width: inter, act: Activation::Silu }).unwrap();
+        let y = b.alloc_f32(rows * hidden).unwrap();
+        let input = MoeInput::Slots;
+        b.run(Op::MoeMatMul { x: &act, w: &down, tiles: &tiles, input, out: &y, k: inter, n: hidden }).unwrap();
+        let out = poisoned(b, tokens * hidden);
+        b.run(Op::MoeCombine {
+            y: &y,
+            tiles: &tiles,
+            weights: &weights,
+            out: &out,
+            rows: tokens,
+            top_k,
+            width: hidden,
+        })
+        .unwrap();
+        outs.push(("weights", b.download_f32(&weights).unwrap(), top_k));
+        outs.push(("out", b.download_f32(&out).unwrap(), hidden));
+    }
+    outs
+}
+
+op_parity!(moe_f32, tol = F32_TOL, |b, rng| { moe(b, &mut rng, DType::F32) });
+op_parity!(moe_bf16, tol = HALF_TOL, |b, rng| { moe(b, &mut rng, DType::BF16) });
+op_parity!(moe_f16, tol = HALF_TOL, |b, rng| { moe(b, &mut rng, DType::F16) });

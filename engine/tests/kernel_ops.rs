@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use rserve_engine::backend::kernels::{
     self, split_work, Contents, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache,
 };
-use rserve_engine::backend::{Activation, AttentionMeta, Op, RopeIo, WeightDType};
+use rserve_engine::backend::{Activation, AttentionMeta, MoeInput, MoeTiles, Op, RopeIo, WeightDType};
 use rserve_kernels::launch::{ATTN_MAX_PARTITION, PREFILL_ROWS};
 
 type FakeBuf = Contents;
@@ -173,6 +173,46 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
         if act.is_some_and(|t| t != dtype) {
             continue;
         }
+        // Routed experts: 8 experts of [inter, h] (gate/up) and [h, inter] (down), 40 tokens x top 2.
+        let (experts, top_k, pairs) = (8, 2, 80);
+        let max_tiles = rserve_engine::backend::moe_max_tiles(pairs, experts);
+        let rows = max_tiles * rserve_kernels::launch::MOE_TILE_M;
+        let out_u32 = |len: usize| Contents::U32 { len, bound: u32::MAX };
+        let (eids, sorted, tile_expert, slot) = (out_u32(pairs), out_u32(rows), out_u32(max_tiles), out_u32(pairs));
+        let tiles = MoeTiles { sorted: &sorted, tile_expert: &tile_expert, slot: &slot, max_tiles };
+        let ew = f(pairs);
+        kernels::run(
+            d,
+            Op::MoeRoute {
+                logits: &f(40 * experts),
+                ids: &eids,
+                weights: &ew,
+                rows: 40,
+                experts,
+                top_k,
+                renormalize: true,
+            },
+        )
+        .unwrap();
+        kernels::run(d, Op::MoeAlign { ids: &eids, tiles: &tiles, pairs, experts }).unwrap();
+        let input = MoeInput::Tokens { top_k, tokens: 40 };
+        let (gu, y) = (f(rows * inter), f(rows * h));
+        kernels::run(
+            d,
+            Op::MoeMatMul { x: &x, w: &mat(dtype, experts * inter, h), tiles: &tiles, input, out: &gu, k: h, n: inter },
+        )
+        .unwrap();
+        let input = MoeInput::Slots;
+        kernels::run(
+            d,
+            Op::MoeMatMul { x: &gu, w: &mat(dtype, experts * h, inter), tiles: &tiles, input, out: &y, k: inter, n: h },
+        )
+        .unwrap();
+        kernels::run(
+            d,
+            Op::MoeCombine { y: &y, tiles: &tiles, weights: &ew, out: &f(40 * h), rows: 40, top_k, width: h },
+        )
+        .unwrap();
         let w = mat(dtype, inter, h);
         let o = f(40 * inter);
         for m in [1, 4, 16, 17, 40] {

@@ -14,7 +14,7 @@ pub mod level_zero;
 pub mod opencl;
 mod ops;
 
-pub use ops::{Activation, AttentionMeta, Op, RopeIo};
+pub use ops::{moe_max_tiles, Activation, AttentionMeta, MoeInput, MoeTiles, Op, RopeIo};
 
 use crate::error::Result;
 
@@ -110,6 +110,9 @@ pub trait Backend {
             ))),
         }
     }
+    /// A u32 buffer of `len` values that the next op writes whole (indices computed on the device: a
+    /// mixture-of-experts layer's routing and grouping).
+    fn alloc_u32_output(&self, len: usize) -> Result<Self::Buffer>;
     /// Upload f32 values (activations, tables).
     fn upload_f32(&self, data: &[f32]) -> Result<Self::Buffer>;
     /// Upload u32 values (token ids, positions, slot mappings, block tables).

@@ -152,6 +152,32 @@ impl Activation {
     }
 }
 
+/// How `Op::MoeMatMul` finds each row's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeInput {
+    /// `x` holds the `tokens` tokens `[tokens, k]`: a pair reads its token's row (pair / `top_k`).
+    Tokens { top_k: usize, tokens: usize },
+    /// `x` holds one row per slot of the tiles `[max_tiles * MOE_TILE_M, k]` (the activated first multiply).
+    Slots,
+}
+
+/// One routed-experts layer's grouping of its (token, expert) pairs into one-expert tiles of
+/// `rserve_kernels::launch::MOE_TILE_M` rows (`kernels/src/cl/moe.cl` describes the layout), written by
+/// `Op::MoeAlign` and read by `Op::MoeMatMul` and `Op::MoeCombine`: `sorted[max_tiles * MOE_TILE_M]` (the pair in
+/// each row, or none), `tile_expert[max_tiles]`, `slot[pairs]` (the row of each pair); u32 buffers.
+pub struct MoeTiles<'a, B> {
+    pub sorted: &'a B,
+    pub tile_expert: &'a B,
+    pub slot: &'a B,
+    pub max_tiles: usize,
+}
+
+/// The tiles `pairs` (token, expert) pairs over `experts` experts may need: one per `MOE_TILE_M` pairs, plus a
+/// partial tile for each expert that has pairs.
+pub fn moe_max_tiles(pairs: usize, experts: usize) -> usize {
+    pairs.div_ceil(rserve_kernels::launch::MOE_TILE_M) + pairs.min(experts)
+}
+
 /// One backend operation. Matched exhaustively: a backend missing an op does not compile.
 pub enum Op<'a, B> {
     /// `out[t] = table[ids[t]] * scale`; table `[vocab, hidden]` (`scale`: Gemma's sqrt(hidden), else 1).
@@ -215,6 +241,26 @@ pub enum Op<'a, B> {
     },
     /// `out[i] = x[rows[i]]`: pick the rows whose logits are needed.
     GatherRows { x: &'a B, rows: &'a B, out: &'a B, num_rows: usize, width: usize },
+    /// Routing of a mixture-of-experts layer: from `logits[rows, experts]`, each row's `top_k` most probable experts
+    /// (most probable first, the lowest index among equal ones) into `ids[rows * top_k]` (u32) with their softmax
+    /// probabilities in `weights[rows * top_k]`, divided by the sum of the chosen ones when `renormalize`.
+    MoeRoute { logits: &'a B, ids: &'a B, weights: &'a B, rows: usize, experts: usize, top_k: usize, renormalize: bool },
+    /// Groups the `pairs` routed (token, expert) pairs of `ids` by expert into `tiles` (every field written).
+    MoeAlign { ids: &'a B, tiles: &'a MoeTiles<'a, B>, pairs: usize, experts: usize },
+    /// The grouped multiply: for each row of each used tile, `out[slot, :] = x[input row] . w_e^T` with `w` the
+    /// experts' `[n, k]` matrices stacked by rows (`[experts * n, k]`) and `e` the tile's expert; `out` is
+    /// `[max_tiles * MOE_TILE_M, n]`, and its padding rows are left as they were.
+    MoeMatMul { x: &'a B, w: &'a B, tiles: &'a MoeTiles<'a, B>, input: MoeInput, out: &'a B, k: usize, n: usize },
+    /// `out[t, :] = sum over j of weights[t * top_k + j] * y[slot of pair t * top_k + j, :]` for `rows` tokens.
+    MoeCombine {
+        y: &'a B,
+        tiles: &'a MoeTiles<'a, B>,
+        weights: &'a B,
+        out: &'a B,
+        rows: usize,
+        top_k: usize,
+        width: usize,
+    },
     /// `logits[r, t] = -inf` where bit `t % 32` of `mask[r * words + t / 32]` is clear (`words = ceil(vocab / 32)`):
     /// the grammar masks of a step's rows (structured outputs), applied before the logits are read or picked from.
     MaskLogits { logits: &'a B, mask: &'a B, rows: usize, vocab: usize },

@@ -125,24 +125,29 @@ KERNEL void moe_align(GLOBAL const uint* ids, GLOBAL uint* sorted, GLOBAL uint* 
 
 // moe_matmul_*: out[s, j] = x[row(s)] . w[e, j, :] for each real row s of each used tile t (e = tile_expert[t]);
 // row(s) = sorted[s] / x_div when x_div > 0 (x holds the tokens and a pair reads its token's row: x_div = top_k), else
-// s (x holds one row per slot: the activated output of the first multiply). w stacks the experts' [n, k] matrices
+// s (x holds one row per slot: the activated output of the first multiply); a row at or past x_rows is skipped. w stacks the experts' [n, k] matrices
 // (expert e's rows e * n .. (e + 1) * n). Padding rows and unused tiles are not written. As matmul_rows: a sub-group
 // walks one weight row with its lanes across k, with MOE_TILE_M row accumulators.
 // Grid: (ceil(n / GEMV_COLS) x GEMV_WG, max_tiles).
 #define MOE_MATMUL(NAME, T, LOAD)                                                                              \
     KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const uint* sorted,                      \
-                     GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div) {          \
+                     GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div,            \
+                     uint x_rows) {                                                                            \
         GRID_DEP_SYNC();                                                                                       \
         uint tile = group_id(1);                                                                               \
         uint e = tile_expert[tile];                                                                            \
         if (e == MOE_NONE) return;                                                                             \
         ulong xrow[MOE_TILE_M];                                                                                \
         uint nr = 0;                                                                                           \
+        uint real = 0; /* bit r: row r is a pair whose input row exists */                                      \
         for (uint r = 0; r < MOE_TILE_M; r++) {                                                                \
             uint s = tile * MOE_TILE_M + r;                                                                    \
             uint p = sorted[s];                                                                                \
-            if (p != MOE_NONE) nr = r + 1;                                                                     \
-            xrow[r] = (ulong)(p == MOE_NONE ? 0u : (x_div > 0 ? p / x_div : s)) * k;                           \
+            uint xr = x_div > 0 ? p / x_div : s;                                                               \
+            uint ok = p != MOE_NONE && xr < x_rows ? 1u : 0u;                                                  \
+            if (ok) nr = r + 1;                                                                                \
+            real |= ok << r;                                                                                   \
+            xrow[r] = (ulong)(ok ? xr : 0u) * k;                                                               \
         }                                                                                                      \
         GLOBAL const T* we = w + (ulong)e * n * k;                                                             \
         for (uint c = sub_id(); c < GEMV_COLS; c += num_subs()) {                                              \
@@ -159,7 +164,7 @@ KERNEL void moe_align(GLOBAL const uint* ids, GLOBAL uint* sorted, GLOBAL uint* 
             for (uint r = 0; r < MOE_TILE_M; r++) {                                                            \
                 float sum = sub_reduce_add(acc[r]);                                                            \
                 uint s = tile * MOE_TILE_M + r;                                                                \
-                if (sub_lane() == 0 && r < nr && sorted[s] != MOE_NONE) out[(ulong)s * n + j] = sum;           \
+                if (sub_lane() == 0 && ((real >> r) & 1u)) out[(ulong)s * n + j] = sum;                        \
             }                                                                                                  \
         }                                                                                                      \
     }
@@ -168,10 +173,10 @@ MOE_MATMUL(moe_matmul_f32, float, load_f32)
 MOE_MATMUL(moe_matmul_bf16, ushort, load_bf16)
 MOE_MATMUL(moe_matmul_f16, ushort, load_f16)
 
-// moe_combine: out[t, c] = sum over j of weights[t * top_k + j] * y[slot[t * top_k + j], c] (pairs without a slot
-// add nothing). Grid: (ceil(width / ELEM_WG) groups, rows).
+// moe_combine: out[t, c] = sum over j of weights[t * top_k + j] * y[slot[t * top_k + j], c] (pairs without a slot,
+// or with one at or past `slots`, add nothing). Grid: (ceil(width / ELEM_WG) groups, rows).
 KERNEL void moe_combine(GLOBAL const float* y, GLOBAL const uint* slot, GLOBAL const float* weights, GLOBAL float* out,
-                        uint width, uint top_k) {
+                        uint width, uint top_k, uint slots) {
     GRID_DEP_SYNC();
     uint c = global_id0();
     ulong t = group_id(1);
@@ -179,7 +184,7 @@ KERNEL void moe_combine(GLOBAL const float* y, GLOBAL const uint* slot, GLOBAL c
     float acc = 0.0f;
     for (uint j = 0; j < top_k; j++) {
         uint s = slot[t * top_k + j];
-        if (s != MOE_NONE) acc += weights[t * top_k + j] * y[(ulong)s * width + c];
+        if (s < slots) acc += weights[t * top_k + j] * y[(ulong)s * width + c];
     }
     out[t * width + c] = acc;
 }

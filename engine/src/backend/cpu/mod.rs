@@ -8,6 +8,7 @@ mod attention;
 mod elementwise;
 mod gemv;
 mod matmul;
+mod moe;
 
 use std::cell::{Ref, RefCell, RefMut};
 
@@ -20,7 +21,8 @@ use crate::error::{EngineError, Result};
 #[derive(Debug)]
 pub enum CpuBuffer {
     F32(RefCell<Vec<f32>>),
-    U32(Vec<u32>),
+    /// Indices: uploaded, or written by an op (`Backend::alloc_u32_output`).
+    U32(RefCell<Vec<u32>>),
     /// A 2-D weight matrix `[rows, cols]` in its weight dtype.
     Matrix(Tensor),
 }
@@ -40,9 +42,16 @@ impl CpuBuffer {
         }
     }
 
-    pub(crate) fn u32(&self) -> Result<&[u32]> {
+    pub(crate) fn u32(&self) -> Result<Ref<'_, Vec<u32>>> {
         match self {
-            CpuBuffer::U32(v) => Ok(v),
+            CpuBuffer::U32(v) => v.try_borrow().map_err(|_| be("u32 buffer is being written")),
+            _ => Err(be("expected a u32 buffer")),
+        }
+    }
+
+    pub(crate) fn u32_mut(&self) -> Result<RefMut<'_, Vec<u32>>> {
+        match self {
+            CpuBuffer::U32(v) => v.try_borrow_mut().map_err(|_| be("u32 buffer is aliased by another argument")),
             _ => Err(be("expected a u32 buffer")),
         }
     }
@@ -93,7 +102,11 @@ impl Backend for CpuBackend {
     }
 
     fn upload_u32(&self, data: &[u32]) -> Result<CpuBuffer> {
-        Ok(CpuBuffer::U32(data.to_vec()))
+        Ok(CpuBuffer::U32(RefCell::new(data.to_vec())))
+    }
+
+    fn alloc_u32_output(&self, len: usize) -> Result<CpuBuffer> {
+        Ok(CpuBuffer::U32(RefCell::new(vec![0; len])))
     }
 
     fn download_f32(&self, buf: &CpuBuffer) -> Result<Vec<f32>> {
@@ -103,7 +116,7 @@ impl Backend for CpuBackend {
     fn run(&self, op: Op<'_, CpuBuffer>) -> Result<()> {
         match op {
             Op::Embedding { table, ids, out, num_tokens, hidden, scale } => {
-                elementwise::embedding(table, ids.u32()?, &mut out.f32_mut()?, num_tokens, hidden, scale)
+                elementwise::embedding(table, &ids.u32()?, &mut out.f32_mut()?, num_tokens, hidden, scale)
             }
             Op::RmsNorm { x, weight, out, rows, hidden, eps } => {
                 elementwise::rms_norm(&x.f32()?, &weight.f32()?, &mut out.f32_mut()?, rows, hidden, eps)
@@ -131,12 +144,12 @@ impl Backend for CpuBackend {
             Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _, mscale } => {
                 elementwise::rope_write_kv(
                     &io.qkv.f32()?,
-                    io.positions.u32()?,
+                    &io.positions.u32()?,
                     &io.inv_freq.f32()?,
                     &mut io.q_out.f32_mut()?,
                     &mut io.k_cache.f32_mut()?,
                     &mut io.v_cache.f32_mut()?,
-                    io.slot_mapping.u32()?,
+                    &io.slot_mapping.u32()?,
                     num_tokens,
                     &elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim },
                     mscale,
@@ -186,10 +199,24 @@ impl Backend for CpuBackend {
                 )
             }
             Op::GatherRows { x, rows, out, num_rows, width } => {
-                elementwise::gather_rows(&x.f32()?, rows.u32()?, &mut out.f32_mut()?, num_rows, width)
+                elementwise::gather_rows(&x.f32()?, &rows.u32()?, &mut out.f32_mut()?, num_rows, width)
             }
             Op::MaskLogits { logits, mask, rows, vocab } => {
-                elementwise::mask_logits(&mut logits.f32_mut()?, mask.u32()?, rows, vocab)
+                elementwise::mask_logits(&mut logits.f32_mut()?, &mask.u32()?, rows, vocab)
+            }
+            Op::MoeRoute { logits, ids, weights, rows, experts, top_k, renormalize } => moe::route(
+                &logits.f32()?,
+                &mut ids.u32_mut()?,
+                &mut weights.f32_mut()?,
+                [rows, experts, top_k],
+                renormalize,
+            ),
+            Op::MoeAlign { ids, tiles, pairs, experts } => moe::align(&ids.u32()?, tiles, pairs, experts),
+            Op::MoeMatMul { x, w, tiles, input, out, k, n } => {
+                moe::matmul(&x.f32()?, w.matrix()?, tiles, input, &mut out.f32_mut()?, [k, n])
+            }
+            Op::MoeCombine { y, tiles, weights, out, rows, top_k, width } => {
+                moe::combine(&y.f32()?, &tiles.slot.u32()?, &weights.f32()?, &mut out.f32_mut()?, [rows, top_k, width])
             }
         }
     }

@@ -300,12 +300,6 @@ impl CudaBackend {
         Ok(b)
     }
 
-    /// A u32 buffer of `len` values that a kernel fills (no copy, so it may be taken while capturing).
-    pub fn alloc_u32_output(&self, len: usize) -> Result<CuBuffer> {
-        self.bind()?;
-        CuBuffer::new(&self.pool, len * 4, Contents::U32 { len, bound: u32::MAX })
-    }
-
     /// A u32 buffer of `len` zeros (an output a kernel fills, or counters a kernel keeps).
     pub fn alloc_u32(&self, len: usize) -> Result<CuBuffer> {
         self.upload_u32(&vec![0u32; len])
@@ -416,6 +410,10 @@ fn op_name<B>(op: &Op<'_, B>) -> &'static str {
         Op::PagedAttention { .. } => "attention",
         Op::GatherRows { .. } => "gather_rows",
         Op::MaskLogits { .. } => "mask_logits",
+        Op::MoeRoute { .. } => "moe_route",
+        Op::MoeAlign { .. } => "moe_align",
+        Op::MoeMatMul { .. } => "moe_matmul",
+        Op::MoeCombine { .. } => "moe_combine",
     }
 }
 
@@ -486,6 +484,12 @@ impl Backend for CudaBackend {
 
     fn upload_f32(&self, data: &[f32]) -> Result<CuBuffer> {
         self.upload_bytes(as_bytes(data), Contents::F32 { len: data.len() })
+    }
+
+    /// No copy, so it may be taken while capturing a graph.
+    fn alloc_u32_output(&self, len: usize) -> Result<CuBuffer> {
+        self.bind()?;
+        CuBuffer::new(&self.pool, len * 4, Contents::U32 { len, bound: u32::MAX })
     }
 
     fn upload_u32(&self, data: &[u32]) -> Result<CuBuffer> {

@@ -14,6 +14,7 @@
 mod attention;
 mod contents;
 mod matmul;
+mod moe;
 mod ops;
 mod tuning;
 
@@ -145,6 +146,14 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
         Op::SoftCap { x, rows, width, cap } => ops::soft_cap(d, x, [rows, width], cap),
         Op::GatherRows { x, rows, out, num_rows, width } => ops::gather_rows(d, x, rows, out, num_rows, width),
         Op::MaskLogits { logits, mask, rows, vocab } => ops::mask_logits(d, logits, mask, rows, vocab),
+        Op::MoeRoute { logits, ids, weights, rows, experts, top_k, renormalize } => {
+            moe::route(d, [logits, ids, weights], [rows, experts, top_k], renormalize)
+        }
+        Op::MoeAlign { ids, tiles, pairs, experts } => moe::align(d, ids, tiles, pairs, experts),
+        Op::MoeMatMul { x, w, tiles, input, out, k, n } => moe::matmul(d, [x, w, out], tiles, input, [k, n]),
+        Op::MoeCombine { y, tiles, weights, out, rows, top_k, width } => {
+            moe::combine(d, [y, weights, out], tiles, [rows, top_k, width])
+        }
         Op::PagedAttention {
             q,
             k_cache,

@@ -259,6 +259,10 @@ impl Backend for LevelZeroBackend {
         Ok(self.upload_bytes(le_bytes(data, f32::to_le_bytes), Contents::F32 { len: data.len() })?)
     }
 
+    fn alloc_u32_output(&self, len: usize) -> Result<LzBuffer> {
+        Ok(self.buffer(len * 4, Contents::U32 { len, bound: u32::MAX })?)
+    }
+
     fn upload_u32(&self, data: &[u32]) -> Result<LzBuffer> {
         KernelDevice::upload_indices(self, data)
     }

@@ -116,6 +116,10 @@ impl Backend for OpenClBackend {
         self.create(data.len() * 4, Some(as_bytes(data)), Contents::F32 { len: data.len() })
     }
 
+    fn alloc_u32_output(&self, len: usize) -> Result<ClBuffer> {
+        self.create(len * 4, None, Contents::U32 { len, bound: u32::MAX })
+    }
+
     fn upload_u32(&self, data: &[u32]) -> Result<ClBuffer> {
         self.create(data.len() * 4, Some(as_bytes(data)), Contents::u32_of(data))
     }

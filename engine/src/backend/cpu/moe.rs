@@ -1,0 +1,173 @@
+//! Routed experts on the CPU: the reference of `Op::MoeRoute`, `MoeAlign`, `MoeMatMul` and `MoeCombine`, with the
+//! same results and the same tile layout as `kernels/src/cl/moe.cl` (so the op tests compare every output), and one
+//! matrix multiply per used expert over all of its rows.
+
+use candle_core::Tensor;
+use rserve_kernels::launch::MOE_TILE_M;
+
+use super::{be, matmul, CpuBuffer};
+use crate::backend::{MoeInput, MoeTiles};
+use crate::error::Result;
+
+/// Marks a padding row, an unused tile or a pair without a slot (the kernels' `MOE_NONE`).
+const NONE: u32 = u32::MAX;
+
+/// Each row's `top_k` experts (probability desc, index asc) and their softmax weights, renormalised if asked.
+pub(super) fn route(
+    logits: &[f32],
+    ids: &mut [u32],
+    weights: &mut [f32],
+    [rows, experts, top_k]: [usize; 3],
+    renormalize: bool,
+) -> Result<()> {
+    if experts == 0 || top_k == 0 || top_k > experts {
+        return Err(be(format!("moe_route: top {top_k} of {experts} experts")));
+    }
+    if logits.len() < rows * experts || ids.len() < rows * top_k || weights.len() < rows * top_k {
+        return Err(be(format!("moe_route: buffers too small for {rows} rows of {experts} experts, top {top_k}")));
+    }
+    for r in 0..rows {
+        let l = &logits[r * experts..(r + 1) * experts];
+        let mx = l.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let sum: f32 = l.iter().map(|&v| (v - mx).exp()).sum();
+        let mut order: Vec<usize> = (0..experts).collect();
+        // Stable: equal logits keep index order.
+        order.sort_by(|&a, &b| l[b].partial_cmp(&l[a]).unwrap_or(std::cmp::Ordering::Equal));
+        let (ids, weights) = (&mut ids[r * top_k..(r + 1) * top_k], &mut weights[r * top_k..(r + 1) * top_k]);
+        let mut chosen = 0.0;
+        for (j, &e) in order[..top_k].iter().enumerate() {
+            ids[j] = e as u32;
+            weights[j] = (l[e] - mx).exp() / sum;
+            chosen += weights[j];
+        }
+        if renormalize {
+            weights.iter_mut().for_each(|w| *w /= chosen);
+        }
+    }
+    Ok(())
+}
+
+/// Groups the pairs by expert into one-expert tiles (layout: `moe.cl`).
+pub(super) fn align(ids: &[u32], tiles: &MoeTiles<'_, CpuBuffer>, pairs: usize, experts: usize) -> Result<()> {
+    let (mut sorted, mut tile_expert, mut slot) =
+        (tiles.sorted.u32_mut()?, tiles.tile_expert.u32_mut()?, tiles.slot.u32_mut()?);
+    let rows = tiles.max_tiles * MOE_TILE_M;
+    if ids.len() < pairs || sorted.len() < rows || tile_expert.len() < tiles.max_tiles || slot.len() < pairs {
+        return Err(be(format!("moe_align: buffers too small for {pairs} pairs in {} tiles", tiles.max_tiles)));
+    }
+    let mut count = vec![0usize; experts];
+    for &e in &ids[..pairs] {
+        if let Some(c) = count.get_mut(e as usize) {
+            *c += 1;
+        }
+    }
+    let mut start = Vec::with_capacity(experts + 1);
+    let mut t = 0;
+    for c in &count {
+        start.push(t);
+        t += c.div_ceil(MOE_TILE_M);
+    }
+    start.push(t);
+    sorted[..rows].fill(NONE);
+    tile_expert[..tiles.max_tiles].fill(NONE);
+    slot[..pairs].fill(NONE);
+    for e in 0..experts {
+        for tile in start[e]..start[e + 1].min(tiles.max_tiles) {
+            tile_expert[tile] = e as u32;
+        }
+    }
+    let mut next: Vec<usize> = start[..experts].iter().map(|s| s * MOE_TILE_M).collect();
+    for (p, &e) in ids[..pairs].iter().enumerate() {
+        if let Some(n) = next.get_mut(e as usize) {
+            if *n < rows {
+                sorted[*n] = p as u32;
+                slot[p] = *n as u32;
+            }
+            *n += 1;
+        }
+    }
+    Ok(())
+}
+
+/// The grouped multiply: each used expert's rows (its consecutive tiles) in one matrix multiply.
+pub(super) fn matmul(
+    x: &[f32],
+    w: &Tensor,
+    tiles: &MoeTiles<'_, CpuBuffer>,
+    input: MoeInput,
+    out: &mut [f32],
+    [k, n]: [usize; 2],
+) -> Result<()> {
+    let (sorted, tile_expert) = (tiles.sorted.u32()?, tiles.tile_expert.u32()?);
+    let rows = tiles.max_tiles * MOE_TILE_M;
+    let w_rows = w.dim(0)?;
+    if w.rank() != 2 || w.dim(1)? != k || n == 0 || !w_rows.is_multiple_of(n) {
+        return Err(be(format!("moe_matmul: weight {:?} is not experts x [{n}, {k}]", w.dims())));
+    }
+    if sorted.len() < rows || tile_expert.len() < tiles.max_tiles || out.len() < rows * n {
+        return Err(be(format!("moe_matmul: buffers too small for {} tiles of [{n}]", tiles.max_tiles)));
+    }
+    let experts = w_rows / n;
+    let mut t = 0;
+    while t < tiles.max_tiles {
+        let e = tile_expert[t];
+        if e == NONE {
+            t += 1;
+            continue;
+        }
+        let first = t;
+        while t < tiles.max_tiles && tile_expert[t] == e {
+            t += 1;
+        }
+        if e as usize >= experts {
+            return Err(be(format!("moe_matmul: expert {e} of {experts}")));
+        }
+        // The expert's real rows (padding only at the end of its last tile).
+        let slots: Vec<usize> = (first * MOE_TILE_M..t * MOE_TILE_M).filter(|&s| sorted[s] != NONE).collect();
+        let mut xs = Vec::with_capacity(slots.len() * k);
+        for &s in &slots {
+            let row = match input {
+                MoeInput::Tokens { top_k, .. } => sorted[s] as usize / top_k.max(1),
+                MoeInput::Slots => s,
+            };
+            let src = x.get(row * k..(row + 1) * k).ok_or_else(|| be(format!("moe_matmul: input row {row}")))?;
+            xs.extend_from_slice(src);
+        }
+        let we = w.narrow(0, e as usize * n, n)?;
+        let mut ys = vec![0f32; slots.len() * n];
+        matmul::matmul(&xs, &we, None, &mut ys, slots.len(), k, n)?;
+        for (i, &s) in slots.iter().enumerate() {
+            out[s * n..(s + 1) * n].copy_from_slice(&ys[i * n..(i + 1) * n]);
+        }
+    }
+    Ok(())
+}
+
+/// `out[t] = sum_j weights[t, j] * y[slot of pair (t, j)]`.
+pub(super) fn combine(
+    y: &[f32],
+    slot: &[u32],
+    weights: &[f32],
+    out: &mut [f32],
+    [rows, top_k, width]: [usize; 3],
+) -> Result<()> {
+    if slot.len() < rows * top_k || weights.len() < rows * top_k || out.len() < rows * width {
+        return Err(be(format!("moe_combine: buffers too small for {rows} rows of top {top_k}")));
+    }
+    for t in 0..rows {
+        let o = &mut out[t * width..(t + 1) * width];
+        o.fill(0.0);
+        for j in 0..top_k {
+            let s = slot[t * top_k + j];
+            if s == NONE {
+                continue;
+            }
+            let src = y
+                .get(s as usize * width..(s as usize + 1) * width)
+                .ok_or_else(|| be(format!("moe_combine: slot {s} outside y")))?;
+            let wt = weights[t * top_k + j];
+            o.iter_mut().zip(src).for_each(|(o, v)| *o += wt * v);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! Routed experts (`kernels/src/cl/moe.cl`): checks, entry points, arguments and grids of `Op::MoeRoute`,
+//! `MoeAlign`, `MoeMatMul` and `MoeCombine`.
+//!
+//! The index buffers these ops pass between them are written on the device (`Contents::U32` with an unknown bound),
+//! so the host checks their lengths and the kernels bound what they follow: a row or tile marked `MOE_NONE` is
+//! skipped, an expert id outside the experts gets no slot, an input row past `x` and a slot past the tiles are
+//! skipped.
+
+use rserve_kernels::launch::{MOE_MAX_EXPERTS, MOE_TILE_M};
+use rserve_kernels::names;
+
+use super::contents::elem_type;
+use super::{arg_list, u32_arg, Arg, KernelDevice, Launch};
+use crate::backend::cpu::be;
+use crate::backend::{MoeInput, MoeTiles};
+use crate::error::Result;
+
+pub(super) fn route<D: KernelDevice>(
+    d: &D,
+    [logits, ids, weights]: [&D::Buf; 3],
+    [rows, experts, top_k]: [usize; 3],
+    renormalize: bool,
+) -> Result<()> {
+    if experts == 0 || top_k == 0 || top_k > experts {
+        return Err(be(format!("moe_route: top {top_k} of {experts} experts")));
+    }
+    d.contents(logits).f32("moe_route logits", rows * experts)?;
+    d.contents(ids).u32("moe_route ids", rows * top_k)?;
+    d.contents(weights).f32("moe_route weights", rows * top_k)?;
+    let kernel = names::MOE_ROUTE;
+    let mut args =
+        arg_list(kernel, &[logits, ids, weights], &[(rows, "rows"), (experts, "experts"), (top_k, "top_k")])?;
+    args.push(Arg::U32(u32::from(renormalize)));
+    d.launch(&Launch::items(kernel, args, rows, [1, 1]))
+}
+
+/// Checks the tile buffers for `pairs` pairs (the slots) and returns the rows they cover.
+fn check_tiles<D: KernelDevice>(d: &D, t: &MoeTiles<'_, D::Buf>, pairs: usize, what: &str) -> Result<usize> {
+    let rows = t.max_tiles * MOE_TILE_M;
+    d.contents(t.sorted).u32(&format!("{what} sorted rows"), rows)?;
+    d.contents(t.tile_expert).u32(&format!("{what} tile experts"), t.max_tiles)?;
+    d.contents(t.slot).u32(&format!("{what} slots"), pairs)?;
+    Ok(rows)
+}
+
+pub(super) fn align<D: KernelDevice>(
+    d: &D,
+    ids: &D::Buf,
+    tiles: &MoeTiles<'_, D::Buf>,
+    pairs: usize,
+    experts: usize,
+) -> Result<()> {
+    if experts == 0 || experts > MOE_MAX_EXPERTS {
+        return Err(be(format!("moe_align: {experts} experts (at most {MOE_MAX_EXPERTS})")));
+    }
+    d.contents(ids).u32("moe_align ids", pairs)?;
+    check_tiles(d, tiles, pairs, "moe_align")?;
+    let kernel = names::MOE_ALIGN;
+    let args = arg_list(
+        kernel,
+        &[ids, tiles.sorted, tiles.tile_expert, tiles.slot],
+        &[(pairs, "pairs"), (experts, "experts"), (tiles.max_tiles, "max_tiles")],
+    )?;
+    d.launch(&Launch::groups(kernel, args, 1, [1, 1]))
+}
+
+pub(super) fn matmul<D: KernelDevice>(
+    d: &D,
+    [x, w, out]: [&D::Buf; 3],
+    tiles: &MoeTiles<'_, D::Buf>,
+    input: MoeInput,
+    [k, n]: [usize; 2],
+) -> Result<()> {
+    let (dtype, w_rows, cols) = d.contents(w).matrix("moe_matmul weight")?;
+    if cols != k || n == 0 || !w_rows.is_multiple_of(n) {
+        return Err(be(format!("moe_matmul: weight [{w_rows}, {cols}] is not experts x [{n}, {k}]")));
+    }
+    let rows = tiles.max_tiles * MOE_TILE_M;
+    d.contents(tiles.sorted).u32("moe_matmul sorted rows", rows)?;
+    d.contents(tiles.tile_expert).u32("moe_matmul tile experts", tiles.max_tiles)?;
+    let (x_div, x_rows) = match input {
+        MoeInput::Tokens { top_k, tokens } if top_k > 0 => (top_k, tokens),
+        MoeInput::Tokens { .. } => return Err(be("moe_matmul: top_k 0")),
+        MoeInput::Slots => (0, rows),
+    };
+    d.contents(x).f32("moe_matmul x", x_rows * k)?;
+    d.contents(out).f32("moe_matmul out", rows * n)?;
+    let kernel = elem_type(dtype).pick(&names::MOE_MATMUL);
+    let args = vec![
+        Arg::Buf(x),
+        Arg::Buf(w),
+        Arg::Buf(tiles.sorted),
+        Arg::Buf(tiles.tile_expert),
+        Arg::Buf(out),
+        u32_arg(k, kernel, "k")?,
+        u32_arg(n, kernel, "n")?,
+        u32_arg(x_div, kernel, "top_k")?,
+        u32_arg(x_rows, kernel, "x rows")?,
+    ];
+    let cols = n.div_ceil(rserve_kernels::launch::GEMV_COLS);
+    d.launch(&Launch::groups(kernel, args, cols, [tiles.max_tiles, 1]))
+}
+
+pub(super) fn combine<D: KernelDevice>(
+    d: &D,
+    [y, weights, out]: [&D::Buf; 3],
+    tiles: &MoeTiles<'_, D::Buf>,
+    [rows, top_k, width]: [usize; 3],
+) -> Result<()> {
+    let slots = check_tiles(d, tiles, rows * top_k, "moe_combine")?;
+    d.contents(y).f32("moe_combine y", slots * width)?;
+    d.contents(weights).f32("moe_combine weights", rows * top_k)?;
+    d.contents(out).f32("moe_combine out", rows * width)?;
+    let kernel = names::MOE_COMBINE;
+    let args =
+        arg_list(kernel, &[y, tiles.slot, weights, out], &[(width, "width"), (top_k, "top_k"), (slots, "slots")])?;
+    d.launch(&Launch::items(kernel, args, width, [rows, 1]))
+}
