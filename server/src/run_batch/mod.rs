@@ -99,7 +99,7 @@ pub fn run(args: RunBatchArgs) -> anyhow::Result<()> {
             Box::new(move || engine.metrics().generation_tokens.get())
         };
         let progress = Progress::new(total, tokens);
-        let logger = tokio::spawn(progress.clone().log_periodically());
+        let reporter = tokio::spawn(progress.clone().report_periodically());
         let stats = (!args.disable_log_stats && !std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .then(|| tokio::spawn(stats_log::run(engine.clone())));
         let (tx, rx) = mpsc::channel(READ_AHEAD);
@@ -111,7 +111,7 @@ pub fn run(args: RunBatchArgs) -> anyhow::Result<()> {
         let start = Instant::now();
         let result = driver::run(router, rx, done, out, progress.clone(), concurrency).await;
         progress.finish();
-        logger.abort();
+        reporter.abort();
         if let Some(task) = stats {
             task.abort();
         }

@@ -27,7 +27,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// A bar on a terminal, else nothing drawn (`log_periodically` reports instead).
+    /// A bar on a terminal, else nothing drawn (`report_periodically` logs instead).
     pub fn new(total: Option<u64>, tokens: TokenCounter) -> Arc<Self> {
         let bar = std::io::stderr().is_terminal().then(|| bar(total));
         let tokens_at_start = tokens();
@@ -70,13 +70,16 @@ impl Progress {
         format!("{:.1} tok/s, {errors} error lines", self.tokens_per_s())
     }
 
-    /// Logs `status_line` every `LOG_INTERVAL` while no bar is drawn (run it as a task; abort it at the end).
-    pub async fn log_periodically(self: Arc<Self>) {
-        if self.bar.is_some() {
-            return;
-        }
+    /// Reports while the batch runs (as a task; abort it at the end): the bar's rates every second (output tokens
+    /// flow between finished lines too), or without a bar `status_line` every `LOG_INTERVAL`.
+    pub async fn report_periodically(self: Arc<Self>) {
         let mut last = u64::MAX;
         loop {
+            if let Some(bar) = &self.bar {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                bar.set_message(self.rates());
+                continue;
+            }
             tokio::time::sleep(LOG_INTERVAL).await;
             let (done, errors) = self.counts();
             if done != last {
