@@ -309,7 +309,10 @@ async fn engine_failures_are_500_and_stopped_engine_is_503() {
     let mut engine = FakeEngine::new(128);
     engine.fail_with = Some("stopped".into());
     let (app, _) = app_with(engine, settings());
-    assert_eq!(send(&app, post("/v1/completions", json!({"prompt": "a"}))).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    let resp = app.clone().oneshot(post("/v1/completions", json!({"prompt": "a"}))).await.expect("infallible");
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The supervisor restarts a dead engine's server: the client is told when to come back.
+    assert_eq!(resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
 }
 
 #[tokio::test]

@@ -75,10 +75,11 @@ struct GenerationDefaults {
 /// Sampling defaults from `generation_config.json` (`--generation-config auto` or a folder; none with `vllm`), with
 /// `--override-generation-config`'s keys over them. `max_new_tokens` becomes the default `max_tokens`; as in vLLM,
 /// it is also a cap on every request when it comes from the override (or from a `--generation-config` folder).
-fn generation_defaults(cfg: &EngineConfig, resolved: &ResolvedModel) -> Result<GenerationDefaults> {
+/// `model_file`: the model's own generation_config.json, if it has one.
+fn generation_defaults(cfg: &EngineConfig, model_file: Option<&std::path::Path>) -> Result<GenerationDefaults> {
     let path = match cfg.generation_config.as_str() {
         "vllm" => None,
-        "auto" => resolved.files().generation_config.clone(),
+        "auto" => model_file.map(std::path::Path::to_path_buf),
         dir => Some(std::path::Path::new(dir).join("generation_config.json")),
     };
     let mut v = serde_json::Map::new();
@@ -163,7 +164,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     if chat_template.is_none() {
         tracing::warn!("the model has no chat template: /v1/chat/completions will be refused (pass --chat-template)");
     }
-    let generation = generation_defaults(&cfg, &resolved)?;
+    let generation = generation_defaults(&cfg, resolved.files().generation_config.as_deref())?;
     let sampling_defaults = generation.sampling.clone();
     let weights = match cfg.load_format.as_str() {
         "dummy" => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
@@ -318,6 +319,36 @@ fn with_thousands(n: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::{generation_defaults, EngineConfig};
+
+    #[test]
+    fn max_new_tokens_is_the_default_and_caps_only_from_an_override_or_a_folder() {
+        let dir = std::env::temp_dir().join(format!("rserve-genconfig-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("generation_config.json");
+        std::fs::write(&file, r#"{"temperature": 0.6, "max_new_tokens": 50}"#).expect("write");
+        let mut cfg = EngineConfig::new("m");
+        // The model's own file: a default, no cap.
+        let g = generation_defaults(&cfg, Some(&file)).expect("reads");
+        assert_eq!((g.max_new_tokens, g.max_tokens_cap, g.sampling.temperature), (Some(50), None, 0.6));
+        // An override wins over the file and caps every request.
+        cfg.override_generation_config = serde_json::from_str(r#"{"max_new_tokens": 8, "top_p": 0.5}"#).expect("json");
+        let g = generation_defaults(&cfg, Some(&file)).expect("reads");
+        assert_eq!((g.max_new_tokens, g.max_tokens_cap, g.sampling.top_p), (Some(8), Some(8), 0.5));
+        // `--generation-config vllm`: no file, the override still applies.
+        cfg.generation_config = "vllm".into();
+        let g = generation_defaults(&cfg, Some(&file)).expect("reads");
+        assert_eq!((g.max_new_tokens, g.max_tokens_cap, g.sampling.temperature), (Some(8), Some(8), 1.0));
+        // A folder's max_new_tokens is a cap too (vLLM's rule), and a bad value is an error.
+        cfg.generation_config = dir.display().to_string();
+        cfg.override_generation_config = Default::default();
+        let g = generation_defaults(&cfg, None).expect("reads");
+        assert_eq!((g.max_new_tokens, g.max_tokens_cap), (Some(50), Some(50)));
+        cfg.override_generation_config = serde_json::from_str(r#"{"max_new_tokens": 0}"#).expect("json");
+        assert!(generation_defaults(&cfg, None).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn token_counts_are_written_with_thousands_separators() {
         let cases = [(0, "0"), (999, "999"), (1000, "1,000"), (93_200, "93,200"), (1_234_567, "1,234,567")];

@@ -57,6 +57,32 @@ fn defaults_come_from_the_engine_and_max_tokens_fills_the_context() {
 }
 
 #[test]
+fn max_new_tokens_of_the_generation_config_is_the_default_and_an_override_caps_every_request() {
+    let body = |extra: serde_json::Value| {
+        let mut b = json!({"model": "m", "prompt": "hi"});
+        if let (Some(b), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+            b.extend(e.clone());
+        }
+        compl_req(b)
+    };
+    let max_tokens =
+        |engine: &FakeEngine, extra| completion(&body(extra), engine).expect("valid").requests[0].stop.max_tokens;
+    let prompt = completion(&body(json!({})), &FakeEngine::new(64)).expect("valid").requests[0].prompt_token_ids.len();
+    // The model's generation_config.json `max_new_tokens`: the default only, never more than the room left.
+    let mut engine = FakeEngine::new(64);
+    engine.info.default_max_tokens = Some(7);
+    assert_eq!(max_tokens(&engine, json!({})), 7);
+    assert_eq!(max_tokens(&engine, json!({"max_tokens": 20})), 20);
+    engine.info.default_max_tokens = Some(1000);
+    assert_eq!(max_tokens(&engine, json!({})), 64 - prompt);
+    // `--override-generation-config`'s `max_new_tokens` (vLLM's `override_max_tokens`): a cap on every request.
+    engine.info.max_tokens_cap = Some(5);
+    assert_eq!(max_tokens(&engine, json!({})), 5);
+    assert_eq!(max_tokens(&engine, json!({"max_tokens": 20})), 5);
+    assert_eq!(max_tokens(&engine, json!({"max_tokens": 3})), 3);
+}
+
+#[test]
 fn request_fields_reach_the_engine_request() {
     let v = chat_with(json!({
         "max_completion_tokens": 5, "max_tokens": 9, "temperature": 0, "top_p": 0.5, "top_k": 3, "min_p": 0.1,
