@@ -8,8 +8,8 @@
   of that step fail with 500 and the engine keeps serving, with no KV block held;
 - slowloris: 200 connections sending their headers a byte a second do not stop a normal client, and are closed at
   `--http-header-timeout`;
-- `--max-connections`, `--http-body-timeout`, `--max-request-time`, and the default / cap of `max_tokens` from
-  `--override-generation-config`'s `max_new_tokens` (vLLM's rule).
+- `--max-connections`, `--http-body-timeout`, `--h11-max-header-count`, `--max-request-time`, and the default / cap
+  of `max_tokens` from `--override-generation-config`'s `max_new_tokens` (vLLM's rule).
 """
 
 import json
@@ -70,7 +70,7 @@ def _plain(srv: Server, result: dict):
 
 @pytest.mark.skipif(MPI, reason="the step hooks apply to a single-process engine")
 def test_panic_in_a_step_fails_the_requests_in_flight_then_503_with_retry_after():
-    srv = Server("--testing-panic-in-step-after", "120", env=KEEP_ALIVE, name="panicking server")
+    srv = Server("--testing-panic-in-step-after", "40", env=KEEP_ALIVE, name="panicking server")
     try:
         assert requests.get(f"{srv.url}/health", timeout=30).status_code == 200
         stream, plain, started = {}, {}, threading.Event()
@@ -206,8 +206,8 @@ def test_slowloris_connections_do_not_stop_a_client_and_close_at_the_header_time
         assert srv.stop() == 0, srv.log()
 
 
-def test_a_body_slower_than_the_body_timeout_is_408():
-    srv = Server("--http-body-timeout", "1", name="body-timeout server")
+def test_a_body_slower_than_the_body_timeout_is_408_and_too_many_headers_431():
+    srv = Server("--http-body-timeout", "1", "--h11-max-header-count", "40", name="body-timeout server")
     try:
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -218,6 +218,10 @@ def test_a_body_slower_than_the_body_timeout_is_408():
         assert 0.8 < time.time() - t0 < 5
         assert "request_timeout" in answer
         s.close()
+        # vLLM's --h11-max-header-count (and --h11-max-incomplete-event-size, the head's bytes): 431 beyond it.
+        many = {f"x-h{i}": "v" for i in range(60)}
+        assert requests.get(f"{srv.url}/health", headers=many, timeout=10).status_code == 431
+        assert requests.get(f"{srv.url}/health", headers=dict(list(many.items())[:20]), timeout=10).status_code == 200
     finally:
         assert srv.stop() == 0, srv.log()
 

@@ -1,6 +1,7 @@
-//! The HTTP front's limits (rserve only: uvicorn, vLLM's HTTP server, has none of these as `vllm serve` flags): how
-//! long a client may take to send a request's headers and body, and how many connections may be open. Checked here
-//! into `ConnLimits`, which `serve::conn` applies to every connection.
+//! The HTTP front's limits: how long a client may take to send a request's headers and body and how many connections
+//! may be open (rserve only: uvicorn, vLLM's HTTP server, has none of these as `vllm serve` flags), and how large a
+//! request head may be (vLLM's `--h11-max-header-count` / `--h11-max-incomplete-event-size`, which it hands to h11).
+//! Checked here into `ConnLimits`, which `serve::conn` applies to every connection.
 
 use std::time::Duration;
 
@@ -27,6 +28,12 @@ pub struct LimitArgs {
     /// Most open connections; one more is answered 503 with Retry-After and closed. Default: no limit.
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+    /// Most headers in a request; more is answered 431.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub h11_max_header_count: usize,
+    /// Most bytes of a request's head (request line and headers); more is answered 431.
+    #[arg(long, value_name = "BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub h11_max_incomplete_event_size: usize,
 }
 
 /// The limits, checked.
@@ -35,7 +42,12 @@ pub struct ConnLimits {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: Option<usize>,
+    pub max_header_count: usize,
+    pub max_head_bytes: usize,
 }
+
+/// The smallest head limit hyper takes (its read buffer's minimum).
+const MIN_HEAD_BYTES: usize = 8192;
 
 impl LimitArgs {
     /// Checks the flags (and `VLLM_HTTP_TIMEOUT_KEEP_ALIVE` when `--http-header-timeout` is not given).
@@ -54,6 +66,8 @@ impl LimitArgs {
             header_timeout: seconds("http-header-timeout", Some(header))?.unwrap_or_default(),
             body_timeout: seconds("http-body-timeout", Some(self.http_body_timeout))?.unwrap_or_default(),
             max_connections: self.max_connections,
+            max_header_count: self.h11_max_header_count,
+            max_head_bytes: self.h11_max_incomplete_event_size.max(MIN_HEAD_BYTES),
         })
     }
 }
@@ -72,7 +86,13 @@ mod tests {
     use super::*;
 
     fn args(header: Option<f64>, body: f64, max: Option<usize>) -> LimitArgs {
-        LimitArgs { http_header_timeout: header, http_body_timeout: body, max_connections: max }
+        LimitArgs {
+            http_header_timeout: header,
+            http_body_timeout: body,
+            max_connections: max,
+            h11_max_header_count: 256,
+            h11_max_incomplete_event_size: 100,
+        }
     }
 
     #[test]
@@ -81,6 +101,7 @@ mod tests {
         assert_eq!(l.header_timeout, Duration::from_millis(2500));
         assert_eq!(l.body_timeout, Duration::from_secs(3));
         assert_eq!(l.max_connections, Some(10));
+        assert_eq!((l.max_header_count, l.max_head_bytes), (256, MIN_HEAD_BYTES), "hyper's smallest head limit");
         assert_eq!(args(Some(0.0), 3.0, None).limits(), Err(CliError::Seconds("http-header-timeout", 0.0)));
         assert_eq!(args(Some(1.0), -1.0, None).limits(), Err(CliError::Seconds("http-body-timeout", -1.0)));
         assert_eq!(args(Some(1.0), 1.0, Some(0)).limits(), Err(CliError::ZeroLength("max-connections")));

@@ -94,7 +94,6 @@ const DOWNLOAD_FILES: &str = "rserve downloads only config, tokenizer, generatio
 const ENVIRON: &str = "rserve does not validate VLLM_* variables it does not read";
 const FINGERPRINT: &str = "responses carry no system_fingerprint";
 const HEADLESS: &str = "no headless engine mode: under mpiexec, ranks other than 0 are the headless workers";
-const H11: &str = "hyper applies its own limits to request headers";
 const HF_CONFIG: &str = "rserve reads the model's own config.json, unmodified";
 const KERNELS: &str = "rserve runs its own kernels; vLLM's attention / kernel backend choices do not apply";
 const KV_BLOCKS: &str = "size the KV cache with --kv-cache-memory-bytes or --gpu-memory-utilization";
@@ -241,8 +240,8 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--middleware"], N, Refused(NO_MIDDLEWARE)),
     v(&["--enable-request-id-headers", "--disable-request-id-headers"], S, Implemented),
     v(&["--disable-fastapi-docs", "--enable-fastapi-docs"], S, Ignored(NO_DOCS)),
-    v(&["--h11-max-incomplete-event-size"], V, Ignored(H11)),
-    v(&["--h11-max-header-count"], V, Ignored(H11)),
+    v(&["--h11-max-incomplete-event-size"], V, Implemented),
+    v(&["--h11-max-header-count"], V, Implemented),
     v(&["--enable-offline-docs", "--disable-offline-docs"], S, Ignored(NO_DOCS)),
     v(&["--enable-flash-late-interaction", "--disable-flash-late-interaction"], S, Ignored(POOLING)),
     // ModelConfig

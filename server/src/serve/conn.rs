@@ -4,6 +4,7 @@
 //! - hyper's header read timeout, with tokio's timer: the headers of each request must be in within
 //!   `header_timeout` of the connection opening or of the previous response ending (which also closes idle keep-alive
 //!   connections);
+//! - the size of a request head (`--h11-max-header-count`, `--h11-max-incomplete-event-size`: 431 beyond them);
 //! - the body deadline, handed to `ApiJson` as a request extension (`BodyTimeout`);
 //! - the connection limit: one connection more is answered 503 with `Retry-After` and closed (at most as many such
 //!   answers at a time as the limit; beyond that a connection is closed unanswered, so a flood never holds more than
@@ -17,7 +18,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
@@ -35,6 +35,9 @@ use crate::app::Peer;
 use crate::cli::limits::ConnLimits;
 use crate::error::ApiError;
 use crate::json::BodyTimeout;
+
+/// hyper's default read buffer limit (8 kB + 100 x 4 kB).
+const DEFAULT_MAX_BUF: usize = 8192 + 4096 * 100;
 
 /// Serves `router` on the connections `listener` accepts, with `limits`, until `shutdown` resolves; then finishes
 /// the open connections' requests and returns.
@@ -68,7 +71,7 @@ where
             req.extensions_mut().insert(body_timeout);
             req.map(Body::new)
         });
-        spawn(io, TowerToHyperService::new(service), limits.header_timeout, stop_rx.clone(), slot);
+        spawn(io, TowerToHyperService::new(service), &limits, stop_rx.clone(), slot);
     }
     drop(listener);
     drop(stop_rx);
@@ -95,15 +98,15 @@ fn refuse<Io>(
         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
         Ok::<Response, std::convert::Infallible>(response)
     });
-    spawn(io, service, limits.header_timeout, stop, Some(permit));
+    spawn(io, service, limits, stop, Some(permit));
 }
 
-/// Serves one connection in its own task: HTTP/1.1 with the header read timeout, shut down gracefully when `stop`
-/// changes or closes; `slot` (its place under the connection limit) is released when it ends.
+/// Serves one connection in its own task: HTTP/1.1 with the header read timeout and head limits, shut down gracefully
+/// when `stop` changes or closes; `slot` (its place under the connection limit) is released when it ends.
 fn spawn<Io, S, B>(
     io: Io,
     service: S,
-    header_timeout: Duration,
+    limits: &ConnLimits,
     mut stop: watch::Receiver<()>,
     slot: Option<OwnedSemaphorePermit>,
 ) where
@@ -115,10 +118,16 @@ fn spawn<Io, S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_headers(limits.max_header_count)
+        .max_header_size(limits.max_head_bytes)
+        // The read buffer must hold the largest head allowed (hyper's default holds about 400 kB).
+        .max_buf_size(limits.max_head_bytes.max(DEFAULT_MAX_BUF));
     tokio::spawn(async move {
         let _slot = slot;
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
         let mut conn = pin!(builder.serve_connection(TokioIo::new(io), service));
         tokio::select! {
             result = conn.as_mut() => {
