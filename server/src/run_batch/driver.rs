@@ -158,3 +158,7 @@ fn write_lines(mut rx: mpsc::Receiver<Finished>, out: File, progress: &Progress)
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;
