@@ -32,6 +32,11 @@ pub enum Architecture {
     Gemma3,
     /// `Phi3ForCausalLM`: fused qkv and gate_up projections in the checkpoint, LongRoPE.
     Phi3,
+    /// `MixtralForCausalLM`: Mistral's attention, every MLP a mixture of experts (`block_sparse_moe`).
+    Mixtral,
+    /// `Qwen3MoeForCausalLM`: Qwen3's attention, mixture-of-experts MLPs (`mlp.experts`) on the layers the config
+    /// names (`decoder_sparse_step`, `mlp_only_layers`).
+    Qwen3Moe,
 }
 
 impl Architecture {
@@ -45,6 +50,8 @@ impl Architecture {
             Architecture::Gemma2 => "Gemma2ForCausalLM",
             Architecture::Gemma3 => "Gemma3ForCausalLM",
             Architecture::Phi3 => "Phi3ForCausalLM",
+            Architecture::Mixtral => "MixtralForCausalLM",
+            Architecture::Qwen3Moe => "Qwen3MoeForCausalLM",
         }
     }
 
@@ -121,6 +128,27 @@ pub struct LayerAttention {
     pub local_rope: bool,
 }
 
+/// A mixture-of-experts MLP (Mixtral, Qwen3-MoE): its shape, its routing and the layers that have one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoeParams {
+    pub num_experts: usize,
+    /// Experts each token is routed to (`num_experts_per_tok`).
+    pub top_k: usize,
+    /// Each expert's gate/up width (Qwen3-MoE's `moe_intermediate_size`; Mixtral's `intermediate_size`).
+    pub expert_intermediate: usize,
+    /// The chosen experts' probabilities are divided by their sum (Mixtral always; Qwen3-MoE's `norm_topk_prob`).
+    pub renormalize: bool,
+    /// One entry per layer: the layer's MLP is routed experts (else the dense `intermediate_size` MLP).
+    pub layers: Vec<bool>,
+}
+
+impl MoeParams {
+    /// Whether layer `i` has routed experts.
+    pub fn is_moe_layer(&self, i: usize) -> bool {
+        self.layers.get(i).copied().unwrap_or(false)
+    }
+}
+
 /// The sizes that fix every weight and KV-cache shape of a decoder; `ModelParams` and the planner's `ModelShape`
 /// embed them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -169,12 +197,19 @@ pub struct ModelParams {
     pub torch_dtype: Option<String>,
     /// The sliding window of the model's sliding-window layers, if it has any (`layers` says which).
     pub sliding_window: Option<usize>,
+    /// Routed-experts MLPs (Mixtral, Qwen3-MoE).
+    pub moe: Option<MoeParams>,
 }
 
 impl ModelParams {
     /// The RoPE of the model's (global) layers.
     pub fn rope(&self) -> Rope {
         Rope { theta: self.rope_theta, scaling: self.rope_scaling.clone() }
+    }
+
+    /// Whether layer `i`'s MLP is routed experts.
+    pub fn is_moe_layer(&self, i: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| m.is_moe_layer(i))
     }
 
     /// The token embedding multiplier (Gemma: sqrt(hidden_size)).

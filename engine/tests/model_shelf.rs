@@ -1,5 +1,6 @@
 //! The model shelf against Hugging Face transformers (float32): tiny random-weight checkpoints of Qwen3, Gemma 2,
-//! Gemma 3, Phi-3 (LongRoPE) and Mistral with a sliding window (`scripts/reference/tiny_models.py`, made at setup
+//! Gemma 3, Phi-3 (LongRoPE), Mistral with a sliding window, and the mixtures of experts Mixtral (top 2,
+//! renormalised) and Qwen3-MoE (top 4, dense and routed layers) (`scripts/reference/tiny_models.py`, made at setup
 //! without torch) give transformers' 32 greedy tokens and first-token top-20 log-probs within 1e-3
 //! (`tests/fixtures/golden/tiny/*.json`, `scripts/reference/tiny_goldens.py`), on the CPU backend and on OpenCL, with
 //! prompts longer than the 16-token window. On OpenCL the prompts also run together in one ragged batch.
@@ -282,4 +283,4 @@ macro_rules! shelf {
     };
 }
 
-shelf!(qwen3, gemma2, gemma3, phi3, mistral);
+shelf!(qwen3, gemma2, gemma3, phi3, mistral, mixtral, qwen3moe);

@@ -1,4 +1,4 @@
-"""Write tiny random-weight checkpoints of five architectures, for the engine's per-architecture correctness tests.
+"""Write tiny random-weight checkpoints of seven architectures, for the engine's per-architecture correctness tests.
 
 Makes, under --out, one Hugging Face model folder per architecture:
 
@@ -10,6 +10,9 @@ Makes, under --out, one Hugging Face model folder per architecture:
     phi3/     Phi3ForCausalLM     hidden 128, 4 layers, 4 heads / 1 KV head, fused qkv_proj / gate_up_proj, sliding
                                   window 16, LongRoPE (original_max_position_embeddings 64, max_position_embeddings 256)
     mistral/  MistralForCausalLM  hidden 64, 4 layers, 8 / 2 heads, head_dim 32 (explicit), sliding window 16
+    mixtral/  MixtralForCausalLM  hidden 64, 4 layers, 8 / 2 heads, head_dim 32, 8 experts of width 64, top 2
+    qwen3moe/ Qwen3MoeForCausalLM hidden 64, 4 layers, 8 / 2 heads, head_dim 32, q_norm / k_norm, 16 experts of width
+                                  32, top 4 not renormalised, layer 1 a dense MLP (mlp_only_layers)
 
 each holding config.json (the keys transformers 5 writes for that model, plus the older `torch_dtype`),
 model.safetensors (bfloat16, the architecture's Hugging Face tensor names, word embeddings tied to the LM head so the
@@ -100,6 +103,42 @@ def config_mistral():
         "model_type": "mistral",
         "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
         "sliding_window": 16,
+    })
+
+
+def config_mixtral():
+    # Mixtral: 8 experts of width 64, top 2 (renormalised), no sliding window (as Mixtral-8x7B v0.1).
+    return _llama_like(64, 64, 4, 8, 2, 32, {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "num_experts_per_tok": 2,
+        "num_local_experts": 8,
+        "output_router_logits": False,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "router_aux_loss_coef": 0.001,
+        "router_jitter_noise": 0.0,
+        "sliding_window": None,
+    })
+
+
+def config_qwen3moe():
+    # Qwen3-MoE: 16 experts of width 32, top 4 without renormalising (the class default), q/k norms, and layer 1 a
+    # dense MLP (mlp_only_layers) so dense and routed layers alternate in one model.
+    return _llama_like(64, 128, 4, 8, 2, 32, {
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "attention_bias": False,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [1],
+        "moe_intermediate_size": 32,
+        "norm_topk_prob": False,
+        "num_local_experts": 16,  # transformers 5 writes this for `num_experts` (its attribute map)
+        "num_experts_per_tok": 4,
+        "output_router_logits": False,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "router_aux_loss_coef": 0.001,
+        "sliding_window": None,
+        "use_sliding_window": False,
     })
 
 
@@ -210,6 +249,11 @@ SCALES = {
     "gemma3":  {"emb": 1.0, "lin": 3.0, "out": 1.0, "norm": 0.0, "post": 10.0, "final": 5.0, "noise": 0.1, "salt": 4},
     "phi3":    {"emb": 4.0, "lin": 2.0, "out": 3.0, "norm": 1.0, "final": 1.0, "noise": 0.1, "salt": 5},
     "mistral": {"emb": 6.0, "lin": 2.0, "out": 3.0, "norm": 1.0, "final": 1.0, "noise": 0.1, "salt": 3},
+    # router: the gain of the experts' router (large, so each token's top-k experts are far from a tie).
+    "mixtral": {"emb": 6.0, "lin": 2.0, "out": 3.0, "router": 8.0, "norm": 1.0, "final": 1.0, "noise": 0.1,
+                "salt": 1},
+    "qwen3moe": {"emb": 6.0, "lin": 2.5, "out": 4.0, "router": 8.0, "norm": 1.0, "final": 1.0, "noise": 0.1,
+                 "salt": 1},
 }
 
 CONFIGS = {
@@ -218,6 +262,8 @@ CONFIGS = {
     "gemma3": config_gemma3,
     "phi3": config_phi3,
     "mistral": config_mistral,
+    "mixtral": config_mixtral,
+    "qwen3moe": config_qwen3moe,
 }
 
 
@@ -232,21 +278,34 @@ def tensors(name, c):
         p = f"model.layers.{i}."
         out += [(p + "input_layernorm.weight", (h,), "norm"),
                 (p + "post_attention_layernorm.weight", (h,), "post" if gemma else "norm"),
-                (p + "self_attn.o_proj.weight", (h, heads * hd), "out"),
-                (p + "mlp.down_proj.weight", (h, inter), "out")]
+                (p + "self_attn.o_proj.weight", (h, heads * hd), "out")]
+        experts = c.get("num_local_experts") or c.get("num_experts")
+        if experts and i not in c.get("mlp_only_layers", []):
+            # Routed experts: Mixtral's block_sparse_moe.experts.E.w1/w3/w2, Qwen3-MoE's mlp.experts.E.*_proj.
+            ei = c.get("moe_intermediate_size") or inter
+            block, (g, u, d) = (("block_sparse_moe", ("w1", "w3", "w2")) if name == "mixtral"
+                                else ("mlp", ("gate_proj", "up_proj", "down_proj")))
+            out.append((p + block + ".gate.weight", (experts, h), "router"))
+            for e in range(experts):
+                q = f"{p}{block}.experts.{e}."
+                out += [(q + g + ".weight", (ei, h), "lin"), (q + u + ".weight", (ei, h), "lin"),
+                        (q + d + ".weight", (h, ei), "out")]
+        else:
+            out.append((p + "mlp.down_proj.weight", (h, inter), "out"))
+            if name == "phi3":
+                out.append((p + "mlp.gate_up_proj.weight", (2 * inter, h), "lin"))
+            else:
+                out += [(p + "mlp.gate_proj.weight", (inter, h), "lin"), (p + "mlp.up_proj.weight", (inter, h), "lin")]
         if name == "phi3":
-            out += [(p + "self_attn.qkv_proj.weight", ((heads + 2 * kv) * hd, h), "lin"),
-                    (p + "mlp.gate_up_proj.weight", (2 * inter, h), "lin")]
+            out.append((p + "self_attn.qkv_proj.weight", ((heads + 2 * kv) * hd, h), "lin"))
         else:
             out += [(p + "self_attn.q_proj.weight", (heads * hd, h), "lin"),
                     (p + "self_attn.k_proj.weight", (kv * hd, h), "lin"),
-                    (p + "self_attn.v_proj.weight", (kv * hd, h), "lin"),
-                    (p + "mlp.gate_proj.weight", (inter, h), "lin"),
-                    (p + "mlp.up_proj.weight", (inter, h), "lin")]
+                    (p + "self_attn.v_proj.weight", (kv * hd, h), "lin")]
         if gemma:
             out += [(p + "pre_feedforward_layernorm.weight", (h,), "norm"),
                     (p + "post_feedforward_layernorm.weight", (h,), "post")]
-        if name in ("qwen3", "gemma3"):
+        if name in ("qwen3", "gemma3", "qwen3moe"):
             out += [(p + "self_attn.q_norm.weight", (hd,), "norm"),
                     (p + "self_attn.k_norm.weight", (hd,), "norm")]
     return sorted(out)
@@ -260,7 +319,7 @@ def seed_of(model, tensor, salt):
 def bf16_bytes(model, tensor, shape, kind, scales):
     """The tensor's values as little-endian bfloat16 bytes (float32 truncated)."""
     n = math.prod(shape)
-    if kind in ("lin", "out"):
+    if kind in ("lin", "out", "router"):
         half = scales[kind] * math.sqrt(3.0 / shape[1])
         center = 0.0
     elif kind == "emb":
@@ -344,7 +403,7 @@ def main():
                     help="folder with the Llama 3 tokenizer.json and tokenizer_config.json")
     ap.add_argument("--out", required=True, type=Path, help="where the model folders go (OUT/NAME/)")
     ap.add_argument("--only", choices=sorted(CONFIGS), action="append",
-                    help="make only this model (repeatable); default: all five")
+                    help="make only this model (repeatable); default: all")
     args = ap.parse_args()
     for f in TOKENIZER_FILES:
         if not (args.tokenizer / f).is_file():

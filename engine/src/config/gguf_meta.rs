@@ -293,5 +293,6 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         eos_token_ids,
         torch_dtype: None,
         sliding_window: None,
+        moe: None,
     })
 }

@@ -11,8 +11,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::{
-    Architecture, LayerAttention, Llama3RopeScaling, LongRopeScaling, ModelDims, ModelParams, Rope, RopeScaling,
-    YarnRopeScaling,
+    Architecture, LayerAttention, Llama3RopeScaling, LongRopeScaling, ModelDims, ModelParams, MoeParams, Rope,
+    RopeScaling, YarnRopeScaling,
 };
 use crate::backend::Activation;
 use crate::{EngineError, Result};
@@ -95,6 +95,24 @@ pub struct RawConfig {
     pub attn_logit_softcapping: Option<f64>,
     #[serde(default)]
     pub final_logit_softcapping: Option<f64>,
+    /// Mixtral's expert count (transformers 5 also writes it for Qwen3-MoE).
+    #[serde(default)]
+    pub num_local_experts: Option<usize>,
+    /// Qwen3-MoE's expert count.
+    #[serde(default)]
+    pub num_experts: Option<usize>,
+    #[serde(default)]
+    pub num_experts_per_tok: Option<usize>,
+    #[serde(default)]
+    pub moe_intermediate_size: Option<usize>,
+    #[serde(default)]
+    pub norm_topk_prob: Option<bool>,
+    /// Qwen3-MoE: every `decoder_sparse_step`-th layer has experts ...
+    #[serde(default)]
+    pub decoder_sparse_step: Option<usize>,
+    /// ... except these, which keep a dense MLP.
+    #[serde(default)]
+    pub mlp_only_layers: Option<Vec<usize>>,
 }
 
 /// `rope_scaling` (or `rope_parameters`): `type` in older files, `rope_type` in newer ones.
@@ -211,6 +229,8 @@ fn architecture(raw: &RawConfig) -> Result<Architecture> {
             "Gemma2ForCausalLM" => Ok(Architecture::Gemma2),
             "Gemma3ForCausalLM" => Ok(Architecture::Gemma3),
             "Phi3ForCausalLM" => Ok(Architecture::Phi3),
+            "MixtralForCausalLM" => Ok(Architecture::Mixtral),
+            "Qwen3MoeForCausalLM" => Ok(Architecture::Qwen3Moe),
             other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         };
     }
@@ -222,6 +242,8 @@ fn architecture(raw: &RawConfig) -> Result<Architecture> {
         Some("gemma2") => Ok(Architecture::Gemma2),
         Some("gemma3_text") => Ok(Architecture::Gemma3),
         Some("phi3") => Ok(Architecture::Phi3),
+        Some("mixtral") => Ok(Architecture::Mixtral),
+        Some("qwen3_moe") => Ok(Architecture::Qwen3Moe),
         Some(other) => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         None => Err(EngineError::UnsupportedArchitecture(
             "(config.json has neither `architectures` nor `model_type`)".to_string(),
@@ -406,7 +428,9 @@ fn sliding_layers(raw: &RawConfig, architecture: Architecture, num_layers: usize
             let from = raw.max_window_layers.unwrap_or(28);
             (0..num_layers).map(|i| raw.use_sliding_window == Some(true) && i >= from).collect()
         }
-        Architecture::Mistral | Architecture::Phi3 => vec![true; num_layers],
+        // transformers' Qwen3-MoE applies its window (when `use_sliding_window`) to every layer.
+        Architecture::Qwen3Moe => vec![raw.use_sliding_window == Some(true); num_layers],
+        Architecture::Mistral | Architecture::Phi3 | Architecture::Mixtral => vec![true; num_layers],
         Architecture::Llama => vec![false; num_layers],
     })
 }
@@ -459,6 +483,8 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         Qwen3 => (32_768, Some(4096), 10_000.0, 1e-6),
         Qwen2 => (2048, Some(4096), 10_000.0, 1e-6),
         Phi3 => (4096, None, 10_000.0, 1e-5),
+        Mixtral => (4096 * 32, None, 1_000_000.0, 1e-5),
+        Qwen3Moe => (32_768, None, 10_000.0, 1e-6),
         Llama => (2048, None, 10_000.0, 1e-6),
     };
     let max_position_embeddings =
@@ -496,7 +522,7 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
     };
     let window = match architecture {
         // Mistral distinguishes an absent key (the class default) from an explicit null (no window).
-        Mistral => raw.sliding_window.unwrap_or(default_window),
+        Mistral | Mixtral => raw.sliding_window.unwrap_or(default_window),
         _ => raw.sliding_window.flatten().or(default_window),
     };
     let window = positive(window, "sliding_window")?;
@@ -532,6 +558,7 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
             positive_f64(raw.final_logit_softcapping, "final_logit_softcapping")?,
         ),
     };
+    let moe = moe_params(&raw, architecture, num_layers, intermediate_size)?;
     let eos_token_ids = raw.eos_token_id.map(TokenIds::into_vec).unwrap_or_default();
     let bos_token_id = match raw.bos_token_id {
         None => None,
@@ -546,7 +573,7 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         rope_scaling,
         local_rope,
         layers,
-        qk_norm: matches!(architecture, Qwen3 | Gemma3),
+        qk_norm: matches!(architecture, Qwen3 | Qwen3Moe | Gemma3),
         activation,
         attn_scale,
         attn_softcap,
@@ -559,5 +586,41 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         eos_token_ids,
         torch_dtype: raw.dtype.or(raw.torch_dtype),
         sliding_window,
+        moe,
     })
+}
+
+/// The routed experts of Mixtral (every layer) and Qwen3-MoE (layers `(i + 1) % decoder_sparse_step == 0` outside
+/// `mlp_only_layers`), with transformers' defaults; None for the dense architectures.
+fn moe_params(
+    raw: &RawConfig,
+    architecture: Architecture,
+    num_layers: usize,
+    intermediate_size: usize,
+) -> Result<Option<MoeParams>> {
+    let (experts, expert_intermediate, renormalize, layers) = match architecture {
+        Architecture::Mixtral => {
+            let experts = positive(raw.num_local_experts, "num_local_experts")?.unwrap_or(8);
+            (experts, intermediate_size, true, vec![true; num_layers])
+        }
+        Architecture::Qwen3Moe => {
+            let experts = positive(raw.num_experts.or(raw.num_local_experts), "num_experts")?.unwrap_or(128);
+            let step = positive(raw.decoder_sparse_step, "decoder_sparse_step")?.unwrap_or(1);
+            let dense = raw.mlp_only_layers.clone().unwrap_or_default();
+            let layers = (0..num_layers).map(|i| !dense.contains(&i) && (i + 1) % step == 0).collect();
+            let inter = positive(raw.moe_intermediate_size, "moe_intermediate_size")?.unwrap_or(768);
+            (experts, inter, raw.norm_topk_prob.unwrap_or(false), layers)
+        }
+        _ => return Ok(None),
+    };
+    let top_k = positive(raw.num_experts_per_tok, "num_experts_per_tok")?
+        .unwrap_or(if architecture == Architecture::Mixtral { 2 } else { 8 });
+    if top_k > experts {
+        return config_err(format!("`num_experts_per_tok` ({top_k}) is more than the {experts} experts"));
+    }
+    let max = rserve_kernels::launch::MOE_MAX_EXPERTS;
+    if experts > max {
+        return config_err(format!("{experts} experts: at most {max} are supported"));
+    }
+    Ok(Some(MoeParams { num_experts: experts, top_k, expert_intermediate, renormalize, layers }))
 }

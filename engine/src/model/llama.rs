@@ -1,10 +1,11 @@
 //! The decoder on any `Backend`, for every architecture rserve serves (Llama 3.x, SmolLM2, Mistral, Qwen2/3,
-//! Gemma 2/3, Phi-3): pre-norm attention with rotary embeddings and grouped-query heads reading the paged KV cache,
-//! a gated MLP, and logits for the last token of each sequence of a flattened batch. What differs between them is
-//! data in `ModelParams`: per-head q/k norms (Qwen3, Gemma 3), Gemma's norms after attention and MLP and its scaled
-//! embeddings, sliding-window layers and their own RoPE (Gemma 3), soft-capping (Gemma 2), GELU-tanh, LongRoPE.
+//! Gemma 2/3, Phi-3, Mixtral, Qwen3-MoE): pre-norm attention with rotary embeddings and grouped-query heads reading
+//! the paged KV cache, a gated MLP or routed experts, and logits for the last token of each sequence of a flattened
+//! batch. What differs between them is data in `ModelParams`: per-head q/k norms (Qwen3, Gemma 3), Gemma's norms
+//! after attention and MLP and its scaled embeddings, sliding-window layers and their own RoPE (Gemma 3),
+//! soft-capping (Gemma 2), GELU-tanh, LongRoPE, and which layers route each token to its top-k experts.
 
-use crate::backend::{Backend, Op, RopeIo};
+use crate::backend::{moe_max_tiles, Backend, MoeInput, MoeTiles, Op, RopeIo};
 use crate::config::{Architecture, ModelParams};
 use crate::error::{EngineError, Result};
 use crate::model::flat::{DeviceBatch, FlatBatch};
@@ -24,6 +25,23 @@ struct Linear<B: Backend> {
     out_features: usize,
 }
 
+/// A layer's MLP: dense (gate/up fused, then down) or routed experts.
+enum Mlp<B: Backend> {
+    Dense {
+        gate_up: Linear<B>,
+        down: Linear<B>,
+    },
+    /// `router` `[experts, hidden]`; `gate_up` each expert's gate rows then up rows, experts stacked
+    /// (`[experts * 2 * width, hidden]`); `down` the experts' `[hidden, width]` stacked (`[experts * hidden,
+    /// width]`), `width` this shard's slice of the expert intermediate size.
+    Experts {
+        router: Linear<B>,
+        gate_up: B::Buffer,
+        down: B::Buffer,
+        width: usize,
+    },
+}
+
 /// One decoder layer. q/k/v are one fused projection (rows: q, then k, then v) and gate/up another (gate rows, then
 /// up rows): one matrix multiply each, so a decode step launches two instead of five and reads its activations
 /// twice instead of five times.
@@ -40,8 +58,7 @@ struct Layer<B: Backend> {
     qk_norm: Option<(B::Buffer, B::Buffer)>,
     qkv: Linear<B>,
     o: Linear<B>,
-    gate_up: Linear<B>,
-    down: Linear<B>,
+    mlp: Mlp<B>,
     /// Sliding window of this layer's attention.
     window: Option<usize>,
     /// Index into `LlamaModel::ropes`.
@@ -115,6 +132,32 @@ fn linear<B: Backend>(
     let (w, out_features) = stack("weight")?;
     let bias = if bias { Some(stack("bias")?.0) } else { None };
     Ok(Linear { w, bias, out_features })
+}
+
+/// Layer `layer`'s routed experts: the router, and every expert's projections stacked into one matrix each.
+fn experts<B: Backend>(
+    b: &B,
+    upload_time: &std::cell::Cell<std::time::Duration>,
+    take: &dyn Fn(&str) -> Result<Tensor>,
+    p: &ModelParams,
+    layer: usize,
+    shard: &Shard,
+) -> Result<Mlp<B>> {
+    let names = crate::weights::names::moe_names(p, layer);
+    let router = linear(b, upload_time, take, std::slice::from_ref(&names.router), false)?;
+    let weight = |n: &String| take(&format!("{n}.weight"));
+    let mut gate_up = Vec::with_capacity(2 * names.experts.len());
+    let mut down = Vec::with_capacity(names.experts.len());
+    for [gate, up, d] in &names.experts {
+        gate_up.push(weight(gate)?);
+        gate_up.push(weight(up)?);
+        down.push(weight(d)?);
+    }
+    let t0 = std::time::Instant::now();
+    let gate_up = b.upload_weight_rows(&gate_up.iter().collect::<Vec<_>>())?;
+    let down = b.upload_weight_rows(&down.iter().collect::<Vec<_>>())?;
+    upload_time.set(upload_time.get() + t0.elapsed());
+    Ok(Mlp::Experts { router, gate_up, down, width: shard.expert_intermediate(p).len() })
 }
 
 impl<B: Backend> LlamaModel<B> {
@@ -195,8 +238,14 @@ impl<B: Backend> LlamaModel<B> {
                     rope: usize::from(kind.local_rope && local_rope),
                     qkv: linear(backend, &upload_time, &take, &attn(&["q_proj", "k_proj", "v_proj"]), bias)?,
                     o: linear(backend, &upload_time, &take, &attn(&["o_proj"]), false)?,
-                    gate_up: linear(backend, &upload_time, &take, &mlpn(&["gate_proj", "up_proj"]), false)?,
-                    down: linear(backend, &upload_time, &take, &mlpn(&["down_proj"]), false)?,
+                    mlp: if p.is_moe_layer(i) {
+                        experts(backend, &upload_time, &take, p, i, shard)?
+                    } else {
+                        Mlp::Dense {
+                            gate_up: linear(backend, &upload_time, &take, &mlpn(&["gate_proj", "up_proj"]), false)?,
+                            down: linear(backend, &upload_time, &take, &mlpn(&["down_proj"]), false)?,
+                        }
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -255,6 +304,44 @@ impl<B: Backend> LlamaModel<B> {
     fn project(&self, b: &B, l: &Linear<B>, x: &B::Buffer, m: usize, k: usize) -> Result<B::Buffer> {
         let out = b.alloc_f32_scratch(m * l.out_features)?;
         b.run(Op::MatMul { x, w: &l.w, bias: l.bias.as_ref(), out: &out, m, k, n: l.out_features })?;
+        Ok(out)
+    }
+
+    /// One routed-experts MLP over `n` normed rows: route, group the pairs by expert, the grouped gate/up multiply,
+    /// the activation over the tiles' rows, the grouped down multiply and the weighted combine into `[n, hidden]`
+    /// (this shard's partial sum under TP). Every size here depends on `n` alone, so a CUDA graph captures it.
+    fn experts(
+        &self,
+        b: &B,
+        [router]: [&Linear<B>; 1],
+        [gate_up, down]: [&B::Buffer; 2],
+        normed: &B::Buffer,
+        n: usize,
+        width: usize,
+    ) -> Result<B::Buffer> {
+        let p = &self.params;
+        let Some(m) = &p.moe else { return Err(EngineError::Backend("experts on a model without them".into())) };
+        let (h, experts, top_k) = (p.hidden_size, m.num_experts, m.top_k);
+        let logits = self.project(b, router, normed, n, h)?;
+        let pairs = n * top_k;
+        let (ids, weights) = (b.alloc_u32_output(pairs)?, b.alloc_f32_scratch(pairs)?);
+        let renormalize = m.renormalize;
+        b.run(Op::MoeRoute { logits: &logits, ids: &ids, weights: &weights, rows: n, experts, top_k, renormalize })?;
+        let max_tiles = moe_max_tiles(pairs, experts);
+        let rows = max_tiles * rserve_kernels::launch::MOE_TILE_M;
+        let (sorted, tile_expert, slot) =
+            (b.alloc_u32_output(rows)?, b.alloc_u32_output(max_tiles)?, b.alloc_u32_output(pairs)?);
+        let tiles = MoeTiles { sorted: &sorted, tile_expert: &tile_expert, slot: &slot, max_tiles };
+        b.run(Op::MoeAlign { ids: &ids, tiles: &tiles, pairs, experts })?;
+        let gu = b.alloc_f32_scratch(rows * 2 * width)?;
+        let input = MoeInput::Tokens { top_k, tokens: n };
+        b.run(Op::MoeMatMul { x: normed, w: gate_up, tiles: &tiles, input, out: &gu, k: h, n: 2 * width })?;
+        let act = b.alloc_f32_scratch(rows * width)?;
+        b.run(Op::GatedAct { gate_up: &gu, out: &act, rows, width, act: p.activation })?;
+        let y = b.alloc_f32_scratch(rows * h)?;
+        b.run(Op::MoeMatMul { x: &act, w: down, tiles: &tiles, input: MoeInput::Slots, out: &y, k: width, n: h })?;
+        let out = b.alloc_f32_scratch(n * h)?;
+        b.run(Op::MoeCombine { y: &y, tiles: &tiles, weights: &weights, out: &out, rows: n, top_k, width: h })?;
         Ok(out)
     }
 
@@ -454,7 +541,11 @@ impl<B: Backend> LlamaModel<B> {
                 b.run(Op::RmsNorm { x: &o, weight: w, out: &normed_o, rows: n, hidden: h, eps })?;
                 o = normed_o;
             }
-            let normed = b.alloc_matmul_input(n * h, &l.gate_up.w)?;
+            // The routed experts read f32 activations (the router's multiply takes them too).
+            let normed = match &l.mlp {
+                Mlp::Dense { gate_up, .. } => b.alloc_matmul_input(n * h, &gate_up.w)?,
+                Mlp::Experts { .. } => b.alloc_f32_scratch(n * h)?,
+            };
             b.run(Op::AddRmsNorm {
                 x: &o,
                 residual: &residual,
@@ -464,10 +555,18 @@ impl<B: Backend> LlamaModel<B> {
                 hidden: h,
                 eps,
             })?;
-            let gate_up = self.project(b, &l.gate_up, &normed, n, h)?;
-            let act = b.alloc_matmul_input(n * inter, &l.down.w)?;
-            b.run(Op::GatedAct { gate_up: &gate_up, out: &act, rows: n, width: inter, act: p.activation })?;
-            let down = reduce(self.project(b, &l.down, &act, n, inter)?)?;
+            let down = match &l.mlp {
+                Mlp::Dense { gate_up, down } => {
+                    let gate_up = self.project(b, gate_up, &normed, n, h)?;
+                    let act = b.alloc_matmul_input(n * inter, &down.w)?;
+                    b.run(Op::GatedAct { gate_up: &gate_up, out: &act, rows: n, width: inter, act: p.activation })?;
+                    self.project(b, down, &act, n, inter)?
+                }
+                Mlp::Experts { router, gate_up, down, width } => {
+                    self.experts(b, [router], [gate_up, down], &normed, n, *width)?
+                }
+            };
+            let down = reduce(down)?;
             delta = Some(match &l.mlp_out_norm {
                 Some(w) => {
                     let normed_down = b.alloc_f32_scratch(n * h)?;

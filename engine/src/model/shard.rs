@@ -83,6 +83,11 @@ impl Shard {
         split(p.intermediate_size, self.tp_size, self.tp_rank)
     }
 
+    /// This rank's slice of each expert's intermediate width (routed-experts layers).
+    pub fn expert_intermediate(&self, p: &ModelParams) -> Range<usize> {
+        split(p.moe.as_ref().map_or(0, |m| m.expert_intermediate), self.tp_size, self.tp_rank)
+    }
+
     pub fn vocab(&self, p: &ModelParams) -> Range<usize> {
         split(p.vocab_size, self.tp_size, self.tp_rank)
     }
@@ -116,6 +121,17 @@ impl Shard {
             let (hd, r) = (p.head_dim, self.tp_rank);
             let q = r * self.heads(p) * hd..(r + 1) * self.heads(p) * hd;
             let kv = r * self.kv_heads(p) * hd..(r + 1) * self.kv_heads(p) * hd;
+            // Routed experts: each expert split like a dense MLP; the router is whole.
+            if let Some((_, leaf)) = tail.split_once(".experts.").and_then(|(_, e)| e.split_once('.')) {
+                use crate::weights::names::{EXPERT_COL_SPLIT, EXPERT_ROW_SPLIT};
+                return Some(if EXPERT_ROW_SPLIT.contains(&leaf) {
+                    Cut::Rows(self.expert_intermediate(p))
+                } else if EXPERT_COL_SPLIT.contains(&leaf) {
+                    Cut::Cols(self.expert_intermediate(p))
+                } else {
+                    Cut::Whole
+                });
+            }
             return Some(match tail {
                 "self_attn.q_proj.weight" | "self_attn.q_proj.bias" => Cut::Rows(q),
                 "self_attn.k_proj.weight" | "self_attn.k_proj.bias" => Cut::Rows(kv),

@@ -69,6 +69,17 @@ pub fn expected_tensors(params: &ModelParams) -> Vec<TensorSpec> {
             out.push(TensorSpec::new(format!("{p}.pre_feedforward_layernorm.weight"), &[h]));
             out.push(TensorSpec::new(format!("{p}.post_feedforward_layernorm.weight"), &[h]));
         }
+        if let Some(m) = params.moe.as_ref().filter(|m| m.is_moe_layer(l)) {
+            let names = moe_names(params, l);
+            let ei = m.expert_intermediate;
+            out.push(TensorSpec::new(format!("{}.weight", names.router), &[m.num_experts, h]));
+            for [gate, up, down] in &names.experts {
+                out.push(TensorSpec::new(format!("{gate}.weight"), &[ei, h]));
+                out.push(TensorSpec::new(format!("{up}.weight"), &[ei, h]));
+                out.push(TensorSpec::new(format!("{down}.weight"), &[h, ei]));
+            }
+            continue;
+        }
         out.push(TensorSpec::new(format!("{p}.mlp.gate_proj.weight"), &[i, h]));
         out.push(TensorSpec::new(format!("{p}.mlp.up_proj.weight"), &[i, h]));
         out.push(TensorSpec::new(format!("{p}.mlp.down_proj.weight"), &[h, i]));
@@ -79,6 +90,32 @@ pub fn expected_tensors(params: &ModelParams) -> Vec<TensorSpec> {
     }
     out
 }
+
+/// The checkpoint names (without `.weight`) of one layer's routed experts: the router, and each expert's gate, up
+/// and down projections.
+pub struct MoeNames {
+    pub router: String,
+    pub experts: Vec<[String; 3]>,
+}
+
+/// Mixtral's `block_sparse_moe.gate` and `block_sparse_moe.experts.{e}.w1 / w3 / w2`; Qwen3-MoE's `mlp.gate` and
+/// `mlp.experts.{e}.gate_proj / up_proj / down_proj`.
+pub fn moe_names(params: &ModelParams, layer: usize) -> MoeNames {
+    let experts = params.moe.as_ref().map_or(0, |m| m.num_experts);
+    let (block, [gate, up, down]) = match params.architecture {
+        Architecture::Mixtral => ("block_sparse_moe", ["w1", "w3", "w2"]),
+        _ => ("mlp", ["gate_proj", "up_proj", "down_proj"]),
+    };
+    let p = format!("model.layers.{layer}.{block}");
+    MoeNames {
+        router: format!("{p}.gate"),
+        experts: (0..experts).map(|e| [gate, up, down].map(|n| format!("{p}.experts.{e}.{n}"))).collect(),
+    }
+}
+
+/// The expert projections' cut (shard.rs): the gate/up suffixes split by rows, the down suffixes by columns.
+pub const EXPERT_ROW_SPLIT: &[&str] = &["w1.weight", "w3.weight", "gate_proj.weight", "up_proj.weight"];
+pub const EXPERT_COL_SPLIT: &[&str] = &["w2.weight", "down_proj.weight"];
 
 /// The fused projections of a checkpoint: (fused suffix, its parts in row order).
 const FUSED: &[(&str, &[&str])] = &[

@@ -61,6 +61,7 @@ pub fn tiny_params(architecture: Architecture, tie: bool) -> ModelParams {
         eos_token_ids: vec![2],
         torch_dtype: None,
         sliding_window: None,
+        moe: None,
     }
 }
 
