@@ -2,11 +2,14 @@
 among them, run as a job killed with SIGKILL and rerun: each line answered exactly once (the invalid ones as error
 lines, each custom_id once); greedy answers equal the server's; stdin input; refused flags."""
 
+import functools
+import http.server
 import json
 import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -184,16 +187,34 @@ def test_greedy_answers_equal_the_servers(batch, server):
     assert bad.status_code == 400 and by_id["bad-99"]["error"] == bad.json()
 
 
-def test_input_from_stdin_and_refused_flags(tmp_path):
-    out = tmp_path / "out.jsonl"
+def test_input_from_stdin_or_a_url_and_refused_flags(tmp_path):
     lines = [input_line(i)[0] for i in range(4)] + ["[1]"]
-    r = subprocess.run(batch_command("-", out), input="\n".join(lines) + "\n", capture_output=True,
-                       text=True, timeout=300)
+    text = "\n".join(lines) + "\n"
+    out = tmp_path / "stdin.jsonl"
+    r = subprocess.run(batch_command("-", out), input=text, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-4000:]
     got = read_output(out)
     assert len(got) == 5 and sum(o["response"]["status_code"] == 200 for o in got) == 4
+
+    (tmp_path / "in.jsonl").write_text(text)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "url.jsonl"
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/in.jsonl"
+        r = subprocess.run(batch_command(url, out), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-4000:]
+        assert len(read_output(out)) == 5
+        r = subprocess.run(batch_command(url + ".missing", out), capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "404" in r.stderr, r.stderr[-2000:]
+    finally:
+        httpd.shutdown()
+
     r = subprocess.run(batch_command(tmp_path / "missing.jsonl", out), capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "missing.jsonl" in r.stderr
-    r = subprocess.run(batch_command("-", "http://example.invalid/out.jsonl"), capture_output=True,
-                       text=True, timeout=60, input="")
+    r = subprocess.run(batch_command("-", "http://example.invalid/out.jsonl"), capture_output=True, text=True,
+                       timeout=60, input="")
     assert r.returncode != 0 and "local file only" in r.stderr, r.stderr
+    r = subprocess.run(batch_command("-", out, "--enable-lora"), capture_output=True, text=True, timeout=60, input="")
+    assert r.returncode != 0 and "--enable-lora is not supported" in r.stderr, r.stderr
