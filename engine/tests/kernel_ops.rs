@@ -202,6 +202,9 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
             Op::MoeMatMul { x: &x, w: &mat(dtype, experts * inter, h), tiles: &tiles, input, out: &gu, k: h, n: inter },
         )
         .unwrap();
+        // A width that is not a multiple of 8: the scalar-load variant.
+        let w60 = mat(dtype, experts * inter, 60);
+        kernels::run(d, Op::MoeMatMul { x: &x, w: &w60, tiles: &tiles, input, out: &gu, k: 60, n: inter }).unwrap();
         let input = MoeInput::Slots;
         kernels::run(
             d,

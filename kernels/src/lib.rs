@@ -64,7 +64,19 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "matmul_pdla_f16",
         ],
     ),
-    ("moe", &["moe_route", "moe_align", "moe_matmul_f32", "moe_matmul_bf16", "moe_matmul_f16", "moe_combine"]),
+    (
+        "moe",
+        &[
+            "moe_route",
+            "moe_align",
+            "moe_matmul_f32",
+            "moe_matmul_bf16",
+            "moe_matmul_f16",
+            "moe_matmul_vec_bf16",
+            "moe_matmul_vec_f16",
+            "moe_combine",
+        ],
+    ),
     (
         "norm",
         &[
@@ -151,6 +163,8 @@ pub mod names {
     pub const MOE_ALIGN: &str = "moe_align";
     /// By weight type: the grouped multiply over the experts' tiles.
     pub const MOE_MATMUL: ByType = ["moe_matmul_f32", "moe_matmul_bf16", "moe_matmul_f16"];
+    /// By weight type (16-bit only, k a multiple of 8): 16-byte weight loads.
+    pub const MOE_MATMUL_VEC: ByType = ["", "moe_matmul_vec_bf16", "moe_matmul_vec_f16"];
     pub const MOE_COMBINE: &str = "moe_combine";
 }
 

@@ -173,6 +173,65 @@ MOE_MATMUL(moe_matmul_f32, float, load_f32)
 MOE_MATMUL(moe_matmul_bf16, ushort, load_bf16)
 MOE_MATMUL(moe_matmul_f16, ushort, load_f16)
 
+// moe_matmul_vec_bf16 / _f16: moe_matmul_* for 16-bit weights with k a multiple of 8: each lane reads 8 weights (16
+// bytes) of the row per step, as matmul_vec does, so a sub-group's step reads whole cache lines. Same grid.
+INLINE void moe_matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const uint* sorted,
+                           GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div, uint x_rows,
+                           uint is_f16) {
+    uint tile = group_id(1);
+    uint e = tile_expert[tile];
+    if (e == MOE_NONE) return;
+    ulong xrow[MOE_TILE_M];
+    uint nr = 0;
+    uint real = 0;
+    for (uint r = 0; r < MOE_TILE_M; r++) {
+        uint s = tile * MOE_TILE_M + r;
+        uint p = sorted[s];
+        uint xr = x_div > 0 ? p / x_div : s;
+        uint ok = p != MOE_NONE && xr < x_rows ? 1u : 0u;
+        if (ok) nr = r + 1;
+        real |= ok << r;
+        xrow[r] = (ulong)(ok ? xr : 0u) * k;
+    }
+    GLOBAL const ushort* we = w + (ulong)e * n * k;
+    for (uint c = sub_id(); c < GEMV_COLS; c += num_subs()) {
+        uint j = group_id(0) * GEMV_COLS + c;
+        if (j >= n) break;
+        float acc[MOE_TILE_M];
+        for (uint r = 0; r < MOE_TILE_M; r++) acc[r] = 0.0f;
+        ulong wrow = (ulong)j * k;
+        for (uint kk = sub_lane() * 8; kk < k; kk += sub_size() * 8) {
+            f32x8 a = is_f16 ? load8_f16(we, wrow + kk) : load8_bf16(we, wrow + kk);
+            for (uint r = 0; r < MOE_TILE_M; r++) {
+                if (r < nr) {
+                    float4 x0 = load4a_f32(x, xrow[r] + kk);
+                    float4 x1 = load4a_f32(x, xrow[r] + kk + 4);
+                    acc[r] += dot8(a, x0, x1);
+                }
+            }
+        }
+        for (uint r = 0; r < MOE_TILE_M; r++) {
+            float sum = sub_reduce_add(acc[r]);
+            uint s = tile * MOE_TILE_M + r;
+            if (sub_lane() == 0 && ((real >> r) & 1u)) out[(ulong)s * n + j] = sum;
+        }
+    }
+}
+
+KERNEL void moe_matmul_vec_bf16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const uint* sorted,
+                                GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div,
+                                uint x_rows) {
+    GRID_DEP_SYNC();
+    moe_matmul_vec(x, w, sorted, tile_expert, out, k, n, x_div, x_rows, 0u);
+}
+
+KERNEL void moe_matmul_vec_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const uint* sorted,
+                               GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div,
+                               uint x_rows) {
+    GRID_DEP_SYNC();
+    moe_matmul_vec(x, w, sorted, tile_expert, out, k, n, x_div, x_rows, 1u);
+}
+
 // moe_combine: out[t, c] = sum over j of weights[t * top_k + j] * y[slot[t * top_k + j], c] (pairs without a slot,
 // or with one at or past `slots`, add nothing). Grid: (ceil(width / ELEM_WG) groups, rows).
 KERNEL void moe_combine(GLOBAL const float* y, GLOBAL const uint* slot, GLOBAL const float* weights, GLOBAL float* out,

@@ -85,7 +85,10 @@ pub(super) fn matmul<D: KernelDevice>(
     };
     d.contents(x).f32("moe_matmul x", x_rows * k)?;
     d.contents(out).f32("moe_matmul out", rows * n)?;
-    let kernel = elem_type(dtype).pick(&names::MOE_MATMUL);
+    // 16-bit weights whose rows split into 8-value pieces take the 16-byte loads.
+    let ty = elem_type(dtype);
+    let vec = ty != rserve_kernels::ElemType::F32 && k.is_multiple_of(8);
+    let kernel = ty.pick(if vec { &names::MOE_MATMUL_VEC } else { &names::MOE_MATMUL });
     let args = vec![
         Arg::Buf(x),
         Arg::Buf(w),
