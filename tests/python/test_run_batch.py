@@ -187,6 +187,11 @@ def test_greedy_answers_equal_the_servers(batch, server):
     assert bad.status_code == 400 and by_id["bad-99"]["error"] == bad.json()
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
 def test_input_from_stdin_or_a_url_and_refused_flags(tmp_path):
     lines = [input_line(i)[0] for i in range(4)] + ["[1]"]
     text = "\n".join(lines) + "\n"
@@ -197,7 +202,7 @@ def test_input_from_stdin_or_a_url_and_refused_flags(tmp_path):
     assert len(got) == 5 and sum(o["response"]["status_code"] == 200 for o in got) == 4
 
     (tmp_path / "in.jsonl").write_text(text)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler = functools.partial(QuietHandler, directory=str(tmp_path))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
