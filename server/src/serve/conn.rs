@@ -144,3 +144,95 @@ fn spawn<Io, S, B>(
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    use super::*;
+
+    const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    /// Serves a router answering "ok" with these limits; returns its address and the shutdown trigger.
+    async fn start(limits: ConnLimits) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let router = Router::new().route("/", get(|| async { "ok" }));
+        tokio::spawn(serve(listener, router, limits, async move {
+            let _ = rx.await;
+        }));
+        (addr, tx)
+    }
+
+    fn limits(header_ms: u64, max_connections: Option<usize>) -> ConnLimits {
+        ConnLimits {
+            header_timeout: Duration::from_millis(header_ms),
+            body_timeout: Duration::from_secs(5),
+            max_connections,
+            max_header_count: 256,
+            max_head_bytes: 1 << 20,
+        }
+    }
+
+    /// Everything the server sends until it closes the connection.
+    async fn read_to_close(s: &mut TcpStream) -> String {
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await.expect("closed in time");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_slow_head_is_cut_off_at_the_header_timeout_while_others_are_served() {
+        let (addr, _stop) = start(limits(300, None)).await;
+        let mut slow = TcpStream::connect(addr).await.expect("connect");
+        slow.write_all(b"GET / HT").await.expect("write");
+        let t0 = Instant::now();
+        let mut fast = TcpStream::connect(addr).await.expect("connect");
+        fast.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("write");
+        assert!(read_to_close(&mut fast).await.starts_with("HTTP/1.1 200"));
+        assert_eq!(read_to_close(&mut slow).await, "", "closed without an answer");
+        let waited = t0.elapsed();
+        assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(3), "{waited:?}");
+    }
+
+    #[tokio::test]
+    async fn one_connection_over_the_limit_gets_503_until_a_slot_frees() {
+        let (addr, _stop) = start(limits(5_000, Some(1))).await;
+        let held = TcpStream::connect(addr).await.expect("connect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut over = TcpStream::connect(addr).await.expect("connect");
+        over.write_all(GET).await.expect("write");
+        let answer = read_to_close(&mut over).await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("retry-after: 1"), "{answer}");
+        drop(held);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut next = TcpStream::connect(addr).await.expect("connect");
+        next.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("write");
+        assert!(read_to_close(&mut next).await.starts_with("HTTP/1.1 200"));
+    }
+
+    #[tokio::test]
+    async fn shutdown_stops_accepting_and_returns_once_connections_end() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let router = Router::new().route("/", get(|| async { "ok" }));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, router, limits(5_000, None), async move {
+            let _ = rx.await;
+        }));
+        let mut idle = TcpStream::connect(addr).await.expect("connect");
+        idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+        let mut buf = [0u8; 256];
+        assert!(idle.read(&mut buf).await.expect("answer") > 0);
+        let _ = tx.send(());
+        // The idle keep-alive connection is closed, and the server returns.
+        tokio::time::timeout(Duration::from_secs(5), server).await.expect("returns").expect("no panic");
+        assert!(TcpStream::connect(addr).await.is_err(), "no longer accepting");
+    }
+}
