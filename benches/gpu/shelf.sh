@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# benches/gpu/shelf.sh — the model shelf at real scale (issue #22): Qwen3-8B and Gemma-3-12B shapes with dummy bf16
+# benches/gpu/shelf.sh — the model shelf at real scale (issues #22, #23): Qwen3-8B, Gemma-3-12B and Qwen3-30B-A3B
+# (mixture of experts) shapes with dummy bf16
 # weights (`--load-format dummy`), one client (batch-1 decode) and CONCURRENCY clients (IN_LEN in / OUT_LEN out,
 # greedy, ignore_eos), each after a warm-up. For batch 1 it also prints the weight-streaming bound: the bytes one
 # decode step reads (every weight but the embedding table, which is gathered, not streamed; tied heads read once)
-# over the device's memory bandwidth (BW_GBPS, default the H200's 4800 GB/s), as tokens per second.
+# over the device's memory bandwidth (BW_GBPS, default the H200's 4800 GB/s), as tokens per second; for a mixture of
+# experts, the active parameters (the top-k experts of each routed layer) instead of all of them.
 #
 # The dummy folders hold the real configs' shapes (tests/fixtures/configs/qwen3_8b.json; Gemma-3-12B's text model:
 # 48 layers, hidden 3840, MLP 15360, 16 heads / 8 KV heads of 256, window 1024, every 6th layer global) with the
@@ -32,6 +34,8 @@ import json, sys
 name, out = sys.argv[1], sys.argv[2]
 if name == "qwen3-8b":
     c = json.load(open("tests/fixtures/configs/qwen3_8b.json"))
+elif name == "qwen3-30b-a3b":
+    c = json.load(open("tests/fixtures/configs/qwen3_30b_a3b.json"))
 else:  # gemma-3-12b: the 27B fixture's text config with the 12B sizes
     c = json.load(open("tests/fixtures/configs/gemma3_27b_it.json"))["text_config"]
     c.update(architectures=["Gemma3ForCausalLM"], hidden_size=3840, intermediate_size=15360, num_hidden_layers=48,
@@ -51,7 +55,7 @@ run() { # model folder, label, concurrency, prompts
     2>&1 | tee "$OUT/bench-$2.log"
 }
 
-for name in qwen3-8b gemma-3-12b; do
+for name in qwen3-8b gemma-3-12b qwen3-30b-a3b; do
   [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && continue
   m=$(dummy_folder "$name")
   : > "$OUT/server-$name.log"
@@ -67,7 +71,8 @@ import json, sys
 p = json.load(sys.stdin)
 s = p['shape']
 embed = s['vocab_size'] * s['hidden_size']
-streamed = p['parameters'] - (0 if s.get('tie_word_embeddings') else embed)
+# A mixture of experts streams the experts its token is routed to (active parameters), not all of them.
+streamed = (p.get('active_parameters') or p['parameters']) - (0 if s.get('tie_word_embeddings') else embed)
 print(f'{float(${BW_GBPS:-4800}) * 1e9 / (streamed * 2):.1f}')" 2>/dev/null || echo "?")
   {
     echo "$name (vocabulary 128256): server ready in $STARTED_IN s"

@@ -1,7 +1,7 @@
 //! The model shelf on an NVIDIA GPU (run where one is; `benches/gpu/shelf.sh` prints the speed side): each tiny
-//! random-weight checkpoint (`scripts/reference/tiny_models.py`: Qwen3, Gemma 2, Gemma 3, Phi-3, Mistral) through the
-//! CUDA backend against transformers' goldens (`tests/fixtures/golden/tiny/*.json`), as the CPU and OpenCL backends
-//! are checked in CI (`engine/tests/model_shelf.rs`):
+//! random-weight checkpoint (`scripts/reference/tiny_models.py`: Qwen3, Gemma 2, Gemma 3, Phi-3, Mistral, Mixtral,
+//! Qwen3-MoE) through the CUDA backend against transformers' goldens (`tests/fixtures/golden/tiny/*.json`), as the
+//! CPU and OpenCL backends are checked in CI (`engine/tests/model_shelf.rs`):
 //! 1. `ModelRunner<CudaBackend>`, f32 weights: every prompt alone, first-token top-20 log-probs within 1e-3 and the 32
 //!    greedy tokens equal; bf16 weights: the same tokens reported (not required);
 //! 2. `CudaGraphRunner` (the server's runner: decode steps replayed from CUDA graphs, ids picked on the device),
@@ -23,7 +23,7 @@ use rserve_engine::source::{resolve_model, ResolveOptions};
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const BS: usize = 16;
-const NAMES: [&str; 5] = ["qwen3", "gemma2", "gemma3", "phi3", "mistral"];
+const NAMES: [&str; 7] = ["qwen3", "gemma2", "gemma3", "phi3", "mistral", "mixtral", "qwen3moe"];
 
 struct Prompt {
     ids: Vec<u32>,

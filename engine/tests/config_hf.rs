@@ -137,3 +137,46 @@ fn explicit_head_dim_wins_over_hidden_over_heads() {
     let p = parse_config_json(&v.to_string()).unwrap();
     assert_eq!((p.head_dim, p.hidden_size / p.num_heads), (32, 16));
 }
+
+/// Mixtures of experts from published configs (Mixtral-8x7B, Qwen3-30B-A3B, Qwen3-235B-A22B): experts, top-k,
+/// expert width, renormalising (Mixtral always; Qwen3-MoE by `norm_topk_prob`) and which layers route; and the
+/// Qwen3-MoE defaults (no renormalising) with `mlp_only_layers` and `decoder_sparse_step`.
+#[test]
+fn mixture_of_experts_configs_resolve() {
+    let read = |name: &str| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/configs").join(name);
+        parse_config_json(&std::fs::read_to_string(path).expect(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    for (name, arch, experts, top_k, width, layers) in [
+        ("mixtral_8x7b_instruct.json", Architecture::Mixtral, 8, 2, 14336, 32),
+        ("qwen3_30b_a3b.json", Architecture::Qwen3Moe, 128, 8, 768, 48),
+        ("qwen3_235b_a22b.json", Architecture::Qwen3Moe, 128, 8, 1536, 94),
+    ] {
+        let p = read(name);
+        assert_eq!(p.architecture, arch, "{name}");
+        let m = p.moe.as_ref().expect(name);
+        assert_eq!((m.num_experts, m.top_k, m.expert_intermediate, m.renormalize), (experts, top_k, width, true));
+        assert_eq!(m.layers, vec![true; layers], "{name}: every layer routes");
+        assert_eq!(p.qk_norm, arch == Architecture::Qwen3Moe, "{name}");
+        assert_eq!(p.sliding_window, None, "{name}");
+    }
+    let mut v: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/qwen3_30b_a3b.json")).expect("fixture");
+    let o = v.as_object_mut().unwrap();
+    o.remove("norm_topk_prob");
+    o.insert("num_hidden_layers".into(), 6.into());
+    o.insert("decoder_sparse_step".into(), 2.into());
+    o.insert("mlp_only_layers".into(), serde_json::json!([3]));
+    let m = parse_config_json(&v.to_string()).unwrap().moe.unwrap();
+    assert!(!m.renormalize, "Qwen3-MoE's default: norm_topk_prob false");
+    assert_eq!(m.layers, vec![false, true, false, false, false, true]);
+    assert!(parse_config_json(&base_moe(9)).unwrap_err().to_string().contains("`num_experts_per_tok` (9)"));
+    assert!(parse_config_json(&base_moe(0)).unwrap_err().to_string().contains("num_experts_per_tok"));
+}
+
+fn base_moe(top_k: usize) -> String {
+    let mut v: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/mixtral_8x7b_instruct.json")).expect("fixture");
+    v["num_experts_per_tok"] = top_k.into();
+    v.to_string()
+}

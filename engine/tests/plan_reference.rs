@@ -29,7 +29,16 @@ fn shape(name: &str) -> ModelShape {
 }
 
 /// The published configs this file was extended with (issue: real configs of current models).
-const NEW_CONFIGS: &[&str] = &["qwen3_8b", "qwen3_32b", "gemma3_27b_it", "phi4", "mistral_7b_v03"];
+const NEW_CONFIGS: &[&str] = &[
+    "qwen3_8b",
+    "qwen3_32b",
+    "gemma3_27b_it",
+    "phi4",
+    "mistral_7b_v03",
+    "mixtral_8x7b_instruct",
+    "qwen3_30b_a3b",
+    "qwen3_235b_a22b",
+];
 
 /// A fixture's raw JSON (its decoder's keys: `text_config` for a multimodal wrapper).
 fn raw_decoder(name: &str) -> Value {
@@ -54,6 +63,24 @@ fn parameter_counts_match_transformers() {
         let counted = count_params(&shape(&name)).total;
         assert_eq!(counted, r["parameters"].as_u64().unwrap(), "{name}: parameters from config shapes");
     }
+}
+
+/// Mixtures of experts: the parameters one token uses (total less the experts it is not routed to), against
+/// transformers' `experts` modules; a dense model has none.
+#[test]
+fn active_parameters_match_transformers_experts() {
+    let mut checked = 0;
+    for (name, r) in configs() {
+        let counts = count_params(&shape(&name));
+        match r["active_parameters"].as_u64() {
+            Some(want) => {
+                assert_eq!(counts.active, want, "{name}: active parameters");
+                checked += 1;
+            }
+            None => assert_eq!(counts.active, counts.total, "{name}: a dense model uses every parameter"),
+        }
+    }
+    assert!(checked >= 4, "Mixtral, Qwen3-MoE (two) and DeepSeek-V2-Lite carry a reference");
 }
 
 #[test]

@@ -12,6 +12,8 @@ transformers on the meta device (no memory, no weights) and records:
     running a 3-token forward pass on the meta device (shapes only) and summing the cache tensors;
   - for configs with a sliding window, `kv_values_at_len`: the same after a forward pass of `kv_len` = 2 x window
     tokens (transformers keeps window - 1 tokens in a sliding layer: what the next token attends to besides itself);
+  - for mixtures of experts, `active_parameters`: the parameters one token uses, i.e. `parameters` less, in each
+    layer's `experts` module, the share of the experts it is not routed to (numel x (experts - top_k) / experts);
   - for multimodal configs (a `vision_config`), `parameters_by_module`: the same parameters split by the model's
     top-level modules (`language_model`, `vision_tower`, `multi_modal_projector`, an untied `lm_head`), so a planner
     that counts the vision tower can be checked part by part.
@@ -59,6 +61,17 @@ def count_by_module(cfg) -> dict:
     return dict(sorted(parts.items()))
 
 
+def active(cfg, total: int):
+    """`total` less the idle experts' share of every `experts` module, or None without experts."""
+    text = cfg.get_text_config()
+    experts = getattr(text, "num_local_experts", None) or getattr(text, "num_experts", None)
+    top_k = getattr(text, "num_experts_per_tok", None)
+    if not experts or not top_k:
+        return None
+    in_experts = sum(p.numel() for n, p in build(cfg).named_parameters() if ".experts." in n)
+    return total - in_experts * (experts - top_k) // experts
+
+
 def cache_values(cfg, tokens: int) -> int:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
@@ -87,6 +100,9 @@ def main(folder: str) -> None:
         if window:
             entry["kv_len"] = 2 * window
             entry["kv_values_at_len"] = cache_values(cfg, 2 * window)
+        act = active(cfg, entry["parameters"])
+        if act is not None:
+            entry["active_parameters"] = act
         if getattr(cfg, "vision_config", None) is not None:
             entry["parameters_by_module"] = count_by_module(cfg)
         out["configs"][name] = entry

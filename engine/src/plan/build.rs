@@ -251,6 +251,7 @@ pub fn plan(
         parameters,
         parameters_source,
         parameters_from_config: counts.total,
+        active_parameters: shape.moe.as_ref().map(|_| counts.active),
         weights_bytes,
         kv_bytes_per_token: kv_token,
         kv_bytes_per_sequence: kv_seq,
@@ -340,6 +341,16 @@ fn lines(p: &Plan, counts: &super::params::ParamCount, forced: bool) -> Vec<Line
         }
     };
     out.push(line("parameters", fmt_params(p.parameters), formula));
+    if let (Some(active), Some(m)) = (p.active_parameters, &s.moe) {
+        out.push(line(
+            "active parameters",
+            fmt_params(active),
+            format!(
+                "per token: {} of {} experts in {} routed layers (expert MLP {} wide; config shapes)",
+                m.experts_per_token, m.experts, m.moe_layers, m.expert_intermediate
+            ),
+        ));
+    }
     out.push(line(
         "weights memory",
         gb(p.weights_bytes),

@@ -128,6 +128,9 @@ pub struct Plan {
     pub parameters: u64,
     pub parameters_source: ParamSource,
     pub parameters_from_config: u64,
+    /// A mixture of experts: the parameters one token uses (the config's count less the experts it is not routed
+    /// to); None for a dense model.
+    pub active_parameters: Option<u64>,
     pub weights_bytes: u64,
     pub kv_bytes_per_token: u64,
     pub kv_bytes_per_sequence: u64,

@@ -20,6 +20,9 @@ pub struct ParamCount {
     pub per_layer: Vec<u64>,
     pub layers: u64,
     pub total: u64,
+    /// Parameters one token uses: `total` less, in each routed layer, the experts it is not routed to (equal to
+    /// `total` for a dense model).
+    pub active: u64,
 }
 
 fn attention_params(s: &ModelShape) -> u64 {
@@ -106,15 +109,12 @@ pub fn count_params(s: &ModelShape) -> ParamCount {
     let per_layer: Vec<u64> = (0..s.num_layers).map(|i| layer_params(s, i)).collect();
     let layers = per_layer.iter().sum();
     let vision = s.vision.map_or(0, |v| vision_params(&v, s.hidden_size));
-    ParamCount {
-        embedding,
-        lm_head,
-        final_norm,
-        vision,
-        per_layer,
-        layers,
-        total: embedding + lm_head + final_norm + vision + layers,
-    }
+    let idle_experts = s.moe.as_ref().map_or(0, |m| {
+        let idle = m.experts.saturating_sub(m.experts_per_token) as u64;
+        m.moe_layers as u64 * idle * dense_mlp(s, m.expert_intermediate as u64)
+    });
+    let total = embedding + lm_head + final_norm + vision + layers;
+    ParamCount { embedding, lm_head, final_norm, vision, per_layer, layers, total, active: total - idle_experts }
 }
 
 impl ParamCount {
