@@ -571,3 +571,7 @@ impl EngineLoop {
         self.metrics.observe_finished(end, Instant::now());
     }
 }
+
+#[cfg(test)]
+#[path = "thread_tests.rs"]
+mod tests;

@@ -1,0 +1,150 @@
+//! The engine loop's fault paths on a fake runner (no model): a panic inside a step kills the engine with an error to
+//! every request it holds and to the ones still queued, without the panic leaving the thread; a failed step fails its
+//! requests and the loop serves the next; `--max-request-time` ends a request with `abort`.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rserve_scheduler::{RequestId, ScheduledSeq, Scheduler, SchedulerConfig, TokenId};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use super::EngineLoop;
+use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopParams};
+use crate::engine::faults::StepHooks;
+use crate::engine::handle::Command;
+use crate::engine::metrics::{EngineMetrics, MetricsSetup};
+use crate::runner::StepRunner;
+use crate::tokenizer::Tokenizer;
+
+const VOCAB: usize = 8;
+
+/// Every row's logits favour token 3; each step takes `delay`.
+struct FakeRunner {
+    delay: Duration,
+}
+
+impl StepRunner for FakeRunner {
+    fn execute(&mut self, batch: &[ScheduledSeq]) -> crate::Result<Vec<f32>> {
+        std::thread::sleep(self.delay);
+        let mut logits = vec![0.0; batch.len() * VOCAB];
+        for row in logits.chunks_mut(VOCAB) {
+            row[3] = 1.0;
+        }
+        Ok(logits)
+    }
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+    fn device_name(&self) -> String {
+        "fake".into()
+    }
+}
+
+/// A word-level tokenizer of `VOCAB` words, written to a temporary file.
+fn tokenizer() -> Arc<Tokenizer> {
+    let vocab: serde_json::Map<String, serde_json::Value> = (0..VOCAB).map(|i| (format!("w{i}"), i.into())).collect();
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"},
+    });
+    // One file per call: the tests run at once.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("rserve-thread-tests-{}-{n}-tokenizer.json", std::process::id()));
+    std::fs::write(&path, json.to_string()).expect("write tokenizer");
+    let tokenizer = Tokenizer::from_file(&path, None).expect("tokenizer");
+    let _ = std::fs::remove_file(&path);
+    Arc::new(tokenizer)
+}
+
+/// An engine loop on the fake runner, running on its own thread; its command sender.
+fn start(hooks: StepHooks, max_request_time: Option<Duration>) -> (mpsc::Sender<Command>, EngineThread) {
+    let scheduler = Scheduler::new(SchedulerConfig::new(512, 4096)).expect("scheduler");
+    let metrics = Arc::new(EngineMetrics::new(MetricsSetup::default()).expect("metrics"));
+    let runner = Box::new(FakeRunner { delay: Duration::from_millis(2) });
+    let mut engine = EngineLoop::new(scheduler, runner, tokenizer(), metrics, Vec::new(), 0);
+    engine.hooks = hooks;
+    engine.max_request_time = max_request_time;
+    let dead = engine.dead.clone();
+    let (tx, rx) = mpsc::channel();
+    let thread = std::thread::spawn(move || engine.run(rx));
+    (tx, EngineThread { thread, dead })
+}
+
+struct EngineThread {
+    thread: std::thread::JoinHandle<()>,
+    dead: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn add(tx: &mpsc::Sender<Command>, id: u64, max_tokens: usize) -> UnboundedReceiver<RequestEvent> {
+    let (events, rx) = unbounded_channel();
+    let request = GenerateRequest {
+        prompt_token_ids: vec![TokenId(1), TokenId(2)],
+        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
+        stop: StopParams { max_tokens, skip_special_tokens: true, ..StopParams::default() },
+    };
+    tx.send(Command::Add { id: RequestId(id), request: Box::new(request), events }).expect("engine running");
+    rx
+}
+
+/// The request's events up to its last (blocking; the engine runs on its own thread).
+fn events(mut rx: UnboundedReceiver<RequestEvent>) -> Vec<RequestEvent> {
+    let mut out = Vec::new();
+    while let Some(ev) = rx.blocking_recv() {
+        out.push(ev);
+    }
+    out
+}
+
+#[test]
+fn a_panic_in_a_step_ends_every_request_with_an_error_and_marks_the_engine_dead() {
+    let (tx, engine) = start(StepHooks::new(Some(5), None), None);
+    let first = add(&tx, 1, 1000);
+    let second = add(&tx, 2, 1000);
+    for rx in [first, second] {
+        let evs = events(rx);
+        let last = evs.last().expect("events");
+        assert!(matches!(last, RequestEvent::Error(m) if m.contains("panics on purpose")), "{last:?}");
+        assert!(evs.iter().any(|e| matches!(e, RequestEvent::Delta { .. })), "tokens came before the panic");
+    }
+    engine.thread.join().expect("the panic does not leave the engine thread");
+    assert!(engine.dead.load(Ordering::SeqCst));
+    // The loop is gone: nothing more is taken.
+    assert!(tx.send(Command::Shutdown).is_err());
+}
+
+#[test]
+fn a_failed_step_fails_its_requests_and_the_loop_serves_the_next() {
+    let (tx, engine) = start(StepHooks::new(None, Some(2)), None);
+    let evs = events(add(&tx, 1, 10));
+    assert!(matches!(evs.last(), Some(RequestEvent::Error(m)) if m.contains("out of device memory")), "{evs:?}");
+    let evs = events(add(&tx, 2, 4));
+    let finished = evs.iter().find_map(|e| match e {
+        RequestEvent::Finished { reason, usage, .. } => Some((*reason, usage.completion_tokens)),
+        _ => None,
+    });
+    assert_eq!(finished, Some((FinishReason::Length, 4)));
+    tx.send(Command::Shutdown).expect("running");
+    engine.thread.join().expect("joins");
+    assert!(!engine.dead.load(Ordering::SeqCst));
+}
+
+#[test]
+fn a_request_past_max_request_time_ends_with_abort() {
+    let (tx, engine) = start(StepHooks::default(), Some(Duration::from_millis(60)));
+    let t0 = std::time::Instant::now();
+    let evs = events(add(&tx, 1, 4000));
+    let finished = evs.iter().find_map(|e| match e {
+        RequestEvent::Finished { reason, usage, .. } => Some((*reason, usage.completion_tokens)),
+        _ => None,
+    });
+    let (reason, tokens) = finished.expect("finished");
+    assert_eq!(reason, FinishReason::Abort);
+    assert!(tokens > 0 && tokens < 4000);
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    tx.send(Command::Shutdown).expect("running");
+    engine.thread.join().expect("joins");
+}
