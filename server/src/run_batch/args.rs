@@ -40,9 +40,12 @@ pub struct RunBatchArgs {
     /// The port of the metrics server (with --enable-metrics).
     #[arg(long, default_value_t = 8000, help_heading = "Metrics")]
     pub port: u16,
-    /// Accepted as `serve` accepts it; run-batch reports progress instead of the periodic throughput line.
+    /// Do not log the periodic throughput line (logged when stderr is not a terminal; a terminal shows the bar).
     #[arg(long)]
     pub disable_log_stats: bool,
+    /// Log one line per request sent to the engine.
+    #[arg(long)]
+    pub enable_log_requests: bool,
     /// Log level (default: VLLM_LOGGING_LEVEL, else INFO; RUST_LOG overrides both).
     #[arg(long, ignore_case = true, value_parser = ["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"])]
     pub log_level: Option<String>,
@@ -112,8 +115,9 @@ mod tests {
         assert_eq!(a.output_file, "out.jsonl");
         assert_eq!(a.model().unwrap(), "m.gguf");
         assert_eq!(a.engine.scheduler.max_num_seqs, 8);
-        let a = parse("rserve run-batch --input-file - --output-file o --model m --enable-metrics --port 9000");
+        let a = parse("rserve run-batch --input-file - --output-file o --model m --enable-metrics --port 9000 --enable-log-requests");
         assert_eq!(a.model().unwrap(), "m");
+        assert!(a.enable_log_requests);
         assert!(a.enable_metrics);
         assert_eq!(a.port, 9000);
     }

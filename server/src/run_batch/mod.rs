@@ -65,6 +65,7 @@ pub fn run(args: RunBatchArgs) -> anyhow::Result<()> {
     let total = source.count_lines().map(|n| n.saturating_sub(done.lines));
     // vLLM's bound: twice the running sequences, so the next requests wait in the engine's queue, not in ours.
     let concurrency = 2 * args.engine.scheduler.max_num_seqs;
+    let log_requests = args.enable_log_requests;
     tracing::info!(
         "rserve {} batch: {} -> {}, model {model:?}",
         env!("CARGO_PKG_VERSION"),
@@ -74,20 +75,18 @@ pub fn run(args: RunBatchArgs) -> anyhow::Result<()> {
 
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
     let result = runtime.block_on(async move {
-        let metrics_listener = match args.enable_metrics {
-            true => Some(
-                tokio::net::TcpListener::bind((args.url.as_str(), args.port))
-                    .await
-                    .with_context(|| format!("--enable-metrics: cannot listen on {}:{}", args.url, args.port))?,
-            ),
-            false => None,
+        let metrics_listener = if args.enable_metrics {
+            let bound = tokio::net::TcpListener::bind((args.url.as_str(), args.port)).await;
+            Some(bound.with_context(|| format!("--enable-metrics: cannot listen on {}:{}", args.url, args.port))?)
+        } else {
+            None
         };
         let engine = tokio::task::spawn_blocking(move || LiveEngine::start(config))
             .await
             .context("the engine start-up task failed")?
             .context("starting the engine")?;
         let engine: Arc<dyn Engine> = Arc::new(engine);
-        let state = AppState::new(engine.clone(), settings(served_model_names));
+        let state = AppState::new(engine.clone(), ServerSettings { log_requests, ..settings(served_model_names) });
         if let Some(listener) = metrics_listener {
             tracing::info!("Prometheus metrics at http://{}/metrics", listener.local_addr()?);
             let metrics =
