@@ -209,6 +209,8 @@ pub async fn serve(
     let draining = state.clone();
     let died = Arc::new(AtomicBool::new(false));
     let (watched, died_flag, keep_alive) = (engine.clone(), died.clone(), front.keep_alive_on_engine_death);
+    // Set when the shutdown begins, for a signal or the engine's death: the grace period runs from then.
+    let (begun_tx, begun) = tokio::sync::watch::channel(false);
     let until_shutdown = async move {
         tokio::select! {
             () = shutdown::flag(first) => {}
@@ -221,6 +223,7 @@ pub async fn serve(
             }
         }
         draining.begin_shutdown();
+        let _ = begun_tx.send(true);
     };
     let limits = front.limits;
     let mut server: Pin<Box<dyn Future<Output = ()> + Send>> = match front.tls {
@@ -234,7 +237,7 @@ pub async fn serve(
     tracing::info!("Application startup complete.");
 
     let deadline = async {
-        shutdown::flag(signals.first.clone()).await;
+        shutdown::flag(begun).await;
         tokio::select! {
             _ = tokio::time::sleep(grace) => "the shutdown timeout passed",
             _ = shutdown::flag(signals.second.clone()) => "a second signal arrived",
