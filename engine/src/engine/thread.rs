@@ -98,8 +98,8 @@ impl EngineLoop {
     /// Runs until a `Shutdown` command arrives or every handle is gone, or until a panic: the engine is dead then,
     /// and every request it holds or that is still queued gets an error.
     pub(crate) fn run(mut self, rx: std::sync::mpsc::Receiver<Command>) {
-        // The loop's state after a panic is not trusted again: only `live` (the requests' channels) and the metrics
-        // are touched, in `die`.
+        // The loop's state after a panic is not trusted again: `die` touches only `live` (the requests' channels)
+        // and the metrics, and reads the cache's size for them.
         match catch_unwind(AssertUnwindSafe(|| self.serve(&rx))) {
             Ok(()) => self.publish_gauges(),
             Err(payload) => self.die(&faults::panic_message(&*payload), &rx),
@@ -168,14 +168,15 @@ impl EngineLoop {
             .filter(|(_, l)| now.saturating_duration_since(l.stats.arrival) >= limit)
             .map(|(id, _)| *id)
             .collect();
+        if overdue.is_empty() {
+            return;
+        }
         for id in overdue {
             tracing::warn!("request {} ended: it ran past --max-request-time ({:.1} s)", id.0, limit.as_secs_f64());
             self.scheduler.abort(id);
             self.finish(id, FinishReason::Abort, None, true);
         }
-        if !self.live.is_empty() {
-            self.publish_gauges();
-        }
+        self.publish_gauges();
     }
 
     fn handle(&mut self, cmd: Command) {
