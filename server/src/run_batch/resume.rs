@@ -6,8 +6,10 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 use std::path::Path;
+
+use serde::Deserialize;
 
 /// The input lines a previous run answered.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -18,18 +20,55 @@ pub struct Done {
     pub lines: u64,
 }
 
+/// The one field of an output line resume reads (the body is skipped, not built).
+#[derive(Deserialize)]
+struct CustomId {
+    custom_id: Option<String>,
+}
+
+/// What an output file holds: its answered lines, and the length of its complete lines (up to and with the last
+/// newline; anything after it is a torn line).
+#[derive(Debug, Default, PartialEq)]
+pub struct Scan {
+    pub done: Done,
+    pub complete_len: u64,
+    pub total_len: u64,
+}
+
 impl Done {
-    /// Reads the complete lines of an output file (the text up to its last newline).
-    pub fn from_output(text: &[u8]) -> Self {
-        let mut done = Done::default();
-        for line in text.split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
-            done.lines += 1;
-            match serde_json::from_slice::<serde_json::Value>(line).ok().and_then(|v| v.get("custom_id").cloned()) {
-                Some(serde_json::Value::String(id)) => *done.ids.entry(id).or_default() += 1,
-                _ => done.idless += 1,
+    /// Reads an output file line by line (never whole: it may hold a million answers).
+    pub fn scan(mut reader: impl BufRead) -> io::Result<Scan> {
+        let mut scan = Scan::default();
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = reader.read_until(b'\n', &mut line)? as u64;
+            if n == 0 {
+                return Ok(scan);
+            }
+            scan.total_len += n;
+            if line.last() != Some(&b'\n') {
+                continue; // torn: the end of the file
+            }
+            scan.complete_len = scan.total_len;
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                scan.done.add(&line);
             }
         }
-        done
+    }
+
+    /// The complete lines of an output file's text.
+    #[cfg(test)]
+    pub fn from_output(text: &[u8]) -> Self {
+        Self::scan(text).map(|s| s.done).unwrap_or_default()
+    }
+
+    fn add(&mut self, line: &[u8]) {
+        self.lines += 1;
+        match serde_json::from_slice::<CustomId>(line) {
+            Ok(CustomId { custom_id: Some(id) }) => *self.ids.entry(id).or_default() += 1,
+            _ => self.idless += 1,
+        }
     }
 
     /// Whether the input line with this custom_id (`None`: a line without one) was answered; each answer is used
@@ -50,42 +89,36 @@ impl Done {
     }
 }
 
-/// The length of the complete lines at the start of `text`: up to and with its last newline.
-pub fn complete_len(text: &[u8]) -> usize {
-    text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
-}
-
 /// Opens the output for appending: a new file, or an existing one cut to its last complete line, with what it
 /// holds.
 pub fn open(path: &Path) -> io::Result<(File, Done)> {
     let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
-    let mut text = Vec::new();
-    file.read_to_end(&mut text)?;
-    let keep = complete_len(&text);
-    if keep < text.len() {
+    let scan = Done::scan(BufReader::new(&file))?;
+    if scan.complete_len < scan.total_len {
         tracing::warn!(
             "{}: cutting off a torn last line ({} bytes) left by an interrupted run",
             path.display(),
-            text.len() - keep
+            scan.total_len - scan.complete_len
         );
-        file.set_len(keep as u64)?;
+        file.set_len(scan.complete_len)?;
     }
-    let done = Done::from_output(&text[..keep]);
     file.seek(SeekFrom::End(0))?;
-    file.flush()?;
-    Ok((file, done))
+    Ok((file, scan.done))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+
     use super::*;
 
     #[test]
-    fn a_torn_last_line_is_cut() {
-        assert_eq!(complete_len(b""), 0);
-        assert_eq!(complete_len(b"{\"a\":1}"), 0);
-        assert_eq!(complete_len(b"{\"a\":1}\n{\"b\""), 8);
-        assert_eq!(complete_len(b"{\"a\":1}\n"), 8);
+    fn a_torn_last_line_is_not_counted() {
+        let scan = |t: &[u8]| Done::scan(t).map(|s| (s.complete_len, s.total_len, s.done.lines)).unwrap();
+        assert_eq!(scan(b""), (0, 0, 0));
+        assert_eq!(scan(b"{\"a\":1}"), (0, 7, 0));
+        assert_eq!(scan(b"{\"a\":1}\n{\"b\""), (8, 12, 1));
+        assert_eq!(scan(b"{\"a\":1}\n"), (8, 8, 1));
     }
 
     #[test]
