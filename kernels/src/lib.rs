@@ -175,7 +175,7 @@ pub fn work_group(kernel: &str) -> usize {
         k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") || k == "head_rms_norm" => ROW_WG,
         k if k.starts_with("paged_attention_decode") => ATTN_WG,
         k if k.starts_with("paged_attention_prefill") => PREFILL_WG,
-        k if k.starts_with("matmul_rows") || k.starts_with("moe_matmul") => GEMV_WG,
+        k if k.starts_with("matmul_rows") || k.starts_with("moe_matmul") || k == "moe_route" => GEMV_WG,
         k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_pdla") => GEMV_ASYNC_WG,
         k if k.starts_with("matmul_tiled") => GEMM_WG,

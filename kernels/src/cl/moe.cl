@@ -14,43 +14,51 @@
 
 // moe_route: logits[rows, experts] -> each row's top_k experts, most probable first (the lowest index among equal
 // probabilities), into ids[r * top_k + j], and their weights: the softmax over all experts, divided by the sum of the
-// chosen ones when `renormalize` (Mixtral, Qwen3-MoE's norm_topk_prob). One work-item per row: top_k passes over
-// the row, each taking the best expert after the previous pick in (probability desc, index asc) order.
-// Grid: (ceil(rows / ELEM_WG) groups).
+// chosen ones when `renormalize` (Mixtral, Qwen3-MoE's norm_topk_prob). One sub-group per row (the first of its
+// work-group; the others leave): lanes stride over the experts, the softmax's max and sum are sub-group reductions,
+// and each of the top_k picks is two more (the best probability after the previous pick in (probability desc,
+// index asc) order, then the lowest index holding it, as a max over -index; exact below 2^24 experts).
+// Grid: (rows groups of GEMV_WG).
 KERNEL void moe_route(GLOBAL const float* logits, GLOBAL uint* ids, GLOBAL float* weights, uint rows, uint experts,
                       uint top_k, uint renormalize) {
     GRID_DEP_SYNC();
-    uint r = global_id0();
-    if (r >= rows) return;
+    uint r = group_id(0);
+    if (sub_id() != 0 || r >= rows) return;
     GLOBAL const float* l = logits + (ulong)r * experts;
+    uint lane = sub_lane();
+    uint step = sub_size();
     float mx = NEG_INF;
-    for (uint e = 0; e < experts; e++) mx = fmax(mx, l[e]);
+    for (uint e = lane; e < experts; e += step) mx = fmax(mx, l[e]);
+    mx = sub_reduce_max(mx);
     float sum = 0.0f;
-    for (uint e = 0; e < experts; e++) sum += exp(l[e] - mx);
+    for (uint e = lane; e < experts; e += step) sum += exp(l[e] - mx);
+    sum = sub_reduce_add(sum);
     float prev = 0.0f;
     uint prev_e = MOE_NONE;
     float chosen = 0.0f;
     for (uint j = 0; j < top_k; j++) {
         float best = NEG_INF;
-        uint best_e = 0;
-        uint found = 0;
-        for (uint e = 0; e < experts; e++) {
+        float best_neg_e = NEG_INF;
+        for (uint e = lane; e < experts; e += step) {
             float v = l[e];
             uint after = prev_e == MOE_NONE || v < prev || (v == prev && e > prev_e);
-            if (after && (!found || v > best)) {
+            if (after && (best_neg_e == NEG_INF || v > best)) {
                 best = v;
-                best_e = e;
-                found = 1;
+                best_neg_e = -(float)e;
             }
         }
-        float w = exp(best - mx) / sum;
-        ids[(ulong)r * top_k + j] = best_e;
-        weights[(ulong)r * top_k + j] = w;
+        float m = sub_reduce_max(best);
+        uint be = (uint)(-sub_reduce_max(best == m ? best_neg_e : NEG_INF));
+        float w = exp(m - mx) / sum;
+        if (lane == 0) {
+            ids[(ulong)r * top_k + j] = be;
+            weights[(ulong)r * top_k + j] = w;
+        }
         chosen += w;
-        prev = best;
-        prev_e = best_e;
+        prev = m;
+        prev_e = be;
     }
-    if (renormalize)
+    if (renormalize && lane == 0)
         for (uint j = 0; j < top_k; j++) weights[(ulong)r * top_k + j] /= chosen;
 }
 

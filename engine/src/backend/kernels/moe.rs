@@ -31,7 +31,7 @@ pub(super) fn route<D: KernelDevice>(
     let mut args =
         arg_list(kernel, &[logits, ids, weights], &[(rows, "rows"), (experts, "experts"), (top_k, "top_k")])?;
     args.push(Arg::U32(u32::from(renormalize)));
-    d.launch(&Launch::items(kernel, args, rows, [1, 1]))
+    d.launch(&Launch::groups(kernel, args, rows, [1, 1]))
 }
 
 /// Checks the tile buffers for `pairs` pairs (the slots) and returns the rows they cover.
