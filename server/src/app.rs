@@ -8,15 +8,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
-use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, Uri};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use axum::serve::IncomingStream;
 use axum::Router;
-use tokio::net::TcpListener;
 use tower::Layer;
 use tower_http::cors::CorsLayer;
 
@@ -24,7 +21,6 @@ use crate::auth;
 use crate::error::ApiError;
 use crate::routes::{chat, completions, dev, health, metrics, models, tokenize};
 use crate::state::{AppState, LoadSlot};
-use crate::tls::TlsListener;
 
 /// How HTTP requests are logged (uvicorn-style access lines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,21 +154,9 @@ impl http_body::Body for Counted {
     }
 }
 
-/// The client's address, for the access log, from either listener.
+/// The client's address, for the access log: `serve::conn` puts it on each request as `ConnectInfo<Peer>`.
 #[derive(Debug, Clone, Copy)]
 pub struct Peer(pub SocketAddr);
-
-impl Connected<IncomingStream<'_, TcpListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, TcpListener>) -> Self {
-        Peer(*stream.remote_addr())
-    }
-}
-
-impl Connected<IncomingStream<'_, TlsListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        Peer(*stream.remote_addr())
-    }
-}
 
 /// `router` behind what runs before routing: CORS (outermost, so that a preflight never meets the API key), then
 /// `--root-path` taken off the path.
