@@ -167,3 +167,27 @@ def test_random_weight_8_head_model_tp2_and_tp4_match_one_process(eight_head_mod
             assert stop_job(s) == 0, s.log()
         finally:
             s.kill()
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3moe"])
+def test_mixture_of_experts_tp2_matches_one_process(name):
+    """The tiny Mixtral (8 experts, top 2) and Qwen3-MoE (16 experts, top 4, one dense layer) checkpoints: at TP=2 each
+    rank holds half of every expert's width (and of the dense MLP) and the router whole; the greedy tokens equal one
+    process's."""
+    model = models_root() / "tiny" / name
+    if not (model / "model.safetensors").is_file():
+        pytest.skip(f"{model} missing: run scripts/fetch-models.sh")
+    args = ["--dtype", "float32", "--max-model-len", "512"]
+    single = Server(*args, name=f"{name}, one process", launch=[], model=model)
+    try:
+        want = dummy_greedy_ids(single)
+    finally:
+        assert single.stop() == 0, single.log()
+    assert len(set(want)) > 1, "the tiny model should not answer every prompt alike"
+    s = Server(*args, "-tp", "2", name=f"{name}, tp=2", launch=[*MPIRUN, "-n", "2"], model=model)
+    try:
+        assert "tp=2, pp=1" in s.log(200)
+        assert dummy_greedy_ids(s) == want
+        assert stop_job(s) == 0, s.log()
+    finally:
+        s.kill()
