@@ -182,7 +182,9 @@ MOE_MATMUL(moe_matmul_bf16, ushort, load_bf16)
 MOE_MATMUL(moe_matmul_f16, ushort, load_f16)
 
 // moe_matmul_vec_bf16 / _f16: moe_matmul_* for 16-bit weights with k a multiple of 8: each lane reads 8 weights (16
-// bytes) of the row per step, as matmul_vec does, so a sub-group's step reads whole cache lines. Same grid.
+// bytes) of the row per step, as matmul_vec does, so a sub-group's step reads whole cache lines, and the loop is
+// unrolled so several steps' loads are in flight (one token reads only its experts: latency, not arithmetic). Same
+// grid.
 INLINE void moe_matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const uint* sorted,
                            GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div, uint x_rows,
                            uint is_f16) {
@@ -208,6 +210,7 @@ INLINE void moe_matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL
         float acc[MOE_TILE_M];
         for (uint r = 0; r < MOE_TILE_M; r++) acc[r] = 0.0f;
         ulong wrow = (ulong)j * k;
+#pragma unroll 4
         for (uint kk = sub_lane() * 8; kk < k; kk += sub_size() * 8) {
             f32x8 a = is_f16 ? load8_f16(we, wrow + kk) : load8_bf16(we, wrow + kk);
             for (uint r = 0; r < MOE_TILE_M; r++) {
