@@ -121,7 +121,9 @@ const NO_KV_EVENTS: &str = "no KV cache events are published";
 const NO_KV_TRANSFER: &str = "disaggregated prefill / KV and weight transfer are not implemented";
 const NO_MAMBA: &str = "no Mamba / hybrid models in rserve";
 const NO_MIDDLEWARE: &str = "no Python ASGI middleware can be loaded";
-const NO_MOE: &str = "no mixture-of-experts models in rserve yet";
+const NO_EP: &str =
+    "no expert parallelism yet: under -tp every rank holds a slice of every expert (split like a dense MLP)";
+const NO_ROUTED_OUT: &str = "the experts a token was routed to are not returned";
 const NO_OFFLOAD: &str = "weights and KV cache stay on the device; no CPU offload";
 const NO_OTLP: &str = "no OpenTelemetry trace export";
 const NO_PLUGINS: &str = "rserve loads no Python plugins, classes or extra configuration";
@@ -264,7 +266,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--quantization-config"], V, Refused(QUANTIZATION)),
     v(&["--allow-deprecated-quantization", "--no-allow-deprecated-quantization"], S, Ignored(QUANTIZATION)),
     v(&["--enforce-eager", "--no-enforce-eager"], S, Implemented),
-    v(&["--enable-return-routed-experts", "--disable-return-routed-experts"], S, Ignored(NO_MOE)),
+    v(&["--enable-return-routed-experts", "--disable-return-routed-experts"], S, Ignored(NO_ROUTED_OUT)),
     v(&["--return-sampling-mask", "--no-return-sampling-mask"], S, Ignored(SAMPLER)),
     v(&["--max-logprobs"], V, Implemented),
     v(&["--logprobs-mode"], V, Only(&["raw_logprobs"], LOGPROBS_MODE)),
@@ -345,22 +347,22 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--data-parallel-external-lb", "--no-data-parallel-external-lb", "-dpe"], S, Ignored(DATA_PARALLEL)),
     v(&["--data-parallel-multi-port-external-lb", "-dpm"], S, Ignored(DATA_PARALLEL)),
     v(&["--enable-hc-sp", "--disable-hc-sp"], S, Ignored(TUNING)),
-    v(&["--enable-expert-parallel", "-ep", "--disable-expert-parallel"], S, Ignored(NO_MOE)),
+    v(&["--enable-expert-parallel", "-ep", "--disable-expert-parallel"], S, Ignored(NO_EP)),
     v(&["--enable-batch-sharded-sampling", "--disable-batch-sharded-sampling"], S, Ignored(TUNING)),
-    v(&["--enable-ep-weight-filter", "--disable-ep-weight-filter"], S, Ignored(NO_MOE)),
-    v(&["--all2all-backend"], V, Ignored(NO_MOE)),
+    v(&["--enable-ep-weight-filter", "--disable-ep-weight-filter"], S, Ignored(NO_EP)),
+    v(&["--all2all-backend"], V, Ignored(NO_EP)),
     v(&["--enable-dbo", "--disable-dbo"], S, Ignored(TUNING)),
     v(&["--enable-shm-tensor-arena", "--disable-shm-tensor-arena"], S, Ignored(TUNING)),
     v(&["--ubatch-size"], V, Ignored(TUNING)),
-    v(&["--enable-elastic-ep", "--disable-elastic-ep"], S, Ignored(NO_MOE)),
-    v(&["--elastic-ep-max-dp-size"], V, Ignored(NO_MOE)),
+    v(&["--enable-elastic-ep", "--disable-elastic-ep"], S, Ignored(NO_EP)),
+    v(&["--elastic-ep-max-dp-size"], V, Ignored(NO_EP)),
     v(&["--dbo-decode-token-threshold"], V, Ignored(TUNING)),
     v(&["--dp-sync-interval"], V, Ignored(DATA_PARALLEL)),
     v(&["--dbo-prefill-token-threshold"], V, Ignored(TUNING)),
     v(&["--disable-nccl-for-dp-synchronization", "--enable-nccl-for-dp-synchronization"], S, Ignored(DATA_PARALLEL)),
-    v(&["--enable-eplb", "--disable-eplb"], S, Ignored(NO_MOE)),
-    v(&["--eplb-config"], V, Ignored(NO_MOE)),
-    v(&["--expert-placement-strategy"], V, Ignored(NO_MOE)),
+    v(&["--enable-eplb", "--disable-eplb"], S, Ignored(NO_EP)),
+    v(&["--eplb-config"], V, Ignored(NO_EP)),
+    v(&["--expert-placement-strategy"], V, Ignored(NO_EP)),
     v(&["--max-parallel-loading-workers"], V, Ignored(LOADER)),
     v(&["--ray-workers-use-nsight", "--no-ray-workers-use-nsight"], S, Ignored(MPI_LAUNCH)),
     v(&["--disable-custom-all-reduce", "--enable-custom-all-reduce"], S, Ignored(MPI_NOT_NCCL)),
