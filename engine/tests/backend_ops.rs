@@ -490,14 +490,22 @@ fn out_of_range_indices_are_errors() {
 // ------------------------------------------------------------------------------------------------ routed experts
 
 /// One mixture-of-experts MLP through the four ops (route, group, gate/up multiply, activation, down multiply,
-/// combine): one token (each pair alone in a tile), a decode-sized and a prefill-sized batch, routing skewed so one
-/// expert's pairs fill several tiles, renormalised and plain top-k weights, f32 and 16-bit expert weights.
+/// combine): one token (each pair alone in a tile), decode-sized batches, routing skewed so one expert's pairs fill
+/// several tiles, a prefill-sized batch (the tiled multiply), widths that do not split into 8-value pieces,
+/// renormalised and plain top-k weights, f32 and 16-bit expert weights.
 fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Output> {
     use rserve_engine::backend::{moe_max_tiles, MoeInput, MoeTiles};
     let mut outs = Vec::new();
-    for (tokens, experts, top_k, hidden, inter, renormalize, skew) in
-        [(1, 8, 2, 64, 48, true, 0.0), (5, 60, 4, 96, 40, false, 0.0), (37, 16, 2, 64, 24, true, 4.0)]
-    {
+    for (tokens, experts, top_k, hidden, inter, renormalize, skew) in [
+        (1, 8, 2, 64, 48, true, 0.0),
+        (5, 60, 4, 96, 40, false, 0.0),
+        (37, 16, 2, 64, 24, true, 4.0),
+        // Widths not a multiple of 8: 16-bit experts through the scalar loads.
+        (3, 8, 2, 36, 20, true, 0.0),
+        // Prefill-sized: 300 tokens over 8 experts fill several 64-row blocks per expert (the tiled multiply), one
+        // expert skewed so blocks also split between experts.
+        (300, 8, 2, 72, 40, false, 1.0),
+    ] {
         let x = b.upload_f32(&random(rng, tokens * hidden, 1.0)).unwrap();
         let mut logits = random(rng, tokens * experts, 2.0);
         // Skewed routing: expert 3 first for every token, so its pairs span several tiles.

@@ -202,6 +202,13 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
             Op::MoeMatMul { x: &x, w: &mat(dtype, experts * inter, h), tiles: &tiles, input, out: &gu, k: h, n: inter },
         )
         .unwrap();
+        // Many pairs per expert (80 pairs over 2 experts): the tiled variant.
+        let few = rserve_engine::backend::moe_max_tiles(pairs, 2);
+        let few_rows = few * rserve_kernels::launch::MOE_TILE_M;
+        let (fs, ft) = (out_u32(few_rows), out_u32(few));
+        let few_tiles = MoeTiles { sorted: &fs, tile_expert: &ft, slot: &slot, max_tiles: few };
+        let (w2, o2) = (mat(dtype, 2 * inter, h), f(few_rows * inter));
+        kernels::run(d, Op::MoeMatMul { x: &x, w: &w2, tiles: &few_tiles, input, out: &o2, k: h, n: inter }).unwrap();
         // A width that is not a multiple of 8: the scalar-load variant.
         let w60 = mat(dtype, experts * inter, 60);
         kernels::run(d, Op::MoeMatMul { x: &x, w: &w60, tiles: &tiles, input, out: &gu, k: 60, n: inter }).unwrap();

@@ -74,6 +74,9 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "moe_matmul_f16",
             "moe_matmul_vec_bf16",
             "moe_matmul_vec_f16",
+            "moe_matmul_tiled_f32",
+            "moe_matmul_tiled_bf16",
+            "moe_matmul_tiled_f16",
             "moe_combine",
         ],
     ),
@@ -165,6 +168,8 @@ pub mod names {
     pub const MOE_MATMUL: ByType = ["moe_matmul_f32", "moe_matmul_bf16", "moe_matmul_f16"];
     /// By weight type (16-bit only, k a multiple of 8): 16-byte weight loads.
     pub const MOE_MATMUL_VEC: ByType = ["", "moe_matmul_vec_bf16", "moe_matmul_vec_f16"];
+    /// By weight type: local-memory tiles over several tiles of one expert (many pairs per expert: prefill).
+    pub const MOE_MATMUL_TILED: ByType = ["moe_matmul_tiled_f32", "moe_matmul_tiled_bf16", "moe_matmul_tiled_f16"];
     pub const MOE_COMBINE: &str = "moe_combine";
 }
 
@@ -175,6 +180,7 @@ pub fn work_group(kernel: &str) -> usize {
         k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") || k == "head_rms_norm" => ROW_WG,
         k if k.starts_with("paged_attention_decode") => ATTN_WG,
         k if k.starts_with("paged_attention_prefill") => PREFILL_WG,
+        k if k.starts_with("moe_matmul_tiled") => GEMM_WG,
         k if k.starts_with("matmul_rows") || k.starts_with("moe_matmul") || k == "moe_route" => GEMV_WG,
         k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_pdla") => GEMV_ASYNC_WG,
@@ -238,6 +244,8 @@ const _: () = {
     assert!(ATTN_HEAD_CHUNK <= ATTN_WG);
     // moe_align stages one pair per work-item of its single work-group.
     assert!(MOE_TILE_M > 0 && MOE_MAX_EXPERTS > 0);
+    // moe_matmul_tiled: a GEMM tile covers whole routed-experts tiles.
+    assert!(GEMM_TILE_M.is_multiple_of(MOE_TILE_M));
     // Work-group sizes are multiples of 64, so sub-groups are full.
     assert!(ROW_WG.is_multiple_of(64) && ELEM_WG.is_multiple_of(64) && ATTN_WG.is_multiple_of(64));
     assert!(PREFILL_WG.is_multiple_of(64) && GEMV_WG.is_multiple_of(64) && GEMM_WG.is_multiple_of(64));

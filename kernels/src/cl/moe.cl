@@ -243,6 +243,90 @@ KERNEL void moe_matmul_vec_f16(GLOBAL const float* x, GLOBAL const ushort* w, GL
     moe_matmul_vec(x, w, sorted, tile_expert, out, k, n, x_div, x_rows, 1u);
 }
 
+// moe_matmul_tiled_*: the grouped multiply for many pairs per expert (prefill): a work-group computes a
+// GEMM_TILE_M x GEMM_TILE_N block of out over the MOE_SUPER = GEMM_TILE_M / MOE_TILE_M consecutive tiles it covers,
+// with matmul_tiled's local-memory tiles and 4 x 4 outputs per work-item, once per run of tiles of one expert among
+// them (the other rows masked: a block is usually one expert's, the runs only split where experts meet). An expert
+// with many pairs is then read once per GEMM_TILE_M rows instead of once per MOE_TILE_M. Rows, inputs and padding as
+// moe_matmul_*. Grid: (ceil(n / GEMM_TILE_N) x GEMM_WG, ceil(max_tiles / MOE_SUPER)).
+#define MOE_SUPER (GEMM_TILE_M / MOE_TILE_M)
+#define MOE_TX (GEMM_TILE_N / 4)
+#define MOE_MATMUL_TILED(NAME, T, LOAD)                                                                        \
+    KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const uint* sorted,                      \
+                     GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div,            \
+                     uint x_rows, uint max_tiles) {                                                            \
+        GRID_DEP_SYNC();                                                                                       \
+        LOCAL float xs[GEMM_TILE_K * GEMM_TILE_M];                                                             \
+        LOCAL float ws[GEMM_TILE_K * GEMM_TILE_N];                                                             \
+        LOCAL uint xrow[GEMM_TILE_M];                                                                          \
+        uint lid = local_id();                                                                                 \
+        uint tx = lid % MOE_TX;                                                                                \
+        uint ty = lid / MOE_TX;                                                                                \
+        uint n0 = group_id(0) * GEMM_TILE_N;                                                                   \
+        uint t0 = group_id(1) * MOE_SUPER;                                                                     \
+        uint s0 = t0 * MOE_TILE_M;                                                                             \
+        for (uint r = lid; r < GEMM_TILE_M; r += GEMM_WG) {                                                    \
+            uint p = t0 + r / MOE_TILE_M < max_tiles ? sorted[s0 + r] : MOE_NONE;                              \
+            uint xr = x_div > 0 ? p / x_div : s0 + r;                                                          \
+            xrow[r] = p != MOE_NONE && xr < x_rows ? xr : MOE_NONE;                                            \
+        }                                                                                                      \
+        barrier_local();                                                                                       \
+        uint done = 0;                                                                                         \
+        while (done < MOE_SUPER && t0 + done < max_tiles) {                                                    \
+            uint ex = tile_expert[t0 + done];                                                                  \
+            uint run = 1;                                                                                      \
+            while (done + run < MOE_SUPER && t0 + done + run < max_tiles && tile_expert[t0 + done + run] == ex) \
+                run++;                                                                                         \
+            uint lo = done * MOE_TILE_M;                                                                       \
+            uint hi = (done + run) * MOE_TILE_M;                                                               \
+            done += run;                                                                                       \
+            if (ex == MOE_NONE) continue;                                                                      \
+            GLOBAL const T* we = w + (ulong)ex * n * k;                                                        \
+            float acc[4][4];                                                                                   \
+            for (uint i = 0; i < 4; i++)                                                                       \
+                for (uint jj = 0; jj < 4; jj++) acc[i][jj] = 0.0f;                                             \
+            for (uint k0 = 0; k0 < k; k0 += GEMM_TILE_K) {                                                     \
+                for (uint el = lid; el < GEMM_TILE_M * GEMM_TILE_K; el += GEMM_WG) {                           \
+                    uint r = el / GEMM_TILE_K;                                                                 \
+                    uint c = el % GEMM_TILE_K;                                                                 \
+                    uint gk = k0 + c;                                                                          \
+                    uint xr = xrow[r];                                                                         \
+                    uint live = r >= lo && r < hi && xr != MOE_NONE && gk < k;                                 \
+                    xs[c * GEMM_TILE_M + r] = live ? x[(ulong)xr * k + gk] : 0.0f;                             \
+                }                                                                                              \
+                for (uint el = lid; el < GEMM_TILE_N * GEMM_TILE_K; el += GEMM_WG) {                           \
+                    uint r = el / GEMM_TILE_K;                                                                 \
+                    uint c = el % GEMM_TILE_K;                                                                 \
+                    uint gn = n0 + r;                                                                          \
+                    uint gk = k0 + c;                                                                          \
+                    ws[c * GEMM_TILE_N + r] = (gn < n && gk < k) ? LOAD(we, (ulong)gn * k + gk) : 0.0f;        \
+                }                                                                                              \
+                barrier_local();                                                                               \
+                for (uint kk = 0; kk < GEMM_TILE_K; kk++) {                                                    \
+                    float a[4];                                                                                \
+                    float b[4];                                                                                \
+                    for (uint i = 0; i < 4; i++) a[i] = xs[kk * GEMM_TILE_M + ty + i * (GEMM_TILE_M / 4)];     \
+                    for (uint jj = 0; jj < 4; jj++) b[jj] = ws[kk * GEMM_TILE_N + tx + jj * MOE_TX];           \
+                    for (uint i = 0; i < 4; i++)                                                               \
+                        for (uint jj = 0; jj < 4; jj++) acc[i][jj] += a[i] * b[jj];                            \
+                }                                                                                              \
+                barrier_local();                                                                               \
+            }                                                                                                  \
+            for (uint i = 0; i < 4; i++) {                                                                     \
+                uint r = ty + i * (GEMM_TILE_M / 4);                                                           \
+                if (r < lo || r >= hi || xrow[r] == MOE_NONE) continue;                                        \
+                for (uint jj = 0; jj < 4; jj++) {                                                              \
+                    uint gn = n0 + tx + jj * MOE_TX;                                                           \
+                    if (gn < n) out[(ulong)(s0 + r) * n + gn] = acc[i][jj];                                    \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+
+MOE_MATMUL_TILED(moe_matmul_tiled_f32, float, load_f32)
+MOE_MATMUL_TILED(moe_matmul_tiled_bf16, ushort, load_bf16)
+MOE_MATMUL_TILED(moe_matmul_tiled_f16, ushort, load_f16)
+
 // moe_combine: out[t, c] = sum over j of weights[t * top_k + j] * y[slot[t * top_k + j], c] (pairs without a slot,
 // or with one at or past `slots`, add nothing). Grid: (ceil(width / ELEM_WG) groups, rows).
 KERNEL void moe_combine(GLOBAL const float* y, GLOBAL const uint* slot, GLOBAL const float* weights, GLOBAL float* out,

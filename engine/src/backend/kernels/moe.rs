@@ -6,7 +6,7 @@
 //! skipped, an expert id outside the experts gets no slot, an input row past `x` and a slot past the tiles are
 //! skipped.
 
-use rserve_kernels::launch::{MOE_MAX_EXPERTS, MOE_TILE_M};
+use rserve_kernels::launch::{GEMM_TILE_M, GEMM_TILE_N, MOE_MAX_EXPERTS, MOE_TILE_M};
 use rserve_kernels::names;
 
 use super::contents::elem_type;
@@ -85,8 +85,25 @@ pub(super) fn matmul<D: KernelDevice>(
     };
     d.contents(x).f32("moe_matmul x", x_rows * k)?;
     d.contents(out).f32("moe_matmul out", rows * n)?;
-    // 16-bit weights whose rows split into 8-value pieces take the 16-byte loads.
     let ty = elem_type(dtype);
+    if tiled(tiles.max_tiles, w_rows / n) {
+        let kernel = ty.pick(&names::MOE_MATMUL_TILED);
+        let args = vec![
+            Arg::Buf(x),
+            Arg::Buf(w),
+            Arg::Buf(tiles.sorted),
+            Arg::Buf(tiles.tile_expert),
+            Arg::Buf(out),
+            u32_arg(k, kernel, "k")?,
+            u32_arg(n, kernel, "n")?,
+            u32_arg(x_div, kernel, "top_k")?,
+            u32_arg(x_rows, kernel, "x rows")?,
+            u32_arg(tiles.max_tiles, kernel, "max_tiles")?,
+        ];
+        let supers = tiles.max_tiles.div_ceil(GEMM_TILE_M / MOE_TILE_M);
+        return d.launch(&Launch::groups(kernel, args, n.div_ceil(GEMM_TILE_N), [supers, 1]));
+    }
+    // 16-bit weights whose rows split into 8-value pieces take the 16-byte loads.
     let vec = ty != rserve_kernels::ElemType::F32 && k.is_multiple_of(8);
     let kernel = ty.pick(if vec { &names::MOE_MATMUL_VEC } else { &names::MOE_MATMUL });
     let args = vec![
@@ -102,6 +119,13 @@ pub(super) fn matmul<D: KernelDevice>(
     ];
     let cols = n.div_ceil(rserve_kernels::launch::GEMV_COLS);
     d.launch(&Launch::groups(kernel, args, cols, [tiles.max_tiles, 1]))
+}
+
+/// The local-memory tiled multiply pays when an expert's pairs fill several tiles: at least two full tiles per
+/// expert on average (`max_tiles` = ceil(pairs / MOE_TILE_M) + min(pairs, experts) >= 3 x experts; prefill). Below,
+/// the sub-group rows kernel (decode) reads each expert's weights once per tile anyway.
+fn tiled(max_tiles: usize, experts: usize) -> bool {
+    max_tiles >= 3 * experts.max(1)
 }
 
 pub(super) fn combine<D: KernelDevice>(
