@@ -150,23 +150,27 @@ def dummy_greedy_ids(server: Server) -> list[list[str]]:
     return out
 
 
-def test_random_weight_8_head_model_tp2_and_tp4_match_one_process(eight_head_model):
-    args = ["--load-format", "dummy", "--seed", "7", "--dtype", "float32"]
-    single = Server(*args, name="8 heads, one process", launch=[], model=eight_head_model)
+def tp_matches_one_process(model: Path, args: list[str], tps: list[int], what: str) -> None:
+    """Greedy continuations (`dummy_greedy_ids`) of a server at each TP size in `tps` equal one process's."""
+    single = Server(*args, name=f"{what}, one process", launch=[], model=model)
     try:
         want = dummy_greedy_ids(single)
     finally:
         assert single.stop() == 0, single.log()
-    assert len(set(want)) > 1, "the random model should not answer every prompt alike"
-    for tp in [2, 4]:
-        s = Server(*args, "-tp", str(tp), name=f"8 heads, tp={tp}", launch=[*MPIRUN, "-n", str(tp)],
-                   model=eight_head_model)
+    assert len(set(want)) > 1, "the model should not answer every prompt alike"
+    for tp in tps:
+        s = Server(*args, "-tp", str(tp), name=f"{what}, tp={tp}", launch=[*MPIRUN, "-n", str(tp)], model=model)
         try:
             assert f"tp={tp}, pp=1" in s.log(200)
             assert dummy_greedy_ids(s) == want
             assert stop_job(s) == 0, s.log()
         finally:
             s.kill()
+
+
+def test_random_weight_8_head_model_tp2_and_tp4_match_one_process(eight_head_model):
+    args = ["--load-format", "dummy", "--seed", "7", "--dtype", "float32"]
+    tp_matches_one_process(eight_head_model, args, [2, 4], "8 heads")
 
 
 @pytest.mark.parametrize("name", ["mixtral", "qwen3moe"])
@@ -177,17 +181,4 @@ def test_mixture_of_experts_tp2_matches_one_process(name):
     model = models_root() / "tiny" / name
     if not (model / "model.safetensors").is_file():
         pytest.skip(f"{model} missing: run scripts/fetch-models.sh")
-    args = ["--dtype", "float32", "--max-model-len", "512"]
-    single = Server(*args, name=f"{name}, one process", launch=[], model=model)
-    try:
-        want = dummy_greedy_ids(single)
-    finally:
-        assert single.stop() == 0, single.log()
-    assert len(set(want)) > 1, "the tiny model should not answer every prompt alike"
-    s = Server(*args, "-tp", "2", name=f"{name}, tp=2", launch=[*MPIRUN, "-n", "2"], model=model)
-    try:
-        assert "tp=2, pp=1" in s.log(200)
-        assert dummy_greedy_ids(s) == want
-        assert stop_job(s) == 0, s.log()
-    finally:
-        s.kill()
+    tp_matches_one_process(model, ["--dtype", "float32", "--max-model-len", "512"], [2], name)

@@ -135,7 +135,7 @@ fn linear<B: Backend>(
 }
 
 /// Layer `layer`'s routed experts: the router, and every expert's projections stacked into one matrix each.
-fn experts<B: Backend>(
+fn load_experts<B: Backend>(
     b: &B,
     upload_time: &std::cell::Cell<std::time::Duration>,
     take: &dyn Fn(&str) -> Result<Tensor>,
@@ -239,7 +239,7 @@ impl<B: Backend> LlamaModel<B> {
                     qkv: linear(backend, &upload_time, &take, &attn(&["q_proj", "k_proj", "v_proj"]), bias)?,
                     o: linear(backend, &upload_time, &take, &attn(&["o_proj"]), false)?,
                     mlp: if p.is_moe_layer(i) {
-                        experts(backend, &upload_time, &take, p, i, shard)?
+                        load_experts(backend, &upload_time, &take, p, i, shard)?
                     } else {
                         Mlp::Dense {
                             gate_up: linear(backend, &upload_time, &take, &mlpn(&["gate_proj", "up_proj"]), false)?,

@@ -17,7 +17,6 @@
 //   4-wide vectors along k. Grid: (ceil(n / ELEM_WG) x ELEM_WG, ceil(m / GEMV_WI_ROWS)).
 #include "prelude.h"
 
-#define GEMM_TX (GEMM_TILE_N / 4)  // work-items across a tile's columns; GEMM_WG == GEMM_TX * GEMM_TILE_M / 4
 
 #define MATMUL_ROWS(NAME, T, LOAD)                                                                          \
     KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out, \
@@ -72,14 +71,7 @@
                 ws[c * GEMM_TILE_N + r] = (gn < n && gk < k) ? LOAD(w, (ulong)gn * k + gk) : 0.0f;          \
             }                                                                                               \
             barrier_local();                                                                                \
-            for (uint kk = 0; kk < GEMM_TILE_K; kk++) {                                                     \
-                float a[4];                                                                                 \
-                float b[4];                                                                                 \
-                for (uint i = 0; i < 4; i++) a[i] = xs[kk * GEMM_TILE_M + ty + i * (GEMM_TILE_M / 4)];      \
-                for (uint jj = 0; jj < 4; jj++) b[jj] = ws[kk * GEMM_TILE_N + tx + jj * GEMM_TX];           \
-                for (uint i = 0; i < 4; i++)                                                                \
-                    for (uint jj = 0; jj < 4; jj++) acc[i][jj] += a[i] * b[jj];                             \
-            }                                                                                               \
+            GEMM_TILE_STEP(xs, ws, acc, tx, ty);                                                            \
             barrier_local();                                                                                \
         }                                                                                                   \
         for (uint i = 0; i < 4; i++) {                                                                      \

@@ -131,6 +131,33 @@ KERNEL void moe_align(GLOBAL const uint* ids, GLOBAL uint* sorted, GLOBAL uint* 
     }
 }
 
+// The rows of routed-experts tile `tile` (moe_matmul_*): xrow[r] = the offset in x of row r's input row (0 for a
+// row that is not real), `*nr` = one past the last real row; returns the mask of real rows (bit r: a pair whose input
+// row exists: row(s) = sorted[s] / x_div when x_div > 0, else s, below x_rows).
+INLINE uint moe_tile_rows(GLOBAL const uint* sorted, uint tile, uint k, uint x_div, uint x_rows, ulong* xrow,
+                          uint* nr) {
+    uint real = 0;
+    *nr = 0;
+    for (uint r = 0; r < MOE_TILE_M; r++) {
+        uint s = tile * MOE_TILE_M + r;
+        uint p = sorted[s];
+        uint xr = x_div > 0 ? p / x_div : s;
+        uint ok = p != MOE_NONE && xr < x_rows ? 1u : 0u;
+        if (ok) *nr = r + 1;
+        real |= ok << r;
+        xrow[r] = (ulong)(ok ? xr : 0u) * k;
+    }
+    return real;
+}
+
+// The end of moe_matmul_*: each row's sum over the sub-group (every lane takes part), stored for the real rows.
+INLINE void moe_store_rows(const float* acc, uint real, GLOBAL float* out, uint tile, uint n, uint j) {
+    for (uint r = 0; r < MOE_TILE_M; r++) {
+        float sum = sub_reduce_add(acc[r]);
+        if (sub_lane() == 0 && ((real >> r) & 1u)) out[(ulong)(tile * MOE_TILE_M + r) * n + j] = sum;
+    }
+}
+
 // moe_matmul_*: out[s, j] = x[row(s)] . w[e, j, :] for each real row s of each used tile t (e = tile_expert[t]);
 // row(s) = sorted[s] / x_div when x_div > 0 (x holds the tokens and a pair reads its token's row: x_div = top_k), else
 // s (x holds one row per slot: the activated output of the first multiply); a row at or past x_rows is skipped. w stacks the experts' [n, k] matrices
@@ -146,17 +173,8 @@ KERNEL void moe_align(GLOBAL const uint* ids, GLOBAL uint* sorted, GLOBAL uint* 
         uint e = tile_expert[tile];                                                                            \
         if (e == MOE_NONE) return;                                                                             \
         ulong xrow[MOE_TILE_M];                                                                                \
-        uint nr = 0;                                                                                           \
-        uint real = 0; /* bit r: row r is a pair whose input row exists */                                      \
-        for (uint r = 0; r < MOE_TILE_M; r++) {                                                                \
-            uint s = tile * MOE_TILE_M + r;                                                                    \
-            uint p = sorted[s];                                                                                \
-            uint xr = x_div > 0 ? p / x_div : s;                                                               \
-            uint ok = p != MOE_NONE && xr < x_rows ? 1u : 0u;                                                  \
-            if (ok) nr = r + 1;                                                                                \
-            real |= ok << r;                                                                                   \
-            xrow[r] = (ulong)(ok ? xr : 0u) * k;                                                               \
-        }                                                                                                      \
+        uint nr;                                                                                               \
+        uint real = moe_tile_rows(sorted, tile, k, x_div, x_rows, xrow, &nr);                                  \
         GLOBAL const T* we = w + (ulong)e * n * k;                                                             \
         for (uint c = sub_id(); c < GEMV_COLS; c += num_subs()) {                                              \
             uint j = group_id(0) * GEMV_COLS + c;                                                              \
@@ -169,11 +187,7 @@ KERNEL void moe_align(GLOBAL const uint* ids, GLOBAL uint* sorted, GLOBAL uint* 
                 for (uint r = 0; r < MOE_TILE_M; r++)                                                          \
                     if (r < nr) acc[r] += x[xrow[r] + kk] * wv;                                                \
             }                                                                                                  \
-            for (uint r = 0; r < MOE_TILE_M; r++) {                                                            \
-                float sum = sub_reduce_add(acc[r]);                                                            \
-                uint s = tile * MOE_TILE_M + r;                                                                \
-                if (sub_lane() == 0 && ((real >> r) & 1u)) out[(ulong)s * n + j] = sum;                        \
-            }                                                                                                  \
+            moe_store_rows(acc, real, out, tile, n, j);                                                        \
         }                                                                                                      \
     }
 
@@ -192,17 +206,8 @@ INLINE void moe_matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL
     uint e = tile_expert[tile];
     if (e == MOE_NONE) return;
     ulong xrow[MOE_TILE_M];
-    uint nr = 0;
-    uint real = 0;
-    for (uint r = 0; r < MOE_TILE_M; r++) {
-        uint s = tile * MOE_TILE_M + r;
-        uint p = sorted[s];
-        uint xr = x_div > 0 ? p / x_div : s;
-        uint ok = p != MOE_NONE && xr < x_rows ? 1u : 0u;
-        if (ok) nr = r + 1;
-        real |= ok << r;
-        xrow[r] = (ulong)(ok ? xr : 0u) * k;
-    }
+    uint nr;
+    uint real = moe_tile_rows(sorted, tile, k, x_div, x_rows, xrow, &nr);
     GLOBAL const ushort* we = w + (ulong)e * n * k;
     for (uint c = sub_id(); c < GEMV_COLS; c += num_subs()) {
         uint j = group_id(0) * GEMV_COLS + c;
@@ -221,11 +226,7 @@ INLINE void moe_matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL
                 }
             }
         }
-        for (uint r = 0; r < MOE_TILE_M; r++) {
-            float sum = sub_reduce_add(acc[r]);
-            uint s = tile * MOE_TILE_M + r;
-            if (sub_lane() == 0 && ((real >> r) & 1u)) out[(ulong)s * n + j] = sum;
-        }
+        moe_store_rows(acc, real, out, tile, n, j);
     }
 }
 
@@ -250,7 +251,6 @@ KERNEL void moe_matmul_vec_f16(GLOBAL const float* x, GLOBAL const ushort* w, GL
 // with many pairs is then read once per GEMM_TILE_M rows instead of once per MOE_TILE_M. Rows, inputs and padding as
 // moe_matmul_*. Grid: (ceil(n / GEMM_TILE_N) x GEMM_WG, ceil(max_tiles / MOE_SUPER)).
 #define MOE_SUPER (GEMM_TILE_M / MOE_TILE_M)
-#define MOE_TX (GEMM_TILE_N / 4)
 #define MOE_MATMUL_TILED(NAME, T, LOAD)                                                                        \
     KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const uint* sorted,                      \
                      GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div,            \
@@ -260,8 +260,8 @@ KERNEL void moe_matmul_vec_f16(GLOBAL const float* x, GLOBAL const ushort* w, GL
         LOCAL float ws[GEMM_TILE_K * GEMM_TILE_N];                                                             \
         LOCAL uint xrow[GEMM_TILE_M];                                                                          \
         uint lid = local_id();                                                                                 \
-        uint tx = lid % MOE_TX;                                                                                \
-        uint ty = lid / MOE_TX;                                                                                \
+        uint tx = lid % GEMM_TX;                                                                                \
+        uint ty = lid / GEMM_TX;                                                                                \
         uint n0 = group_id(0) * GEMM_TILE_N;                                                                   \
         uint t0 = group_id(1) * MOE_SUPER;                                                                     \
         uint s0 = t0 * MOE_TILE_M;                                                                             \
@@ -302,21 +302,14 @@ KERNEL void moe_matmul_vec_f16(GLOBAL const float* x, GLOBAL const ushort* w, GL
                     ws[c * GEMM_TILE_N + r] = (gn < n && gk < k) ? LOAD(we, (ulong)gn * k + gk) : 0.0f;        \
                 }                                                                                              \
                 barrier_local();                                                                               \
-                for (uint kk = 0; kk < GEMM_TILE_K; kk++) {                                                    \
-                    float a[4];                                                                                \
-                    float b[4];                                                                                \
-                    for (uint i = 0; i < 4; i++) a[i] = xs[kk * GEMM_TILE_M + ty + i * (GEMM_TILE_M / 4)];     \
-                    for (uint jj = 0; jj < 4; jj++) b[jj] = ws[kk * GEMM_TILE_N + tx + jj * MOE_TX];           \
-                    for (uint i = 0; i < 4; i++)                                                               \
-                        for (uint jj = 0; jj < 4; jj++) acc[i][jj] += a[i] * b[jj];                            \
-                }                                                                                              \
+                GEMM_TILE_STEP(xs, ws, acc, tx, ty);                                                           \
                 barrier_local();                                                                               \
             }                                                                                                  \
             for (uint i = 0; i < 4; i++) {                                                                     \
                 uint r = ty + i * (GEMM_TILE_M / 4);                                                           \
                 if (r < lo || r >= hi || xrow[r] == MOE_NONE) continue;                                        \
                 for (uint jj = 0; jj < 4; jj++) {                                                              \
-                    uint gn = n0 + tx + jj * MOE_TX;                                                           \
+                    uint gn = n0 + tx + jj * GEMM_TX;                                                           \
                     if (gn < n) out[(ulong)(s0 + r) * n + gn] = acc[i][jj];                                    \
                 }                                                                                              \
             }                                                                                                  \

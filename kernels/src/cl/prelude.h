@@ -366,6 +366,23 @@ INLINE uint counter_add(GLOBAL uint* p, uint v) { return atomic_add((volatile GL
 INLINE float load_coherent(GLOBAL const float* p, ulong i) { return ((volatile GLOBAL const float*)p)[i]; }
 #endif
 
+// ---------------------------------------------------------------- local-memory GEMM tile
+// Work-items across a GEMM_TILE_M x GEMM_TILE_N output tile's columns (GEMM_WG == GEMM_TX * GEMM_TILE_M / 4).
+#define GEMM_TX (GEMM_TILE_N / 4)
+// One GEMM_TILE_K-deep step of the tile from the staged, transposed tiles xs[GEMM_TILE_K][GEMM_TILE_M] and
+// ws[GEMM_TILE_K][GEMM_TILE_N] in local memory: the work-item at (tx, ty) adds its 4 x 4 outputs (rows
+// ty + i * GEMM_TILE_M / 4, columns tx + j * GEMM_TX) into `acc[4][4]` (matmul_tiled, moe_matmul_tiled). A macro, so
+// the accumulators stay in registers.
+#define GEMM_TILE_STEP(xs, ws, acc, tx, ty)                                                                 \
+    for (uint kk_ = 0; kk_ < GEMM_TILE_K; kk_++) {                                                          \
+        float a_[4];                                                                                        \
+        float b_[4];                                                                                        \
+        for (uint i_ = 0; i_ < 4; i_++) a_[i_] = xs[kk_ * GEMM_TILE_M + (ty) + i_ * (GEMM_TILE_M / 4)];     \
+        for (uint j_ = 0; j_ < 4; j_++) b_[j_] = ws[kk_ * GEMM_TILE_N + (tx) + j_ * GEMM_TX];               \
+        for (uint i_ = 0; i_ < 4; i_++)                                                                     \
+            for (uint j_ = 0; j_ < 4; j_++) acc[i_][j_] += a_[i_] * b_[j_];                                 \
+    }
+
 // Sum of `v` over the work-group; `scratch` holds one float per sub-group (size it to the work-group size).
 // Every work-item must call it; it returns the total to all of them.
 INLINE float wg_reduce_sum(float v, LOCAL_PTR float* scratch) {

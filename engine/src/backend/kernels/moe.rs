@@ -86,37 +86,24 @@ pub(super) fn matmul<D: KernelDevice>(
     d.contents(x).f32("moe_matmul x", x_rows * k)?;
     d.contents(out).f32("moe_matmul out", rows * n)?;
     let ty = elem_type(dtype);
-    if tiled(tiles.max_tiles, w_rows / n) {
-        let kernel = ty.pick(&names::MOE_MATMUL_TILED);
-        let args = vec![
-            Arg::Buf(x),
-            Arg::Buf(w),
-            Arg::Buf(tiles.sorted),
-            Arg::Buf(tiles.tile_expert),
-            Arg::Buf(out),
-            u32_arg(k, kernel, "k")?,
-            u32_arg(n, kernel, "n")?,
-            u32_arg(x_div, kernel, "top_k")?,
-            u32_arg(x_rows, kernel, "x rows")?,
-            u32_arg(tiles.max_tiles, kernel, "max_tiles")?,
-        ];
+    let tiled = tiled(tiles.max_tiles, w_rows / n);
+    // 16-bit weights whose rows split into 8-value pieces take the 16-byte loads (rows kernel).
+    let vec = ty != rserve_kernels::ElemType::F32 && k.is_multiple_of(8);
+    let kernel = ty.pick(match (tiled, vec) {
+        (true, _) => &names::MOE_MATMUL_TILED,
+        (false, true) => &names::MOE_MATMUL_VEC,
+        (false, false) => &names::MOE_MATMUL,
+    });
+    let mut args = arg_list(
+        kernel,
+        &[x, w, tiles.sorted, tiles.tile_expert, out],
+        &[(k, "k"), (n, "n"), (x_div, "top_k"), (x_rows, "x rows")],
+    )?;
+    if tiled {
+        args.push(u32_arg(tiles.max_tiles, kernel, "max_tiles")?);
         let supers = tiles.max_tiles.div_ceil(GEMM_TILE_M / MOE_TILE_M);
         return d.launch(&Launch::groups(kernel, args, n.div_ceil(GEMM_TILE_N), [supers, 1]));
     }
-    // 16-bit weights whose rows split into 8-value pieces take the 16-byte loads.
-    let vec = ty != rserve_kernels::ElemType::F32 && k.is_multiple_of(8);
-    let kernel = ty.pick(if vec { &names::MOE_MATMUL_VEC } else { &names::MOE_MATMUL });
-    let args = vec![
-        Arg::Buf(x),
-        Arg::Buf(w),
-        Arg::Buf(tiles.sorted),
-        Arg::Buf(tiles.tile_expert),
-        Arg::Buf(out),
-        u32_arg(k, kernel, "k")?,
-        u32_arg(n, kernel, "n")?,
-        u32_arg(x_div, kernel, "top_k")?,
-        u32_arg(x_rows, kernel, "x rows")?,
-    ];
     let cols = n.div_ceil(rserve_kernels::launch::GEMV_COLS);
     d.launch(&Launch::groups(kernel, args, cols, [tiles.max_tiles, 1]))
 }
