@@ -2,6 +2,7 @@
 
 use crate::error::SchedulerError;
 use crate::kv_groups::KvGroupSpec;
+use crate::prefill_limits::PrefillLimits;
 
 /// Default number of token slots per KV block.
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
@@ -30,11 +31,13 @@ pub struct SchedulerConfig {
     /// The KV cache groups (one full group unless the model has sliding-window layers); every request holds one
     /// block table per group.
     pub kv_groups: Vec<KvGroupSpec>,
+    /// How many requests may prefill in one step, how many of them long, and the longest prefill chunk.
+    pub prefill_limits: PrefillLimits,
 }
 
 impl SchedulerConfig {
     /// A configuration with the given cache size and context length and default limits: block size 16, 256 sequences,
-    /// 2048 batched tokens, prefix caching on.
+    /// 2048 batched tokens, prefix caching on, no partial-prefill limits.
     pub fn new(num_blocks: usize, max_model_len: usize) -> Self {
         Self {
             block_size: DEFAULT_BLOCK_SIZE,
@@ -44,6 +47,7 @@ impl SchedulerConfig {
             max_model_len,
             enable_prefix_caching: true,
             kv_groups: vec![KvGroupSpec::FULL],
+            prefill_limits: PrefillLimits::NONE,
         }
     }
 
@@ -110,6 +114,7 @@ impl SchedulerConfig {
                 max_model_len: self.max_model_len,
             });
         }
+        self.prefill_limits.validate(self.max_model_len)?;
         let blocks_needed = self.min_num_blocks();
         if self.num_blocks < blocks_needed {
             return Err(SchedulerError::CacheSmallerThanKvGroups {

@@ -52,6 +52,20 @@ pub enum SchedulerError {
     )]
     TooManySlots { num_blocks: usize, block_size: usize, max_slots: u64 },
 
+    /// vLLM's rule: the long prefills are some of the partial prefills.
+    #[error(
+        "scheduler config: `max_long_partial_prefills` ({max_long_partial_prefills}) must not exceed \
+         `max_num_partial_prefills` ({max_num_partial_prefills})"
+    )]
+    LongPrefillsAbovePartialPrefills { max_long_partial_prefills: usize, max_num_partial_prefills: usize },
+
+    /// vLLM's rule: a prompt longer than the context cannot exist, so such a threshold makes nothing long.
+    #[error(
+        "scheduler config: `long_prefill_token_threshold` ({long_prefill_token_threshold}) must not exceed \
+         `max_model_len` ({max_model_len})"
+    )]
+    LongPrefillThresholdAboveModelLen { long_prefill_token_threshold: usize, max_model_len: usize },
+
     /// A request must carry at least one prompt token.
     #[error("request {id}: `prompt_token_ids` is empty; at least 1 token is required")]
     EmptyPrompt { id: RequestId },

@@ -38,8 +38,8 @@
 //! Modules: [`ids`] (newtype ids), `config` ([`SchedulerConfig`]), `error` ([`SchedulerError`]), `block_hash`
 //! (chained block keys), `block_pool` ([`BlockPool`]: ref counts, LRU free queue, prefix cache), `kv_cache_manager`
 //! ([`KvCacheManager`]: block tables per KV cache group), `kv_groups` ([`KvGroupSpec`]: global or sliding-window
-//! groups of layers), `request` ([`Request`]), `output` (step in/out types), `scheduler`
-//! ([`Scheduler`]).
+//! groups of layers), `request` ([`Request`]), `output` (step in/out types), `prefill_limits` ([`PrefillLimits`]: how many
+//! requests prefill per step, how many of them long, the longest chunk), `scheduler` ([`Scheduler`]).
 
 mod block_hash;
 mod block_pool;
@@ -51,6 +51,7 @@ pub mod ids;
 mod kv_cache_manager;
 mod kv_groups;
 mod output;
+mod prefill_limits;
 mod request;
 mod scheduler;
 
@@ -62,5 +63,6 @@ pub use ids::{BlockHash, BlockId, RequestId, TokenId};
 pub use kv_cache_manager::{KvCacheManager, RequestBlocks};
 pub use kv_groups::{KvGroupSpec, NULL_BLOCK};
 pub use output::{FinishStatus, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
+pub use prefill_limits::PrefillLimits;
 pub use request::{NewRequest, Request, RequestStatus};
 pub use scheduler::{PrefixCacheReset, Scheduler};

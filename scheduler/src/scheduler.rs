@@ -1,7 +1,8 @@
 //! `Scheduler`: continuous batching in the vLLM v1 shape. There is no prefill or decode phase: every request has
 //! `num_computed_tokens` and a number of known tokens, and each step hands out tokens within
 //! `max_num_batched_tokens`, running requests first (a decode token or the next prefill chunk), then waiting requests
-//! in arrival order. When a running request cannot get blocks, the most recently admitted running request is
+//! in arrival order, within the partial-prefill limits (`SchedulerConfig::prefill_limits`: how many requests prefill in
+//! one step, how many of them long, the longest chunk). When a running request cannot get blocks, the most recently admitted running request is
 //! preempted (its blocks freed, to be recomputed later), possibly the request itself.
 //!
 //! Boundary: pure bookkeeping. The engine calls `schedule()`, runs the model on the output, passes the sampled tokens
@@ -23,6 +24,7 @@ use crate::id_map::IdSet;
 use crate::ids::{RequestId, TokenId};
 use crate::kv_cache_manager::{KvCacheManager, RequestBlocks};
 use crate::output::{push_slots, RequestOutput, ScheduledSeq, SchedulerOutput, SchedulerStats};
+use crate::prefill_limits::{PrefillBlocked, PrefillSlots};
 use crate::request::{NewRequest, Request, RequestStatus};
 
 /// What [`Scheduler::reset_prefix_cache`] did.
@@ -154,12 +156,20 @@ impl Scheduler {
         let bs = self.cfg.block_size;
         let mut filled = 0;
 
-        // 1. Running requests, in admission order.
+        let limits = self.cfg.prefill_limits;
+        let mut prefills = PrefillSlots::default();
+
+        // 1. Running requests, in admission order; a prefill beyond the partial-prefill limits waits a step.
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let req = &self.running[i];
             let id = req.id;
-            let num_new = req.num_tokens().saturating_sub(req.num_computed_tokens).min(budget);
+            let remaining = req.num_tokens().saturating_sub(req.num_computed_tokens);
+            let prompt_len = req.prompt_len;
+            let num_new = match prefills.allowed(&limits, remaining, prompt_len) {
+                Ok(n) => n.min(budget),
+                Err(_) => 0,
+            };
             if num_new == 0 {
                 i += 1;
                 continue;
@@ -179,6 +189,7 @@ impl Scheduler {
             if scheduled {
                 let tables = self.kv.block_tables(id).unwrap_or(&[]);
                 fill_seq(next_seq(&mut out.seqs, &mut filled), &mut self.running[i], tables, num_new, bs);
+                prefills.take(&limits, remaining, prompt_len);
                 budget -= num_new;
                 i += 1;
             }
@@ -186,7 +197,7 @@ impl Scheduler {
 
         // 2. Waiting requests, first come first served; not in a step that had to preempt.
         if out.preempted.is_empty() {
-            self.admit_waiting(&mut out, &mut filled, &mut budget);
+            self.admit_waiting(&mut out, &mut filled, &mut budget, &mut prefills);
         }
         out.seqs.truncate(filled);
 
@@ -194,15 +205,36 @@ impl Scheduler {
         out
     }
 
-    fn admit_waiting(&mut self, out: &mut SchedulerOutput, filled: &mut usize, budget: &mut usize) {
+    /// Admits waiting requests in arrival order while the budget, `max_num_seqs`, the KV cache and the partial-prefill
+    /// limits allow. When only the long-prefill limit stops a request, shorter ones behind it may go first (vLLM's
+    /// reason for `max_long_partial_prefills`); the long one keeps its place.
+    fn admit_waiting(
+        &mut self,
+        out: &mut SchedulerOutput,
+        filled: &mut usize,
+        budget: &mut usize,
+        prefills: &mut PrefillSlots,
+    ) {
+        let limits = self.cfg.prefill_limits;
+        let mut j = 0;
         while *budget > 0 && self.running.len() < self.cfg.max_num_seqs {
-            let Some(req) = self.waiting.front() else { break };
+            let Some(req) = self.waiting.get(j) else { break };
             let (hits, num_cached) = self.kv.get_computed_blocks(req);
-            let num_new = (req.num_tokens() - num_cached).min(*budget);
+            let remaining = req.num_tokens() - num_cached;
+            let prompt_len = req.prompt_len;
+            let num_new = match prefills.allowed(&limits, remaining, prompt_len) {
+                Ok(n) => n.min(*budget),
+                Err(PrefillBlocked::Full) => break,
+                Err(PrefillBlocked::LongFull) => {
+                    j += 1;
+                    continue;
+                }
+            };
             if self.kv.allocate_slots(req, num_new, &hits).is_none() {
                 break;
             }
-            let Some(mut req) = self.waiting.pop_front() else { break };
+            let Some(mut req) = self.waiting.remove(j) else { break };
+            prefills.take(&limits, remaining, prompt_len);
             req.num_computed_tokens = num_cached;
             req.status = RequestStatus::Running;
             req.first_schedule_pending = true;

@@ -1,14 +1,15 @@
 //! Property tests of the scheduler under random arrivals, lengths, stop tokens and aborts, driven by the fake model
 //! of `support`: no block leaks, reference counts match the block tables, no shared writable slot, every step within
 //! the token budget and sequence cap, every request finishes, stop rules hold, and outputs do not depend on the cache
-//! size, on preemption or on prefix caching.
+//! size, on preemption or on prefix caching. Half the workloads run under random partial-prefill limits, which
+//! `check_step` checks in every step.
 
 mod support;
 
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
-use rserve_scheduler::{FinishStatus, RequestId, Scheduler, SchedulerConfig};
+use rserve_scheduler::{FinishStatus, PrefillLimits, RequestId, Scheduler, SchedulerConfig};
 use support::{check_step, new_request, record, sample_step, Outcome};
 
 /// Small vocabulary so that sampled tokens hit stop tokens now and then.
@@ -39,6 +40,8 @@ struct Workload {
     extra_budget: usize,
     caching: bool,
     arrivals: Vec<Arrival>,
+    /// (max_num_partial_prefills, max_long_partial_prefills, long_prefill_token_threshold), clamped to valid values.
+    limits: Option<(Option<usize>, Option<usize>, usize)>,
 }
 
 fn arrival() -> impl Strategy<Value = Arrival> {
@@ -75,10 +78,22 @@ fn workload() -> impl Strategy<Value = Workload> {
         0usize..48,
         any::<bool>(),
         prop::collection::vec(arrival(), 1..14),
+        prop::option::of((prop::option::of(1usize..4), prop::option::of(1usize..4), 0usize..40)),
     )
-        .prop_map(|(block_size, max_model_len, extra_blocks, max_num_seqs, extra_budget, caching, arrivals)| {
-            Workload { block_size, max_model_len, extra_blocks, max_num_seqs, extra_budget, caching, arrivals }
-        })
+        .prop_map(
+            |(block_size, max_model_len, extra_blocks, max_num_seqs, extra_budget, caching, arrivals, limits)| {
+                Workload {
+                    block_size,
+                    max_model_len,
+                    extra_blocks,
+                    max_num_seqs,
+                    extra_budget,
+                    caching,
+                    arrivals,
+                    limits,
+                }
+            },
+        )
 }
 
 impl Workload {
@@ -90,6 +105,15 @@ impl Workload {
         c.max_num_seqs = self.max_num_seqs;
         c.max_num_batched_tokens = self.max_num_seqs + self.extra_budget;
         c.enable_prefix_caching = self.caching;
+        if let Some((all, long, threshold)) = self.limits {
+            let long = match (all, long) {
+                (Some(a), Some(l)) => Some(l.min(a)),
+                _ => long,
+            };
+            c.prefill_limits =
+                PrefillLimits::resolve(all, long, Some(threshold.min(self.max_model_len)), self.max_model_len)
+                    .expect("clamped limits are valid");
+        }
         c
     }
 
@@ -277,6 +301,7 @@ fn harness_sees_preemptions_and_prefix_hits() {
         extra_budget: 8,
         caching: true,
         arrivals,
+        limits: None,
     };
     let r = run(&w, w.config(), false, true).unwrap();
     check_outcomes(&w, &r).unwrap();

@@ -6,7 +6,8 @@ mod support;
 use std::collections::HashMap;
 
 use rserve_scheduler::{
-    FinishStatus, PrefixCacheReset, Request, RequestId, Scheduler, SchedulerConfig, SchedulerError, TokenId,
+    FinishStatus, PrefillLimits, PrefixCacheReset, Request, RequestId, Scheduler, SchedulerConfig, SchedulerError,
+    TokenId,
 };
 use support::{check_step, new_request, sample_step, step, Outcome};
 
@@ -352,4 +353,35 @@ fn reset_prefix_cache_drops_only_blocks_no_request_holds() {
     // The preempted request is recomputed and finishes.
     run_to_end(&mut sched, &mut outcomes);
     assert!(outcomes.contains_key(&RequestId(2)));
+}
+
+/// vLLM's partial-prefill limits: two decodes keep a step each while a long prompt prefills in chunks of the
+/// threshold; a second long prompt waits for the first, and a short one behind it goes first.
+#[test]
+fn partial_prefill_limits_keep_decodes_flowing_and_let_short_prompts_pass_long_ones() {
+    let mut c = cfg(16, 256, 1024);
+    c.prefill_limits = PrefillLimits::resolve(Some(2), Some(1), Some(64), 1024).unwrap();
+    let mut sched = Scheduler::new(c).unwrap();
+    let mut outcomes = HashMap::new();
+    for id in [1, 2] {
+        sched.add_request(new_request(id, vec![id as u32; 8], 50, 0, vec![])).unwrap();
+    }
+    step(&mut sched, VOCAB, &mut outcomes).unwrap(); // both short prompts prefill in one step (2 partial prefills)
+    sched.add_request(new_request(3, (0..500).collect(), 4, 0, vec![])).unwrap();
+    sched.add_request(new_request(4, (1000..1300).collect(), 4, 0, vec![])).unwrap();
+    sched.add_request(new_request(5, vec![7; 20], 4, 0, vec![])).unwrap();
+    let out = step(&mut sched, VOCAB, &mut outcomes).unwrap();
+    let got: Vec<(u64, usize)> = out.seqs.iter().map(|s| (s.request_id.0, s.token_ids.len())).collect();
+    // Decodes of 1 and 2, the first 64 tokens of the long 3; the long 4 waits, the short 5 passes it.
+    assert_eq!(got, vec![(1, 1), (2, 1), (3, 64), (5, 20)]);
+    for _ in 0..6 {
+        let out = step(&mut sched, VOCAB, &mut outcomes).unwrap();
+        let ids: Vec<u64> = out.seqs.iter().map(|s| s.request_id.0).collect();
+        assert!(ids.starts_with(&[1, 2]), "decodes run every step: {ids:?}");
+        assert!(!ids.contains(&4), "one long prefill at a time: {ids:?}");
+        assert!(out.seqs.iter().all(|s| s.token_ids.len() <= 64));
+    }
+    run_to_end(&mut sched, &mut outcomes);
+    assert!((1..=5).all(|id| outcomes[&RequestId(id)].finish.is_some()));
+    assert_eq!(sched.stats().num_blocks_used, 0);
 }

@@ -44,6 +44,14 @@ pub struct EngineConfig {
     pub max_num_seqs: usize,
     /// None: the scheduler's default (`rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS`).
     pub max_num_batched_tokens: Option<usize>,
+    /// `--max-num-partial-prefills`: most requests prefilling in one step; None: no limit.
+    pub max_num_partial_prefills: Option<usize>,
+    /// `--max-long-partial-prefills`: most of them with a prompt above the threshold; None: 1 when
+    /// `max_num_partial_prefills` is set (vLLM's default), else no limit.
+    pub max_long_partial_prefills: Option<usize>,
+    /// `--long-prefill-token-threshold`: prompts above it are long and no prefill chunk is longer; None (or 0): 4 % of
+    /// `max_model_len` when more than one partial prefill is allowed, else none.
+    pub long_prefill_token_threshold: Option<usize>,
     pub block_size: usize,
     pub enable_prefix_caching: bool,
     /// `--chat-template`: a file path or an inline template.
@@ -112,6 +120,9 @@ impl EngineConfig {
             kv_cache_dtype: "auto".into(),
             max_num_seqs: 256,
             max_num_batched_tokens: None,
+            max_num_partial_prefills: None,
+            max_long_partial_prefills: None,
+            long_prefill_token_threshold: None,
             block_size: 16,
             enable_prefix_caching: true,
             chat_template: None,

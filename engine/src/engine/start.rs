@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use candle_core::DType;
+use rserve_scheduler::PrefillLimits;
 use rserve_scheduler::{Scheduler, SchedulerConfig, TokenId};
 
 use super::budget::{self, GIB};
@@ -240,6 +241,23 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         cfg.max_num_batched_tokens.unwrap_or(rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS);
     sched_cfg.enable_prefix_caching = cfg.enable_prefix_caching;
     sched_cfg.kv_groups = KvLayout::of(&params).groups;
+    sched_cfg.prefill_limits = PrefillLimits::resolve(
+        cfg.max_num_partial_prefills,
+        cfg.max_long_partial_prefills,
+        cfg.long_prefill_token_threshold,
+        plan.max_model_len,
+    )
+    .map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+    if sched_cfg.prefill_limits != PrefillLimits::NONE {
+        let l = sched_cfg.prefill_limits;
+        tracing::info!(
+            "Partial prefills: at most {} per step, {} of them long (prompt above {} tokens); prefill chunks of at most {} tokens",
+            l.max_num_partial_prefills.map_or("any".to_string(), |n| n.to_string()),
+            l.max_long_partial_prefills.map_or("any".to_string(), |n| n.to_string()),
+            l.long_prefill_token_threshold,
+            l.long_prefill_token_threshold,
+        );
+    }
     let scheduler = Scheduler::new(sched_cfg).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
 
     let mut eos: Vec<TokenId> = params.eos_token_ids.iter().copied().map(TokenId).collect();

@@ -41,7 +41,7 @@ pub fn new_request(id: u64, prompt: Vec<u32>, max_tokens: usize, min_tokens: usi
 
 /// Checks one step's output against the scheduler's limits and the KV cache: the token budget and sequence cap, one
 /// block table and slot mapping per KV cache group, equal to the manager's tables, slot mappings that follow them and
-/// never point into the null block, and that no slot written this step is shared (by two seqs, two groups or by a
+/// never point into the null block, the partial-prefill limits, and that no slot written this step is shared (by two seqs, two groups or by a
 /// block another request references).
 pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String> {
     let cfg = sched.config();
@@ -56,6 +56,7 @@ pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String
     if out.seqs.len() > cfg.max_num_seqs {
         return Err(format!("{} seqs > max_num_seqs {}", out.seqs.len(), cfg.max_num_seqs));
     }
+    check_prefill_limits(sched, out)?;
     let mut ids = HashSet::new();
     let mut slots_seen = HashSet::new();
     for s in &out.seqs {
@@ -112,6 +113,38 @@ pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String
         return Err(format!("{st:?}: used + free != total"));
     }
     sched.check_invariants()
+}
+
+/// The partial-prefill limits of the config in one step (call between `schedule()` and `update_from_output()`): at
+/// most `max_num_partial_prefills` seqs of requests with more than one token left, at most
+/// `max_long_partial_prefills` of them with a prompt above the threshold, no prefill chunk above the threshold.
+pub fn check_prefill_limits(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String> {
+    let limits = sched.config().prefill_limits;
+    let (mut prefills, mut long) = (0, 0);
+    for s in &out.seqs {
+        let req = sched.request(s.request_id).ok_or_else(|| format!("{} scheduled but not live", s.request_id))?;
+        let remaining = req.num_tokens() - s.start_position;
+        if remaining <= 1 {
+            continue;
+        }
+        prefills += 1;
+        long += usize::from(limits.is_long(req.num_prompt_tokens()));
+        if s.token_ids.len() > limits.max_chunk() {
+            return Err(format!(
+                "{}: prefill chunk of {} > threshold {}",
+                s.request_id,
+                s.token_ids.len(),
+                limits.max_chunk()
+            ));
+        }
+    }
+    if limits.max_num_partial_prefills.is_some_and(|m| prefills > m) {
+        return Err(format!("{prefills} prefills in one step, limit {limits:?}"));
+    }
+    if limits.max_long_partial_prefills.is_some_and(|m| long > m) {
+        return Err(format!("{long} long prefills in one step, limit {limits:?}"));
+    }
+    Ok(())
 }
 
 /// What happened to one request.

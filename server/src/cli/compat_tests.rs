@@ -14,7 +14,7 @@ fn args(p: &Prepared) -> String {
 #[test]
 fn ignored_flags_are_dropped_with_their_values_and_noted_once() {
     let p = run("rserve m --swap-space 4 --port 1 --enable-chunked-prefill --disable-fastapi-docs --swap-space=8 \
-                 --ignore-patterns a b --max-num-partial-prefills 2")
+                 --ignore-patterns a b --num-scheduler-steps 2")
     .expect("accepted");
     assert_eq!(args(&p), "rserve serve m --port 1");
     let flags: Vec<&str> = p.notices.iter().map(|n| n.flag.as_str()).collect();
@@ -25,7 +25,7 @@ fn ignored_flags_are_dropped_with_their_values_and_noted_once() {
             "--enable-chunked-prefill",
             "--disable-fastapi-docs",
             "--ignore-patterns",
-            "--max-num-partial-prefills"
+            "--num-scheduler-steps"
         ]
     );
     assert!(p.notices[0].to_string().starts_with("Ignoring --swap-space: no CPU swap space"));

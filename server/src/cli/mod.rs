@@ -212,6 +212,18 @@ pub struct SchedulerArgs {
     /// Most tokens per engine step (prefill chunks + decodes). Default: chosen by the engine.
     #[arg(long, value_parser = parse_human_int)]
     pub max_num_batched_tokens: Option<u64>,
+    /// Most requests computing prompt tokens in one step (vLLM's chunked-prefill limit); running decodes are never
+    /// limited. Default: no limit.
+    #[arg(long)]
+    pub max_num_partial_prefills: Option<usize>,
+    /// Most of those with a prompt longer than --long-prefill-token-threshold; shorter prompts may go first. Default:
+    /// 1 with --max-num-partial-prefills, else no limit.
+    #[arg(long)]
+    pub max_long_partial_prefills: Option<usize>,
+    /// Prompts longer than this are long, and no prefill chunk is longer. Default (or 0): 4% of --max-model-len
+    /// when --max-num-partial-prefills is above 1, else none.
+    #[arg(long, value_parser = parse_human_int)]
+    pub long_prefill_token_threshold: Option<u64>,
     /// Most requests waiting for a slot; beyond it new requests get 503 with Retry-After.
     #[arg(long, default_value_t = 1024)]
     pub max_num_waiting: usize,
@@ -569,6 +581,10 @@ impl EngineArgs {
         cfg.kv_cache_dtype = c.kv_cache_dtype.clone();
         cfg.max_num_seqs = s.max_num_seqs;
         cfg.max_num_batched_tokens = max_num_batched_tokens;
+        cfg.max_num_partial_prefills = s.max_num_partial_prefills;
+        cfg.max_long_partial_prefills = s.max_long_partial_prefills;
+        cfg.long_prefill_token_threshold =
+            s.long_prefill_token_threshold.map(|v| to_usize("long-prefill-token-threshold", v)).transpose()?;
         cfg.block_size = c.block_size;
         cfg.enable_prefix_caching = !c.no_enable_prefix_caching;
         cfg.chat_template = m.chat_template.clone();

@@ -198,3 +198,19 @@ fn load_download_and_logprob_flags_reach_the_engine_config() {
     let cfg = serve("rserve m --load-format dummy --hf-token").engine.engine_config("m", 1).expect("valid");
     assert_eq!((cfg.load_format.as_str(), cfg.hf_token.as_deref(), cfg.max_logprobs), ("dummy", Some(""), Some(20)));
 }
+
+#[test]
+fn partial_prefill_flags_reach_the_engine_config() {
+    let s =
+        serve("rserve m --max-num-partial-prefills 4 --max-long-partial-prefills 2 --long-prefill-token-threshold 1k");
+    let cfg = s.engine.engine_config("m", 1).expect("valid");
+    assert_eq!(
+        (cfg.max_num_partial_prefills, cfg.max_long_partial_prefills, cfg.long_prefill_token_threshold),
+        (Some(4), Some(2), Some(1000))
+    );
+    let cfg = serve("rserve m").engine.engine_config("m", 1).expect("valid");
+    assert_eq!(
+        (cfg.max_num_partial_prefills, cfg.max_long_partial_prefills, cfg.long_prefill_token_threshold),
+        (None, None, None)
+    );
+}

@@ -172,7 +172,6 @@ const LOGPROBS_MODE: &str = "log-probs are the model's raw log-softmax (vLLM's r
 const FCFS: &str = "requests are scheduled first come, first served (no priorities)";
 // Older vLLM flags (before the fixture's version) that job scripts still pass.
 const NO_SWAP: &str = "no CPU swap space: preempted requests are recomputed, as in vLLM v1";
-const PARTIAL_PREFILLS: &str = "prefill chunks share each step's token budget (--max-num-batched-tokens)";
 const MULTI_STEP: &str = "each step is scheduled on its own (vLLM v1 dropped multi-step scheduling too)";
 
 /// The table. Order: vLLM's (the fixture's), then the legacy flags, then rserve's own.
@@ -466,7 +465,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--max-num-inflight-kv-loads"], V, Ignored(NO_OFFLOAD)),
     v(&["--max-num-queued-reqs"], V, Implemented),
     v(&["--max-num-queued-tokens"], V, Ignored(QUEUE)),
-    v(&["--long-prefill-token-threshold"], V, Ignored(SCHEDULER)),
+    v(&["--long-prefill-token-threshold"], V, Implemented),
     v(
         &["--long-prefill-token-threshold-adaptive", "--no-long-prefill-token-threshold-adaptive"],
         S,
@@ -529,8 +528,8 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--enable-log-requests", "--disable-log-requests"], S, Implemented),
     // Older vLLM versions
     legacy(&["--swap-space"], V, Ignored(NO_SWAP)),
-    legacy(&["--max-num-partial-prefills"], V, Ignored(PARTIAL_PREFILLS)),
-    legacy(&["--max-long-partial-prefills"], V, Ignored(PARTIAL_PREFILLS)),
+    legacy(&["--max-num-partial-prefills"], V, Implemented),
+    legacy(&["--max-long-partial-prefills"], V, Implemented),
     legacy(&["--num-scheduler-steps"], V, Ignored(MULTI_STEP)),
     legacy(&["--use-v2-block-manager"], S, Ignored(KV_CACHE)),
     legacy(&["--preemption-mode"], V, Ignored(NO_SWAP)),
