@@ -10,6 +10,12 @@
 //! LLVM's optimiser is not run (`-Xclang -disable-llvm-passes`): llvm-spirv 15 mistranslates optimised LLVM 15 IR
 //! (`freeze` instructions, blocks out of dominance order), and every consumer of SPIR-V (Intel's OpenCL CPU and GPU
 //! compilers, Level Zero) optimises the module itself when it builds it.
+//!
+//! PVC native binaries (Data Center GPU Max, for Level Zero's `ZE_MODULE_FORMAT_NATIVE`): with Intel's `ocloc` named
+//! by `RSERVE_OCLOC` (its libraries in `RSERVE_OCLOC_LIBS`; scripts/setup.d/25-ocloc.sh), each embedded SPIR-V module
+//! is compiled with `ocloc compile -spirv_input -device pvc --format zebin -exclude_ir` and checked against the
+//! committed `pvc/<module>.bin` the same way (warning when stale, written by `RSERVE_KERNELS_UPDATE=1`); without
+//! `ocloc` the committed binaries are embedded (a module without one embeds an empty binary: SPIR-V only).
 
 #[path = "src/launch.rs"]
 #[allow(dead_code)]
@@ -73,6 +79,14 @@ fn main() {
         .collect();
     names.sort();
 
+    let ocloc = std::env::var("RSERVE_OCLOC").ok().filter(|v| !v.is_empty() && !prebuilt);
+    let ocloc_libs = tool("RSERVE_OCLOC_LIBS", "");
+    println!("cargo:rerun-if-env-changed=RSERVE_OCLOC");
+    println!("cargo:rerun-if-changed=pvc");
+    let pvc_dir = manifest.join("pvc");
+    if update && ocloc.is_none() {
+        println!("cargo:warning=rserve-kernels: RSERVE_OCLOC is unset, kernels/pvc is not refreshed");
+    }
     let defines: Vec<String> = launch::DEFINES.iter().map(|(k, v)| format!("-D{k}={v}")).collect();
     let mut table = String::new();
     for name in &names {
@@ -116,16 +130,25 @@ fn main() {
                 )
             });
         }
+        let pvc = out_dir.join(format!("{name}.pvc.bin"));
+        pvc_binary(ocloc.as_deref(), &ocloc_libs, &spv, &pvc, &pvc_dir.join(format!("{name}.bin")), update);
         table.push_str(&format!(
-            "    Module {{ name: {name:?}, spirv: include_bytes!({spv:?}), source: include_str!({src:?}) }},\n",
+            "    Module {{ name: {name:?}, spirv: include_bytes!({spv:?}), pvc: include_bytes!({pvc:?}), \
+             source: include_str!({src:?}) }},\n",
             spv = path_str(&spv),
+            pvc = path_str(&pvc),
             src = path_str(&src_dir.join(format!("{name}.cl"))),
         ));
     }
     let code = format!(
         "/// Every kernel module, by source file name (sorted).\npub static MODULES: &[Module] = &[\n{table}];\n\
          /// True when this build compiled the modules from source; false when it embedded the committed ones.\n\
-         pub const BUILT_FROM_SOURCE: bool = {fresh};\n"
+         pub const BUILT_FROM_SOURCE: bool = {fresh};\n\
+         /// True when this build compiled the PVC binaries with ocloc; false when it embedded the committed ones.\n\
+         pub const PVC_BUILT: bool = {pvc_built};\n\
+         /// The ocloc arguments of the PVC binaries (after `compile -spirv_input -file <module>.spv`).\n\
+         pub const PVC_OCLOC_ARGS: &[&str] = &{PVC_OCLOC_ARGS:?};\n",
+        pvc_built = ocloc.is_some()
     );
     std::fs::write(out_dir.join("modules.rs"), code).expect("write modules.rs");
 }
@@ -133,3 +156,32 @@ fn main() {
 fn path_str(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
+
+/// The PVC native binary of the SPIR-V module `spv`, written to `out`: compiled by `ocloc` when there is one (and
+/// compared with, or with `update` written over, `committed`), else the committed binary (empty when none).
+fn pvc_binary(ocloc: Option<&str>, libs: &str, spv: &Path, out: &Path, committed: &Path, update: bool) {
+    let Some(ocloc) = ocloc else {
+        let bytes = std::fs::read(committed).unwrap_or_default();
+        std::fs::write(out, bytes).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
+        return;
+    };
+    let mut cmd = Command::new(ocloc);
+    cmd.args(["compile", "-q", "-spirv_input", "-file"]).arg(spv);
+    cmd.args(PVC_OCLOC_ARGS).arg("-output_no_suffix").arg("-output").arg(out);
+    run(cmd.env("LD_LIBRARY_PATH", libs), &format!("{ocloc} {}", spv.display()));
+    let bytes = std::fs::read(out).unwrap_or_else(|e| panic!("cannot read {}: {e}", out.display()));
+    if update {
+        std::fs::create_dir_all(committed.parent().expect("kernels/pvc")).expect("create kernels/pvc");
+        std::fs::write(committed, &bytes).unwrap_or_else(|e| panic!("cannot write {}: {e}", committed.display()));
+    } else if std::fs::read(committed).ok().as_deref() != Some(bytes.as_slice()) {
+        println!(
+            "cargo:warning=rserve-kernels: kernels/pvc/{} is stale; refresh it with \
+             `RSERVE_KERNELS_UPDATE=1 cargo build -p rserve-kernels`",
+            committed.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        );
+    }
+}
+
+/// How the PVC binaries are built (after `-file <spv>`): zebin, the format current drivers produce themselves, and
+/// without the SPIR-V inside (the backend holds it already).
+const PVC_OCLOC_ARGS: &[&str] = &["-device", "pvc", "--format", "zebin", "-exclude_ir"];

@@ -5,6 +5,10 @@
 //! created is destroyed. Decode steps of one batch at growing contexts build the attention work split once, not once
 //! a step. With the null driver nothing executes, so the logits are not checked.
 //!
+//! Modules: the forward step creates every module from its PVC native binary (`ZE_MODULE_FORMAT_NATIVE`), through
+//! `RSERVE_ZE_MODULE_FORMAT=native`, since the null driver's device (vendor 0, device 0, no IP version) is no PVC;
+//! opening the device with the default policy takes the SPIR-V fallback for every module.
+//!
 //! Each test body runs in a child process (the loader reads ZE_* variables once, at initialisation).
 
 mod common;
@@ -12,7 +16,7 @@ mod level_zero_support;
 
 use candle_core::DType;
 use level_zero_support as lz;
-use rserve_engine::backend::level_zero::{handle_counts, loader_components, HandleKind};
+use rserve_engine::backend::level_zero::{handle_counts, loader_components, module_builds, HandleKind};
 use rserve_engine::engine::device::Device;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
@@ -58,6 +62,19 @@ fn forward_step_in_child() {
     drop(weights);
     println!("LZ-COMPONENTS: {}", loader_components().unwrap().join(", "));
     println!("LZ-COUNTS: {}", handle_counts());
+    print_module_builds();
+}
+
+fn print_module_builds() {
+    let b = module_builds();
+    println!("LZ-MODULES: native {} spirv {} refused {}", b.native, b.spirv, b.native_refused);
+}
+
+/// The `LZ-MODULES` line a child prints for `opens` device openings of every module: all native or all SPIR-V.
+fn modules_line(opens: usize, native: bool) -> String {
+    let n = opens * rserve_kernels::KERNELS.len();
+    let (native, spirv) = if native { (n, 0) } else { (0, n) };
+    format!("native {native} spirv {spirv} refused 0")
 }
 
 #[test]
@@ -65,10 +82,14 @@ fn forward_step_on_the_null_driver_with_validation() {
     if lz::in_child() {
         return forward_step_in_child();
     }
-    let out = lz::run_child("forward_step_on_the_null_driver_with_validation", &lz::null_driver_env());
+    let mut env = lz::null_driver_env();
+    env.push(("RSERVE_ZE_MODULE_FORMAT".into(), "native".into()));
+    let out = lz::run_child("forward_step_on_the_null_driver_with_validation", &env);
     let text = lz::text(&out);
     assert!(out.status.success(), "the child failed:\n{text}");
     assert!(lz::reported(&text, "LZ-DEVICE").is_some_and(|d| d.contains("Null Device")), "{text}");
+    // Two device openings (the runner's, then the plan test's), every module from its PVC binary.
+    assert_eq!(lz::reported(&text, "LZ-MODULES"), Some(modules_line(2, true).as_str()), "{text}");
     // The validation layer is loaded (so the calls below were checked) ...
     let components = lz::reported(&text, "LZ-COMPONENTS").unwrap_or_else(|| panic!("{text}"));
     assert!(components.contains("validation layer"), "the validation layer is not loaded: {components}");
@@ -101,6 +122,7 @@ fn counters_in_child() {
     let after = handle_counts();
     assert!(after.balanced(), "{after}");
     println!("LZ-COUNTS: {after}");
+    print_module_builds();
 }
 
 #[test]
@@ -114,6 +136,8 @@ fn opening_and_closing_the_device_destroys_every_handle() {
     // Context, command list, event pool, events, modules and kernels were alive while the device was open.
     let live: u64 = lz::reported(&text, "LZ-LIVE").and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{text}"));
     assert!(live > 10, "{text}");
+    // The default policy on a device that is no PVC: every module from SPIR-V, no native binary tried.
+    assert_eq!(lz::reported(&text, "LZ-MODULES"), Some(modules_line(1, false).as_str()), "{text}");
 }
 
 fn auto_in_child() {

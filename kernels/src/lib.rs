@@ -18,6 +18,8 @@ pub struct Module {
     pub name: &'static str,
     /// SPIR-V 1.4 words as bytes (little-endian), OpenCL "Kernel" dialect.
     pub spirv: &'static [u8],
+    /// The PVC native binary (zebin from `ocloc -device pvc`, see `build.rs`); empty when there is none.
+    pub pvc: &'static [u8],
     /// The OpenCL C source (it includes `prelude.h`, see [`PRELUDE`]).
     pub source: &'static str,
 }

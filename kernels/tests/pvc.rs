@@ -121,3 +121,37 @@ fn every_module_builds_for_pvc_without_spills() {
     println!("| module | kernel | SIMD | GRF registers |\n| --- | --- | --- | --- |\n{}", table.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The PVC native binaries the Level Zero backend loads (`ZE_MODULE_FORMAT_NATIVE`): one for every module, and the
+/// committed `kernels/pvc/*.bin` equal what `ocloc` builds from the embedded SPIR-V (checked where `RSERVE_OCLOC`
+/// is set, as `build.rs` then compiles them), so a machine without `ocloc` loads exactly what CI built.
+#[test]
+fn committed_pvc_binaries_equal_a_fresh_build() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("pvc");
+    let empty: Vec<&str> = rserve_kernels::MODULES.iter().filter(|m| m.pvc.is_empty()).map(|m| m.name).collect();
+    assert!(empty.is_empty(), "modules without a PVC binary: {empty:?} (refresh: see below)");
+    if !rserve_kernels::PVC_BUILT {
+        eprintln!("SKIPPED freshness: this build embedded the committed PVC binaries (RSERVE_OCLOC is unset)");
+        return;
+    }
+    let stale: Vec<&str> = rserve_kernels::MODULES
+        .iter()
+        .filter(|m| std::fs::read(dir.join(format!("{}.bin", m.name))).ok().as_deref() != Some(m.pvc))
+        .map(|m| m.name)
+        .collect();
+    let orphans: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !rserve_kernels::MODULES.iter().any(|m| format!("{}.bin", m.name) == *n))
+        .collect();
+    assert!(
+        stale.is_empty() && orphans.is_empty(),
+        "kernels/pvc is out of date (stale: {stale:?}, without a module: {orphans:?}); refresh it with \
+         `RSERVE_KERNELS_UPDATE=1 cargo build -p rserve-kernels` (RSERVE_OCLOC set) and delete orphans"
+    );
+    // Each is a zebin, an ELF file.
+    for m in rserve_kernels::MODULES {
+        assert_eq!(&m.pvc[..4], b"\x7fELF", "{}: not an ELF binary", m.name);
+    }
+}

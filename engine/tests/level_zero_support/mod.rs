@@ -16,6 +16,7 @@ const ZE_VARS: &[&str] = &[
     "ZE_AFFINITY_MASK",
     "ZE_FLAT_DEVICE_HIERARCHY",
     "RSERVE_ZE_LOADER",
+    "RSERVE_ZE_MODULE_FORMAT",
 ];
 
 pub fn in_child() -> bool {

@@ -1,14 +1,17 @@
 //! `LevelZeroBackend`: the `Backend` on a Level Zero device. Device memory comes from a stream-ordered pool, every
-//! command goes through one ordered `Stream`, kernels are created once from the SPIR-V modules of `rserve-kernels`,
-//! and each `Op` becomes the launches the device-neutral `backend::kernels` layer plans for it. The host waits only where it needs data (downloads), when queued uploads hold too much host
-//! memory, and when memory must go back to the driver.
+//! command goes through one ordered `Stream`, kernels are created once from the modules of `rserve-kernels` (PVC
+//! native binaries or SPIR-V, as `aot` chooses), and each `Op` becomes the launches the device-neutral
+//! `backend::kernels` layer plans for it. The host waits only where it needs data (downloads), when queued uploads
+//! hold too much host memory, and when memory must go back to the driver.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use candle_core::Tensor;
 
+use super::aot::{self, FormatPolicy, ModuleFormat};
 use super::discovery::{DeviceInfo, Selected};
 use super::error::LzError;
 use super::handles::{Context, Kernel, Module};
@@ -22,7 +25,7 @@ use crate::error::{EngineError, Result};
 /// Bytes of freed device memory kept for reuse across steps; above it the pool returns memory after a step.
 const CACHE_KEEP_BYTES: u64 = 1 << 30;
 
-/// Build flags for every SPIR-V module.
+/// Build flags for every SPIR-V module (the PVC binaries are built without flags too: `kernels/build.rs`).
 const BUILD_FLAGS: &str = "";
 
 /// The Level Zero backend on one device (a tile under FLAT, a card under COMPOSITE).
@@ -63,11 +66,15 @@ impl LevelZeroBackend {
         let pool = MemPool::new(&ctx, sel.info.max_alloc);
         let mut modules = Vec::new();
         let mut kernels = HashMap::new();
+        let policy = FormatPolicy::from_env()?;
+        let started = Instant::now();
+        let mut formats = Vec::new();
         for (module_name, names) in rserve_kernels::KERNELS {
             let m = rserve_kernels::module(module_name).ok_or_else(|| {
                 LzError::Invalid(format!("rserve-kernels lists module {module_name} but does not embed it"))
             })?;
-            let module = Module::from_spirv(&ctx, m.name, m.spirv, BUILD_FLAGS)?;
+            let (module, format) = build_module(&ctx, m, policy, &sel.info)?;
+            formats.push(format);
             for &name in names.iter() {
                 let k = Kernel::new(&module, name)?;
                 tracing::debug!(
@@ -82,6 +89,12 @@ impl LevelZeroBackend {
             }
             modules.push(module);
         }
+        let native = formats.iter().filter(|&&f| f == ModuleFormat::Native).count();
+        tracing::info!(
+            "Level Zero modules: {native} from PVC native binaries, {} from SPIR-V, built in {:.0} ms",
+            formats.len() - native,
+            started.elapsed().as_secs_f64() * 1e3
+        );
         let tile = match sel.info.sub_device {
             Some(t) => format!(", sub-device {t}"),
             None => String::new(),
@@ -187,6 +200,40 @@ impl LevelZeroBackend {
         k.set_group_size(dim(l.local, "group size")?, 1, 1)?;
         self.stream()?.launch(k, groups)
     }
+}
+
+/// Creates module `m` in the form `aot::choose` picks, logging the form and the build time; a native binary the
+/// driver refuses is logged and replaced by the SPIR-V build.
+fn build_module(
+    ctx: &Arc<Context>,
+    m: &rserve_kernels::Module,
+    policy: FormatPolicy,
+    info: &DeviceInfo,
+) -> std::result::Result<(Arc<Module>, ModuleFormat), LzError> {
+    let (format, why) = aot::choose(policy, info, !m.pvc.is_empty());
+    let started = Instant::now();
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    if format == ModuleFormat::Native {
+        match Module::create(ctx, m.name, ModuleFormat::Native, m.pvc, BUILD_FLAGS) {
+            Ok(module) => {
+                aot::built(ModuleFormat::Native);
+                tracing::info!("Level Zero module {}: PVC native binary ({why}), {:.1} ms", m.name, ms(started));
+                return Ok((module, ModuleFormat::Native));
+            }
+            Err(e) => {
+                aot::native_refused();
+                tracing::warn!(
+                    "Level Zero module {}: the driver refused the PVC native binary ({e}); using SPIR-V",
+                    m.name
+                );
+            }
+        }
+    }
+    let started = Instant::now();
+    let module = Module::create(ctx, m.name, ModuleFormat::Spirv, m.spirv, BUILD_FLAGS)?;
+    aot::built(ModuleFormat::Spirv);
+    tracing::info!("Level Zero module {}: SPIR-V ({why}), {:.1} ms", m.name, ms(started));
+    Ok((module, ModuleFormat::Spirv))
 }
 
 impl Drop for LevelZeroBackend {

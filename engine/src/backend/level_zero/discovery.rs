@@ -21,6 +21,9 @@ pub struct DeviceInfo {
     pub name: String,
     pub vendor_id: u32,
     pub device_id: u32,
+    /// The IP version (`ze_device_ip_version_ext_t`: architecture, release, revision); 0 when the driver does not
+    /// report it (the null driver, drivers without the extension).
+    pub ip_version: u32,
     /// A tile of a multi-tile card reached as a sub-device.
     pub sub_device: Option<u32>,
     /// Total device memory (sum of `zeDeviceGetMemoryProperties`), bytes.
@@ -97,6 +100,32 @@ fn properties(api: &Api, device: sys::ze_device_handle_t) -> Result<sys::ze_devi
     // SAFETY: valid device and properties struct.
     unsafe { ze!(api, zeDeviceGetProperties(device, &mut p))? };
     Ok(p)
+}
+
+/// `ze_device_ip_version_ext_t` (ZE_extension_device_ip_version), which the committed bindings (loader 1.8 headers)
+/// predate.
+#[repr(C)]
+struct IpVersionExt {
+    stype: sys::ze_structure_type_t,
+    p_next: *mut std::ffi::c_void,
+    ip_version: u32,
+}
+
+/// `ZE_STRUCTURE_TYPE_DEVICE_IP_VERSION_EXT`.
+const STYPE_DEVICE_IP_VERSION_EXT: sys::ze_structure_type_t = 0x0001_000f;
+
+/// The device's IP version, chained to its properties; 0 when the driver leaves it unset (drivers ignore extension
+/// structures they do not know).
+fn ip_version(api: &Api, device: sys::ze_device_handle_t) -> Result<u32> {
+    let mut ext = IpVersionExt { stype: STYPE_DEVICE_IP_VERSION_EXT, p_next: ptr::null_mut(), ip_version: 0 };
+    let mut p = sys::ze_device_properties_t {
+        stype: sys::ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES,
+        pNext: (&mut ext as *mut IpVersionExt).cast(),
+        ..Default::default()
+    };
+    // SAFETY: valid device, properties struct and a chained extension struct alive for the call.
+    unsafe { ze!(api, zeDeviceGetProperties(device, &mut p))? };
+    Ok(ext.ip_version)
 }
 
 fn name_of(p: &sys::ze_device_properties_t) -> String {
@@ -218,6 +247,7 @@ pub fn select(index: Option<usize>) -> Result<Selected> {
         name: name_of(&props),
         vendor_id: props.vendorId,
         device_id: props.deviceId,
+        ip_version: ip_version(api, device)?,
         sub_device: sub,
         memory_bytes: memory_bytes(api, device)?,
         max_alloc: props.maxMemAllocSize,

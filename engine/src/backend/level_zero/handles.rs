@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use level_zero_sys as sys;
 
+use super::aot::ModuleFormat;
 use super::counters::{self, HandleKind};
 use super::error::LzError;
 use super::loader::{ze, Api};
@@ -55,7 +56,7 @@ impl Drop for Context {
     }
 }
 
-/// A module built from SPIR-V.
+/// A module built from SPIR-V or a native binary.
 pub struct Module {
     ctx: Arc<Context>,
     raw: sys::ze_module_handle_t,
@@ -90,24 +91,34 @@ fn take_build_log(api: &'static Api, log: sys::ze_module_build_log_handle_t) -> 
 }
 
 impl Module {
-    /// Builds a SPIR-V module (`ZE_MODULE_FORMAT_IL_SPIRV`) for the context's device. A build failure returns the
-    /// driver's build log.
-    pub fn from_spirv(ctx: &Arc<Context>, name: &str, spirv: &[u8], build_flags: &str) -> Result<Arc<Self>> {
+    /// Builds a module for the context's device from SPIR-V (`ZE_MODULE_FORMAT_IL_SPIRV`) or a native binary
+    /// (`ZE_MODULE_FORMAT_NATIVE`, where the driver ignores the build flags). A build failure returns the driver's
+    /// build log.
+    pub fn create(
+        ctx: &Arc<Context>,
+        name: &str,
+        format: ModuleFormat,
+        input: &[u8],
+        build_flags: &str,
+    ) -> Result<Arc<Self>> {
         let api = ctx.api;
         let flags =
             CString::new(build_flags).map_err(|_| LzError::Invalid("module build flags contain a NUL".into()))?;
         let desc = sys::ze_module_desc_t {
             stype: sys::ZE_STRUCTURE_TYPE_MODULE_DESC,
             pNext: ptr::null(),
-            format: sys::ZE_MODULE_FORMAT_IL_SPIRV,
-            inputSize: spirv.len(),
-            pInputModule: spirv.as_ptr(),
+            format: match format {
+                ModuleFormat::Spirv => sys::ZE_MODULE_FORMAT_IL_SPIRV,
+                ModuleFormat::Native => sys::ZE_MODULE_FORMAT_NATIVE,
+            },
+            inputSize: input.len(),
+            pInputModule: input.as_ptr(),
             pBuildFlags: flags.as_ptr(),
             pConstants: ptr::null(),
         };
         let mut raw: sys::ze_module_handle_t = ptr::null_mut();
         let mut log: sys::ze_module_build_log_handle_t = ptr::null_mut();
-        // SAFETY: the descriptor points at `spirv` and `flags`, both alive for the call.
+        // SAFETY: the descriptor points at `input` and `flags`, both alive for the call.
         let created = unsafe { ze!(api, zeModuleCreate(ctx.raw, ctx.device, &desc, &mut raw, &mut log)) };
         let log_text = take_build_log(api, log);
         match created {

@@ -1,14 +1,17 @@
-//! The Level Zero backend: rserve's kernels (SPIR-V from `rserve-kernels`) on Intel GPUs through Level Zero.
+//! The Level Zero backend: rserve's kernels (SPIR-V, or PVC native binaries, from `rserve-kernels`) on Intel GPUs
+//! through Level Zero.
 //!
 //! Layers, bottom up: `loader` opens `libze_loader.so.1` at run time (`level-zero-sys`, bindgen) and initialises it;
 //! `error` names every `ze_result_t`; `handles` owns each Level Zero object and `counters` counts them; `hierarchy`
 //! holds the pure device-selection rules (`ZE_FLAT_DEVICE_HIERARCHY`, `ZE_AFFINITY_MASK`) and `discovery` applies
 //! them to the drivers found; `stream` orders commands with events on an immediate command list; `memory` is the
-//! stream-ordered device allocator; `backend` ties them into the `Backend` and the `KernelDevice` of the
+//! stream-ordered device allocator; `aot` chooses between the PVC native binary and the SPIR-V of each module;
+//! `backend` ties them into the `Backend` and the `KernelDevice` of the
 //! device-neutral op layer (`backend::kernels`).
 //!
 //! Boundary: no other module of the engine calls Level Zero; `engine::device` only calls `open` and `auto`.
 
+pub mod aot;
 mod backend;
 pub mod counters;
 mod discovery;
@@ -19,6 +22,7 @@ mod loader;
 mod memory;
 mod stream;
 
+pub use aot::{module_builds, ModuleBuilds};
 pub use backend::LevelZeroBackend;
 pub use counters::{handle_counts, HandleCounts, HandleKind};
 pub use discovery::{DeviceInfo, INTEL_VENDOR_ID};
@@ -49,6 +53,11 @@ pub fn open(arg: &str) -> Result<LevelZeroBackend, LzError> {
     };
     let sel = discovery::select(index)?;
     LevelZeroBackend::new(sel)
+}
+
+/// True when `--device auto` would choose Level Zero: an Intel GPU is visible through the loader.
+pub fn auto_available() -> bool {
+    discovery::intel_gpu().is_ok()
 }
 
 /// For `--device auto`: the first Level Zero device when an Intel GPU is visible; None otherwise, after logging why.
