@@ -492,30 +492,30 @@ fn out_of_range_indices_are_errors() {
 /// One mixture-of-experts MLP through the four ops (route, group, gate/up multiply, activation, down multiply,
 /// combine): one token (each pair alone in a tile), decode-sized batches, routing skewed so one expert's pairs fill
 /// several tiles, a prefill-sized batch (the tiled multiply), widths that do not split into 8-value pieces,
-/// renormalised and plain top-k weights, f32 and 16-bit expert weights.
+/// renormalised and plain top-k weights, f32 and 16-bit expert weights. Each case also runs as expert parallelism
+/// would, over two disjoint shares of the experts (the skewed expert inside one and outside the other): the two
+/// partial outputs must add up to the whole layer's on the same backend.
 fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Output> {
     use rserve_engine::backend::{moe_max_tiles, MoeInput, MoeTiles};
     let mut outs = Vec::new();
-    for (tokens, experts, top_k, hidden, inter, renormalize, skew) in [
-        (1, 8, 2, 64, 48, true, 0.0),
-        (5, 60, 4, 96, 40, false, 0.0),
-        (37, 16, 2, 64, 24, true, 4.0),
+    for (tokens, experts, top_k, hidden, inter, renormalize, skew, cut) in [
+        (1, 8, 2, 64, 48, true, 0.0, 3),
+        (5, 60, 4, 96, 40, false, 0.0, 31),
+        (37, 16, 2, 64, 24, true, 4.0, 3),
         // Widths not a multiple of 8: 16-bit experts through the scalar loads.
-        (3, 8, 2, 36, 20, true, 0.0),
+        (3, 8, 2, 36, 20, true, 0.0, 4),
         // Prefill-sized: 300 tokens over 8 experts fill several 64-row blocks per expert (the tiled multiply), one
         // expert skewed so blocks also split between experts.
-        (300, 8, 2, 72, 40, false, 1.0),
+        (300, 8, 2, 72, 40, false, 1.0, 4),
     ] {
         let x = b.upload_f32(&random(rng, tokens * hidden, 1.0)).unwrap();
         let mut logits = random(rng, tokens * experts, 2.0);
         // Skewed routing: expert 3 first for every token, so its pairs span several tiles.
         logits.chunks_mut(experts).for_each(|l| l[3] += skew);
         let logits = b.upload_f32(&logits).unwrap();
-        let gate_up = weight(b, random(rng, experts * 2 * inter * hidden, 0.2), experts * 2 * inter, hidden, dtype);
-        let down = weight(b, random(rng, experts * hidden * inter, 0.2), experts * hidden, inter, dtype);
+        let (gate_up, down) =
+            (random(rng, experts * 2 * inter * hidden, 0.2), random(rng, experts * hidden * inter, 0.2));
         let pairs = tokens * top_k;
-        let max_tiles = moe_max_tiles(pairs, experts);
-        let rows = max_tiles * rserve_kernels::launch::MOE_TILE_M;
         let ids = b.alloc_u32_output(pairs).unwrap();
         let weights = poisoned(b, pairs);
         b.run(Op::MoeRoute {
@@ -528,34 +528,52 @@ fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Outpu
             renormalize,
         })
         .unwrap();
-        let (sorted, tile_expert, slot) = (
-            b.alloc_u32_output(rows).unwrap(),
-            b.alloc_u32_output(max_tiles).unwrap(),
-            b.alloc_u32_output(pairs).unwrap(),
-        );
-        let tiles = MoeTiles { sorted: &sorted, tile_expert: &tile_expert, slot: &slot, max_tiles };
-        b.run(Op::MoeAlign { ids: &ids, tiles: &tiles, pairs, experts }).unwrap();
-        let h = b.alloc_f32(rows * 2 * inter).unwrap();
-        let input = MoeInput::Tokens { top_k, tokens };
-        b.run(Op::MoeMatMul { x: &x, w: &gate_up, tiles: &tiles, input, out: &h, k: hidden, n: 2 * inter }).unwrap();
-        let act = b.alloc_f32(rows * inter).unwrap();
-        b.run(Op::GatedAct { gate_up: &h, out: &act, rows, width: inter, act: Activation::Silu }).unwrap();
-        let y = b.alloc_f32(rows * hidden).unwrap();
-        let input = MoeInput::Slots;
-        b.run(Op::MoeMatMul { x: &act, w: &down, tiles: &tiles, input, out: &y, k: inter, n: hidden }).unwrap();
-        let out = poisoned(b, tokens * hidden);
-        b.run(Op::MoeCombine {
-            y: &y,
-            tiles: &tiles,
-            weights: &weights,
-            out: &out,
-            rows: tokens,
-            top_k,
-            width: hidden,
-        })
-        .unwrap();
+        // Experts `first .. first + held` of the layer (all of them, or one share).
+        let layer = |first: usize, held: usize| {
+            let gate_up = &gate_up[first * 2 * inter * hidden..(first + held) * 2 * inter * hidden];
+            let gate_up = weight(b, gate_up.to_vec(), held * 2 * inter, hidden, dtype);
+            let down = &down[first * hidden * inter..(first + held) * hidden * inter];
+            let down = weight(b, down.to_vec(), held * hidden, inter, dtype);
+            let max_tiles = moe_max_tiles(pairs, held);
+            let rows = max_tiles * rserve_kernels::launch::MOE_TILE_M;
+            let (sorted, tile_expert, slot) = (
+                b.alloc_u32_output(rows).unwrap(),
+                b.alloc_u32_output(max_tiles).unwrap(),
+                b.alloc_u32_output(pairs).unwrap(),
+            );
+            let tiles = MoeTiles { sorted: &sorted, tile_expert: &tile_expert, slot: &slot, max_tiles };
+            b.run(Op::MoeAlign { ids: &ids, tiles: &tiles, pairs, experts: held, first_expert: first }).unwrap();
+            let h = b.alloc_f32(rows * 2 * inter).unwrap();
+            let input = MoeInput::Tokens { top_k, tokens };
+            b.run(Op::MoeMatMul { x: &x, w: &gate_up, tiles: &tiles, input, out: &h, k: hidden, n: 2 * inter })
+                .unwrap();
+            let act = b.alloc_f32(rows * inter).unwrap();
+            b.run(Op::GatedAct { gate_up: &h, out: &act, rows, width: inter, act: Activation::Silu }).unwrap();
+            let y = b.alloc_f32(rows * hidden).unwrap();
+            let input = MoeInput::Slots;
+            b.run(Op::MoeMatMul { x: &act, w: &down, tiles: &tiles, input, out: &y, k: inter, n: hidden }).unwrap();
+            let out = poisoned(b, tokens * hidden);
+            b.run(Op::MoeCombine {
+                y: &y,
+                tiles: &tiles,
+                weights: &weights,
+                out: &out,
+                rows: tokens,
+                top_k,
+                width: hidden,
+            })
+            .unwrap();
+            b.download_f32(&out).unwrap()
+        };
+        let whole = layer(0, experts);
+        let (low, high) = (layer(0, cut), layer(cut, experts - cut));
+        for (i, w) in whole.iter().enumerate() {
+            let sum = low[i] + high[i];
+            assert!((sum - w).abs() <= 1e-4 * (1.0 + w.abs()), "shares {cut}/{}: {sum} vs {w} at {i}", experts - cut);
+        }
         outs.push(("weights", b.download_f32(&weights).unwrap(), top_k));
-        outs.push(("out", b.download_f32(&out).unwrap(), hidden));
+        outs.push(("out", whole, hidden));
+        outs.push(("out of the second share", high, hidden));
     }
     outs
 }

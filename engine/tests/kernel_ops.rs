@@ -194,7 +194,7 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
             },
         )
         .unwrap();
-        kernels::run(d, Op::MoeAlign { ids: &eids, tiles: &tiles, pairs, experts }).unwrap();
+        kernels::run(d, Op::MoeAlign { ids: &eids, tiles: &tiles, pairs, experts, first_expert: 0 }).unwrap();
         let input = MoeInput::Tokens { top_k, tokens: 40 };
         let (gu, y) = (f(rows * inter), f(rows * h));
         kernels::run(

@@ -150,8 +150,9 @@ def dummy_greedy_ids(server: Server) -> list[list[str]]:
     return out
 
 
-def tp_matches_one_process(model: Path, args: list[str], tps: list[int], what: str) -> None:
-    """Greedy continuations (`dummy_greedy_ids`) of a server at each TP size in `tps` equal one process's."""
+def tp_matches_one_process(model: Path, args: list[str], tps: list[int], what: str, ep: bool = False) -> None:
+    """Greedy continuations (`dummy_greedy_ids`) of a server at each TP size in `tps` (with expert parallelism when
+    `ep`) equal one process's."""
     single = Server(*args, name=f"{what}, one process", launch=[], model=model)
     try:
         want = dummy_greedy_ids(single)
@@ -159,9 +160,10 @@ def tp_matches_one_process(model: Path, args: list[str], tps: list[int], what: s
         assert single.stop() == 0, single.log()
     assert len(set(want)) > 1, "the model should not answer every prompt alike"
     for tp in tps:
-        s = Server(*args, "-tp", str(tp), name=f"{what}, tp={tp}", launch=[*MPIRUN, "-n", str(tp)], model=model)
+        parallel = ["-tp", str(tp), *(["--enable-expert-parallel"] if ep else [])]
+        s = Server(*args, *parallel, name=f"{what}, tp={tp}", launch=[*MPIRUN, "-n", str(tp)], model=model)
         try:
-            assert f"tp={tp}, pp=1" in s.log(200)
+            assert f"tp={tp}, pp=1{', expert parallel' if ep else ''})" in s.log(200)
             assert dummy_greedy_ids(s) == want
             assert stop_job(s) == 0, s.log()
         finally:
@@ -173,12 +175,14 @@ def test_random_weight_8_head_model_tp2_and_tp4_match_one_process(eight_head_mod
     tp_matches_one_process(eight_head_model, args, [2, 4], "8 heads")
 
 
+@pytest.mark.parametrize("ep", [False, True], ids=["tp", "ep"])
 @pytest.mark.parametrize("name", ["mixtral", "qwen3moe"])
-def test_mixture_of_experts_tp2_matches_one_process(name):
-    """The tiny Mixtral (8 experts, top 2) and Qwen3-MoE (16 experts, top 4, one dense layer) checkpoints: at TP=2 each
-    rank holds half of every expert's width (and of the dense MLP) and the router whole; the greedy tokens equal one
-    process's."""
+def test_mixture_of_experts_tp2_matches_one_process(name, ep):
+    """The tiny Mixtral (8 experts, top 2) and Qwen3-MoE (16 experts, top 4, one dense layer) checkpoints at 2 ranks:
+    tensor parallel (each rank holds half of every expert's width and of the dense MLP, the router whole) and expert
+    parallel (each rank holds half of the experts whole, a token's pairs on the other rank adding nothing here, the
+    partial outputs summed like a dense MLP's); the greedy tokens equal one process's."""
     model = models_root() / "tiny" / name
     if not (model / "model.safetensors").is_file():
         pytest.skip(f"{model} missing: run scripts/fetch-models.sh")
-    tp_matches_one_process(model, ["--dtype", "float32", "--max-model-len", "512"], [2], name)
+    tp_matches_one_process(model, ["--dtype", "float32", "--max-model-len", "512"], [2], name, ep=ep)

@@ -245,8 +245,10 @@ pub enum Op<'a, B> {
     /// (most probable first, the lowest index among equal ones) into `ids[rows * top_k]` (u32) with their softmax
     /// probabilities in `weights[rows * top_k]`, divided by the sum of the chosen ones when `renormalize`.
     MoeRoute { logits: &'a B, ids: &'a B, weights: &'a B, rows: usize, experts: usize, top_k: usize, renormalize: bool },
-    /// Groups the `pairs` routed (token, expert) pairs of `ids` by expert into `tiles` (every field written).
-    MoeAlign { ids: &'a B, tiles: &'a MoeTiles<'a, B>, pairs: usize, experts: usize },
+    /// Groups the `pairs` routed (token, expert) pairs of `ids` whose expert is one of `first_expert ..
+    /// first_expert + experts` by expert into `tiles` (every field written; tile experts numbered from
+    /// `first_expert`, pairs of other experts get no slot): expert parallelism runs one rank's experts.
+    MoeAlign { ids: &'a B, tiles: &'a MoeTiles<'a, B>, pairs: usize, experts: usize, first_expert: usize },
     /// The grouped multiply: for each row of each used tile, `out[slot, :] = x[input row] . w_e^T` with `w` the
     /// experts' `[n, k]` matrices stacked by rows (`[experts * n, k]`) and `e` the tile's expert; `out` is
     /// `[max_tiles * MOE_TILE_M, n]`, and its padding rows are left as they were.

@@ -4,12 +4,14 @@
 use crate::error::{EngineError, Result};
 
 /// The process grid: `world = tp x pp`, ranks laid out stage-major (rank = stage * tp + tp_rank), so the TP group of
-/// a stage is contiguous (on Aurora: the tiles of one node).
+/// a stage is contiguous (on Aurora: the tiles of one node). With `expert_parallel`, the TP group of a stage also
+/// shares out its routed experts (each rank whole experts) instead of slicing every one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     pub tp: usize,
     pub pp: usize,
     pub rank: usize,
+    pub expert_parallel: bool,
 }
 
 impl Layout {
@@ -72,7 +74,7 @@ mod tests {
 
     #[test]
     fn ranks_are_stage_major() {
-        let l = Layout { tp: 3, pp: 2, rank: 4 };
+        let l = Layout { tp: 3, pp: 2, rank: 4, expert_parallel: false };
         assert_eq!((l.stage(), l.tp_rank(), l.world(), l.logits_rank()), (1, 1, 6, 3));
     }
 

@@ -84,9 +84,9 @@ pub struct MpiComm {
 unsafe impl Send for MpiComm {}
 
 impl MpiComm {
-    pub fn new(tp: usize, pp: usize) -> Result<Self> {
+    pub fn new(tp: usize, pp: usize, expert_parallel: bool) -> Result<Self> {
         let world = SimpleCommunicator::world();
-        let layout = Layout { tp, pp, rank: world.rank() as usize };
+        let layout = Layout { tp, pp, rank: world.rank() as usize, expert_parallel };
         let tp_comm = world
             .split_by_color(Color::with_value(layout.stage() as i32))
             .ok_or_else(|| EngineError::Backend("MPI could not split the TP group".into()))?;

@@ -42,7 +42,7 @@ impl<B: Backend> RankModel<B> {
         block_size: usize,
     ) -> Result<Self> {
         let l = comm.layout;
-        let shard = Shard::new(p, l.tp, l.pp, l.tp_rank(), l.stage())?;
+        let shard = Shard::of(p, &l)?;
         let model = LlamaModel::load_shard(&backend, p, w, &shard)?;
         // The layout is the whole model's (the scheduler's groups); this stage allocates the tensors its layers use.
         let (layout, dtype) = (KvLayout::of(p), w.compute_dtype());
@@ -120,7 +120,8 @@ impl StepRunner for DistRunner {
 
     fn device_name(&self) -> String {
         let l = self.rank.comm().layout;
-        format!("{} on rank 0 of {} MPI ranks (tp={}, pp={})", self.rank.device_name(), l.world(), l.tp, l.pp)
+        let ep = if l.expert_parallel { ", expert parallel" } else { "" };
+        format!("{} on rank 0 of {} MPI ranks (tp={}, pp={}{ep})", self.rank.device_name(), l.world(), l.tp, l.pp)
     }
 }
 
@@ -137,8 +138,7 @@ pub fn run_worker(
     device: crate::engine::Device,
     p: &ModelParams,
     w: &Weights,
-    tp: usize,
-    pp: usize,
+    layout: super::layout::Layout,
     block_size: usize,
 ) -> Result<()> {
     // The launcher forwards SIGINT/SIGTERM to every rank; only rank 0 acts on them (it drains, then tells the
@@ -148,7 +148,7 @@ pub fn run_worker(
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
     }
-    let comm = MpiComm::new(tp, pp)?;
+    let comm = MpiComm::new(layout.tp, layout.pp, layout.expert_parallel)?;
     let num_blocks = agree_blocks(&comm, 0);
     let rank = device.build_rank(p, w, comm, num_blocks, block_size)?;
     loop {

@@ -67,6 +67,8 @@ pub struct EngineConfig {
     pub tensor_parallel_size: usize,
     /// Pipeline-parallel stages (`-pp`).
     pub pipeline_parallel_size: usize,
+    /// `--enable-expert-parallel`: each TP rank holds whole experts (a 1/tp share) instead of a slice of each.
+    pub enable_expert_parallel: bool,
     /// The command line, for the exact `mpiexec` line printed when the launch does not match `-tp x -pp`.
     pub launch_args: Vec<String>,
     /// `--opencl-platform` (with `--device opencl`): a platform index or part of its name; None: the first with a GPU.
@@ -132,6 +134,7 @@ impl EngineConfig {
             max_waiting: 4096,
             tensor_parallel_size: 1,
             pipeline_parallel_size: 1,
+            enable_expert_parallel: false,
             launch_args: std::env::args().collect(),
             opencl_platform: None,
             opencl_device: None,
@@ -147,6 +150,16 @@ impl EngineConfig {
             download_dir: None,
             hf_token: None,
             max_logprobs: Some(20),
+        }
+    }
+
+    /// World rank `rank`'s place in the `-tp` x `-pp` grid (and whether experts are shared out, `-ep`).
+    pub fn layout(&self, rank: usize) -> crate::dist::layout::Layout {
+        crate::dist::layout::Layout {
+            tp: self.tensor_parallel_size,
+            pp: self.pipeline_parallel_size,
+            rank,
+            expert_parallel: self.enable_expert_parallel,
         }
     }
 

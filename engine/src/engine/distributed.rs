@@ -49,9 +49,18 @@ fn distributed_role(cfg: &EngineConfig, tp: usize, pp: usize) -> Result<Role> {
     )))
 }
 
-/// Checks that the model can be split as asked (TP divides the heads, PP at most the layers).
+/// Checks that the model can be split as asked (TP divides the heads, PP at most the layers, and under expert
+/// parallelism every TP rank gets at least one expert).
 pub fn check_split(p: &ModelParams, cfg: &EngineConfig) -> Result<()> {
     check_tp(p, cfg.tensor_parallel_size)?;
+    if let (true, Some(m)) = (cfg.enable_expert_parallel, &p.moe) {
+        if m.num_experts < cfg.tensor_parallel_size {
+            return Err(EngineError::InvalidArgument(format!(
+                "--enable-expert-parallel shares {} experts over --tensor-parallel-size {} ranks: at most {} ranks",
+                m.num_experts, cfg.tensor_parallel_size, m.num_experts
+            )));
+        }
+    }
     let pp = cfg.pipeline_parallel_size;
     if pp == 0 || pp > p.num_layers {
         return Err(EngineError::InvalidArgument(format!(
@@ -73,7 +82,7 @@ pub fn leader_runner(
 ) -> Result<Box<dyn StepRunner>> {
     use crate::dist::mpi_comm::MpiComm;
     use crate::dist::runner::{agree_blocks, DistRunner};
-    let comm = MpiComm::new(cfg.tensor_parallel_size, cfg.pipeline_parallel_size)?;
+    let comm = MpiComm::new(cfg.tensor_parallel_size, cfg.pipeline_parallel_size, cfg.enable_expert_parallel)?;
     let num_blocks = agree_blocks(&comm, num_blocks);
     let rank = device.build_rank(p, w, comm, num_blocks, cfg.block_size)?;
     Ok(Box::new(DistRunner::new(rank, p.vocab_size)))
@@ -113,21 +122,15 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
             true => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
             false => {
                 let (rank, _) = crate::dist::mpi_comm::current().unwrap_or((0, 1));
-                let l = layout::Layout { tp: cfg.tensor_parallel_size, pp: cfg.pipeline_parallel_size, rank };
-                let shard = crate::model::shard::Shard::new(&params, l.tp, l.pp, l.tp_rank(), l.stage())?;
+                let l = cfg.layout(rank);
+                let shard = crate::model::shard::Shard::of(&params, &l)?;
                 crate::weights::load_shard(&resolved, &params, dtype, &shard)?
             }
         };
         // Each rank opens its own device (under a launcher, ZE_AFFINITY_MASK / CUDA_VISIBLE_DEVICES per rank pick it).
         let device = super::Device::select_for(cfg)?;
-        crate::dist::runner::run_worker(
-            device,
-            &params,
-            &weights,
-            cfg.tensor_parallel_size,
-            cfg.pipeline_parallel_size,
-            cfg.block_size,
-        )?;
+        let (rank, _) = crate::dist::mpi_comm::current().unwrap_or((0, 1));
+        crate::dist::runner::run_worker(device, &params, &weights, cfg.layout(rank), cfg.block_size)?;
     }
     Ok(true)
 }

@@ -171,8 +171,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         "dummy" => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
         _ if role == Role::Leader => {
             // Rank 0 is TP rank 0 of stage 0; it reads only that shard.
-            let shard =
-                crate::model::shard::Shard::new(&params, cfg.tensor_parallel_size, cfg.pipeline_parallel_size, 0, 0)?;
+            let shard = crate::model::shard::Shard::of(&params, &cfg.layout(0))?;
             crate::weights::load_shard(&resolved, &params, dtype, &shard)?
         }
         _ => crate::weights::load(&resolved, &params, dtype)?,

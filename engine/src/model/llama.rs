@@ -31,14 +31,16 @@ enum Mlp<B: Backend> {
         gate_up: Linear<B>,
         down: Linear<B>,
     },
-    /// `router` `[experts, hidden]`; `gate_up` each expert's gate rows then up rows, experts stacked
-    /// (`[experts * 2 * width, hidden]`); `down` the experts' `[hidden, width]` stacked (`[experts * hidden,
-    /// width]`), `width` this shard's slice of the expert intermediate size.
+    /// `router` `[experts, hidden]` (every expert); `gate_up` each held expert's gate rows then up rows, stacked
+    /// (`[held * 2 * width, hidden]`); `down` their `[hidden, width]` stacked (`[held * hidden, width]`), `width`
+    /// this shard's slice of the expert intermediate size, `held` the experts this shard holds (all, or its share
+    /// under expert parallelism).
     Experts {
         router: Linear<B>,
         gate_up: B::Buffer,
         down: B::Buffer,
         width: usize,
+        held: std::ops::Range<usize>,
     },
 }
 
@@ -146,9 +148,10 @@ fn load_experts<B: Backend>(
     let names = crate::weights::names::moe_names(p, layer);
     let router = linear(b, upload_time, take, std::slice::from_ref(&names.router), false)?;
     let weight = |n: &String| take(&format!("{n}.weight"));
-    let mut gate_up = Vec::with_capacity(2 * names.experts.len());
-    let mut down = Vec::with_capacity(names.experts.len());
-    for [gate, up, d] in &names.experts {
+    let held = shard.experts(p);
+    let mut gate_up = Vec::with_capacity(2 * held.len());
+    let mut down = Vec::with_capacity(held.len());
+    for [gate, up, d] in &names.experts[held.clone()] {
         gate_up.push(weight(gate)?);
         gate_up.push(weight(up)?);
         down.push(weight(d)?);
@@ -157,7 +160,7 @@ fn load_experts<B: Backend>(
     let gate_up = b.upload_weight_rows(&gate_up.iter().collect::<Vec<_>>())?;
     let down = b.upload_weight_rows(&down.iter().collect::<Vec<_>>())?;
     upload_time.set(upload_time.get() + t0.elapsed());
-    Ok(Mlp::Experts { router, gate_up, down, width: shard.expert_intermediate(p).len() })
+    Ok(Mlp::Experts { router, gate_up, down, width: shard.expert_intermediate(p).len(), held })
 }
 
 impl<B: Backend> LlamaModel<B> {
@@ -309,7 +312,9 @@ impl<B: Backend> LlamaModel<B> {
 
     /// One routed-experts MLP over `n` normed rows: route, group the pairs by expert, the grouped gate/up multiply,
     /// the activation over the tiles' rows, the grouped down multiply and the weighted combine into `[n, hidden]`
-    /// (this shard's partial sum under TP). Every size here depends on `n` alone, so a CUDA graph captures it.
+    /// (this shard's partial sum under TP: its slice of every expert, or under expert parallelism its `held` experts
+    /// `first .. first + held` whole, the pairs routed elsewhere adding nothing here). Every size here depends on `n`
+    /// alone, so a CUDA graph captures it.
     fn experts(
         &self,
         b: &B,
@@ -317,7 +322,7 @@ impl<B: Backend> LlamaModel<B> {
         [gate_up, down]: [&B::Buffer; 2],
         normed: &B::Buffer,
         n: usize,
-        width: usize,
+        [width, first, held]: [usize; 3],
     ) -> Result<B::Buffer> {
         let p = &self.params;
         let Some(m) = &p.moe else { return Err(EngineError::Backend("experts on a model without them".into())) };
@@ -327,12 +332,12 @@ impl<B: Backend> LlamaModel<B> {
         let (ids, weights) = (b.alloc_u32_output(pairs)?, b.alloc_f32_scratch(pairs)?);
         let renormalize = m.renormalize;
         b.run(Op::MoeRoute { logits: &logits, ids: &ids, weights: &weights, rows: n, experts, top_k, renormalize })?;
-        let max_tiles = moe_max_tiles(pairs, experts);
+        let max_tiles = moe_max_tiles(pairs, held);
         let rows = max_tiles * rserve_kernels::launch::MOE_TILE_M;
         let (sorted, tile_expert, slot) =
             (b.alloc_u32_output(rows)?, b.alloc_u32_output(max_tiles)?, b.alloc_u32_output(pairs)?);
         let tiles = MoeTiles { sorted: &sorted, tile_expert: &tile_expert, slot: &slot, max_tiles };
-        b.run(Op::MoeAlign { ids: &ids, tiles: &tiles, pairs, experts })?;
+        b.run(Op::MoeAlign { ids: &ids, tiles: &tiles, pairs, experts: held, first_expert: first })?;
         let gu = b.alloc_f32_scratch(rows * 2 * width)?;
         let input = MoeInput::Tokens { top_k, tokens: n };
         b.run(Op::MoeMatMul { x: normed, w: gate_up, tiles: &tiles, input, out: &gu, k: h, n: 2 * width })?;
@@ -562,8 +567,8 @@ impl<B: Backend> LlamaModel<B> {
                     b.run(Op::GatedAct { gate_up: &gate_up, out: &act, rows: n, width: inter, act: p.activation })?;
                     self.project(b, down, &act, n, inter)?
                 }
-                Mlp::Experts { router, gate_up, down, width } => {
-                    self.experts(b, [router], [gate_up, down], &normed, n, *width)?
+                Mlp::Experts { router, gate_up, down, width, held } => {
+                    self.experts(b, [router], [gate_up, down], &normed, n, [*width, held.start, held.len()])?
                 }
             };
             let down = reduce(down)?;

@@ -44,12 +44,14 @@ pub struct Shard {
     pub first: bool,
     /// This stage computes the logits (last pipeline stage).
     pub last: bool,
+    /// Routed experts shared out over the TP ranks (each holds whole experts) instead of each one sliced.
+    pub expert_parallel: bool,
 }
 
 impl Shard {
     /// The whole model in one process.
     pub fn whole(p: &ModelParams) -> Self {
-        Shard { tp_rank: 0, tp_size: 1, layers: 0..p.num_layers, first: true, last: true }
+        Shard { tp_rank: 0, tp_size: 1, layers: 0..p.num_layers, first: true, last: true, expert_parallel: false }
     }
 
     /// Rank `tp_rank` of `tp` in stage `stage` of `pp`; layers split as evenly as possible (earlier stages take the
@@ -68,7 +70,14 @@ impl Shard {
             layers: stage_layers(p.num_layers, pp, stage),
             first: stage == 0,
             last: stage + 1 == pp,
+            expert_parallel: false,
         })
+    }
+
+    /// The shard of world rank `l.rank` in its layout.
+    pub fn of(p: &ModelParams, l: &crate::dist::layout::Layout) -> Result<Self> {
+        let s = Self::new(p, l.tp, l.pp, l.tp_rank(), l.stage())?;
+        Ok(Shard { expert_parallel: l.expert_parallel, ..s })
     }
 
     pub fn heads(&self, p: &ModelParams) -> usize {
@@ -83,9 +92,24 @@ impl Shard {
         split(p.intermediate_size, self.tp_size, self.tp_rank)
     }
 
-    /// This rank's slice of each expert's intermediate width (routed-experts layers).
+    /// This rank's slice of each expert's intermediate width (routed-experts layers): all of it under expert
+    /// parallelism.
     pub fn expert_intermediate(&self, p: &ModelParams) -> Range<usize> {
-        split(p.moe.as_ref().map_or(0, |m| m.expert_intermediate), self.tp_size, self.tp_rank)
+        let width = p.moe.as_ref().map_or(0, |m| m.expert_intermediate);
+        match self.expert_parallel {
+            true => 0..width,
+            false => split(width, self.tp_size, self.tp_rank),
+        }
+    }
+
+    /// The routed experts this rank holds: all of them, or its share under expert parallelism (experts differ in
+    /// number by at most one between ranks).
+    pub fn experts(&self, p: &ModelParams) -> Range<usize> {
+        let n = p.moe.as_ref().map_or(0, |m| m.num_experts);
+        match self.expert_parallel {
+            true => split(n, self.tp_size, self.tp_rank),
+            false => 0..n,
+        }
     }
 
     pub fn vocab(&self, p: &ModelParams) -> Range<usize> {
@@ -121,9 +145,13 @@ impl Shard {
             let (hd, r) = (p.head_dim, self.tp_rank);
             let q = r * self.heads(p) * hd..(r + 1) * self.heads(p) * hd;
             let kv = r * self.kv_heads(p) * hd..(r + 1) * self.kv_heads(p) * hd;
-            // Routed experts: each expert split like a dense MLP; the router is whole.
-            if let Some((_, leaf)) = tail.split_once(".experts.").and_then(|(_, e)| e.split_once('.')) {
+            // Routed experts: each expert split like a dense MLP, or whole on the rank that holds it under expert
+            // parallelism; the router is whole.
+            if let Some((e, leaf)) = tail.split_once(".experts.").and_then(|(_, e)| e.split_once('.')) {
                 use crate::weights::names::{EXPERT_COL_SPLIT, EXPERT_ROW_SPLIT};
+                if self.expert_parallel {
+                    return self.experts(p).contains(&e.parse::<usize>().ok()?).then_some(Cut::Whole);
+                }
                 return Some(if EXPERT_ROW_SPLIT.contains(&leaf) {
                     Cut::Rows(self.expert_intermediate(p))
                 } else if EXPERT_COL_SPLIT.contains(&leaf) {
@@ -242,6 +270,44 @@ mod tests {
                             _ => 1,
                         };
                         assert_eq!(stages_holding, want, "{} tp={tp} pp={pp} tied={tied}", spec.name);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Under expert parallelism every expert tensor is held whole by exactly one TP rank, each rank holds the experts
+    /// of its `experts()` range and nothing else changes hands (attention and the router are cut as without it).
+    #[test]
+    fn expert_parallel_holds_each_expert_once() {
+        let cfg = include_str!("../../../tests/fixtures/configs/mixtral_8x7b_instruct.json");
+        let p = crate::config::hf::parse_config_json(cfg).unwrap();
+        let layout = |tp, rank, expert_parallel| crate::dist::layout::Layout { tp, pp: 1, rank, expert_parallel };
+        for tp in [2, 4, 8] {
+            let ranks: Vec<Shard> = (0..tp).map(|r| Shard::of(&p, &layout(tp, r, true)).unwrap()).collect();
+            let mut next = 0;
+            for s in &ranks {
+                assert_eq!(s.experts(&p).start, next);
+                assert_eq!(s.expert_intermediate(&p), 0..14336);
+                next = s.experts(&p).end;
+            }
+            assert_eq!(next, 8);
+            for spec in crate::weights::names::expected_tensors(&p) {
+                let cuts: Vec<Option<Cut>> = ranks.iter().map(|s| s.cut(&p, &spec.name)).collect();
+                let expert = spec.name.split_once(".experts.").map(|(_, e)| e.split('.').next().unwrap());
+                match expert {
+                    Some(e) => {
+                        let e: usize = e.parse().unwrap();
+                        let holders: Vec<usize> = (0..tp).filter(|&r| cuts[r].is_some()).collect();
+                        assert_eq!(holders.len(), 1, "{} tp={tp}", spec.name);
+                        assert!(ranks[holders[0]].experts(&p).contains(&e));
+                        assert_eq!(cuts[holders[0]], Some(Cut::Whole));
+                    }
+                    None => {
+                        let plain: Vec<Option<Cut>> = (0..tp)
+                            .map(|r| Shard::of(&p, &layout(tp, r, false)).unwrap().cut(&p, &spec.name))
+                            .collect();
+                        assert_eq!(cuts, plain, "{}", spec.name);
                     }
                 }
             }

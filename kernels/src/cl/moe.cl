@@ -64,12 +64,13 @@ KERNEL void moe_route(GLOBAL const float* logits, GLOBAL uint* ids, GLOBAL float
 
 // moe_align: groups the pairs by expert (layout at the top): sorted[s] = the pair in row s of the tiles or MOE_NONE,
 // tile_expert[t] = the expert of tile t or MOE_NONE, slot[p] = the row of pair p (MOE_NONE for an id outside the
-// experts). Rows and tiles past max_tiles are never written. One work-group: expert e is owned by work-item
+// experts). The experts grouped are first_expert .. first_expert + experts (one rank's under expert parallelism),
+// numbered from 0 in tile_expert; the pairs of other experts get no row. Rows and tiles past max_tiles are never written. One work-group: expert e is owned by work-item
 // e % local_size, which counts and places its pairs while the pairs are staged through local memory a work-group's
 // width at a time, so the order inside an expert is the pair order with no atomics (the same on every device).
 // Grid: (1 group of ELEM_WG).
 KERNEL void moe_align(GLOBAL const uint* ids, GLOBAL uint* sorted, GLOBAL uint* tile_expert, GLOBAL uint* slot,
-                      uint pairs, uint experts, uint max_tiles) {
+                      uint pairs, uint experts, uint first_expert, uint max_tiles) {
     GRID_DEP_SYNC();
     LOCAL uint stage[ELEM_WG];
     LOCAL uint count[MOE_MAX_EXPERTS];
@@ -82,7 +83,7 @@ KERNEL void moe_align(GLOBAL const uint* ids, GLOBAL uint* sorted, GLOBAL uint* 
     barrier_local();
     for (uint p0 = 0; p0 < pairs; p0 += wg) {
         uint n = min(wg, pairs - p0);
-        if (lid < n) stage[lid] = ids[p0 + lid];
+        if (lid < n) stage[lid] = ids[p0 + lid] - first_expert;  // others wrap past experts
         barrier_local();
         for (uint e = lid; e < experts; e += wg) {
             uint c = count[e];
@@ -113,7 +114,7 @@ KERNEL void moe_align(GLOBAL const uint* ids, GLOBAL uint* sorted, GLOBAL uint* 
     for (uint p0 = 0; p0 < pairs; p0 += wg) {
         uint n = min(wg, pairs - p0);
         barrier_local();
-        if (lid < n) stage[lid] = ids[p0 + lid];
+        if (lid < n) stage[lid] = ids[p0 + lid] - first_expert;  // others wrap past experts
         barrier_local();
         for (uint e = lid; e < experts; e += wg) {
             uint c = count[e];

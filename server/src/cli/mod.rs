@@ -201,6 +201,10 @@ pub struct ParallelArgs {
     /// How workers are run: mp or uni (single process). ray is not supported.
     #[arg(long)]
     pub distributed_executor_backend: Option<String>,
+    /// Expert parallelism for mixture-of-experts models (also -ep): under -tp each rank holds whole experts, a
+    /// 1/tp share of them, instead of a 1/tp slice of every expert; attention stays tensor-parallel.
+    #[arg(long)]
+    pub enable_expert_parallel: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -606,6 +610,7 @@ impl EngineArgs {
         cfg.max_waiting = max_num_waiting;
         cfg.tensor_parallel_size = p.tensor_parallel_size;
         cfg.pipeline_parallel_size = p.pipeline_parallel_size;
+        cfg.enable_expert_parallel = p.enable_expert_parallel;
         cfg.testing_fail_after_requests = self.testing_fail_engine_after_requests;
         cfg.testing_panic_in_step_after = self.testing_panic_in_step_after;
         cfg.testing_error_in_step_after = self.testing_error_in_step_after;

@@ -121,8 +121,8 @@ const NO_KV_EVENTS: &str = "no KV cache events are published";
 const NO_KV_TRANSFER: &str = "disaggregated prefill / KV and weight transfer are not implemented";
 const NO_MAMBA: &str = "no Mamba / hybrid models in rserve";
 const NO_MIDDLEWARE: &str = "no Python ASGI middleware can be loaded";
-const NO_EP: &str =
-    "no expert parallelism yet: under -tp every rank holds a slice of every expert (split like a dense MLP)";
+const NO_EP: &str = "expert parallelism is static: -ep gives each TP rank whole experts, a fixed 1/tp share \
+    (no load balancing, elastic resizing, all-to-all kernels or weight filter options)";
 const NO_ROUTED_OUT: &str = "the experts a token was routed to are not returned";
 const NO_OFFLOAD: &str = "weights and KV cache stay on the device; no CPU offload";
 const NO_OTLP: &str = "no OpenTelemetry trace export";
@@ -346,7 +346,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--data-parallel-external-lb", "--no-data-parallel-external-lb", "-dpe"], S, Ignored(DATA_PARALLEL)),
     v(&["--data-parallel-multi-port-external-lb", "-dpm"], S, Ignored(DATA_PARALLEL)),
     v(&["--enable-hc-sp", "--disable-hc-sp"], S, Ignored(TUNING)),
-    v(&["--enable-expert-parallel", "-ep", "--disable-expert-parallel"], S, Ignored(NO_EP)),
+    v(&["--enable-expert-parallel", "-ep", "--disable-expert-parallel"], S, Implemented),
     v(&["--enable-batch-sharded-sampling", "--disable-batch-sharded-sampling"], S, Ignored(TUNING)),
     v(&["--enable-ep-weight-filter", "--disable-ep-weight-filter"], S, Ignored(NO_EP)),
     v(&["--all2all-backend"], V, Ignored(NO_EP)),
@@ -361,7 +361,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--disable-nccl-for-dp-synchronization", "--enable-nccl-for-dp-synchronization"], S, Ignored(DATA_PARALLEL)),
     v(&["--enable-eplb", "--disable-eplb"], S, Ignored(NO_EP)),
     v(&["--eplb-config"], V, Ignored(NO_EP)),
-    v(&["--expert-placement-strategy"], V, Ignored(NO_EP)),
+    v(&["--expert-placement-strategy"], V, Only(&["linear"], NO_EP)),
     v(&["--max-parallel-loading-workers"], V, Ignored(LOADER)),
     v(&["--ray-workers-use-nsight", "--no-ray-workers-use-nsight"], S, Ignored(MPI_LAUNCH)),
     v(&["--disable-custom-all-reduce", "--enable-custom-all-reduce"], S, Ignored(MPI_NOT_NCCL)),

@@ -211,7 +211,9 @@ impl Backend for CpuBackend {
                 [rows, experts, top_k],
                 renormalize,
             ),
-            Op::MoeAlign { ids, tiles, pairs, experts } => moe::align(&ids.u32()?, tiles, pairs, experts),
+            Op::MoeAlign { ids, tiles, pairs, experts, first_expert } => {
+                moe::align(&ids.u32()?, tiles, pairs, [experts, first_expert])
+            }
             Op::MoeMatMul { x, w, tiles, input, out, k, n } => {
                 moe::matmul(&x.f32()?, w.matrix()?, tiles, input, &mut out.f32_mut()?, [k, n])
             }

@@ -48,7 +48,12 @@ pub(super) fn route(
 }
 
 /// Groups the pairs by expert into one-expert tiles (layout: `moe.cl`).
-pub(super) fn align(ids: &[u32], tiles: &MoeTiles<'_, CpuBuffer>, pairs: usize, experts: usize) -> Result<()> {
+pub(super) fn align(
+    ids: &[u32],
+    tiles: &MoeTiles<'_, CpuBuffer>,
+    pairs: usize,
+    [experts, first_expert]: [usize; 2],
+) -> Result<()> {
     let (mut sorted, mut tile_expert, mut slot) =
         (tiles.sorted.u32_mut()?, tiles.tile_expert.u32_mut()?, tiles.slot.u32_mut()?);
     let rows = tiles.max_tiles * MOE_TILE_M;
@@ -56,8 +61,10 @@ pub(super) fn align(ids: &[u32], tiles: &MoeTiles<'_, CpuBuffer>, pairs: usize, 
         return Err(be(format!("moe_align: buffers too small for {pairs} pairs in {} tiles", tiles.max_tiles)));
     }
     let mut count = vec![0usize; experts];
+    // An expert before `first_expert` wraps past the local ones, as on the device.
+    let local = |e: u32| e.wrapping_sub(first_expert as u32) as usize;
     for &e in &ids[..pairs] {
-        if let Some(c) = count.get_mut(e as usize) {
+        if let Some(c) = count.get_mut(local(e)) {
             *c += 1;
         }
     }
@@ -78,7 +85,7 @@ pub(super) fn align(ids: &[u32], tiles: &MoeTiles<'_, CpuBuffer>, pairs: usize, 
     }
     let mut next: Vec<usize> = start[..experts].iter().map(|s| s * MOE_TILE_M).collect();
     for (p, &e) in ids[..pairs].iter().enumerate() {
-        if let Some(n) = next.get_mut(e as usize) {
+        if let Some(n) = next.get_mut(local(e)) {
             if *n < rows {
                 sorted[*n] = p as u32;
                 slot[p] = *n as u32;

@@ -149,7 +149,9 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
         Op::MoeRoute { logits, ids, weights, rows, experts, top_k, renormalize } => {
             moe::route(d, [logits, ids, weights], [rows, experts, top_k], renormalize)
         }
-        Op::MoeAlign { ids, tiles, pairs, experts } => moe::align(d, ids, tiles, pairs, experts),
+        Op::MoeAlign { ids, tiles, pairs, experts, first_expert } => {
+            moe::align(d, ids, tiles, pairs, [experts, first_expert])
+        }
         Op::MoeMatMul { x, w, tiles, input, out, k, n } => moe::matmul(d, [x, w, out], tiles, input, [k, n]),
         Op::MoeCombine { y, tiles, weights, out, rows, top_k, width } => {
             moe::combine(d, [y, weights, out], tiles, [rows, top_k, width])

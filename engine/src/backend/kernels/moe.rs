@@ -48,7 +48,7 @@ pub(super) fn align<D: KernelDevice>(
     ids: &D::Buf,
     tiles: &MoeTiles<'_, D::Buf>,
     pairs: usize,
-    experts: usize,
+    [experts, first_expert]: [usize; 2],
 ) -> Result<()> {
     if experts == 0 || experts > MOE_MAX_EXPERTS {
         return Err(be(format!("moe_align: {experts} experts (at most {MOE_MAX_EXPERTS})")));
@@ -59,7 +59,7 @@ pub(super) fn align<D: KernelDevice>(
     let args = arg_list(
         kernel,
         &[ids, tiles.sorted, tiles.tile_expert, tiles.slot],
-        &[(pairs, "pairs"), (experts, "experts"), (tiles.max_tiles, "max_tiles")],
+        &[(pairs, "pairs"), (experts, "experts"), (first_expert, "first_expert"), (tiles.max_tiles, "max_tiles")],
     )?;
     d.launch(&Launch::groups(kernel, args, 1, [1, 1]))
 }
