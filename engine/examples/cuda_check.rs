@@ -263,6 +263,7 @@ fn run_attention<B: KvCaches>(b: &B, a: &AttnSpec) -> R<Vec<f32>> {
         scale: 1.0 / (*hd as f32).sqrt(),
         window: None,
         softcap: None,
+        sinks: None,
     })?;
     let mut o = match &wo {
         Some((w, n_out)) => {

@@ -124,6 +124,7 @@ impl Shape {
             scale: 1.0 / (self.hd as f32).sqrt(),
             window: None,
             softcap: None,
+            sinks: None,
         }
     }
 }

@@ -37,6 +37,10 @@ pub enum Architecture {
     /// `Qwen3MoeForCausalLM`: Qwen3's attention, mixture-of-experts MLPs (`mlp.experts`) on the layers the config
     /// names (`decoder_sparse_step`, `mlp_only_layers`).
     Qwen3Moe,
+    /// `GptOssForCausalLM`: biases on every attention projection, per-head attention sinks, alternating sliding-window
+    /// and full layers, YaRN; every MLP routed experts with biases and a clamped SwiGLU, stored packed (one tensor per
+    /// layer, MXFP4 or 16-bit) and unpacked per expert at load (`weights::gpt_oss`).
+    GptOss,
 }
 
 impl Architecture {
@@ -52,6 +56,7 @@ impl Architecture {
             Architecture::Phi3 => "Phi3ForCausalLM",
             Architecture::Mixtral => "MixtralForCausalLM",
             Architecture::Qwen3Moe => "Qwen3MoeForCausalLM",
+            Architecture::GptOss => "GptOssForCausalLM",
         }
     }
 
@@ -140,6 +145,8 @@ pub struct MoeParams {
     pub renormalize: bool,
     /// One entry per layer: the layer's MLP is routed experts (else the dense `intermediate_size` MLP).
     pub layers: Vec<bool>,
+    /// The router and the experts' projections have biases (gpt-oss).
+    pub bias: bool,
 }
 
 impl MoeParams {
@@ -189,8 +196,12 @@ pub struct ModelParams {
     pub final_softcap: Option<f64>,
     pub max_position_embeddings: usize,
     pub tie_word_embeddings: bool,
-    /// Bias on q/k/v projections (Qwen2).
+    /// Bias on q/k/v projections (Qwen2, gpt-oss).
     pub attention_bias: bool,
+    /// Bias on the attention output projection (gpt-oss).
+    pub o_proj_bias: bool,
+    /// Per-head learned sink logits in each attention softmax (gpt-oss's `self_attn.sinks`).
+    pub attention_sinks: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
     /// `torch_dtype` / `dtype` from the config, e.g. "bfloat16"; None for GGUF.

@@ -163,6 +163,18 @@ op_parity!(gelu_tanh_mul, tol = F32_TOL, |b, rng| {
     outs
 });
 
+op_parity!(swiglu_oai_mul, tol = F32_TOL, |b, rng| {
+    // Inputs up to +-12: gates and ups past gpt-oss's limit of 7 are clamped.
+    let mut outs = Vec::new();
+    for (rows, width) in [(1, 2880), (3, 77)] {
+        let gate_up = b.upload_f32(&random(&mut rng, rows * 2 * width, 12.0)).unwrap();
+        let out = poisoned(b, rows * width);
+        b.run(Op::GatedAct { gate_up: &gate_up, out: &out, rows, width, act: Activation::SwigluOai }).unwrap();
+        outs.push(("out", b.download_f32(&out).unwrap(), width));
+    }
+    outs
+});
+
 op_parity!(soft_cap, tol = F32_TOL, |b, rng| {
     let (rows, width) = (3, 1001);
     let x = b.upload_f32(&random(&mut rng, rows * width, 80.0)).unwrap();
@@ -285,6 +297,24 @@ fn attention_with<B: Backend>(
     window: Option<usize>,
     softcap: Option<f32>,
 ) -> backends::Output {
+    attention_scored(b, rng, name, c, &Scoring { window, softcap, sinks: None })
+}
+
+/// How scores are formed beyond `q . k * scale`: a sliding window, soft-capping, per-head sink logits.
+struct Scoring<'s> {
+    window: Option<usize>,
+    softcap: Option<f32>,
+    sinks: Option<&'s [f32]>,
+}
+
+/// `attention` with any `Scoring`.
+fn attention_scored<B: Backend>(
+    b: &B,
+    rng: &mut StdRng,
+    name: &'static str,
+    c: &Attn,
+    &Scoring { window, softcap, sinks }: &Scoring,
+) -> backends::Output {
     let bs = c.block_size;
     let per_seq: Vec<usize> = c.seqs.iter().map(|&(_, ctx)| ctx.div_ceil(bs)).collect();
     let num_blocks = per_seq.iter().sum::<usize>() + 3;
@@ -326,10 +356,29 @@ fn attention_with<B: Backend>(
         scale: 1.0 / (c.head_dim as f32).sqrt(),
         window,
         softcap,
+        sinks: sinks.map(|s| b.upload_f32(s).unwrap()).as_ref(),
     })
     .unwrap();
     (name, b.download_f32(&out).unwrap(), c.head_dim)
 }
+
+op_parity!(attention_sinks, tol = F32_TOL, |b, rng| {
+    // gpt-oss's sinks: one decode partition, split-KV partitions (the reduce), prefill tiles, a sliding window; the
+    // sink logits span small, typical and dominating values (head 3's 40 outweighs every key: the output is tiny
+    // but must still match, with no overflow in the normalisation).
+    let sinks: Vec<f32> = (0..32).map(|h| if h == 3 { 40.0 } else { (h as f32 - 16.0) * 0.4 }).collect();
+    let seqs = &[(1, 1), (1, 40), (1, 700), (1, 1300)];
+    let decode = Attn { heads: 16, kv_heads: 4, head_dim: 64, block_size: 16, seqs };
+    let seqs = &[(70, 70), (33, 100), (1, 9)];
+    let prefill = Attn { heads: 32, kv_heads: 8, head_dim: 64, block_size: 16, seqs };
+    let sunk = Scoring { window: None, softcap: None, sinks: Some(&sinks) };
+    vec![
+        attention_scored(b, &mut rng, "decode", &decode, &Scoring { window: None, ..sunk }),
+        attention_scored(b, &mut rng, "decode window", &decode, &Scoring { window: Some(128), ..sunk }),
+        attention_scored(b, &mut rng, "prefill", &prefill, &Scoring { window: None, ..sunk }),
+        attention_scored(b, &mut rng, "prefill window", &prefill, &Scoring { window: Some(32), ..sunk }),
+    ]
+});
 
 op_parity!(attention_sliding_window_decode, tol = F32_TOL, |b, rng| {
     // Contexts shorter than, equal to and longer than the window; with a 300-key window over split-KV partitions
@@ -483,6 +532,7 @@ fn out_of_range_indices_are_errors() {
         scale: 1.0,
         window: None,
         softcap: None,
+        sinks: None,
     };
     assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));
 }
@@ -492,21 +542,23 @@ fn out_of_range_indices_are_errors() {
 /// One mixture-of-experts MLP through the four ops (route, group, gate/up multiply, activation, down multiply,
 /// combine): one token (each pair alone in a tile), decode-sized batches, routing skewed so one expert's pairs fill
 /// several tiles, a prefill-sized batch (the tiled multiply), widths that do not split into 8-value pieces,
-/// renormalised and plain top-k weights, f32 and 16-bit expert weights. Each case also runs as expert parallelism
+/// renormalised and plain top-k weights, f32 and 16-bit expert weights, with and without gpt-oss's per-expert
+/// biases (`MoeBias` after each multiply). Each case also runs as expert parallelism
 /// would, over two disjoint shares of the experts (the skewed expert inside one and outside the other): the two
 /// partial outputs must add up to the whole layer's on the same backend.
 fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Output> {
     use rserve_engine::backend::{moe_max_tiles, MoeInput, MoeTiles};
     let mut outs = Vec::new();
-    for (tokens, experts, top_k, hidden, inter, renormalize, skew, cut) in [
-        (1, 8, 2, 64, 48, true, 0.0, 3),
-        (5, 60, 4, 96, 40, false, 0.0, 31),
-        (37, 16, 2, 64, 24, true, 4.0, 3),
+    for (tokens, experts, top_k, hidden, inter, renormalize, skew, cut, with_bias) in [
+        (1, 8, 2, 64, 48, true, 0.0, 3, false),
+        (1, 8, 2, 64, 48, true, 0.0, 3, true),
+        (5, 60, 4, 96, 40, false, 0.0, 31, true),
+        (37, 16, 2, 64, 24, true, 4.0, 3, false),
         // Widths not a multiple of 8: 16-bit experts through the scalar loads.
-        (3, 8, 2, 36, 20, true, 0.0, 4),
+        (3, 8, 2, 36, 20, true, 0.0, 4, true),
         // Prefill-sized: 300 tokens over 8 experts fill several 64-row blocks per expert (the tiled multiply), one
         // expert skewed so blocks also split between experts.
-        (300, 8, 2, 72, 40, false, 1.0, 4),
+        (300, 8, 2, 72, 40, false, 1.0, 4, true),
     ] {
         let x = b.upload_f32(&random(rng, tokens * hidden, 1.0)).unwrap();
         let mut logits = random(rng, tokens * experts, 2.0);
@@ -515,6 +567,7 @@ fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Outpu
         let logits = b.upload_f32(&logits).unwrap();
         let (gate_up, down) =
             (random(rng, experts * 2 * inter * hidden, 0.2), random(rng, experts * hidden * inter, 0.2));
+        let (gate_up_bias, down_bias) = (random(rng, experts * 2 * inter, 0.5), random(rng, experts * hidden, 0.5));
         let pairs = tokens * top_k;
         let ids = b.alloc_u32_output(pairs).unwrap();
         let weights = poisoned(b, pairs);
@@ -547,11 +600,22 @@ fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Outpu
             let input = MoeInput::Tokens { top_k, tokens };
             b.run(Op::MoeMatMul { x: &x, w: &gate_up, tiles: &tiles, input, out: &h, k: hidden, n: 2 * inter })
                 .unwrap();
+            let rows_of = |v: &[f32], width: usize| b.upload_f32(&v[first * width..(first + held) * width]).unwrap();
+            if with_bias {
+                let bias = rows_of(&gate_up_bias, 2 * inter);
+                b.run(Op::MoeBias { x: &h, bias: &bias, tiles: &tiles, width: 2 * inter }).unwrap();
+            }
             let act = b.alloc_f32(rows * inter).unwrap();
-            b.run(Op::GatedAct { gate_up: &h, out: &act, rows, width: inter, act: Activation::Silu }).unwrap();
+            // gpt-oss's experts: biases and its clamped SwiGLU together.
+            let act_kind = if with_bias { Activation::SwigluOai } else { Activation::Silu };
+            b.run(Op::GatedAct { gate_up: &h, out: &act, rows, width: inter, act: act_kind }).unwrap();
             let y = b.alloc_f32(rows * hidden).unwrap();
             let input = MoeInput::Slots;
             b.run(Op::MoeMatMul { x: &act, w: &down, tiles: &tiles, input, out: &y, k: inter, n: hidden }).unwrap();
+            if with_bias {
+                let bias = rows_of(&down_bias, hidden);
+                b.run(Op::MoeBias { x: &y, bias: &bias, tiles: &tiles, width: hidden }).unwrap();
+            }
             let out = poisoned(b, tokens * hidden);
             b.run(Op::MoeCombine {
                 y: &y,

@@ -107,6 +107,7 @@ fn attention<'a>(
         scale: 0.25,
         window: None,
         softcap: None,
+        sinks: None,
     }
 }
 

@@ -80,6 +80,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "moe_matmul_tiled_bf16",
             "moe_matmul_tiled_f16",
             "moe_combine",
+            "moe_bias",
         ],
     ),
     (
@@ -173,6 +174,7 @@ pub mod names {
     /// By weight type: local-memory tiles over several tiles of one expert (many pairs per expert: prefill).
     pub const MOE_MATMUL_TILED: ByType = ["moe_matmul_tiled_f32", "moe_matmul_tiled_bf16", "moe_matmul_tiled_f16"];
     pub const MOE_COMBINE: &str = "moe_combine";
+    pub const MOE_BIAS: &str = "moe_bias";
 }
 
 /// The work-group size each kernel is launched with: the sizes its local arrays were compiled for.

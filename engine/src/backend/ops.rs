@@ -140,6 +140,8 @@ pub enum Activation {
     Silu,
     /// PyTorch's `gelu(approximate="tanh")` (GeGLU: Gemma's `gelu_pytorch_tanh`).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `g = min(gate, 7)`, `u = clamp(up, -7, 7)`, `out = g * sigmoid(1.702 g) * (u + 1)`.
+    SwigluOai,
 }
 
 impl Activation {
@@ -148,6 +150,7 @@ impl Activation {
         match self {
             Activation::Silu => 0,
             Activation::GeluTanh => 1,
+            Activation::SwigluOai => 2,
         }
     }
 }
@@ -238,6 +241,9 @@ pub enum Op<'a, B> {
         scale: f32,
         window: Option<usize>,
         softcap: Option<f32>,
+        /// Per-head sink logits `[num_heads]` (gpt-oss), each joining its head's softmax denominator as a key with
+        /// no value.
+        sinks: Option<&'a B>,
     },
     /// `out[i] = x[rows[i]]`: pick the rows whose logits are needed.
     GatherRows { x: &'a B, rows: &'a B, out: &'a B, num_rows: usize, width: usize },
@@ -253,6 +259,9 @@ pub enum Op<'a, B> {
     /// experts' `[n, k]` matrices stacked by rows (`[experts * n, k]`) and `e` the tile's expert; `out` is
     /// `[max_tiles * MOE_TILE_M, n]`, and its padding rows are left as they were.
     MoeMatMul { x: &'a B, w: &'a B, tiles: &'a MoeTiles<'a, B>, input: MoeInput, out: &'a B, k: usize, n: usize },
+    /// `x[s, :] += bias[e, :]` for every row `s` of each used tile, `e` the tile's expert: the experts' biases stacked
+    /// `[experts, width]` (f32) added to a grouped multiply's output `[max_tiles * MOE_TILE_M, width]` (gpt-oss).
+    MoeBias { x: &'a B, bias: &'a B, tiles: &'a MoeTiles<'a, B>, width: usize },
     /// `out[t, :] = sum over j of weights[t * top_k + j] * y[slot of pair t * top_k + j, :]` for `rows` tokens.
     MoeCombine {
         y: &'a B,

@@ -289,6 +289,8 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         max_position_embeddings,
         tie_word_embeddings: !meta.has_output_weight,
         attention_bias: architecture == Architecture::Qwen2,
+        o_proj_bias: false,
+        attention_sinks: false,
         bos_token_id: meta.bos_token_id,
         eos_token_ids,
         torch_dtype: None,

@@ -113,6 +113,11 @@ pub struct RawConfig {
     /// ... except these, which keep a dense MLP.
     #[serde(default)]
     pub mlp_only_layers: Option<Vec<usize>>,
+    /// gpt-oss's clamped SwiGLU.
+    #[serde(default)]
+    pub swiglu_alpha: Option<f64>,
+    #[serde(default)]
+    pub swiglu_limit: Option<f64>,
 }
 
 /// `rope_scaling` (or `rope_parameters`): `type` in older files, `rope_type` in newer ones.
@@ -231,6 +236,7 @@ fn architecture(raw: &RawConfig) -> Result<Architecture> {
             "Phi3ForCausalLM" => Ok(Architecture::Phi3),
             "MixtralForCausalLM" => Ok(Architecture::Mixtral),
             "Qwen3MoeForCausalLM" => Ok(Architecture::Qwen3Moe),
+            "GptOssForCausalLM" => Ok(Architecture::GptOss),
             other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         };
     }
@@ -244,6 +250,7 @@ fn architecture(raw: &RawConfig) -> Result<Architecture> {
         Some("phi3") => Ok(Architecture::Phi3),
         Some("mixtral") => Ok(Architecture::Mixtral),
         Some("qwen3_moe") => Ok(Architecture::Qwen3Moe),
+        Some("gpt_oss") => Ok(Architecture::GptOss),
         Some(other) => Err(EngineError::UnsupportedArchitecture(other.to_string())),
         None => Err(EngineError::UnsupportedArchitecture(
             "(config.json has neither `architectures` nor `model_type`)".to_string(),
@@ -419,7 +426,7 @@ fn sliding_layers(raw: &RawConfig, architecture: Architecture, num_layers: usize
             .collect();
     }
     Ok(match architecture {
-        Architecture::Gemma2 => (0..num_layers).map(|i| (i + 1) % 2 != 0).collect(),
+        Architecture::Gemma2 | Architecture::GptOss => (0..num_layers).map(|i| (i + 1) % 2 != 0).collect(),
         Architecture::Gemma3 => {
             let pattern = positive(raw.sliding_window_pattern, "sliding_window_pattern")?.unwrap_or(6);
             (0..num_layers).map(|i| (i + 1) % pattern != 0).collect()
@@ -485,6 +492,7 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         Phi3 => (4096, None, 10_000.0, 1e-5),
         Mixtral => (4096 * 32, None, 1_000_000.0, 1e-5),
         Qwen3Moe => (32_768, None, 10_000.0, 1e-6),
+        GptOss => (131_072, Some(128), 150_000.0, 1e-5),
         Llama => (2048, None, 10_000.0, 1e-6),
     };
     let max_position_embeddings =
@@ -499,8 +507,18 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
     if !(rms_norm_eps.is_finite() && rms_norm_eps > 0.0) {
         return config_err(format!("`rms_norm_eps` ({rms_norm_eps}) must be a positive number"));
     }
+    // gpt-oss's class default when the file names no scaling: YaRN x32 from 4096 positions, not truncated.
+    let gpt_oss_yarn = serde_json::from_value(serde_json::json!({
+        "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": false,
+        "original_max_position_embeddings": 4096
+    }))
+    .ok()
+    .filter(|_| architecture == GptOss);
+    let scaling_given = raw.rope_scaling.as_ref().or(global_params.as_ref());
     let rope_scaling = rope_scaling(
-        raw.rope_scaling.as_ref().or(global_params.as_ref()),
+        scaling_given
+            .filter(|s| s.rope_type.is_some() || s.type_.is_some() || architecture != GptOss)
+            .or(gpt_oss_yarn.as_ref()),
         head_dim,
         max_position_embeddings,
         raw.original_max_position_embeddings,
@@ -518,8 +536,20 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
     let attention_bias = match architecture {
         // Qwen2 always has q/k/v biases (its config has no key for it).
         Qwen2 => true,
+        GptOss => raw.attention_bias.unwrap_or(true),
         _ => raw.attention_bias.unwrap_or(false),
     };
+    if architecture == GptOss {
+        for (value, field, want) in [(raw.swiglu_alpha, "swiglu_alpha", 1.702), (raw.swiglu_limit, "swiglu_limit", 7.0)]
+        {
+            if value.is_some_and(|v| v != want) {
+                return config_err(format!(
+                    "`{field}` {} is not supported (only gpt-oss's {want})",
+                    value.unwrap_or(want)
+                ));
+            }
+        }
+    }
     let window = match architecture {
         // Mistral distinguishes an absent key (the class default) from an explicit null (no window).
         Mistral | Mixtral => raw.sliding_window.unwrap_or(default_window),
@@ -534,6 +564,8 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
     let sliding_window = layers.iter().find_map(|l| l.window);
     let act_name = raw.hidden_activation.as_deref().or(raw.hidden_act.as_deref());
     let activation = match (architecture, act_name) {
+        // gpt-oss's experts ignore `hidden_act` (its config says silu).
+        (GptOss, _) => Activation::SwigluOai,
         (Gemma2 | Gemma3, None) => Activation::GeluTanh,
         (_, None | Some("silu" | "swish")) => Activation::Silu,
         (_, Some("gelu_pytorch_tanh" | "gelu_new" | "gelu_fast")) => Activation::GeluTanh,
@@ -582,6 +614,8 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         // Gemma ties its embeddings unless the file says otherwise (transformers' class default).
         tie_word_embeddings: raw.tie_word_embeddings.unwrap_or(architecture.is_gemma()),
         attention_bias,
+        o_proj_bias: architecture == GptOss && attention_bias,
+        attention_sinks: architecture == GptOss,
         bos_token_id,
         eos_token_ids,
         torch_dtype: raw.dtype.or(raw.torch_dtype),
@@ -611,10 +645,18 @@ fn moe_params(
             let inter = positive(raw.moe_intermediate_size, "moe_intermediate_size")?.unwrap_or(768);
             (experts, inter, raw.norm_topk_prob.unwrap_or(false), layers)
         }
+        // gpt-oss: softmax over the top-k logits, which is the renormalised top-k of the softmax over all.
+        Architecture::GptOss => {
+            let experts = positive(raw.num_local_experts, "num_local_experts")?.unwrap_or(128);
+            (experts, intermediate_size, true, vec![true; num_layers])
+        }
         _ => return Ok(None),
     };
-    let top_k = positive(raw.num_experts_per_tok, "num_experts_per_tok")?
-        .unwrap_or(if architecture == Architecture::Mixtral { 2 } else { 8 });
+    let top_k = positive(raw.num_experts_per_tok, "num_experts_per_tok")?.unwrap_or(match architecture {
+        Architecture::Mixtral => 2,
+        Architecture::GptOss => 4,
+        _ => 8,
+    });
     if top_k > experts {
         return config_err(format!("`num_experts_per_tok` ({top_k}) is more than the {experts} experts"));
     }
@@ -622,5 +664,6 @@ fn moe_params(
     if experts > max {
         return config_err(format!("{experts} experts: at most {max} are supported"));
     }
-    Ok(Some(MoeParams { num_experts: experts, top_k, expert_intermediate, renormalize, layers }))
+    let bias = architecture == Architecture::GptOss;
+    Ok(Some(MoeParams { num_experts: experts, top_k, expert_intermediate, renormalize, layers, bias }))
 }

@@ -41,6 +41,9 @@ enum Mlp<B: Backend> {
         down: B::Buffer,
         width: usize,
         held: std::ops::Range<usize>,
+        /// gpt-oss: the held experts' gate/up biases `[held, 2 * width]` (f32) and down biases `[held, hidden]` (on
+        /// the rank that adds them once: TP rank 0, or every rank under expert parallelism).
+        bias: Option<(B::Buffer, Option<B::Buffer>)>,
     },
 }
 
@@ -65,6 +68,8 @@ struct Layer<B: Backend> {
     window: Option<usize>,
     /// Index into `LlamaModel::ropes`.
     rope: usize,
+    /// This rank's heads' attention sink logits (gpt-oss), f32.
+    sinks: Option<B::Buffer>,
 }
 
 /// One RoPE's frequencies on the device and its cos/sin multiplier.
@@ -146,7 +151,8 @@ fn load_experts<B: Backend>(
     shard: &Shard,
 ) -> Result<Mlp<B>> {
     let names = crate::weights::names::moe_names(p, layer);
-    let router = linear(b, upload_time, take, std::slice::from_ref(&names.router), false)?;
+    let with_bias = p.moe.as_ref().is_some_and(|m| m.bias);
+    let router = linear(b, upload_time, take, std::slice::from_ref(&names.router), with_bias)?;
     let weight = |n: &String| take(&format!("{n}.weight"));
     let held = shard.experts(p);
     let mut gate_up = Vec::with_capacity(2 * held.len());
@@ -156,11 +162,34 @@ fn load_experts<B: Backend>(
         gate_up.push(weight(up)?);
         down.push(weight(d)?);
     }
+    // Biases as f32 rows, one per held expert (the down bias only where this rank adds it: `Shard::cut`).
+    let bias_rows = |parts: &[&str]| -> Result<Vec<f32>> {
+        let mut out = Vec::new();
+        for [gate, up, d] in &names.experts[held.clone()] {
+            for part in parts {
+                let name = match *part {
+                    "gate" => gate,
+                    "up" => up,
+                    _ => d,
+                };
+                out.extend(take(&format!("{name}.bias"))?.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?);
+            }
+        }
+        Ok(out)
+    };
+    let bias = match with_bias {
+        false => None,
+        true => {
+            let down_here = shard.cut(p, &format!("{}.bias", names.experts[held.start][2])).is_some();
+            let down_bias = if down_here { Some(b.upload_f32(&bias_rows(&["down"])?)?) } else { None };
+            Some((b.upload_f32(&bias_rows(&["gate", "up"])?)?, down_bias))
+        }
+    };
     let t0 = std::time::Instant::now();
     let gate_up = b.upload_weight_rows(&gate_up.iter().collect::<Vec<_>>())?;
     let down = b.upload_weight_rows(&down.iter().collect::<Vec<_>>())?;
     upload_time.set(upload_time.get() + t0.elapsed());
-    Ok(Mlp::Experts { router, gate_up, down, width: shard.expert_intermediate(p).len(), held })
+    Ok(Mlp::Experts { router, gate_up, down, width: shard.expert_intermediate(p).len(), held, bias })
 }
 
 impl<B: Backend> LlamaModel<B> {
@@ -176,6 +205,7 @@ impl<B: Backend> LlamaModel<B> {
         }
         crate::model::shard::check_tp(p, shard.tp_size)?;
         let bias = p.attention_bias || p.architecture == Architecture::Qwen2;
+        let o_bias = p.o_proj_bias && shard.cut(p, "model.layers.0.self_attn.o_proj.bias").is_some();
         // This shard's slice of a checkpoint tensor (`Shard::cut`), unless loading already cut it.
         let take = |name: &str| -> Result<Tensor> {
             let t = w.get(name)?;
@@ -239,8 +269,16 @@ impl<B: Backend> LlamaModel<B> {
                     qk_norm,
                     window: kind.window,
                     rope: usize::from(kind.local_rope && local_rope),
+                    sinks: match p.attention_sinks {
+                        true => {
+                            let t = take(&format!("{pre}.self_attn.sinks"))?.to_dtype(candle_core::DType::F32)?;
+                            Some(backend.upload_f32(&t.to_vec1::<f32>()?)?)
+                        }
+                        false => None,
+                    },
                     qkv: linear(backend, &upload_time, &take, &attn(&["q_proj", "k_proj", "v_proj"]), bias)?,
-                    o: linear(backend, &upload_time, &take, &attn(&["o_proj"]), false)?,
+                    // The output bias is added once, by the rank that holds it (`Shard::cut`).
+                    o: linear(backend, &upload_time, &take, &attn(&["o_proj"]), o_bias)?,
                     mlp: if p.is_moe_layer(i) {
                         load_experts(backend, &upload_time, &take, p, i, shard)?
                     } else {
@@ -320,6 +358,7 @@ impl<B: Backend> LlamaModel<B> {
         b: &B,
         [router]: [&Linear<B>; 1],
         [gate_up, down]: [&B::Buffer; 2],
+        bias: Option<&(B::Buffer, Option<B::Buffer>)>,
         normed: &B::Buffer,
         n: usize,
         [width, first, held]: [usize; 3],
@@ -341,10 +380,16 @@ impl<B: Backend> LlamaModel<B> {
         let gu = b.alloc_f32_scratch(rows * 2 * width)?;
         let input = MoeInput::Tokens { top_k, tokens: n };
         b.run(Op::MoeMatMul { x: normed, w: gate_up, tiles: &tiles, input, out: &gu, k: h, n: 2 * width })?;
+        if let Some((gate_up_bias, _)) = bias {
+            b.run(Op::MoeBias { x: &gu, bias: gate_up_bias, tiles: &tiles, width: 2 * width })?;
+        }
         let act = b.alloc_f32_scratch(rows * width)?;
         b.run(Op::GatedAct { gate_up: &gu, out: &act, rows, width, act: p.activation })?;
         let y = b.alloc_f32_scratch(rows * h)?;
         b.run(Op::MoeMatMul { x: &act, w: down, tiles: &tiles, input: MoeInput::Slots, out: &y, k: width, n: h })?;
+        if let Some((_, Some(down_bias))) = bias {
+            b.run(Op::MoeBias { x: &y, bias: down_bias, tiles: &tiles, width: h })?;
+        }
         let out = b.alloc_f32_scratch(n * h)?;
         b.run(Op::MoeCombine { y: &y, tiles: &tiles, weights: &weights, out: &out, rows: n, top_k, width: h })?;
         Ok(out)
@@ -539,6 +584,7 @@ impl<B: Backend> LlamaModel<B> {
                 scale,
                 window: l.window,
                 softcap,
+                sinks: l.sinks.as_ref(),
             })?;
             let mut o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;
             if let Some(w) = &l.attn_out_norm {
@@ -567,8 +613,9 @@ impl<B: Backend> LlamaModel<B> {
                     b.run(Op::GatedAct { gate_up: &gate_up, out: &act, rows: n, width: inter, act: p.activation })?;
                     self.project(b, down, &act, n, inter)?
                 }
-                Mlp::Experts { router, gate_up, down, width, held } => {
-                    self.experts(b, [router], [gate_up, down], &normed, n, [*width, held.start, held.len()])?
+                Mlp::Experts { router, gate_up, down, width, held, bias } => {
+                    let weights = [gate_up, down];
+                    self.experts(b, [router], weights, bias.as_ref(), &normed, n, [*width, held.start, held.len()])?
                 }
             };
             let down = reduce(down)?;

@@ -148,23 +148,28 @@ impl Shard {
             // Routed experts: each expert split like a dense MLP, or whole on the rank that holds it under expert
             // parallelism; the router is whole.
             if let Some((e, leaf)) = tail.split_once(".experts.").and_then(|(_, e)| e.split_once('.')) {
-                use crate::weights::names::{EXPERT_COL_SPLIT, EXPERT_ROW_SPLIT};
+                use crate::weights::names::{EXPERT_COL_SPLIT, EXPERT_ONCE, EXPERT_ROW_SPLIT};
                 if self.expert_parallel {
                     return self.experts(p).contains(&e.parse::<usize>().ok()?).then_some(Cut::Whole);
                 }
-                return Some(if EXPERT_ROW_SPLIT.contains(&leaf) {
-                    Cut::Rows(self.expert_intermediate(p))
+                return if EXPERT_ROW_SPLIT.contains(&leaf) {
+                    Some(Cut::Rows(self.expert_intermediate(p)))
                 } else if EXPERT_COL_SPLIT.contains(&leaf) {
-                    Cut::Cols(self.expert_intermediate(p))
+                    Some(Cut::Cols(self.expert_intermediate(p)))
+                } else if EXPERT_ONCE.contains(&leaf) {
+                    (self.tp_rank == 0).then_some(Cut::Whole)
                 } else {
-                    Cut::Whole
-                });
+                    Some(Cut::Whole)
+                };
             }
             return Some(match tail {
                 "self_attn.q_proj.weight" | "self_attn.q_proj.bias" => Cut::Rows(q),
                 "self_attn.k_proj.weight" | "self_attn.k_proj.bias" => Cut::Rows(kv),
                 "self_attn.v_proj.weight" | "self_attn.v_proj.bias" => Cut::Rows(kv),
                 "self_attn.o_proj.weight" => Cut::Cols(q),
+                // Added once after the rows are summed over the ranks: rank 0 holds it.
+                "self_attn.o_proj.bias" => return (r == 0).then_some(Cut::Whole),
+                "self_attn.sinks" => Cut::Rows(r * self.heads(p)..(r + 1) * self.heads(p)),
                 "mlp.gate_proj.weight" | "mlp.up_proj.weight" => Cut::Rows(self.intermediate(p)),
                 "mlp.down_proj.weight" => Cut::Cols(self.intermediate(p)),
                 _ => Cut::Whole,

@@ -7,6 +7,7 @@
 
 pub mod dummy;
 pub mod gguf;
+pub mod gpt_oss;
 pub mod names;
 mod progress;
 pub mod safetensors;

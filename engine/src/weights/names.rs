@@ -64,6 +64,12 @@ pub fn expected_tensors(params: &ModelParams) -> Vec<TensorSpec> {
             out.push(TensorSpec::new(format!("{p}.self_attn.k_norm.weight"), &[params.head_dim]));
         }
         out.push(TensorSpec::new(format!("{p}.self_attn.o_proj.weight"), &[h, q]));
+        if params.o_proj_bias {
+            out.push(TensorSpec::new(format!("{p}.self_attn.o_proj.bias"), &[h]));
+        }
+        if params.attention_sinks {
+            out.push(TensorSpec::new(format!("{p}.self_attn.sinks"), &[params.num_heads]));
+        }
         out.push(TensorSpec::new(format!("{p}.post_attention_layernorm.weight"), &[h]));
         if params.architecture.is_gemma() {
             out.push(TensorSpec::new(format!("{p}.pre_feedforward_layernorm.weight"), &[h]));
@@ -73,10 +79,18 @@ pub fn expected_tensors(params: &ModelParams) -> Vec<TensorSpec> {
             let names = moe_names(params, l);
             let ei = m.expert_intermediate;
             out.push(TensorSpec::new(format!("{}.weight", names.router), &[m.num_experts, h]));
+            if m.bias {
+                out.push(TensorSpec::new(format!("{}.bias", names.router), &[m.num_experts]));
+            }
             for [gate, up, down] in &names.experts {
                 out.push(TensorSpec::new(format!("{gate}.weight"), &[ei, h]));
                 out.push(TensorSpec::new(format!("{up}.weight"), &[ei, h]));
                 out.push(TensorSpec::new(format!("{down}.weight"), &[h, ei]));
+                if m.bias {
+                    out.push(TensorSpec::new(format!("{gate}.bias"), &[ei]));
+                    out.push(TensorSpec::new(format!("{up}.bias"), &[ei]));
+                    out.push(TensorSpec::new(format!("{down}.bias"), &[h]));
+                }
             }
             continue;
         }
@@ -99,23 +113,28 @@ pub struct MoeNames {
 }
 
 /// Mixtral's `block_sparse_moe.gate` and `block_sparse_moe.experts.{e}.w1 / w3 / w2`; Qwen3-MoE's `mlp.gate` and
-/// `mlp.experts.{e}.gate_proj / up_proj / down_proj`.
+/// `mlp.experts.{e}.gate_proj / up_proj / down_proj`; gpt-oss's `mlp.router` and the same expert names (its checkpoint
+/// packs each layer's experts into one tensor, which `weights::gpt_oss` unpacks to these).
 pub fn moe_names(params: &ModelParams, layer: usize) -> MoeNames {
     let experts = params.moe.as_ref().map_or(0, |m| m.num_experts);
-    let (block, [gate, up, down]) = match params.architecture {
-        Architecture::Mixtral => ("block_sparse_moe", ["w1", "w3", "w2"]),
-        _ => ("mlp", ["gate_proj", "up_proj", "down_proj"]),
+    let (block, router, [gate, up, down]) = match params.architecture {
+        Architecture::Mixtral => ("block_sparse_moe", "gate", ["w1", "w3", "w2"]),
+        Architecture::GptOss => ("mlp", "router", ["gate_proj", "up_proj", "down_proj"]),
+        _ => ("mlp", "gate", ["gate_proj", "up_proj", "down_proj"]),
     };
     let p = format!("model.layers.{layer}.{block}");
     MoeNames {
-        router: format!("{p}.gate"),
+        router: format!("{p}.{router}"),
         experts: (0..experts).map(|e| [gate, up, down].map(|n| format!("{p}.experts.{e}.{n}"))).collect(),
     }
 }
 
-/// The expert projections' cut (shard.rs): the gate/up suffixes split by rows, the down suffixes by columns.
-pub const EXPERT_ROW_SPLIT: &[&str] = &["w1.weight", "w3.weight", "gate_proj.weight", "up_proj.weight"];
+/// The expert projections' cut (shard.rs): the gate/up suffixes (and biases) split by rows, the down suffixes by
+/// columns; the down bias is added once, by TP rank 0.
+pub const EXPERT_ROW_SPLIT: &[&str] =
+    &["w1.weight", "w3.weight", "gate_proj.weight", "up_proj.weight", "gate_proj.bias", "up_proj.bias"];
 pub const EXPERT_COL_SPLIT: &[&str] = &["w2.weight", "down_proj.weight"];
+pub const EXPERT_ONCE: &[&str] = &["down_proj.bias"];
 
 /// The fused projections of a checkpoint: (fused suffix, its parts in row order).
 const FUSED: &[(&str, &[&str])] = &[

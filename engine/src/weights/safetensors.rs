@@ -53,6 +53,12 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
     if let Some(shard) = shard {
         specs.retain(|spec| shard.cut(params, &spec.name).is_some());
     }
+    // gpt-oss's experts are read packed, one set of tensors per layer, and unpacked below.
+    let packed = super::gpt_oss::is_unpacked;
+    let unpack_layers: Vec<usize> = (0..params.num_layers)
+        .filter(|&l| params.is_moe_layer(l) && packed(params, &format!("model.layers.{l}.mlp.experts.")))
+        .collect();
+    specs.retain(|spec| !packed(params, &spec.name));
     let file_name = language_model_prefix(&st);
     // Check names, shapes and source dtypes first, so a wrong checkpoint fails before copying gigabytes.
     for spec in &specs {
@@ -92,7 +98,27 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
         })
         .collect::<Result<_>>()?;
     bar.finish();
-    let map: HashMap<String, Tensor> = loaded.into_iter().collect();
+    let mut map: HashMap<String, Tensor> = loaded.into_iter().collect();
+    let read = |name: &str| -> Result<Option<Tensor>> {
+        let name = file_name(name);
+        if st.get(&name).is_err() {
+            return Ok(None);
+        }
+        Ok(Some(st.load(&name, &Device::Cpu)?))
+    };
+    for layer in unpack_layers.into_iter().filter(|l| shard.is_none_or(|s| s.layers.contains(l))) {
+        let names = super::names::moe_names(params, layer);
+        // Under expert parallelism only this rank's experts are unpacked.
+        let want = |e: usize| shard.is_none_or(|s| s.cut(params, &format!("{}.weight", names.experts[e][0])).is_some());
+        for (name, t) in super::gpt_oss::unpack_layer(&read, params, layer, &want)? {
+            let t = match shard.map(|s| s.cut(params, &name)) {
+                Some(None) => continue,
+                Some(Some(cut)) => apply_cut(&t, &cut)?,
+                None => t,
+            };
+            map.insert(name, t.to_dtype(dtype)?);
+        }
+    }
     match shard {
         None => Weights::from_tensors(map, params, dtype),
         Some(_) => Ok(Weights::from_cut_tensors(map, dtype)),

@@ -57,6 +57,8 @@ pub fn tiny_params(architecture: Architecture, tie: bool) -> ModelParams {
         max_position_embeddings: 512,
         tie_word_embeddings: tie,
         attention_bias: architecture == Architecture::Qwen2,
+        o_proj_bias: false,
+        attention_sinks: false,
         bos_token_id: Some(1),
         eos_token_ids: vec![2],
         torch_dtype: None,

@@ -16,7 +16,9 @@
 //
 // Sliding-window layers (`window` > 0; 0 means none): a row at position p sees keys p - window + 1 .. p, and its
 // partitions count from the first of them, so a long context costs the window's keys, not the context's. Scores
-// are multiplied by `scale` and, with `softcap` > 0, capped as softcap * tanh(score / softcap) (Gemma 2).
+// are multiplied by `scale` and, with `softcap` > 0, capped as softcap * tanh(score / softcap) (Gemma 2). With
+// `has_sinks`, head h's learned sink logit sinks[h] joins each row's softmax denominator (gpt-oss: attention may put
+// weight on no key; `attn_norm`).
 //
 // Cache layout per layer: [num_blocks, block_size, kv_heads, head_dim]; slot = block * block_size + offset.
 // head_dim must be a multiple of 4 (4-wide loads and stores; the host checks it).
@@ -53,7 +55,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
                         GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, uint max_blocks,
                         uint num_heads, uint num_kv_heads, uint head_dim, uint block_size, uint partition_size,
                         uint max_parts, float scale, uint out_kind, uint fuse_reduce, uint lat, uint window,
-                        float softcap, LOCAL_PTR float* scores, LOCAL_PTR uint* slots,
+                        float softcap, GLOBAL const float* sinks, uint has_sinks, LOCAL_PTR float* scores,
+                        LOCAL_PTR uint* slots,
                         LOCAL_PTR float* head_max, LOCAL_PTR float* head_sum, LOCAL_PTR float4* red) {
     uint e = group_id(0);
     uint group = num_heads / num_kv_heads;
@@ -234,8 +237,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
             ulong h = h0 + hh;
             float4 v = red[i];
             if (max_parts == 1) {
-                store4_act(out, ((ulong)row * num_heads + h) * head_dim + d0 + 4 * cc, scale4(v, 1.0f / head_sum[hh]),
-                           out_kind);
+                float norm = attn_norm(head_max[hh], head_sum[hh], has_sinks ? sinks[h] : NEG_INF);
+                store4_act(out, ((ulong)row * num_heads + h) * head_dim + d0 + 4 * cc, scale4(v, norm), out_kind);
             } else {
                 store4a_f32(part_out, (((ulong)e * num_heads + h) * max_parts + part) * head_dim + d0 + 4 * cc, v);
             }
@@ -275,7 +278,10 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
             total += w * load_coherent(part_ml, base + 2 * p + 1);
         }
         total = sub_reduce_add(total);
-        if (sub_lane() == 0) head_sum[hh] = total;
+        if (sub_lane() == 0) {
+            head_max[hh] = m;
+            head_sum[hh] = total;
+        }
     }
     barrier_local();
     for (uint i = local_id(); i < nh * head_dim; i += local_size()) {
@@ -285,7 +291,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
         ulong base = ((ulong)e * num_heads + h) * max_parts * head_dim + d;
         float acc = 0.0f;
         for (uint p = 0; p < parts; p++) acc += scores[hh * ATTN_MAX_PARTITION + p] * load_coherent(part_out, base + (ulong)p * head_dim);
-        store_act(out, (GLOBAL ushort*)out, ((ulong)row * num_heads + h) * head_dim + d, acc / head_sum[hh], out_kind);
+        float norm = attn_norm(head_max[hh], head_sum[hh], has_sinks ? sinks[h] : NEG_INF);
+        store_act(out, (GLOBAL ushort*)out, ((ulong)row * num_heads + h) * head_dim + d, acc * norm, out_kind);
     }
 }
 
@@ -295,7 +302,7 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
                      GLOBAL const uint* query_start, GLOBAL const uint* context_lens, GLOBAL const uint* block_tables, \
                      uint max_blocks, uint num_heads, uint num_kv_heads, uint head_dim, uint block_size,            \
                      uint partition_size, uint max_parts, float scale, uint out_kind, uint fuse_reduce,             \
-                     uint window, float softcap) {                                                                  \
+                     uint window, float softcap, GLOBAL const float* sinks, uint has_sinks) {                       \
         GRID_DEP_SYNC();                                                                                            \
         LOCAL float scores[ATTN_HEAD_CHUNK * ATTN_MAX_PARTITION];                                                   \
         LOCAL uint slots[ATTN_MAX_PARTITION];                                                                       \
@@ -305,9 +312,8 @@ INLINE void decode_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL co
         decode_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,   \
                     (GLOBAL const ushort*)v_cache, KIND, out, part_out, part_ml, counters, entries, query_start,     \
                     context_lens, block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size,          \
-                    partition_size, max_parts, scale, out_kind, fuse_reduce, LAT, window, softcap, scores, slots,   \
-                    head_max,                                                                                       \
-                    head_sum, red);                                                                                 \
+                    partition_size, max_parts, scale, out_kind, fuse_reduce, LAT, window, softcap, sinks,           \
+                    has_sinks, scores, slots, head_max, head_sum, red);                                             \
     }
 // The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.
 DECODE_KERNEL(paged_attention_decode, float, 0, 0)
@@ -320,11 +326,12 @@ DECODE_KERNEL(paged_attention_decode_lat_f16, ushort, 2, 1)
 
 // Combines the partitions of each (entry, head): out = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) s_p, in one pass
 // over the partitions with a running maximum (each step's loads do not wait for the step before, so they overlap).
-// Grid: (entries x ELEM_WG, num_heads). `out` as in the decode kernel (`out_kind`); `window` as there.
+// Grid: (entries x ELEM_WG, num_heads). `out` as in the decode kernel (`out_kind`); `window` and the sinks as there.
 KERNEL void paged_attention_reduce(GLOBAL float* out, GLOBAL const float* part_out, GLOBAL const float* part_ml,
                                    GLOBAL const uint* entries, GLOBAL const uint* query_start,
                                    GLOBAL const uint* context_lens, uint num_heads, uint head_dim,
-                                   uint partition_size, uint max_parts, uint out_kind, uint window) {
+                                   uint partition_size, uint max_parts, uint out_kind, uint window,
+                                   GLOBAL const float* sinks, uint has_sinks) {
     GRID_DEP_SYNC();
     uint e = group_id(0);
     uint h = group_id(1);
@@ -351,6 +358,7 @@ KERNEL void paged_attention_reduce(GLOBAL float* out, GLOBAL const float* part_o
             acc = acc * a + op * b;
             m = mn;
         }
-        store_act(out, (GLOBAL ushort*)out, ((ulong)row * num_heads + h) * head_dim + d, acc / total, out_kind);
+        float norm = attn_norm(m, total, has_sinks ? sinks[h] : NEG_INF);
+        store_act(out, (GLOBAL ushort*)out, ((ulong)row * num_heads + h) * head_dim + d, acc * norm, out_kind);
     }
 }

@@ -8,8 +8,8 @@
 // multiple of 8 or over PREFILL_MAX_HEAD_DIM to the per-row decode kernel (`rserve_kernels::prefill_tiles_head`).
 // `out` is f32 or, after `out_kind` (1 bf16, 2 f16), the 16-bit input of the output projection's matrix multiply.
 // `window` (> 0: a sliding-window layer; a row at position p sees keys p - window + 1 .. p, and the key loop starts
-// at the tile's first visible key) and `softcap` (> 0: scores capped as softcap * tanh(score / softcap)) as in the
-// decode kernel.
+// at the tile's first visible key), `softcap` (> 0: scores capped as softcap * tanh(score / softcap)) and the
+// attention sinks (`has_sinks`: sinks[h] joins the softmax denominator) as in the decode kernel.
 //
 // Register tiling, so local memory is not the bottleneck: the queries are staged transposed (qs[d][pair]) and each
 // key tile of PREFILL_KEYS (16) keys transposed (kv[d][key]); a work-item scores 2 pairs x 2 keys, reading one
@@ -32,7 +32,8 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
                          GLOBAL const ushort* vh, uint kind, GLOBAL float* out, uint out_kind, GLOBAL const uint* tiles,
                          GLOBAL const uint* query_start, GLOBAL const uint* context_lens,
                          GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,
-                         uint head_dim, uint block_size, float scale, uint window, float softcap, LOCAL_PTR float* qs, LOCAL_PTR float* kv,
+                         uint head_dim, uint block_size, float scale, uint window, float softcap,
+                         GLOBAL const float* sinks, uint has_sinks, LOCAL_PTR float* qs, LOCAL_PTR float* kv,
                          LOCAL_PTR float* ps, LOCAL_PTR float* row_max, LOCAL_PTR float* row_sum,
                          LOCAL_PTR float* row_corr, LOCAL_PTR uint* row_pos, LOCAL_PTR uint* slots) {
     uint lid = local_id();
@@ -176,7 +177,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
                 uint t = p / group;
                 ulong h = (ulong)kvh * group + (p - t * group);
                 ulong dst = ((ulong)(q0 + t) * num_heads + h) * head_dim + 8 * od;
-                float inv = 1.0f / row_sum[r];
+                float inv = attn_norm(row_max[r], row_sum[r], has_sinks ? sinks[h] : NEG_INF);
                 for (uint c = 0; c < 8; c++) store_act(out, (GLOBAL ushort*)out, dst + c, o[i][c] * inv, out_kind);
             }
         }
@@ -187,7 +188,8 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
     KERNEL void NAME(GLOBAL const float* q, GLOBAL const T* k_cache, GLOBAL const T* v_cache, GLOBAL float* out,     \
                      GLOBAL const uint* tiles, GLOBAL const uint* query_start, GLOBAL const uint* context_lens,      \
                      GLOBAL const uint* block_tables, uint max_blocks, uint num_heads, uint num_kv_heads,           \
-                     uint head_dim, uint block_size, float scale, uint out_kind, uint window, float softcap) {       \
+                     uint head_dim, uint block_size, float scale, uint out_kind, uint window, float softcap,        \
+                     GLOBAL const float* sinks, uint has_sinks) {                                                   \
         GRID_DEP_SYNC();                                                                                            \
         LOCAL float qs[PREFILL_ROWS * PREFILL_MAX_HEAD_DIM];                                                        \
         LOCAL float kv[PREFILL_KEYS * PREFILL_MAX_HEAD_DIM];                                                        \
@@ -200,8 +202,7 @@ INLINE void prefill_body(GLOBAL const float* q, GLOBAL const float* kf, GLOBAL c
         prefill_body(q, (GLOBAL const float*)k_cache, (GLOBAL const ushort*)k_cache, (GLOBAL const float*)v_cache,  \
                      (GLOBAL const ushort*)v_cache, KIND, out, out_kind, tiles, query_start, context_lens,          \
                      block_tables, max_blocks, num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap,  \
-                     qs, kv, ps, row_max, row_sum,                                                                  \
-                     row_corr, row_pos, slots);                                                                     \
+                     sinks, has_sinks, qs, kv, ps, row_max, row_sum, row_corr, row_pos, slots);                     \
     }
 // The f32 cache, and 16-bit caches (bf16, f16) whose values are widened to f32 as they are loaded.
 PREFILL_KERNEL(paged_attention_prefill, float, 0)

@@ -336,3 +336,15 @@ KERNEL void moe_combine(GLOBAL const float* y, GLOBAL const uint* slot, GLOBAL c
     }
     out[t * width + c] = acc;
 }
+
+// moe_bias: x[s, c] += bias[e, c] for every row s of a used tile, e its tile's expert (padding rows too: no multiply
+// or combine reads them); the experts' biases stacked `[experts, width]` (gpt-oss's gate/up and down biases). Grid:
+// (ceil(width / ELEM_WG) groups, max_tiles * MOE_TILE_M).
+KERNEL void moe_bias(GLOBAL float* x, GLOBAL const float* bias, GLOBAL const uint* tile_expert, uint width) {
+    GRID_DEP_SYNC();
+    uint c = global_id0();
+    ulong s = group_id(1);
+    uint e = tile_expert[s / MOE_TILE_M];
+    if (c >= width || e == MOE_NONE) return;
+    x[s * width + c] += bias[(ulong)e * width + c];
+}

@@ -383,6 +383,16 @@ INLINE float load_coherent(GLOBAL const float* p, ulong i) { return ((volatile G
             for (uint j_ = 0; j_ < 4; j_++) acc[i_][j_] += a_[i_] * b_[j_];                                 \
     }
 
+// The multiplier of an attention output accumulated against the score maximum `m` with softmax sum `total`, when a
+// head's learned sink logit `sink` (gpt-oss; NEG_INF: none) joins the softmax denominator: 1 / (total + e^(sink -
+// m)), taken against max(m, sink) so that neither exponential overflows (paged attention's decode, reduce and
+// prefill kernels).
+INLINE float attn_norm(float m, float total, float sink) {
+    float mx = fmax(m, sink);
+    float a = exp(m - mx);
+    return a / (total * a + exp(sink - mx));
+}
+
 // Sum of `v` over the work-group; `scratch` holds one float per sub-group (size it to the work-group size).
 // Every work-item must call it; it returns the total to all of them.
 INLINE float wg_reduce_sum(float v, LOCAL_PTR float* scratch) {

@@ -1,6 +1,6 @@
 //! CPU paged attention: causal attention of each query row over its sequence's cached keys (the cached prefix plus
 //! the current chunk, which `Op::RopeWriteKv` stored), grouped-query aware, with an optional sliding window and
-//! score soft-capping.
+//! score soft-capping, and attention sinks (gpt-oss).
 
 use rayon::prelude::*;
 
@@ -19,6 +19,9 @@ pub(super) struct Shape {
     pub softcap: Option<f32>,
 }
 
+/// Per-head sink logits (gpt-oss): each joins its head's softmax as a key with no value.
+pub(super) type Sinks<'a> = Option<&'a [f32]>;
+
 #[allow(clippy::too_many_arguments)]
 pub(super) fn paged_attention(
     q: &[f32],
@@ -26,6 +29,7 @@ pub(super) fn paged_attention(
     v_cache: &[f32],
     out: &mut [f32],
     s: &Shape,
+    sinks: Sinks<'_>,
     query_start: &[u32],
     context_lens: &[u32],
     block_tables: &[u32],
@@ -41,6 +45,9 @@ pub(super) fn paged_attention(
     let num_rows = query_start[num_seqs] as usize;
     if q.len() < num_rows * s.num_heads * hd || out.len() < num_rows * s.num_heads * hd {
         return Err(be("paged_attention: q/out too small"));
+    }
+    if sinks.is_some_and(|v| v.len() < s.num_heads) {
+        return Err(be(format!("paged_attention: fewer sinks than the {} heads", s.num_heads)));
     }
     // Per query row: (sequence, position). `AttentionMeta::new` checked that queries fit their contexts and contexts
     // their tables, and the caller that the tables stay inside the cache.
@@ -66,8 +73,9 @@ pub(super) fn paged_attention(
                 s.softcap.map_or(sc, |c| c * (sc / c).tanh())
             })
             .collect();
-        let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0f32;
+        let sink = sinks.map_or(f32::NEG_INFINITY, |v| v[h]);
+        let max = scores.iter().cloned().fold(sink, f32::max);
+        let mut sum = (sink - max).exp();
         for v in scores.iter_mut() {
             *v = (*v - max).exp();
             sum += *v;

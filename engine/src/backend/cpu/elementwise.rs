@@ -147,7 +147,11 @@ pub(crate) fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh())
 }
 
-/// `Op::GatedAct`: `out[r, j] = act(gate_up[r, j]) * gate_up[r, width + j]`.
+/// gpt-oss's SwiGLU constants (`swiglu_alpha`, `swiglu_limit`; the config parser refuses other values).
+pub const SWIGLU_ALPHA: f32 = 1.702;
+pub const SWIGLU_LIMIT: f32 = 7.0;
+
+/// `Op::GatedAct`: `out[r, j] = act(gate_up[r, j]) * gate_up[r, width + j]` (`SwigluOai`: its own product).
 pub(super) fn gated_act(gate_up: &[f32], out: &mut [f32], rows: usize, width: usize, act: Activation) -> Result<()> {
     check_len("gated_act gate_up", gate_up.len(), rows * 2 * width)?;
     check_len("gated_act out", out.len(), rows * width)?;
@@ -159,9 +163,13 @@ pub(super) fn gated_act(gate_up: &[f32], out: &mut [f32], rows: usize, width: us
             let (g, u) = gu.split_at(width);
             for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
                 *o = match act {
-                    Activation::Silu => g / (1.0 + (-g).exp()),
-                    Activation::GeluTanh => gelu_tanh(g),
-                } * u;
+                    Activation::Silu => g / (1.0 + (-g).exp()) * u,
+                    Activation::GeluTanh => gelu_tanh(g) * u,
+                    Activation::SwigluOai => {
+                        let (g, u) = (g.min(SWIGLU_LIMIT), u.clamp(-SWIGLU_LIMIT, SWIGLU_LIMIT));
+                        g / (1.0 + (-SWIGLU_ALPHA * g).exp()) * (u + 1.0)
+                    }
+                };
             }
         },
     );

@@ -182,8 +182,10 @@ impl Backend for CpuBackend {
                 scale,
                 window,
                 softcap,
+                sinks,
             } => {
                 let (k, v) = (k_cache.f32()?, v_cache.f32()?);
+                let sinks = sinks.map(|s| s.f32()).transpose()?;
                 let block_elems = (block_size * num_kv_heads * head_dim).max(1);
                 meta.check_op(block_size, k.len().min(v.len()) / block_elems)?;
                 attention::paged_attention(
@@ -192,6 +194,7 @@ impl Backend for CpuBackend {
                     &v,
                     &mut out.f32_mut()?,
                     &attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap },
+                    sinks.as_ref().map(|s| &s[..]),
                     meta.host_query_start,
                     meta.host_context_lens,
                     meta.host_block_tables,
@@ -211,6 +214,7 @@ impl Backend for CpuBackend {
                 [rows, experts, top_k],
                 renormalize,
             ),
+            Op::MoeBias { x, bias, tiles, width } => moe::bias(&mut x.f32_mut()?, &bias.f32()?, tiles, width),
             Op::MoeAlign { ids, tiles, pairs, experts, first_expert } => {
                 moe::align(&ids.u32()?, tiles, pairs, [experts, first_expert])
             }

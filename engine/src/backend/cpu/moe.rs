@@ -178,3 +178,23 @@ pub(super) fn combine(
     }
     Ok(())
 }
+
+/// `Op::MoeBias`: each used tile's rows get their expert's bias row.
+pub(super) fn bias(x: &mut [f32], bias: &[f32], tiles: &MoeTiles<'_, CpuBuffer>, width: usize) -> Result<()> {
+    let tile_expert = tiles.tile_expert.u32()?;
+    let rows = tiles.max_tiles * MOE_TILE_M;
+    if x.len() < rows * width || tile_expert.len() < tiles.max_tiles {
+        return Err(be(format!("moe_bias: buffers too small for {} tiles of width {width}", tiles.max_tiles)));
+    }
+    for (s, row) in x[..rows * width].chunks_mut(width).enumerate() {
+        let e = tile_expert[s / MOE_TILE_M];
+        if e == NONE {
+            continue;
+        }
+        let b = bias
+            .get(e as usize * width..(e as usize + 1) * width)
+            .ok_or_else(|| be(format!("moe_bias: expert {e} outside the bias")))?;
+        row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+    }
+    Ok(())
+}

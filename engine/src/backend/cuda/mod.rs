@@ -413,6 +413,7 @@ fn op_name<B>(op: &Op<'_, B>) -> &'static str {
         Op::MoeRoute { .. } => "moe_route",
         Op::MoeAlign { .. } => "moe_align",
         Op::MoeMatMul { .. } => "moe_matmul",
+        Op::MoeBias { .. } => "moe_bias",
         Op::MoeCombine { .. } => "moe_combine",
     }
 }

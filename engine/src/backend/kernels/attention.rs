@@ -181,6 +181,7 @@ fn build_plan<D: KernelDevice>(
 pub(super) fn paged_attention<D: KernelDevice>(
     d: &D,
     [q, k_cache, v_cache, out]: [&D::Buf; 4],
+    sinks: Option<&D::Buf>,
     meta: &AttentionMeta<'_, D::Buf>,
     s: &AttnShape,
 ) -> Result<()> {
@@ -189,6 +190,11 @@ pub(super) fn paged_attention<D: KernelDevice>(
     d.contents(q).f32("paged_attention q", num_rows * s.num_heads * s.head_dim)?;
     // f32, or the 16-bit input of the output projection.
     let out_kind = d.contents(out).act("paged_attention out", num_rows * s.num_heads * s.head_dim)? as u32;
+    if let Some(sinks) = sinks {
+        d.contents(sinks).f32("paged_attention sinks", s.num_heads)?;
+    }
+    // The kernels' trailing sink arguments: the per-head logits (any buffer when there are none: not read).
+    let sink_args = |kernel: &str| arg_list(kernel, &[sinks.unwrap_or(q)], &[(sinks.is_some() as usize, "has_sinks")]);
 
     let cache = d.plans();
     let mut cached = cache.plan.try_borrow_mut().map_err(|_| be("paged_attention: plan in use"))?;
@@ -222,6 +228,7 @@ pub(super) fn paged_attention<D: KernelDevice>(
         args.extend(arg_list(kernel, &[], &[(plan.partition, "partition_size"), (dec.parts, "max_parts")])?);
         args.extend([Arg::F32(s.scale), Arg::U32(out_kind), Arg::U32(counters.is_some() as u32)]);
         args.extend(s.window_softcap(kernel)?);
+        args.extend(sink_args(kernel)?);
         d.launch(&Launch::groups(
             kernel,
             args,
@@ -236,6 +243,7 @@ pub(super) fn paged_attention<D: KernelDevice>(
             args.extend([u32_arg(dec.parts, kernel, "max_parts")?, Arg::U32(out_kind)]);
             let [window, _] = s.window_softcap(kernel)?;
             args.push(window);
+            args.extend(sink_args(kernel)?);
             d.launch(&Launch::groups(kernel, args, dec.count, [s.num_heads, 1]))?;
         }
     }
@@ -245,6 +253,7 @@ pub(super) fn paged_attention<D: KernelDevice>(
         args.extend(arg_list(kernel, &[meta.query_start, meta.context_lens, meta.block_tables], &shape_args)?);
         args.extend([Arg::F32(s.scale), Arg::U32(out_kind)]);
         args.extend(s.window_softcap(kernel)?);
+        args.extend(sink_args(kernel)?);
         d.launch(&Launch::groups(kernel, args, p.count, [s.num_kv_heads, 1]))?;
     }
     Ok(())

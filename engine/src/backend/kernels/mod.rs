@@ -153,6 +153,7 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
             moe::align(d, ids, tiles, pairs, [experts, first_expert])
         }
         Op::MoeMatMul { x, w, tiles, input, out, k, n } => moe::matmul(d, [x, w, out], tiles, input, [k, n]),
+        Op::MoeBias { x, bias, tiles, width } => moe::bias(d, [x, bias], tiles, width),
         Op::MoeCombine { y, tiles, weights, out, rows, top_k, width } => {
             moe::combine(d, [y, weights, out], tiles, [rows, top_k, width])
         }
@@ -169,9 +170,10 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
             scale,
             window,
             softcap,
+            sinks,
         } => {
             let s = AttnShape { num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap };
-            attention::paged_attention(d, [q, k_cache, v_cache, out], meta, &s)
+            attention::paged_attention(d, [q, k_cache, v_cache, out], sinks, meta, &s)
         }
     }
 }

@@ -130,3 +130,21 @@ pub(super) fn combine<D: KernelDevice>(
         arg_list(kernel, &[y, tiles.slot, weights, out], &[(width, "width"), (top_k, "top_k"), (slots, "slots")])?;
     d.launch(&Launch::items(kernel, args, width, [rows, 1]))
 }
+
+pub(super) fn bias<D: KernelDevice>(
+    d: &D,
+    [x, bias]: [&D::Buf; 2],
+    tiles: &MoeTiles<'_, D::Buf>,
+    width: usize,
+) -> Result<()> {
+    let rows = tiles.max_tiles * MOE_TILE_M;
+    d.contents(x).f32("moe_bias x", rows * width)?;
+    d.contents(tiles.tile_expert).u32("moe_bias tile experts", tiles.max_tiles)?;
+    // One row per expert; the tiles' experts index it as they index the multiply's weights (moe_align's bound).
+    if !d.contents(bias).f32("moe_bias bias", width)?.is_multiple_of(width) {
+        return Err(be(format!("moe_bias: the bias is not whole rows of {width}")));
+    }
+    let kernel = names::MOE_BIAS;
+    let args = arg_list(kernel, &[x, bias, tiles.tile_expert], &[(width, "width")])?;
+    d.launch(&Launch::items(kernel, args, width, [rows, 1]))
+}
