@@ -190,9 +190,19 @@ const ROPE_FREQS: &str = "rope_freqs.weight";
 /// Parses the metadata and tensor directory of a GGUF file (tensor data is not read).
 pub fn read_gguf_header(path: &Path) -> Result<Content> {
     let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
-    let mut reader = std::io::BufReader::new(file);
-    Content::read(&mut reader)
+    parse_gguf_header(&mut std::io::BufReader::new(file))
         .map_err(|e| EngineError::Config(format!("{}: not a readable GGUF file: {e}", path.display())))
+}
+
+/// candle's GGUF header reader, made total: it divides by `general.alignment` without checking it (a file with
+/// alignment 0 panicked it, `tests/hostile_files.rs`), so that panic is caught and becomes an error. The reader is
+/// pure parsing over `reader`: nothing it leaves half-done outlives the call.
+pub fn parse_gguf_header<R: std::io::Read + std::io::Seek>(reader: &mut R) -> std::result::Result<Content, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(reader))) {
+        Ok(Ok(content)) => Ok(content),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the header is malformed (e.g. general.alignment 0)".into()),
+    }
 }
 
 /// Checks `GgufMeta` into `ModelParams`.

@@ -53,7 +53,7 @@ fn open(path: &Path) -> Result<(memmap2::Mmap, Content)> {
     // documented limit of mmap-based loading.
     let map =
         unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
-    let content = Content::read(&mut Cursor::new(&map[..]))
+    let content = crate::config::gguf_meta::parse_gguf_header(&mut Cursor::new(&map[..]))
         .map_err(|e| EngineError::Weights(format!("{}: not a readable GGUF file: {e}", path.display())))?;
     Ok((map, content))
 }
