@@ -11,6 +11,7 @@ mod auth;
 mod cli;
 mod convert;
 mod cors;
+mod dp;
 mod error;
 mod fanout;
 mod generate;

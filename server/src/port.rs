@@ -28,8 +28,12 @@ pub struct ChatRender<'a> {
 pub trait Engine: Send + Sync + 'static {
     /// Static facts: context length, vocabulary size, KV cache shape.
     fn info(&self) -> &EngineInfo;
-    /// Live counters and gauges.
+    /// Live counters and gauges (of the first replica under `-dp`; it also holds the per-API-request histograms).
     fn metrics(&self) -> &EngineMetrics;
+    /// Every replica's metrics, in replica order (one without `-dp`): `/metrics` and the stats line show them all.
+    fn replica_metrics(&self) -> Vec<&EngineMetrics> {
+        vec![self.metrics()]
+    }
     /// Sampling defaults (the model's generation_config.json over OpenAI's defaults).
     fn default_sampling(&self) -> SamplingParams;
     /// Text to token ids.
@@ -57,6 +61,8 @@ pub trait Engine: Send + Sync + 'static {
 pub struct Events {
     inner: Inner,
     done: bool,
+    /// Dropped with the events, after the stream: what the data-parallel router counts in flight.
+    _guard: Option<Box<dyn Send + Sync>>,
 }
 
 enum Inner {
@@ -67,13 +73,19 @@ enum Inner {
 
 impl Events {
     pub fn live(stream: RequestStream) -> Self {
-        Self { inner: Inner::Live(stream), done: false }
+        Self { inner: Inner::Live(stream), done: false, _guard: None }
+    }
+
+    /// These events, holding `guard` until they are dropped.
+    pub fn with_guard(mut self, guard: Box<dyn Send + Sync>) -> Self {
+        self._guard = Some(guard);
+        self
     }
 
     /// Events fed by a channel (test fakes); dropping the `Events` closes the channel, which the fake sees as abort.
     #[cfg(test)]
     pub fn channel(rx: tokio::sync::mpsc::UnboundedReceiver<RequestEvent>) -> Self {
-        Self { inner: Inner::Channel(rx), done: false }
+        Self { inner: Inner::Channel(rx), done: false, _guard: None }
     }
 
     /// The next event, or `None` once the request has ended (a closed channel also ends it).

@@ -1,4 +1,5 @@
-//! `rserve serve`: check the front flags (CORS, TLS, root path, connection limits), start the engine, bind the
+//! `rserve serve`: check the front flags (CORS, TLS, root path, connection limits), start the engine (its `-dp`
+//! replicas: `dp`), bind the
 //! listener (HTTP or HTTPS), serve the API (`conn`) until SIGINT/SIGTERM, then drain running requests (up to
 //! `--shutdown-timeout`), stop the engine and return (exit code 0). When the engine dies the server shuts down the same
 //! way and returns an error (exit code 1), unless `VLLM_KEEP_ALIVE_ON_ENGINE_DEATH` keeps it up (`engine_watch`).
@@ -21,7 +22,7 @@ use tower_http::cors::CorsLayer;
 use crate::app::{self, AccessLog};
 use crate::cli::{self, CliError, ServeArgs};
 use crate::cors::CorsSettings;
-use crate::live::LiveEngine;
+use crate::dp;
 use crate::port::Engine;
 use crate::shutdown;
 use crate::state::{AppState, ServerInfo, ServerSettings};
@@ -32,6 +33,8 @@ use crate::tls::{TlsFiles, TlsListener};
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let model = args.engine.resolve_model(args.model_tag.as_deref())?;
     let mut config = args.engine.engine_config(&model, args.engine.scheduler.max_num_waiting)?;
+    let replicas = args.engine.parallel.data_parallel_size;
+    rserve_engine::engine::replicas::check(&config, replicas)?;
     // Under `mpiexec`, ranks other than 0 hold their model shard and follow rank 0's steps; only rank 0 serves.
     if rserve_engine::engine::run_if_worker(&config)? {
         return Ok(());
@@ -73,7 +76,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let result = runtime.block_on(async move {
         // Watch signals from the start, so that one sent while the model loads still ends in a clean exit.
         let signals = shutdown::watch_signals(grace);
-        let engine = tokio::task::spawn_blocking(move || LiveEngine::start(config))
+        let engine = tokio::task::spawn_blocking(move || dp::start(config, replicas))
             .await
             .context("the engine start-up task failed")?
             .context("starting the engine")?;
@@ -83,7 +86,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!("Shutdown complete.");
             return Ok(());
         }
-        serve(Arc::new(engine), settings, &args, front, signals, grace).await
+        serve(engine, settings, &args, front, signals, grace).await
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
     result
@@ -161,6 +164,7 @@ fn server_info(args: &ServeArgs, config: &EngineConfig) -> ServerInfo {
         ("device", json!(config.device)),
         ("tensor_parallel_size", json!(config.tensor_parallel_size)),
         ("pipeline_parallel_size", json!(config.pipeline_parallel_size)),
+        ("data_parallel_size", json!(args.engine.parallel.data_parallel_size)),
         ("seed", json!(config.seed)),
         ("served_model_name", json!(args.engine.model.served_model_name)),
         ("enable_prefix_caching", json!(config.enable_prefix_caching)),

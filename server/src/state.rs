@@ -130,12 +130,12 @@ impl AppState {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Waiting requests: the engine's gauge, or what the server knows it submitted beyond those running (the gauge
-    /// is updated once per engine step and lags behind a burst).
+    /// Waiting requests: the engine's gauge (summed over the data-parallel replicas), or what the server knows it
+    /// submitted beyond those running (the gauge is updated once per engine step and lags behind a burst).
     pub fn waiting_estimate(&self) -> usize {
-        let m = self.engine.metrics();
-        let waiting = m.num_requests_waiting.get().max(0) as usize;
-        let running = m.num_requests_running.get().max(0) as usize;
+        let replicas = self.engine.replica_metrics();
+        let waiting: usize = replicas.iter().map(|m| m.num_requests_waiting.get().max(0) as usize).sum();
+        let running: usize = replicas.iter().map(|m| m.num_requests_running.get().max(0) as usize).sum();
         waiting.max(self.in_flight().saturating_sub(running))
     }
 

@@ -52,17 +52,25 @@ pub fn line(m: &EngineMetrics, before: Snapshot, now: Snapshot, elapsed: Duratio
     ))
 }
 
-/// Logs the line every `INTERVAL` until the task is dropped.
+/// Logs the line every `INTERVAL` until the task is dropped: one per data-parallel replica, then prefixed with
+/// `Engine 000: ` as vLLM's are.
 pub async fn run(engine: std::sync::Arc<dyn Engine>) {
-    let mut before = Snapshot::take(engine.metrics());
+    let snapshots = || engine.replica_metrics().into_iter().map(Snapshot::take).collect::<Vec<_>>();
+    let mut before = snapshots();
     let mut t0 = Instant::now();
     let mut ticker = tokio::time::interval(crate::cli::env::log_stats_interval(INTERVAL));
     ticker.tick().await;
     loop {
         ticker.tick().await;
-        let now = Snapshot::take(engine.metrics());
-        if let Some(l) = line(engine.metrics(), before, now, t0.elapsed()) {
-            tracing::info!("{l}");
+        let now = snapshots();
+        let replicas = engine.replica_metrics();
+        for (i, m) in replicas.iter().enumerate() {
+            if let Some(l) = line(m, before[i], now[i], t0.elapsed()) {
+                match replicas.len() {
+                    1 => tracing::info!("{l}"),
+                    _ => tracing::info!("Engine {i:03}: {l}"),
+                }
+            }
         }
         before = now;
         t0 = Instant::now();

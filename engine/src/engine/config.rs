@@ -67,6 +67,11 @@ pub struct EngineConfig {
     pub tensor_parallel_size: usize,
     /// Pipeline-parallel stages (`-pp`).
     pub pipeline_parallel_size: usize,
+    /// This engine's index among the data-parallel replicas of one server (`-dp`; vLLM's `engine` metrics label).
+    pub data_parallel_rank: usize,
+    /// Threads of this engine's CPU compute pool (rayon); None: the process-wide pool (every core). Set per replica
+    /// when `-dp` splits the cores (`engine::replicas`).
+    pub cpu_threads: Option<usize>,
     /// `--enable-expert-parallel`: each TP rank holds whole experts (a 1/tp share) instead of a slice of each.
     pub enable_expert_parallel: bool,
     /// The command line, for the exact `mpiexec` line printed when the launch does not match `-tp x -pp`.
@@ -134,6 +139,8 @@ impl EngineConfig {
             max_waiting: 4096,
             tensor_parallel_size: 1,
             pipeline_parallel_size: 1,
+            data_parallel_rank: 0,
+            cpu_threads: None,
             enable_expert_parallel: false,
             launch_args: std::env::args().collect(),
             opencl_platform: None,

@@ -11,6 +11,7 @@ mod masks;
 pub mod metrics;
 mod output;
 pub(crate) mod phase;
+pub mod replicas;
 mod start;
 mod thread;
 
@@ -19,4 +20,5 @@ pub use device::Device;
 pub use distributed::{abort_job_on_error, finalize, run_if_worker};
 pub use handle::{EngineHandle, PrefixCacheReset, RequestStream};
 pub use metrics::EngineMetrics;
+pub use replicas::replica_configs;
 pub use start::start;

@@ -127,6 +127,24 @@ fn sampling_params(v: &serde_json::Map<String, serde_json::Value>) -> SamplingPa
 
 /// Loads the model and starts the engine thread. Blocking; returns once requests can be submitted.
 pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
+    // A replica's CPU work (weights upload, every step) runs on its own share of the cores (`-dp` on the CPU).
+    let pool = match cfg.cpu_threads {
+        Some(n) => Some(Arc::new(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(move |i| format!("rserve-cpu-{i}"))
+                .build()
+                .map_err(|e| EngineError::Backend(format!("cannot start {n} CPU compute threads: {e}")))?,
+        )),
+        None => None,
+    };
+    match &pool {
+        Some(p) => p.install(|| start_in(cfg, pool.clone())),
+        None => start_in(cfg, None),
+    }
+}
+
+fn start_in(cfg: EngineConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Result<EngineHandle> {
     let role = distributed::role(&cfg)?;
     if role == Role::Worker {
         return Err(EngineError::InvalidArgument("start() runs on MPI rank 0; other ranks call run_if_worker".into()));
@@ -292,6 +310,7 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
             num_gpu_blocks: plan.num_blocks,
             kv_cache_memory_bytes: cfg.kv_cache_memory_bytes,
         },
+        engine: cfg.data_parallel_rank,
     };
     let metrics = EngineMetrics::new(setup).map_err(|e| EngineError::Backend(format!("metrics: {e}")))?;
     let metrics = Arc::new(metrics);
@@ -303,7 +322,10 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
     let dead = engine.dead.clone();
     let thread = std::thread::Builder::new()
         .name("rserve-engine".into())
-        .spawn(move || engine.run(rx))
+        .spawn(move || match pool {
+            Some(pool) => pool.install(|| engine.run(rx)),
+            None => engine.run(rx),
+        })
         .map_err(|e| EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
     let handle = EngineHandle {
         tx,

@@ -42,12 +42,20 @@ fn refused_flags_stop_with_their_reason() {
 
 #[test]
 fn only_values_pass_silently_and_others_are_refused() {
-    let p = run("rserve m --data-parallel-size 1 -dp=1 --scheduling-policy fcfs").expect("accepted");
+    let p = run("rserve m --decode-context-parallel-size 1 -dcp=1 --scheduling-policy fcfs").expect("accepted");
     assert_eq!(args(&p), "rserve serve m");
     assert!(p.notices.is_empty());
-    let e = run("rserve m -dp 2").expect_err("refused");
-    assert!(matches!(&e, CliError::RefusedValue { flag, value, .. } if flag == "-dp" && value == "2"), "{e}");
-    assert!(e.to_string().starts_with("-dp 2 is not supported by rserve: data parallelism"));
+    let e = run("rserve m -dcp 2").expect_err("refused");
+    assert!(matches!(&e, CliError::RefusedValue { flag, value, .. } if flag == "-dcp" && value == "2"), "{e}");
+    assert!(e.to_string().starts_with("-dcp 2 is not supported by rserve: context parallelism"));
+}
+
+#[test]
+fn data_parallel_size_is_a_flag_with_its_short_spelling() {
+    let p = run("rserve m -dp 2").expect("accepted");
+    assert_eq!(args(&p), "rserve serve m --data-parallel-size 2");
+    let p = run("rserve m -dp=4").expect("accepted");
+    assert_eq!(args(&p), "rserve serve m --data-parallel-size=4");
 }
 
 #[test]

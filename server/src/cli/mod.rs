@@ -198,6 +198,11 @@ pub struct ParallelArgs {
     /// Pipeline-parallel stages (also -pp). Only 1 for now.
     #[arg(long, default_value_t = 1)]
     pub pipeline_parallel_size: usize,
+    /// Data-parallel replicas (also -dp): N engines in this process behind one endpoint, each with its own device
+    /// (cuda / level-zero: devices 0..N-1; opencl: the platform's GPUs; cpu: an equal share of the cores), scheduler
+    /// and KV cache; requests go to the replica where they start soonest, preferring one that holds their prefix.
+    #[arg(long, default_value_t = 1)]
+    pub data_parallel_size: usize,
     /// How workers are run: mp or uni (single process). ray is not supported.
     #[arg(long)]
     pub distributed_executor_backend: Option<String>,
@@ -535,6 +540,9 @@ impl EngineArgs {
         }
         if p.pipeline_parallel_size == 0 {
             return Err(CliError::ZeroParallel("pipeline-parallel-size"));
+        }
+        if p.data_parallel_size == 0 {
+            return Err(CliError::ZeroParallel("data-parallel-size"));
         }
         if let Some(b) = &p.distributed_executor_backend {
             if !matches!(b.as_str(), "mp" | "uni" | "mpi") {

@@ -88,7 +88,8 @@ const CONTENT_FORMAT: &str = "text message content is passed to chat templates a
 const CONTEXT_PARALLEL: &str = "context parallelism is not implemented; use -tp / -pp";
 const CUDA_GRAPHS: &str =
     "decode CUDA graphs are captured per batch bucket up to --max-num-seqs (--enforce-eager: none)";
-const DATA_PARALLEL: &str = "data parallelism is not implemented yet (a later issue); run one server per replica";
+const DATA_PARALLEL: &str = "-dp runs every replica in this one process behind one endpoint, with its own router; \
+    multi-node data parallelism, external load balancers and their rank / address options do not apply";
 const DEVICE_IDS: &str = "choose devices with --device cuda:N / level-zero:N or CUDA_VISIBLE_DEVICES";
 const DOWNLOAD_FILES: &str = "rserve downloads only config, tokenizer, generation config and safetensors weights";
 const ENVIRON: &str = "rserve does not validate VLLM_* variables it does not read";
@@ -335,7 +336,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--dcp-kv-cache-interleave-size"], V, Ignored(CONTEXT_PARALLEL)),
     v(&["--cp-kv-cache-interleave-size"], V, Ignored(CONTEXT_PARALLEL)),
     v(&["--prefill-context-parallel-size", "-pcp"], V, Only(&["1"], CONTEXT_PARALLEL)),
-    v(&["--data-parallel-size", "-dp"], V, Only(&["1"], DATA_PARALLEL)),
+    v(&["--data-parallel-size", "-dp"], V, Implemented),
     v(&["--data-parallel-rank", "-dpn"], V, Ignored(DATA_PARALLEL)),
     v(&["--data-parallel-start-rank", "-dpr"], V, Ignored(DATA_PARALLEL)),
     v(&["--data-parallel-size-local", "-dpl"], V, Ignored(DATA_PARALLEL)),

@@ -91,6 +91,7 @@ fn every_default_vllm_metric_is_exported_as_vllm_defines_it() {
         model_name: "m".into(),
         max_model_len: MAX_MODEL_LEN,
         cache: CacheInfo::default(),
+        engine: 0,
     })
     .expect("metrics");
     let ours = parse(&render(&m).expect("render"));
@@ -184,4 +185,19 @@ fn finished_requests_and_tokens_reach_the_exposition() {
     ] {
         assert!(text.contains(&want), "missing {want:?} in\n{text}");
     }
+}
+
+#[test]
+fn data_parallel_replicas_are_one_family_each_with_a_series_per_engine_label() {
+    let setup = |engine| MetricsSetup { model_name: "m".into(), engine, ..MetricsSetup::default() };
+    let (a, b) = (EngineMetrics::new(setup(0)).expect("metrics"), EngineMetrics::new(setup(1)).expect("metrics"));
+    a.set_scheduler_state(3, 0, 1, 4);
+    b.set_scheduler_state(5, 2, 2, 4);
+    let text = super::render_replicas(&[&a, &b]).expect("render");
+    assert_eq!(text.matches("# TYPE vllm:num_requests_running gauge").count(), 1, "{text}");
+    assert!(text.contains("vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 3"), "{text}");
+    assert!(text.contains("vllm:num_requests_running{model_name=\"m\",engine=\"1\"} 5"), "{text}");
+    assert!(text.contains("vllm:kv_cache_usage_perc{model_name=\"m\",engine=\"1\"} 0.5"), "{text}");
+    // One replica's text is the single engine's, byte for byte.
+    assert_eq!(super::render_replicas(&[&a]).expect("render"), render(&a).expect("render"));
 }

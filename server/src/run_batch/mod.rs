@@ -22,7 +22,7 @@ use axum::routing::get;
 use tokio::sync::mpsc;
 
 use crate::app::{self, AccessLog};
-use crate::live::LiveEngine;
+use crate::dp;
 use crate::openai::tools::ToolSettings;
 use crate::port::Engine;
 use crate::routes;
@@ -38,6 +38,8 @@ const READ_AHEAD: usize = 1024;
 pub fn run(args: RunBatchArgs) -> anyhow::Result<()> {
     let model = args.model()?;
     let mut config = args.engine.engine_config(&model, args.engine.scheduler.max_num_waiting)?;
+    let replicas = args.engine.parallel.data_parallel_size;
+    rserve_engine::engine::replicas::check(&config, replicas)?;
     // Under `mpiexec`, ranks other than 0 hold their model shard and follow rank 0's steps; only rank 0 runs the batch.
     if rserve_engine::engine::run_if_worker(&config)? {
         return Ok(());
@@ -63,8 +65,9 @@ pub fn run(args: RunBatchArgs) -> anyhow::Result<()> {
         );
     }
     let total = source.count_lines().map(|n| n.saturating_sub(done.lines));
-    // vLLM's bound: twice the running sequences, so the next requests wait in the engine's queue, not in ours.
-    let concurrency = 2 * args.engine.scheduler.max_num_seqs;
+    // vLLM's bound: twice the running sequences (of every `-dp` replica), so the next requests wait in the engines'
+    // queues, not in ours.
+    let concurrency = 2 * args.engine.scheduler.max_num_seqs * replicas;
     let log_requests = args.enable_log_requests;
     tracing::info!(
         "rserve {} batch: {} -> {}, model {model:?}",
@@ -81,11 +84,10 @@ pub fn run(args: RunBatchArgs) -> anyhow::Result<()> {
         } else {
             None
         };
-        let engine = tokio::task::spawn_blocking(move || LiveEngine::start(config))
+        let engine: Arc<dyn Engine> = tokio::task::spawn_blocking(move || dp::start(config, replicas))
             .await
             .context("the engine start-up task failed")?
             .context("starting the engine")?;
-        let engine: Arc<dyn Engine> = Arc::new(engine);
         let state = AppState::new(engine.clone(), ServerSettings { log_requests, ..settings(served_model_names) });
         if let Some(listener) = metrics_listener {
             tracing::info!("Prometheus metrics at http://{}/metrics", listener.local_addr()?);
@@ -95,7 +97,7 @@ pub fn run(args: RunBatchArgs) -> anyhow::Result<()> {
         }
         let tokens = {
             let engine = engine.clone();
-            Box::new(move || engine.metrics().generation_tokens.get())
+            Box::new(move || engine.replica_metrics().iter().map(|m| m.generation_tokens.get()).sum())
         };
         let progress = Progress::new(total, tokens);
         let reporter = tokio::spawn(progress.clone().report_periodically());

@@ -85,16 +85,16 @@ fn describe(all: &[(String, Vec<String>)]) -> String {
         .join("; ")
 }
 
-/// Resolves the options to one device.
-pub(super) fn select(opts: &OpenClOptions) -> Result<(Device, OpenClDeviceInfo)> {
+fn not_found(what: String) -> EngineError {
+    let all = list_devices().map(|a| describe(&a)).unwrap_or_default();
+    EngineError::InvalidArgument(format!("opencl: {what}; available: {all}"))
+}
+
+/// The platforms, their names, and the index of the one `--opencl-platform` chooses.
+fn choose_platform(opts: &OpenClOptions) -> Result<(Vec<Platform>, Vec<String>, usize)> {
     let plats = platforms()?;
     let names: Vec<String> = plats.iter().map(|p| p.name().unwrap_or_default()).collect();
-    let devices_of = |p: &Platform| p.get_devices(CL_DEVICE_TYPE_ALL).unwrap_or_default();
     let has_gpu = |p: &Platform| p.get_devices(CL_DEVICE_TYPE_GPU).is_ok_and(|d| !d.is_empty());
-    let not_found = |what: String| {
-        let all = list_devices().map(|a| describe(&a)).unwrap_or_default();
-        EngineError::InvalidArgument(format!("opencl: {what}; available: {all}"))
-    };
     let pi = match &opts.platform {
         Some(s) => match s.parse::<usize>() {
             Ok(i) if i < plats.len() => i,
@@ -106,7 +106,37 @@ pub(super) fn select(opts: &OpenClOptions) -> Result<(Device, OpenClDeviceInfo)>
         },
         None => plats.iter().position(has_gpu).unwrap_or(0),
     };
-    let devices = devices_of(&plats[pi]);
+    Ok((plats, names, pi))
+}
+
+/// The device index each of `n` data-parallel replicas opens: `--opencl-device D` gives D, D + 1, ...; without it,
+/// the platform's GPUs in order when it has at least `n`, else every replica shares the default device (a CPU
+/// device, or one GPU; the caller says so in the log).
+pub fn replica_devices(opts: &OpenClOptions, n: usize) -> Result<Vec<usize>> {
+    let (plats, names, pi) = choose_platform(opts)?;
+    let devices = plats[pi].get_devices(CL_DEVICE_TYPE_ALL).unwrap_or_default();
+    if let Some(d) = opts.device {
+        let last = d + n - 1;
+        if last >= devices.len() {
+            return Err(not_found(format!(
+                "--data-parallel-size {n} from --opencl-device {d} needs devices {d}..={last} of platform '{}'",
+                names[pi]
+            )));
+        }
+        return Ok((d..=last).collect());
+    }
+    let gpus = plats[pi].get_devices(CL_DEVICE_TYPE_GPU).unwrap_or_default();
+    let gpu_indices: Vec<usize> = gpus.iter().filter_map(|g| devices.iter().position(|d| d == g)).collect();
+    if gpu_indices.len() >= n {
+        return Ok(gpu_indices[..n].to_vec());
+    }
+    Ok(vec![gpu_indices.first().copied().unwrap_or(0); n])
+}
+
+/// Resolves the options to one device.
+pub(super) fn select(opts: &OpenClOptions) -> Result<(Device, OpenClDeviceInfo)> {
+    let (plats, names, pi) = choose_platform(opts)?;
+    let devices = plats[pi].get_devices(CL_DEVICE_TYPE_ALL).unwrap_or_default();
     let di = match opts.device {
         Some(i) if i < devices.len() => i,
         Some(i) => return Err(not_found(format!("platform '{}' has no device {i}", names[pi]))),

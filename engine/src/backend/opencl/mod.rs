@@ -21,7 +21,7 @@ use opencl3::types::CL_BLOCKING;
 pub use buffer::ClBuffer;
 use buffer::{as_bytes, Contents};
 use device::cl_err;
-pub use device::{list_devices, OpenClDeviceInfo, OpenClOptions};
+pub use device::{list_devices, replica_devices, OpenClDeviceInfo, OpenClOptions};
 use kernels::Kernels;
 
 use super::kernels::{weight_data, KernelDevice, KernelTuning, Launch, PlanCache, TuningCell, WeightData};

@@ -1,7 +1,8 @@
 //! The engine's Prometheus metrics under vLLM v1's names, types, help strings, labels and buckets
 //! (`vllm/v1/metrics/loggers.py`, `PrometheusStatLogger`), held in `prometheus` registries that carry vLLM's
-//! per-engine labels (`model_name`, `engine="0"`). The engine thread updates them; the server encodes `gather()` for
-//! `/metrics` and reads a few values for its periodic log line. Counters, gauges and histograms are atomics.
+//! per-engine labels (`model_name`, `engine`: "0", or the replica's index under `-dp`). The engine thread updates
+//! them; the server encodes `gather()` for `/metrics` and reads a few values for its periodic log line. Counters,
+//! gauges and histograms are atomics.
 
 mod buckets;
 mod info;
@@ -17,9 +18,6 @@ use prometheus::{Registry, Result as PromResult};
 pub use buckets::request_tokens as request_token_buckets;
 pub use info::CacheInfo;
 pub use request::{FinishedTimes, RequestStats, TokenTiming};
-
-/// vLLM's `engine` label: this process runs one engine core.
-pub const ENGINE_INDEX: &str = "0";
 
 /// vLLM's `finished_reason` values (`FINISH_REASON_STRINGS`), every one exported from the start.
 pub const FINISHED_REASONS: [&str; 5] = ["stop", "length", "abort", "error", "repetition"];
@@ -51,11 +49,13 @@ pub struct MetricsSetup {
     /// Caps the token-count buckets (vLLM's 1-2-5 series up to `max_model_len`).
     pub max_model_len: usize,
     pub cache: CacheInfo,
+    /// vLLM's `engine` label: the engine's index among the server's data-parallel replicas (0 without `-dp`).
+    pub engine: usize,
 }
 
 impl Default for MetricsSetup {
     fn default() -> Self {
-        Self { model_name: String::new(), max_model_len: 8192, cache: CacheInfo::default() }
+        Self { model_name: String::new(), max_model_len: 8192, cache: CacheInfo::default(), engine: 0 }
     }
 }
 
@@ -170,11 +170,11 @@ impl EngineMetrics {
     pub fn new(setup: MetricsSetup) -> PromResult<Self> {
         let labels = HashMap::from([
             ("model_name".to_owned(), setup.model_name.clone()),
-            ("engine".to_owned(), ENGINE_INDEX.to_owned()),
+            ("engine".to_owned(), setup.engine.to_string()),
         ]);
         let r = Registry::new_custom(None, Some(labels))?;
         // vLLM's info gauges carry `engine` and the config's fields, no `model_name`.
-        let info = Registry::new_custom(None, Some(HashMap::from([("engine".to_owned(), ENGINE_INDEX.to_owned())])))?;
+        let info = Registry::new_custom(None, Some(HashMap::from([("engine".to_owned(), setup.engine.to_string())])))?;
         let tokens = buckets::request_tokens(setup.max_model_len);
         let latency = buckets::REQUEST_LATENCY;
 
