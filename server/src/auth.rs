@@ -1,17 +1,19 @@
 //! API-key check for the `/v1` routes: `Authorization: Bearer <key>` must match one of the `--api-key` keys (or
-//! `VLLM_API_KEY`).
+//! `VLLM_API_KEY`, or the lines of `--api-key-file`), compared in constant time.
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Compares without an early exit on the first differing byte.
+/// Compares in constant time for keys of one length (`subtle`, which keeps the optimiser from turning the loop into
+/// an early exit); only the length can show in the time taken.
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    bool::from(a.ct_eq(b))
 }
 
 /// True if the `Authorization` header value carries this key.

@@ -53,7 +53,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     let settings = ServerSettings {
         served_model_names,
-        api_keys: args.frontend.api_key.iter().filter(|k| !k.is_empty()).cloned().collect(),
+        api_keys: args.frontend.api_keys()?,
         default_chat_template_kwargs: args.frontend.default_chat_template_kwargs.clone().unwrap_or_default().0,
         max_num_waiting: args.engine.scheduler.max_num_waiting,
         max_num_queued_reqs: args.engine.scheduler.max_num_queued_reqs,

@@ -5,6 +5,7 @@
 //! runs (ignored with a warning, or refused with a reason); `config_file` reads `--config FILE.yaml`, `env` lists the
 //! `VLLM_*` variables rserve reads, `flag_docs` writes README's flag table from all of it.
 
+mod api_keys;
 mod compat;
 mod config_file;
 pub mod env;
@@ -279,6 +280,10 @@ pub struct FrontendArgs {
     /// Require `Authorization: Bearer KEY` on /v1 routes (one of the keys given).
     #[arg(long, num_args = 1.., action = clap::ArgAction::Set, env = "VLLM_API_KEY", hide_env_values = true)]
     pub api_key: Vec<String>,
+    /// A file of API keys, one per line (blank lines and # comments skipped), accepted like --api-key's; keeps keys
+    /// out of the process list and job scripts.
+    #[arg(long, value_name = "PATH")]
+    pub api_key_file: Option<PathBuf>,
     /// Seconds running requests may take to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30.0)]
     pub shutdown_timeout: f64,
@@ -498,6 +503,8 @@ pub enum CliError {
     Seconds(&'static str, f64),
     #[error("{0} must be a number, got {1:?}")]
     Env(&'static str, String),
+    #[error("--api-key-file: {0}")]
+    ApiKeyFile(String),
 }
 
 fn parse_dtype(s: &str) -> Result<DTypeArg, String> {

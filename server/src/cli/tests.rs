@@ -214,3 +214,21 @@ fn partial_prefill_flags_reach_the_engine_config() {
         (None, None, None)
     );
 }
+
+#[test]
+fn api_keys_come_from_the_flag_and_the_key_file() {
+    let dir = std::env::temp_dir().join(format!("rserve-api-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("keys");
+    std::fs::write(&file, "# ops keys\nsk-file-1\n\n  sk-file-2  \n").unwrap();
+    let s = serve(&format!("rserve m --api-key sk-flag --api-key-file {}", file.display()));
+    assert_eq!(s.frontend.api_keys().unwrap(), ["sk-flag", "sk-file-1", "sk-file-2"]);
+    // An empty or missing file is an error that names the file, not a server without keys.
+    std::fs::write(&file, "# nothing\n\n").unwrap();
+    let e = serve(&format!("rserve m --api-key-file {}", file.display())).frontend.api_keys().unwrap_err();
+    assert!(e.to_string().contains("holds no key"), "{e}");
+    let missing = dir.join("missing");
+    let e = serve(&format!("rserve m --api-key-file {}", missing.display())).frontend.api_keys().unwrap_err();
+    assert!(e.to_string().contains("cannot read") && e.to_string().contains("missing"), "{e}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

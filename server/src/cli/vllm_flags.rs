@@ -554,6 +554,7 @@ pub static FLAGS: &[VllmFlag] = &[
     rserve(&["--http-header-timeout"], V),
     rserve(&["--http-body-timeout"], V),
     rserve(&["--max-connections"], V),
+    rserve(&["--api-key-file"], V),
 ];
 
 #[cfg(test)]

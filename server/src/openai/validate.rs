@@ -718,3 +718,7 @@ pub fn token_ids(param: &'static str, ids: &[i64], info: &EngineInfo) -> Result<
 #[cfg(test)]
 #[path = "validate_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "validate_props.rs"]
+mod props;
