@@ -69,3 +69,14 @@ fn bad_flags_are_errors() {
     assert!(format!("{:#}", parse(&format!("rserve plan {f} -tp 12")).render().unwrap_err()).contains("inside a node"));
     assert!(err("rserve plan /no/such/model/dir".into()).contains("/no/such/model/dir"));
 }
+
+#[test]
+fn the_table_shows_the_data_parallel_layout_of_a_node() {
+    // 8B on a 12-tile Aurora node: one tile per replica, twelve replicas.
+    let text = parse(&format!("rserve plan {} --max-model-len 8192", fixture("llama31_8b_instruct"))).render().unwrap();
+    assert!(text.contains("data parallel on one node (12 devices): 12 replicas of TP=1 x PP=1"), "{text}");
+    assert!(text.contains("-dp 12"), "{text}");
+    // 405B: a replica spans two nodes.
+    let text = parse(&format!("rserve plan {} -tp 8 -pp 2", fixture("llama31_405b"))).render().unwrap();
+    assert!(text.contains("takes 16 devices (2 nodes); one job per replica"), "{text}");
+}

@@ -85,6 +85,7 @@ pub(super) fn text(p: &Plan) -> String {
         let _ = writeln!(o, "  KV cache size: {} tokens", l.kv_tokens);
         let _ =
             writeln!(o, "  Maximum concurrency for {} tokens per request: {:.2}x", l.max_model_len, l.max_concurrency);
+        data_parallel(&mut o, &p.model, l, p.device.devices_per_node);
     }
     if !p.shorter_context.is_empty() {
         let _ = writeln!(o);
@@ -139,4 +140,38 @@ pub(super) fn text(p: &Plan) -> String {
         }
     }
     o
+}
+
+/// The data-parallel layout of one node: how many replicas of the chosen layout its devices hold (`-dp`).
+fn data_parallel(o: &mut String, model: &str, l: &super::layout::LayoutPlan, per_node: usize) {
+    let per_replica = l.tp * l.pp;
+    if per_node < 2 {
+        return;
+    }
+    let _ = writeln!(o);
+    if per_replica > per_node {
+        let _ = writeln!(
+            o,
+            "data parallel: one replica of TP={} x PP={} takes {per_replica} devices ({} nodes); one job per replica",
+            l.tp, l.pp, l.nodes
+        );
+        return;
+    }
+    let n = per_node / per_replica;
+    let _ = writeln!(o, "data parallel on one node ({per_node} devices): {n} replicas of TP={} x PP={}", l.tp, l.pp);
+    let _ = writeln!(
+        o,
+        "  KV cache {} tokens per replica, {} in all; {} full-context requests at once",
+        l.kv_tokens,
+        l.kv_tokens * n as u64,
+        l.full_context_requests * n as u64
+    );
+    if per_replica == 1 {
+        let _ = writeln!(o, "  rserve {model} -dp {n}        (replica i on device i)");
+    } else {
+        let _ = writeln!(
+            o,
+            "  -dp with -tp / -pp is not supported yet: {n} jobs of `mpiexec -n {per_replica}`, each on its own devices"
+        );
+    }
 }
