@@ -1,7 +1,8 @@
 """Data parallelism (`-dp 2`): two engine replicas in one server behind one endpoint. The golden prompts, sent
 concurrently, get the same greedy text as from one replica and land on both replicas (per-replica `engine` labels on
 /metrics); requests that share a long prefix land on the replica holding it (its prefix cache hits go up, the other's
-do not); a client killed mid-stream frees its blocks on the replica that ran it. Runs on the suite's device
+do not); a client killed mid-stream frees its blocks on the replica that ran it; `run-batch -dp 2` answers as one
+replica does. Runs on the suite's device
 (`RSERVE_E2E_ARGS`, e.g. `--device opencl`); under an MPI launcher (`-tp 3`) only the refusal of -dp x -tp runs."""
 
 import json
@@ -135,6 +136,24 @@ def test_a_killed_client_frees_its_blocks_on_the_replica_that_ran_it(dp_server):
     assert per_engine(dp_server, "vllm:kv_cache_usage_perc") == {"0": 0, "1": 0}
     aborted = per_engine(dp_server, "vllm:request_success_total", finished_reason="abort")
     assert aborted[owner[0]] - aborted_before.get(owner[0], 0) == 1, aborted
+
+
+@needs_one_process
+def test_run_batch_takes_dp_and_answers_as_one_replica(server, tmp_path):
+    prompts = [p["prompt_token_ids"] for p in GOLDEN[:6]]
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps({"custom_id": f"g{i}", "method": "POST", "url": "/v1/completions", "body": {
+        "model": MODEL_NAME, "prompt": p, "max_tokens": 32, "temperature": 0, "ignore_eos": True,
+        "skip_special_tokens": False}}) + "\n" for i, p in enumerate(prompts)))
+    r = subprocess.run([str(rserve_bin()), "run-batch", "-i", str(inp), "-o", str(out), str(model_path()),
+                        "--served-model-name", MODEL_NAME, "--max-model-len", "1024", "--kv-cache-memory-bytes", "256M",
+                        *shlex.split(os.environ.get("RSERVE_E2E_ARGS", "")), "-dp", "2"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Data-parallel replica 1" in r.stderr
+    answers = {line["custom_id"]: line["response"]["body"]["choices"][0]["text"]
+               for line in map(json.loads, out.read_text().splitlines())}
+    assert [answers[f"g{i}"] for i in range(len(prompts))] == [completion_text(server, p) for p in prompts]
 
 
 def test_data_parallel_with_tensor_parallel_is_refused_naming_both_flags():
