@@ -23,7 +23,7 @@ use rserve_engine::source::{resolve_model, ResolveOptions};
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 const BS: usize = 16;
-const NAMES: [&str; 7] = ["qwen3", "gemma2", "gemma3", "phi3", "mistral", "mixtral", "qwen3moe"];
+const NAMES: [&str; 8] = ["qwen3", "gemma2", "gemma3", "phi3", "mistral", "mixtral", "qwen3moe", "gptoss"];
 
 struct Prompt {
     ids: Vec<u32>,

@@ -283,4 +283,4 @@ macro_rules! shelf {
     };
 }
 
-shelf!(qwen3, gemma2, gemma3, phi3, mistral, mixtral, qwen3moe);
+shelf!(qwen3, gemma2, gemma3, phi3, mistral, mixtral, qwen3moe, gptoss);

@@ -38,6 +38,7 @@ const NEW_CONFIGS: &[&str] = &[
     "mixtral_8x7b_instruct",
     "qwen3_30b_a3b",
     "qwen3_235b_a22b",
+    "gpt_oss_120b",
 ];
 
 /// A fixture's raw JSON (its decoder's keys: `text_config` for a multimodal wrapper).

@@ -1,6 +1,6 @@
 """Record the golden outputs of the tiny random-weight models, for the engine's per-architecture correctness tests.
 
-Owns tests/fixtures/golden/tiny/{qwen3,gemma2,gemma3,phi3,mistral,mixtral,qwen3moe}.json.
+Owns tests/fixtures/golden/tiny/{qwen3,gemma2,gemma3,phi3,mistral,mixtral,qwen3moe,gptoss}.json.
 
 Reference implementation: Hugging Face transformers, float32, CPU, eager attention (so Gemma 2's attention-logit
 soft-capping applies), loading the bfloat16 checkpoints that scripts/reference/tiny_models.py writes (standard library
@@ -42,7 +42,7 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
-MODELS = ("qwen3", "gemma2", "gemma3", "phi3", "mistral", "mixtral", "qwen3moe")
+MODELS = ("qwen3", "gemma2", "gemma3", "phi3", "mistral", "mixtral", "qwen3moe", "gptoss")
 NEW_TOKENS = 32
 TOP_FIRST = 20
 NEAR_TIE = 1e-3

@@ -1,4 +1,4 @@
-"""Write tiny random-weight checkpoints of seven architectures, for the engine's per-architecture correctness tests.
+"""Write tiny random-weight checkpoints of eight architectures, for the engine's per-architecture correctness tests.
 
 Makes, under --out, one Hugging Face model folder per architecture:
 
@@ -13,9 +13,13 @@ Makes, under --out, one Hugging Face model folder per architecture:
     mixtral/  MixtralForCausalLM  hidden 64, 4 layers, 8 / 2 heads, head_dim 32, 8 experts of width 64, top 2
     qwen3moe/ Qwen3MoeForCausalLM hidden 64, 4 layers, 8 / 2 heads, head_dim 32, q_norm / k_norm, 16 experts of width
                                   32, top 4 not renormalised, layer 1 a dense MLP (mlp_only_layers)
+    gptoss/   GptOssForCausalLM   hidden 64, 4 layers alternating sliding (window 16) / full, 8 / 2 heads, head_dim 32,
+                                  biases on q/k/v/o, attention sinks, YaRN x4 from 64 positions (not truncated),
+                                  8 experts of width 64, top 2, router and expert biases, the experts stored as
+                                  OpenAI's release stores them: MXFP4 (u8 blocks and scales) with bf16 biases
 
 each holding config.json (the keys transformers 5 writes for that model, plus the older `torch_dtype`),
-model.safetensors (bfloat16, the architecture's Hugging Face tensor names, word embeddings tied to the LM head so the
+model.safetensors (bfloat16 — gpt-oss's experts MXFP4 —, the architecture's Hugging Face tensor names, word embeddings tied to the LM head so the
 one 128256 x hidden matrix is stored once), the Llama 3 tokenizer (tokenizer.json, tokenizer_config.json copied from
 --tokenizer; vocab_size 128256, bos 128000, eos 128001) and a stamp file.
 
@@ -142,6 +146,33 @@ def config_qwen3moe():
     })
 
 
+def config_gptoss():
+    # gpt-oss: its class defaults scaled down. The window (16) is shorter than the prompts, the YaRN scaling (x4 from 64
+    # positions, beta 32 / 1, not truncated: gpt-oss's form) acts at every position, and the quantization_config
+    # marks the experts as MXFP4 as in OpenAI's release (transformers dequantizes them on a CPU).
+    return _llama_like(64, 64, 4, 8, 2, 32, {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "attention_bias": True,
+        "experts_per_token": 2,
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "max_position_embeddings": 256,
+        "num_experts_per_tok": 2,
+        "num_local_experts": 8,
+        "output_router_logits": False,
+        "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                           "model.embed_tokens", "lm_head"],
+                                "quant_method": "mxfp4"},
+        "rms_norm_eps": 1e-05,
+        "rope_parameters": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 4.0, "original_max_position_embeddings": 64,
+                            "rope_theta": 150000.0, "rope_type": "yarn", "truncate": False},
+        "router_aux_loss_coef": 0.9,
+        "sliding_window": 16,
+        "swiglu_alpha": 1.702,
+        "swiglu_limit": 7.0,
+    })
+
+
 def _gemma_common(layers, extra):
     c = {
         "attention_bias": False,
@@ -254,6 +285,10 @@ SCALES = {
                 "salt": 1},
     "qwen3moe": {"emb": 6.0, "lin": 2.5, "out": 4.0, "router": 8.0, "norm": 1.0, "final": 1.0, "noise": 0.1,
                  "salt": 1},
+    # bias: half-width of the biases; sink: of the attention sinks (around 0, as in the release); mxfp4: the range of
+    # the experts' block exponents (2^(e - 127)), whose 4-bit values reach 6.
+    "gptoss": {"emb": 6.0, "lin": 2.0, "out": 3.0, "router": 8.0, "norm": 1.0, "final": 1.0, "noise": 0.1,
+               "bias": 0.2, "sink": 1.0, "mxfp4": [121, 123], "salt": 1},
 }
 
 CONFIGS = {
@@ -264,6 +299,7 @@ CONFIGS = {
     "mistral": config_mistral,
     "mixtral": config_mixtral,
     "qwen3moe": config_qwen3moe,
+    "gptoss": config_gptoss,
 }
 
 
@@ -280,7 +316,21 @@ def tensors(name, c):
                 (p + "post_attention_layernorm.weight", (h,), "post" if gemma else "norm"),
                 (p + "self_attn.o_proj.weight", (h, heads * hd), "out")]
         experts = c.get("num_local_experts") or c.get("num_experts")
-        if experts and i not in c.get("mlp_only_layers", []):
+        if name == "gptoss":
+            # Attention biases and sinks; the router with its bias; each layer's experts packed as MXFP4 (blocks of
+            # 32 inputs: [experts, out, in / 32, 16] bytes and [experts, out, in / 32] exponents) with bf16 biases.
+            q = p + "mlp.experts."
+            out += [(p + f"self_attn.{n}_proj.bias", (rows,), "bias")
+                    for n, rows in (("q", heads * hd), ("k", kv * hd), ("v", kv * hd), ("o", h))]
+            out += [(p + "self_attn.sinks", (heads,), "sink"),
+                    (p + "mlp.router.weight", (experts, h), "router"), (p + "mlp.router.bias", (experts,), "bias"),
+                    (q + "gate_up_proj_blocks", (experts, 2 * inter, h // 32, 16), "blocks"),
+                    (q + "gate_up_proj_scales", (experts, 2 * inter, h // 32), "scales"),
+                    (q + "gate_up_proj_bias", (experts, 2 * inter), "bias"),
+                    (q + "down_proj_blocks", (experts, h, inter // 32, 16), "blocks"),
+                    (q + "down_proj_scales", (experts, h, inter // 32), "scales"),
+                    (q + "down_proj_bias", (experts, h), "bias")]
+        elif experts and i not in c.get("mlp_only_layers", []):
             # Routed experts: Mixtral's block_sparse_moe.experts.E.w1/w3/w2, Qwen3-MoE's mlp.experts.E.*_proj.
             ei = c.get("moe_intermediate_size") or inter
             block, (g, u, d) = (("block_sparse_moe", ("w1", "w3", "w2")) if name == "mixtral"
@@ -316,10 +366,26 @@ def seed_of(model, tensor, salt):
     return int.from_bytes(digest[:8], "little")
 
 
+def u8_bytes(model, tensor, shape, kind, scales):
+    """MXFP4 blocks (any byte: two random 4-bit codes) or exponents (uniform over scales["mxfp4"], inclusive)."""
+    rnd = random.Random(seed_of(model, tensor, scales["salt"])).randrange
+    lo, hi = (0, 255) if kind == "blocks" else scales["mxfp4"]
+    return bytes(rnd(lo, hi + 1) for _ in range(math.prod(shape)))
+
+
+def tensor_bytes(model, tensor, shape, kind, scales):
+    """(safetensors dtype, bytes) of one tensor."""
+    if kind in ("blocks", "scales"):
+        return "U8", u8_bytes(model, tensor, shape, kind, scales)
+    return "BF16", bf16_bytes(model, tensor, shape, kind, scales)
+
+
 def bf16_bytes(model, tensor, shape, kind, scales):
     """The tensor's values as little-endian bfloat16 bytes (float32 truncated)."""
     n = math.prod(shape)
-    if kind in ("lin", "out", "router"):
+    if kind in ("bias", "sink"):
+        half, center = scales[kind], 0.0
+    elif kind in ("lin", "out", "router"):
         half = scales[kind] * math.sqrt(3.0 / shape[1])
         center = 0.0
     elif kind == "emb":
@@ -339,10 +405,10 @@ def bf16_bytes(model, tensor, shape, kind, scales):
 
 
 def write_safetensors(path, items):
-    """items: [(name, shape, bf16 bytes)] -> a safetensors file (header length, JSON header, data)."""
+    """items: [(name, shape, (dtype, bytes))] -> a safetensors file (header length, JSON header, data)."""
     header, offset = {}, 0
-    for name, shape, data in items:
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+    for name, shape, (dtype, data) in items:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
         offset += len(data)
     header["__metadata__"] = {"format": "pt"}
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -350,7 +416,7 @@ def write_safetensors(path, items):
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)))
         f.write(text)
-        for _, _, data in items:
+        for _, _, (_, data) in items:
             f.write(data)
 
 
@@ -384,7 +450,7 @@ def make(name, tok_dir, out_dir):
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     cfg = json.loads(cfg_text)
-    items = [(t, shape, bf16_bytes(name, t, shape, kind, SCALES[name])) for t, shape, kind in tensors(name, cfg)]
+    items = [(t, shape, tensor_bytes(name, t, shape, kind, SCALES[name])) for t, shape, kind in tensors(name, cfg)]
     write_safetensors(tmp / "model.safetensors", items)
     (tmp / "config.json").write_text(cfg_text)
     for f in TOKENIZER_FILES:

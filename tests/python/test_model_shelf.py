@@ -1,5 +1,6 @@
 """The model shelf through the real interface: `rserve` serves each tiny random-weight checkpoint (Qwen3, Gemma 2,
-Gemma 3, Phi-3 with LongRoPE, Mistral with its sliding window; made at setup by scripts/reference/tiny_models.py)
+Gemma 3, Phi-3 with LongRoPE, Mistral with its sliding window, gpt-oss with its MXFP4 experts and attention sinks;
+made at setup by scripts/reference/tiny_models.py)
 and the official client's greedy completion of a golden prompt, given as token ids, is transformers' 32 tokens
 (tests/fixtures/golden/tiny/*.json). The Gemma 3 prompt is more than 8 windows long, so its local layers run
 from freed blocks; its `/metrics` then shows the cache back to empty.
@@ -15,7 +16,7 @@ import pytest
 from conftest import MODEL_NAME, Server, models_root
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden" / "tiny"
-NAMES = ["qwen3", "gemma2", "gemma3", "phi3", "mistral"]
+NAMES = ["qwen3", "gemma2", "gemma3", "phi3", "mistral", "gptoss"]
 
 
 def golden(name: str) -> dict:

@@ -176,13 +176,15 @@ def test_random_weight_8_head_model_tp2_and_tp4_match_one_process(eight_head_mod
 
 
 @pytest.mark.parametrize("ep", [False, True], ids=["tp", "ep"])
-@pytest.mark.parametrize("name", ["mixtral", "qwen3moe"])
+@pytest.mark.parametrize("name", ["mixtral", "qwen3moe", "gptoss"])
 def test_mixture_of_experts_tp2_matches_one_process(name, ep):
-    """The tiny Mixtral (8 experts, top 2) and Qwen3-MoE (16 experts, top 4, one dense layer) checkpoints at 2 ranks:
+    """The tiny Mixtral (8 experts, top 2), Qwen3-MoE (16 experts, top 4, one dense layer) and gpt-oss (8 experts with
+    biases, MXFP4 in the file; attention sinks split with the heads, the o-proj and down biases added by rank 0 only)
+    checkpoints at 2 ranks:
     tensor parallel (each rank holds half of every expert's width and of the dense MLP, the router whole) and expert
     parallel (each rank holds half of the experts whole, a token's pairs on the other rank adding nothing here, the
     partial outputs summed like a dense MLP's); the greedy tokens equal one process's."""
     model = models_root() / "tiny" / name
     if not (model / "model.safetensors").is_file():
         pytest.skip(f"{model} missing: run scripts/fetch-models.sh")
-    tp_matches_one_process(model, ["--dtype", "float32", "--max-model-len", "512"], [2], name, ep=ep)
+    tp_matches_one_process(model, ["--dtype", "float32", "--max-model-len", "256"], [2], name, ep=ep)

@@ -96,8 +96,16 @@ fn warnings(shape: &ModelShape, plan_len: usize, dense_seq: u64, windowed: Optio
             if kind.contains("attention") && !kind.contains("linear") { "as full attention with" } else { "without" }
         ));
     }
-    if let Some(q) = &shape.quantization {
-        w.push(format!("the checkpoint is quantized ({q}): weights memory is counted at --dtype bytes per parameter"));
+    match shape.quantization.as_deref() {
+        Some("mxfp4") if shape.model_type == "gpt_oss" => w.push(
+            "the experts are MXFP4 in the checkpoint (4.25 bits a parameter); rserve dequantizes them at load, so \
+             weights memory is counted at --dtype bytes per parameter"
+                .into(),
+        ),
+        Some(q) => w.push(format!(
+            "the checkpoint is quantized ({q}): weights memory is counted at --dtype bytes per parameter"
+        )),
+        None => {}
     }
     let served = [
         "LlamaForCausalLM",
@@ -107,6 +115,9 @@ fn warnings(shape: &ModelShape, plan_len: usize, dense_seq: u64, windowed: Optio
         "Gemma2ForCausalLM",
         "Gemma3ForCausalLM",
         "Phi3ForCausalLM",
+        "MixtralForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "GptOssForCausalLM",
         "llama (GGUF)",
         "qwen2 (GGUF)",
         "qwen3 (GGUF)",

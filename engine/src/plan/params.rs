@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::shape::{Attention, ModelShape, VisionProjector, VisionTower};
+use super::shape::{Attention, ModelShape, Moe, VisionProjector, VisionTower};
 
 /// Where the parameters are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -42,6 +42,9 @@ fn attention_params(s: &ModelShape) -> u64 {
             if s.qk_norm {
                 n += 2 * s.head_dim as u64;
             }
+            if s.attention_sinks {
+                n += heads;
+            }
             n
         }
         Attention::Latent(m) => {
@@ -60,20 +63,31 @@ fn attention_params(s: &ModelShape) -> u64 {
 }
 
 fn dense_mlp(s: &ModelShape, intermediate: u64) -> u64 {
+    mlp_params(s, intermediate, s.mlp_bias)
+}
+
+/// One gated (or up/down) MLP of `intermediate` width, with biases on every projection when `bias`.
+fn mlp_params(s: &ModelShape, intermediate: u64, bias: bool) -> u64 {
     let h = s.hidden_size as u64;
     let mats = if s.gated_mlp { 3 } else { 2 };
-    let bias = if s.mlp_bias { (mats - 1) * intermediate + h } else { 0 };
+    let bias = if bias { (mats - 1) * intermediate + h } else { 0 };
     mats * h * intermediate + bias
+}
+
+/// One routed expert's parameters.
+fn expert_params(s: &ModelShape, m: &Moe) -> u64 {
+    mlp_params(s, m.expert_intermediate as u64, m.bias)
 }
 
 fn layer_params(s: &ModelShape, i: usize) -> u64 {
     let h = s.hidden_size as u64;
     let mlp = match &s.moe {
         Some(m) if m.routed.get(i).copied().unwrap_or(false) => {
-            let experts = m.experts as u64 * dense_mlp(s, m.expert_intermediate as u64);
+            let experts = m.experts as u64 * expert_params(s, m);
             let shared = if m.shared_intermediate > 0 { dense_mlp(s, m.shared_intermediate as u64) } else { 0 };
             let gate = if m.shared_expert_gate { h } else { 0 };
-            h * m.experts as u64 + experts + shared + gate
+            let router_bias = if m.bias { m.experts as u64 } else { 0 };
+            h * m.experts as u64 + router_bias + experts + shared + gate
         }
         _ => dense_mlp(s, s.intermediate_size as u64),
     };
@@ -111,7 +125,7 @@ pub fn count_params(s: &ModelShape) -> ParamCount {
     let vision = s.vision.map_or(0, |v| vision_params(&v, s.hidden_size));
     let idle_experts = s.moe.as_ref().map_or(0, |m| {
         let idle = m.experts.saturating_sub(m.experts_per_token) as u64;
-        m.moe_layers as u64 * idle * dense_mlp(s, m.expert_intermediate as u64)
+        m.moe_layers as u64 * idle * expert_params(s, m)
     });
     let total = embedding + lm_head + final_norm + vision + layers;
     ParamCount { embedding, lm_head, final_norm, vision, per_layer, layers, total, active: total - idle_experts }

@@ -59,6 +59,8 @@ pub struct Moe {
     /// Per layer: routed (true) or dense.
     #[serde(skip)]
     pub routed: Vec<bool>,
+    /// The router and every expert's projections have biases (gpt-oss).
+    pub bias: bool,
 }
 
 /// A SigLIP vision tower and the projector that maps its output into the decoder (multimodal wrappers read through
@@ -105,6 +107,8 @@ pub struct ModelShape {
     pub norms_per_layer: usize,
     /// Per-head RMS norms on q and k (Qwen3, Gemma 3).
     pub qk_norm: bool,
+    /// One learned sink logit per attention head and layer (gpt-oss).
+    pub attention_sinks: bool,
     pub attention: Attention,
     pub sliding: Option<SlidingWindow>,
     /// Layers whose kind is neither full nor sliding attention (linear attention, mamba, ...), by kind.
@@ -275,7 +279,7 @@ impl ModelShape {
         let qwen = matches!(model_type.as_str(), "qwen2" | "qwen2_moe");
         let attention = latent_attention(cfg)?.map_or(Attention::Standard, Attention::Latent);
         let (sliding, other_layers) = sliding_layers(cfg, &model_type, num_layers, &mut notes)?;
-        let moe = moe(cfg, num_layers, dims.intermediate_size)?;
+        let moe = moe(cfg, num_layers, dims.intermediate_size)?.map(|m| Moe { bias: model_type == "gpt_oss", ..m });
         let torch_dtype = get_str(cfg, "dtype")
             .or_else(|| get_str(cfg, "torch_dtype"))
             .or_else(|| get_str(top, "dtype"))
@@ -298,6 +302,7 @@ impl ModelShape {
             mlp_bias: get_bool(cfg, "mlp_bias").unwrap_or(false),
             norms_per_layer: norms_per_layer(&model_type),
             qk_norm: matches!(model_type.as_str(), "qwen3" | "qwen3_moe" | "gemma3" | "gemma3_text"),
+            attention_sinks: model_type == "gpt_oss",
             attention,
             sliding,
             other_layers,
@@ -321,10 +326,11 @@ impl ModelShape {
             torch_dtype: p.torch_dtype.clone(),
             gated_mlp: true,
             qkv_bias: p.attention_bias,
-            o_bias: false,
+            o_bias: p.o_proj_bias,
             mlp_bias: false,
             norms_per_layer: if p.architecture.is_gemma() { 4 } else { 2 },
             qk_norm: p.qk_norm,
+            attention_sinks: p.attention_sinks,
             attention: Attention::Standard,
             sliding: p.sliding_window.map(|window| SlidingWindow {
                 window,
@@ -339,6 +345,7 @@ impl ModelShape {
                 shared_expert_gate: false,
                 moe_layers: m.layers.iter().filter(|r| **r).count(),
                 routed: m.layers.clone(),
+                bias: m.bias,
             }),
             vision: None,
             quantization: None,
@@ -491,6 +498,7 @@ fn moe(cfg: &Map<String, Value>, layers: usize, intermediate: usize) -> Result<O
         shared_intermediate,
         shared_expert_gate,
         moe_layers: routed.iter().filter(|r| **r).count(),
+        bias: false,
         routed,
     }))
 }

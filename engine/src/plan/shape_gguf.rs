@@ -87,6 +87,7 @@ pub fn shape_from_gguf(content: &Content) -> Result<ModelShape> {
                 shared_expert_gate: false,
                 moe_layers: num_layers - first,
                 routed,
+                bias: false,
             })
         }
         None => None,
@@ -104,6 +105,7 @@ pub fn shape_from_gguf(content: &Content) -> Result<ModelShape> {
         mlp_bias: content.tensor_infos.contains_key("blk.0.ffn_up.bias"),
         norms_per_layer: norms_per_layer(arch),
         qk_norm: content.tensor_infos.contains_key("blk.0.attn_q_norm.weight"),
+        attention_sinks: false,
         attention,
         sliding,
         other_layers: BTreeMap::new(),
