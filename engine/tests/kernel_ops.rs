@@ -1,5 +1,6 @@
 //! The device-neutral op layer (`backend::kernels`) against the kernels themselves, on a recording device for every
-//! tuning (portable GPU, CPU OpenCL, CUDA): every launch passes exactly as many arguments as its entry point declares
+//! tuning (portable GPU, Level Zero with the XMX matmul and its emulated form, CPU OpenCL, CUDA): every launch
+//! passes exactly as many arguments as its entry point declares
 //! in the SPIR-V module, uses a work-group size that divides its grid, every kernel is launched by some op, the
 //! attention work split covers every query row (decode) or (token, head) pair (prefill) exactly once and is built
 //! once per batch shape, not once per step; indices outside their buffers are refused on the host.
@@ -301,8 +302,13 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
 fn every_launch_matches_its_kernel_signature() {
     let params = spirv_params();
     let mut seen: Vec<String> = Vec::new();
+    // The XMX matmul's emulated form is the OpenCL tests' (a GPU-shaped tuning with `matmul = xmx-emulated`).
+    let mut xmx_emulated = KernelTuning::opencl(false);
+    xmx_emulated.set("matmul=xmx-emulated").unwrap();
     let runs = [
         (KernelTuning::level_zero(), None),
+        (KernelTuning::level_zero_xmx(), None),
+        (xmx_emulated, None),
         (KernelTuning::opencl(true), None),
         (KernelTuning::cuda((9, 0)), None),
         (KernelTuning::cuda((9, 0)), Some(WeightDType::BF16)),
@@ -323,11 +329,12 @@ fn every_launch_matches_its_kernel_signature() {
         }
     }
     // Every kernel of rserve-kernels is launched by some op on some device.
-    for (_, names) in rserve_kernels::KERNELS {
-        for n in names.iter().filter(|n| !rserve_kernels::OUTSIDE_OPS.contains(n)) {
-            assert!(seen.iter().any(|s| s == n), "no op launched {n}");
-        }
-    }
+    let missing: Vec<&str> = rserve_kernels::KERNELS
+        .iter()
+        .flat_map(|(_, names)| names.iter().copied())
+        .filter(|n| !rserve_kernels::OUTSIDE_OPS.contains(n) && !seen.iter().any(|s| s == n))
+        .collect();
+    assert!(missing.is_empty(), "no op launched {missing:?}");
 }
 
 #[test]

@@ -70,10 +70,13 @@ fn print_module_builds() {
     println!("LZ-MODULES: native {} spirv {} refused {}", b.native, b.spirv, b.native_refused);
 }
 
-/// The `LZ-MODULES` line a child prints for `opens` device openings of every module: all native or all SPIR-V.
+/// The `LZ-MODULES` line a child prints for `opens` device openings: with the PVC binaries every module (the
+/// matrix engine's included) is native; otherwise every module but the matrix engine's (the null device is no PVC)
+/// is SPIR-V.
 fn modules_line(opens: usize, native: bool) -> String {
-    let n = opens * rserve_kernels::KERNELS.len();
-    let (native, spirv) = if native { (n, 0) } else { (0, n) };
+    use rserve_kernels::{target, Target, KERNELS};
+    let built = KERNELS.iter().filter(|(m, _)| native || target(m) != Target::MatrixEngine).count();
+    let (native, spirv) = if native { (opens * built, 0) } else { (0, opens * built) };
     format!("native {native} spirv {spirv} refused 0")
 }
 

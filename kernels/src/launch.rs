@@ -62,6 +62,13 @@ pub const GEMM_TILE_N: usize = 64;
 /// Depth of one local-memory stage of the tiled matmul.
 pub const GEMM_TILE_K: usize = 16;
 
+/// Work-group size of the XMX matmul (`xmx.cl`): sub-groups of 16 side by side along the output columns.
+pub const XMX_WG: usize = 64;
+/// Rows of x one sub-group of the XMX matmul multiplies (a multiple of 8, the matrix built-in's M).
+pub const XMX_TILE_M: usize = 32;
+/// Output columns one sub-group of the XMX matmul computes (a multiple of 16, the built-in's N).
+pub const XMX_TILE_N: usize = 32;
+
 /// Rows of one routed-experts tile (`moe.cl`): the pairs of one expert that share each read of its weights.
 pub const MOE_TILE_M: usize = 8;
 /// Most experts a mixture-of-experts layer may have (`moe_align` counts them in local memory).
@@ -94,6 +101,9 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMM_TILE_M", GEMM_TILE_M),
     ("GEMM_TILE_N", GEMM_TILE_N),
     ("GEMM_TILE_K", GEMM_TILE_K),
+    ("XMX_WG", XMX_WG),
+    ("XMX_TILE_M", XMX_TILE_M),
+    ("XMX_TILE_N", XMX_TILE_N),
     ("MOE_TILE_M", MOE_TILE_M),
     ("MOE_MAX_EXPERTS", MOE_MAX_EXPERTS),
 ];

@@ -96,7 +96,30 @@ pub const KERNELS: &[(&str, &[&str])] = &[
         ],
     ),
     ("sampling", &["argmax_rows", "mask_logits"]),
+    ("xmx", &["matmul_xmx_bf16"]),
+    ("xmx_emu", &["matmul_xmx_bf16_emu"]),
 ];
+
+/// Which devices can build a module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Every backend (OpenCL and Level Zero from SPIR-V, CUDA through NVRTC and `prelude.h`).
+    Portable,
+    /// OpenCL C only (OpenCL, Level Zero): sub-group built-ins CUDA does not have.
+    OpenClOnly,
+    /// Devices with Intel's sub-group matrix multiply-accumulate at sub-group size 16 (PVC): the Level Zero backend
+    /// builds it there only.
+    MatrixEngine,
+}
+
+/// Which devices can build module `name`.
+pub fn target(name: &str) -> Target {
+    match name {
+        "xmx" => Target::MatrixEngine,
+        "xmx_emu" => Target::OpenClOnly,
+        _ => Target::Portable,
+    }
+}
 
 /// The module named `name`.
 pub fn module(name: &str) -> Option<&'static Module> {
@@ -175,6 +198,10 @@ pub mod names {
     pub const MOE_MATMUL_TILED: ByType = ["moe_matmul_tiled_f32", "moe_matmul_tiled_bf16", "moe_matmul_tiled_f16"];
     pub const MOE_COMBINE: &str = "moe_combine";
     pub const MOE_BIAS: &str = "moe_bias";
+    /// bf16 weights on the matrix engine (`xmx.cl`, PVC).
+    pub const MATMUL_XMX: &str = "matmul_xmx_bf16";
+    /// The same kernel with the matrix built-in emulated (OpenCL, the CPU runtime in CI).
+    pub const MATMUL_XMX_EMU: &str = "matmul_xmx_bf16_emu";
 }
 
 /// The work-group size each kernel is launched with: the sizes its local arrays were compiled for.
@@ -189,6 +216,7 @@ pub fn work_group(kernel: &str) -> usize {
         k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_pdla") => GEMV_ASYNC_WG,
         k if k.starts_with("matmul_tiled") => GEMM_WG,
+        k if k.starts_with("matmul_xmx") => XMX_WG,
         "argmax_rows" => ARGMAX_WG,
         _ => ELEM_WG,
     }
@@ -250,6 +278,8 @@ const _: () = {
     assert!(MOE_TILE_M > 0 && MOE_MAX_EXPERTS > 0);
     // moe_matmul_tiled: a GEMM tile covers whole routed-experts tiles.
     assert!(GEMM_TILE_M.is_multiple_of(MOE_TILE_M));
+    // The XMX matmul: whole calls of the matrix built-in (M = 8, N = 16) per sub-group tile, sub-groups of 16.
+    assert!(XMX_TILE_M.is_multiple_of(8) && XMX_TILE_N.is_multiple_of(16) && XMX_WG.is_multiple_of(64));
     // Work-group sizes are multiples of 64, so sub-groups are full.
     assert!(ROW_WG.is_multiple_of(64) && ELEM_WG.is_multiple_of(64) && ATTN_WG.is_multiple_of(64));
     assert!(PREFILL_WG.is_multiple_of(64) && GEMV_WG.is_multiple_of(64) && GEMM_WG.is_multiple_of(64));

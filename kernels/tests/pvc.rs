@@ -155,3 +155,49 @@ fn committed_pvc_binaries_equal_a_fresh_build() {
         assert_eq!(&m.pvc[..4], b"\x7fELF", "{}: not an ELF binary", m.name);
     }
 }
+
+/// The XMX matmul (`xmx.cl`) is built for PVC's matrix engine: `ocloc disasm` of its PVC build shows `dpas`
+/// instructions (the sub-group matrix built-in lowered to the hardware), and its emulated form (`xmx_emu`, the
+/// CPU runtime's) none. Spills and scratch are checked with every other kernel above.
+#[test]
+fn xmx_matmul_runs_on_the_matrix_engine() {
+    let Some((bin, libs)) = ocloc() else {
+        eprintln!("SKIPPED: RSERVE_OCLOC is unset (see every_module_builds_for_pvc_without_spills)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("rserve-pvc-xmx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // `ocloc disasm` opens IGA as `libiga64.so`; Debian's package ships only `libiga64.so.1`.
+    let iga = dir.join("iga");
+    std::fs::create_dir_all(&iga).unwrap();
+    let _ = std::os::unix::fs::symlink(Path::new(&libs).join("libiga64.so.1"), iga.join("libiga64.so"));
+    let libs = format!("{libs}:{}", iga.display());
+    let mut dpas = Vec::new();
+    for module in ["xmx", "xmx_emu"] {
+        let spv = dir.join(format!("{module}.spv"));
+        std::fs::write(&spv, rserve_kernels::module(module).unwrap().spirv).unwrap();
+        let out = dir.join(module);
+        let (spv, out_s) = (spv.to_str().unwrap(), out.to_str().unwrap());
+        run(
+            &bin,
+            &libs,
+            &["compile", "-spirv_input", "-file", spv, "-device", "pvc", "-output_no_suffix", "-output", out_s],
+        );
+        let dump = dir.join(format!("{module}.dump"));
+        run(&bin, &libs, &["disasm", "-file", out_s, "-dump", dump.to_str().unwrap(), "-device", "pvc"]);
+        let asm: String = std::fs::read_dir(&dump)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "asm"))
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect();
+        assert!(!asm.is_empty(), "{module}: ocloc disasm wrote no assembly (IGA missing?)");
+        let lines: Vec<String> = asm.lines().filter(|l| l.contains("dpas")).map(|l| l.trim().to_string()).collect();
+        dpas.push((module, lines));
+    }
+    let (hw, emu) = (&dpas[0].1, &dpas[1].1);
+    assert!(!hw.is_empty(), "matmul_xmx_bf16 has no dpas instruction on PVC");
+    assert!(emu.is_empty(), "the emulated form should not use the matrix engine: {emu:?}");
+    println!("matmul_xmx_bf16 on PVC: {} dpas instructions, e.g. `{}`", hw.len(), hw[0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,7 +8,7 @@
 //! | `XDG_CACHE_HOME`, `HOME` | CUDA | the fallbacks of the PTX cache folder above |
 //! | `OCL_ICD_VENDORS` | OpenCL | the ICD loader's folder of vendor runtimes; named in the "no platform" error |
 //! | `RSERVE_ZE_LOADER` | Level Zero | the loader library to open instead of `libze_loader.so.1` |
-//! | `RSERVE_ZE_MODULE_FORMAT` | Level Zero | `auto` (default: PVC native binaries on a PVC, SPIR-V elsewhere), `native` (the binaries whatever the device reports; the null-driver tests set it) or `spirv` |
+//! | `RSERVE_ZE_MODULE_FORMAT` | Level Zero | `auto` (default: PVC native binaries on a PVC, SPIR-V elsewhere), `native` (the binaries whatever the device reports, the XMX matmul module included; the null-driver tests set it) or `spirv` |
 //! | `ZE_FLAT_DEVICE_HIERARCHY` | Level Zero | `FLAT` (each tile a device, the default), `COMPOSITE` or `COMBINED` |
 //! | `ZE_AFFINITY_MASK` | Level Zero | which devices (tiles) this process sees, as the loader applies it |
 //! | `ZE_ENABLE_PCI_ID_DEVICE_ORDER`, `ZE_ENABLE_NULL_DRIVER`, `ZE_ENABLE_VALIDATION_LAYER`, `LD_LIBRARY_PATH` | Level Zero | read by the loader, not by rserve; quoted in "no driver/device" errors |

@@ -61,6 +61,10 @@ impl Kernels {
         let mut compiled = 0;
         let mut modules: Vec<(&str, &str, &[&'static str])> = Vec::new();
         for (name, entries) in rserve_kernels::KERNELS {
+            // OpenCL C-only modules (Intel's sub-group and matrix built-ins) have no CUDA form.
+            if rserve_kernels::target(name) != rserve_kernels::Target::Portable {
+                continue;
+            }
             let m = rserve_kernels::module(name)
                 .ok_or_else(|| EngineError::Backend(format!("cuda: kernel module {name} is not embedded")))?;
             modules.push((name, m.source, entries));

@@ -1,9 +1,12 @@
 //! `Op::MatMul` (`kernels/src/cl/matmul.cl`): which family multiplies (`KernelTuning::matmul`), and within the
 //! portable families which kernel by row count: `matmul_vec_*` (16-bit weights, k a multiple of 8) or
-//! `matmul_rows_*` for decode-sized rows, `matmul_tiled_*` above, `matmul_wi_*` on CPU devices. One row of 16-bit
-//! activations under programmatic dependent launch takes the asynchronous-copy GEMV `matmul_pdla_*` first.
+//! `matmul_rows_*` for decode-sized rows, `matmul_tiled_*` above, `matmul_wi_*` on CPU devices; bf16 weights on the
+//! matrix engine (`matmul_xmx_bf16`, Level Zero on PVC) above decode-sized rows. One row of 16-bit activations under
+//! programmatic dependent launch takes the asynchronous-copy GEMV `matmul_pdla_*` first.
 
-use rserve_kernels::launch::{GEMM_TILE_M, GEMM_TILE_N, GEMV_COLS, GEMV_ROWS, GEMV_VEC_COLS, GEMV_WI_ROWS};
+use rserve_kernels::launch::{
+    GEMM_TILE_M, GEMM_TILE_N, GEMV_COLS, GEMV_ROWS, GEMV_VEC_COLS, GEMV_WI_ROWS, XMX_TILE_M, XMX_TILE_N, XMX_WG,
+};
 use rserve_kernels::{names, ElemType};
 
 use super::contents::{elem_type, Contents};
@@ -15,6 +18,23 @@ use crate::error::Result;
 
 /// Above this many rows the tiled matmul replaces the row-streaming one.
 pub const GEMV_MAX_ROWS: usize = 2 * GEMV_ROWS;
+
+/// The sub-group size `xmx.cl` requires.
+const XMX_SUB_GROUP: usize = 16;
+
+/// The matrix-engine kernel for this path, weight type and shape, if it takes the call: bf16 weights with k a
+/// multiple of 16 (each lane loads 16 weights), above `GEMV_ROWS` rows on the hardware (decode rows stay on the
+/// bandwidth-bound GEMVs), at every row count emulated (so the op tests reach its row masking at m = 1).
+pub fn xmx_kernel(path: MatmulPath, ty: ElemType, m: usize, k: usize) -> Option<&'static str> {
+    if ty != ElemType::Bf16 || !k.is_multiple_of(16) {
+        return None;
+    }
+    match path {
+        MatmulPath::Xmx if m > GEMV_ROWS => Some(names::MATMUL_XMX),
+        MatmulPath::XmxEmulated => Some(names::MATMUL_XMX_EMU),
+        _ => None,
+    }
+}
 
 /// One `Op::MatMul`: `out[m, n] = x[m, k] . w[n, k]^T (+ bias[n])`.
 pub struct MatMulCall<'a, B> {
@@ -86,6 +106,15 @@ pub(super) fn matmul<D: KernelDevice>(d: &D, c: &MatMulCall<'_, D::Buf>) -> Resu
     if x16 {
         return Err(be("matmul x: 16-bit activations need the vendor matrix multiply"));
     }
+    if let Some(kernel) = xmx_kernel(t.matmul, ty, m, k) {
+        let cols_per_group = XMX_TILE_N * XMX_WG / XMX_SUB_GROUP;
+        return d.launch(&Launch::groups(
+            kernel,
+            c.args(kernel)?,
+            n.div_ceil(cols_per_group),
+            [m.div_ceil(XMX_TILE_M), 1],
+        ));
+    }
     let (kernel, groups, row_blocks) = if t.matmul == MatmulPath::WorkItem {
         let kernel = ty.pick(&names::MATMUL_WI);
         (kernel, n.div_ceil(rserve_kernels::work_group(kernel)), m.div_ceil(GEMV_WI_ROWS))
@@ -97,4 +126,23 @@ pub(super) fn matmul<D: KernelDevice>(d: &D, c: &MatMulCall<'_, D::Buf>) -> Resu
         (ty.pick(&names::MATMUL_TILED), n.div_ceil(GEMM_TILE_N), m.div_ceil(GEMM_TILE_M))
     };
     d.launch(&Launch::groups(kernel, c.args(kernel)?, groups, [row_blocks, 1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xmx_takes_bf16_weights_with_k_a_multiple_of_16() {
+        let hw = MatmulPath::Xmx;
+        assert_eq!(xmx_kernel(hw, ElemType::Bf16, 512, 4096), Some(names::MATMUL_XMX));
+        assert_eq!(xmx_kernel(hw, ElemType::Bf16, GEMV_ROWS + 1, 64), Some(names::MATMUL_XMX));
+        // Decode-sized rows stay on the GEMVs; other weight types and ragged k never take it.
+        assert_eq!(xmx_kernel(hw, ElemType::Bf16, GEMV_ROWS, 4096), None);
+        assert_eq!(xmx_kernel(hw, ElemType::F16, 512, 4096), None);
+        assert_eq!(xmx_kernel(hw, ElemType::Bf16, 512, 4104), None);
+        // The emulated form at every row count; other paths never.
+        assert_eq!(xmx_kernel(MatmulPath::XmxEmulated, ElemType::Bf16, 1, 64), Some(names::MATMUL_XMX_EMU));
+        assert_eq!(xmx_kernel(MatmulPath::SubGroup, ElemType::Bf16, 512, 4096), None);
+    }
 }

@@ -41,6 +41,12 @@ pub enum MatmulPath {
     SubGroup,
     /// The device's own library (cuBLAS on CUDA) through `KernelDevice::vendor_matmul`.
     Vendor,
+    /// Level Zero on PVC: `SubGroup`, except bf16 weights (k a multiple of 16) above `GEMV_ROWS` rows (prefill,
+    /// batched decode), which take the matrix engine (`matmul_xmx_bf16`).
+    Xmx,
+    /// `Xmx`'s kernel with the matrix built-in emulated (`matmul_xmx_bf16_emu`) for bf16 weights at every row count,
+    /// `SubGroup` otherwise: how the op tests run the XMX kernel's tiling on the CPU runtime.
+    XmxEmulated,
 }
 
 /// Keys per split-KV partition of the decode attention.
@@ -79,6 +85,11 @@ impl KernelTuning {
     /// Level Zero (Intel GPUs).
     pub fn level_zero() -> Self {
         Self::portable()
+    }
+
+    /// Level Zero on a device that built the matrix-engine module (PVC).
+    pub fn level_zero_xmx() -> Self {
+        Self { matmul: MatmulPath::Xmx, ..Self::portable() }
     }
 
     /// CUDA on a device of compute capability `cc`: cuBLAS, and on sm_90+ programmatic dependent launch with the
@@ -155,7 +166,7 @@ impl KernelTuning {
         Ok(())
     }
 
-    /// Changes one field from `key=value` (`matmul=work-item|sub-group|vendor`, `pdl=on|off`,
+    /// Changes one field from `key=value` (`matmul=work-item|sub-group|vendor|xmx|xmx-emulated`, `pdl=on|off`,
     /// `async_gemv_rows=N`, `partition=by-rows|N`, `fused_reduce_above=N|off`, `latency_rows=N`), then validates.
     pub fn set(&mut self, setting: &str) -> Result<()> {
         let (key, value) =
@@ -169,6 +180,8 @@ impl KernelTuning {
                     "work-item" => MatmulPath::WorkItem,
                     "sub-group" => MatmulPath::SubGroup,
                     "vendor" => MatmulPath::Vendor,
+                    "xmx" => MatmulPath::Xmx,
+                    "xmx-emulated" => MatmulPath::XmxEmulated,
                     _ => return Err(bad()),
                 }
             }

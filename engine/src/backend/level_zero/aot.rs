@@ -95,6 +95,12 @@ pub fn choose(policy: FormatPolicy, info: &DeviceInfo, has_native: bool) -> (Mod
     }
 }
 
+/// Whether the device builds the matrix-engine module (`rserve_kernels::Target::MatrixEngine`, the XMX matmul):
+/// on a PVC, and under `RSERVE_ZE_MODULE_FORMAT=native` (whose binaries are PVC's).
+pub fn builds_matrix_engine(policy: FormatPolicy, info: &DeviceInfo) -> bool {
+    policy == FormatPolicy::Native || is_pvc(info)
+}
+
 /// Process-wide counts of modules built, by the form the driver accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ModuleBuilds {
@@ -184,6 +190,17 @@ mod tests {
         assert_eq!(choose(FormatPolicy::Native, &null, true).0, ModuleFormat::Native);
         assert_eq!(choose(FormatPolicy::Native, &null, false).0, ModuleFormat::Spirv);
         assert_eq!(choose(FormatPolicy::Spirv, &pvc, true).0, ModuleFormat::Spirv);
+    }
+
+    #[test]
+    fn matrix_engine_on_pvc_or_with_native_binaries() {
+        let pvc = device(INTEL_VENDOR_ID, 0x0bd5, ip(12, 60, 7));
+        let null = device(0, 0, 0);
+        assert!(builds_matrix_engine(FormatPolicy::Auto, &pvc));
+        assert!(builds_matrix_engine(FormatPolicy::Spirv, &pvc));
+        assert!(builds_matrix_engine(FormatPolicy::Native, &null));
+        assert!(!builds_matrix_engine(FormatPolicy::Auto, &null));
+        assert!(!builds_matrix_engine(FormatPolicy::Spirv, &null));
     }
 
     #[test]

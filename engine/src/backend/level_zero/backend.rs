@@ -69,7 +69,11 @@ impl LevelZeroBackend {
         let policy = FormatPolicy::from_env()?;
         let started = Instant::now();
         let mut formats = Vec::new();
+        let xmx = aot::builds_matrix_engine(policy, &sel.info);
         for (module_name, names) in rserve_kernels::KERNELS {
+            if rserve_kernels::target(module_name) == rserve_kernels::Target::MatrixEngine && !xmx {
+                continue;
+            }
             let m = rserve_kernels::module(module_name).ok_or_else(|| {
                 LzError::Invalid(format!("rserve-kernels lists module {module_name} but does not embed it"))
             })?;
@@ -108,7 +112,10 @@ impl LevelZeroBackend {
             sel.of,
             sel.hierarchy
         );
-        let tuning = Cell::new(KernelTuning::level_zero());
+        let tuning = Cell::new(if xmx { KernelTuning::level_zero_xmx() } else { KernelTuning::level_zero() });
+        if xmx {
+            tracing::info!("Level Zero: bf16 matmuls above decode-sized rows run on the matrix engine (XMX)");
+        }
         Ok(Self {
             plans: PlanCache::default(),
             tuning,

@@ -27,6 +27,10 @@ impl Kernels {
         let mut programs = Vec::new();
         let mut kernels = HashMap::new();
         for (module, names) in rserve_kernels::KERNELS {
+            // The matrix-engine module is Level Zero's on PVC; OpenCL runs its emulated form (`xmx_emu`).
+            if rserve_kernels::target(module) == rserve_kernels::Target::MatrixEngine {
+                continue;
+            }
             let t0 = std::time::Instant::now();
             let m = rserve_kernels::module(module)
                 .ok_or_else(|| EngineError::Backend(format!("opencl: kernel module {module} is not embedded")))?;
