@@ -168,7 +168,11 @@ fn pvc_binary(ocloc: Option<&str>, libs: &str, spv: &Path, out: &Path, committed
     let mut cmd = Command::new(ocloc);
     cmd.args(["compile", "-q", "-spirv_input", "-file"]).arg(spv);
     cmd.args(PVC_OCLOC_ARGS).arg("-output_no_suffix").arg("-output").arg(out);
-    run(cmd.env("LD_LIBRARY_PATH", libs), &format!("{ocloc} {}", spv.display()));
+    if !libs.is_empty() {
+        // Debian's unpacked compiler (scripts/setup.d/25-ocloc.sh); an installed one keeps the caller's path.
+        cmd.env("LD_LIBRARY_PATH", libs);
+    }
+    run(&mut cmd, &format!("{ocloc} {}", spv.display()));
     let bytes = std::fs::read(out).unwrap_or_else(|e| panic!("cannot read {}: {e}", out.display()));
     if update {
         std::fs::create_dir_all(committed.parent().expect("kernels/pvc")).expect("create kernels/pvc");
