@@ -170,6 +170,43 @@ pub struct ModelDims {
     pub head_dim: usize,
 }
 
+impl ModelDims {
+    /// The largest value each size may take: far above every released model (the widest have hidden sizes near 16k,
+    /// vocabularies near 260k, 126 layers), and small enough that no shape, parameter or byte count built from them
+    /// overflows a u64. A config or GGUF header that lies about a size (`num_hidden_layers: 1e12`) is refused here,
+    /// before anything is allocated per layer or per row.
+    pub const LIMITS: [(&'static str, usize); 7] = [
+        ("vocab_size", 1 << 24),
+        ("hidden_size", 1 << 18),
+        ("intermediate_size", 1 << 20),
+        ("num_layers", 4096),
+        ("num_heads", 4096),
+        ("num_kv_heads", 4096),
+        ("head_dim", 4096),
+    ];
+
+    /// Checks every size against [`ModelDims::LIMITS`].
+    pub fn check_limits(&self) -> crate::Result<()> {
+        let values = [
+            self.vocab_size,
+            self.hidden_size,
+            self.intermediate_size,
+            self.num_layers,
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+        ];
+        for ((name, max), value) in Self::LIMITS.iter().zip(values) {
+            if value > *max {
+                return Err(crate::EngineError::Config(format!(
+                    "{name} {value} is larger than any model rserve can serve (at most {max}): the file is corrupt"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The checked model configuration. Invariants: `num_heads % num_kv_heads == 0`, `head_dim > 0`, all sizes > 0.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelParams {

@@ -265,3 +265,70 @@ fn gguf_alignment_zero_is_an_error() {
     assert!(err.contains("alignment"), "{err}");
     load_all_gguf(&path);
 }
+
+/// A llama config.json whose one lie is `key: value`.
+fn lying_config(key: &str, value: u64) -> String {
+    let mut cfg = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 16,
+        "max_position_embeddings": 128, "rms_norm_eps": 1e-5
+    });
+    cfg[key] = serde_json::json!(value);
+    cfg.to_string()
+}
+
+/// Regression: sizes are bounded before anything is allocated per layer or per row. A config.json with
+/// `num_hidden_layers: 2^40` made the resolver and the planner build per-layer vectors of a terabyte (the process
+/// aborted instead of reporting the corrupt file); `intermediate_size` left out with a huge `hidden_size` overflowed
+/// the planner's `4 x hidden` default.
+#[test]
+fn config_sizes_beyond_any_model_are_errors() {
+    use rserve_engine::plan::shape::ModelShape;
+    assert!(parse_config_json(&lying_config("hidden_size", 32)).is_ok());
+    for (key, value) in [
+        ("num_hidden_layers", 1u64 << 40),
+        ("vocab_size", 1 << 40),
+        ("hidden_size", u64::MAX),
+        ("intermediate_size", 1 << 40),
+        ("num_attention_heads", 1 << 40),
+    ] {
+        let text = lying_config(key, value);
+        let err = parse_config_json(&text).unwrap_err().to_string();
+        assert!(err.contains("larger than any model") || err.contains("multiple"), "{key}: {err}");
+        assert!(ModelShape::from_config_json(&text).is_err(), "{key}: the planner accepted it");
+    }
+    let mut no_ffn: serde_json::Value = serde_json::from_str(&lying_config("hidden_size", u64::MAX)).unwrap();
+    no_ffn.as_object_mut().unwrap().remove("intermediate_size");
+    assert!(ModelShape::from_config_json(&no_ffn.to_string()).is_err());
+}
+
+/// Regression: a GGUF header with `llama.block_count = u32::MAX` (4 billion layers) is refused before per-layer
+/// vectors are built, by the loader and by the planner.
+#[test]
+fn gguf_sizes_beyond_any_model_are_errors() {
+    use candle_core::quantized::gguf_file::{self, Value};
+    use rserve_engine::plan::shape_gguf::shape_from_gguf;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("layers.gguf");
+    let meta: Vec<(&str, Value)> = vec![
+        ("general.architecture", Value::String("llama".into())),
+        ("llama.block_count", Value::U32(u32::MAX)),
+        ("llama.context_length", Value::U32(128)),
+        ("llama.embedding_length", Value::U32(32)),
+        ("llama.feed_forward_length", Value::U32(64)),
+        ("llama.attention.head_count", Value::U32(4)),
+        ("llama.attention.head_count_kv", Value::U32(2)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+        ("tokenizer.ggml.model", Value::String("gpt2".into())),
+        ("tokenizer.ggml.tokens", Value::Array((0..16).map(|i| Value::String(format!("<t{i}>"))).collect())),
+    ];
+    let refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let mut f = std::fs::File::create(&path).unwrap();
+    gguf_file::write(&mut f, &refs, &[]).unwrap();
+    drop(f);
+    let err = params_from_gguf_file(&path).unwrap_err().to_string();
+    assert!(err.contains("num_layers") && err.contains("larger than any model"), "{err}");
+    let content = read_gguf_header(&path).unwrap();
+    assert!(shape_from_gguf(&content).is_err());
+    load_all_gguf(&path);
+}

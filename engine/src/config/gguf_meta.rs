@@ -254,6 +254,8 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         (_, _, Some(n)) if n > 0 => n as usize,
         _ => return Err(EngineError::Config("GGUF file gives no vocabulary size (no tokenizer.ggml.tokens)".into())),
     };
+    ModelDims { vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim }
+        .check_limits()?;
     let max_position_embeddings = required(meta.context_length, &meta.key("context_length"))?;
     let rms_norm_eps = match meta.rms_epsilon {
         Some(e) if e.is_finite() && e > 0.0 => f32_to_f64_decimal(e),

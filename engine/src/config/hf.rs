@@ -556,6 +556,8 @@ pub fn resolve(raw: RawConfig) -> Result<ModelParams> {
         _ => raw.sliding_window.flatten().or(default_window),
     };
     let window = positive(window, "sliding_window")?;
+    ModelDims { vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim }
+        .check_limits()?;
     let sliding = sliding_layers(&raw, architecture, num_layers)?;
     let layers: Vec<LayerAttention> = sliding
         .iter()

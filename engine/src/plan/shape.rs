@@ -264,14 +264,18 @@ impl ModelShape {
             intermediate_size: match get_usize(cfg, INTERMEDIATE)? {
                 Some(n) => n,
                 None => {
-                    notes.push(format!("no `intermediate_size`: assumed 4 x hidden = {}", 4 * hidden_size));
-                    4 * hidden_size
+                    notes.push(format!(
+                        "no `intermediate_size`: assumed 4 x hidden = {}",
+                        hidden_size.saturating_mul(4)
+                    ));
+                    hidden_size.saturating_mul(4)
                 }
             },
             hidden_size,
             num_layers,
             num_heads,
         };
+        dims.check_limits()?;
         let tie_word_embeddings = get_bool(cfg, "tie_word_embeddings")
             .or_else(|| get_bool(top, "tie_word_embeddings"))
             .unwrap_or(TIED_BY_DEFAULT.contains(&model_type.as_str()));

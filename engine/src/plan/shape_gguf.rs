@@ -44,13 +44,14 @@ pub fn shape_from_gguf(content: &Content) -> Result<ModelShape> {
             Some(n) => n as usize,
             None => {
                 notes.push(format!("no `{}`: assumed 4 x hidden", meta.key("feed_forward_length")));
-                4 * hidden_size
+                hidden_size.saturating_mul(4)
             }
         },
         hidden_size,
         num_layers,
         num_heads,
     };
+    dims.check_limits()?;
     let head_dim = dims.head_dim;
     let attention = match meta_usize("attention.kv_lora_rank")? {
         Some(kv_lora_rank) => {
