@@ -6,6 +6,9 @@
 //! rotary embedding, which rotates adjacent pairs (x0, x1), (x2, x3), ..., gives the same result as Hugging Face's
 //! "rotate half", which pairs x_j with x_{j + d/2}. Per head of dimension d it stores HF row `p * d/2 + j` at row
 //! `2 * j + p` (p in {0, 1}). `unpermute_rows` undoes it so GGUF and safetensors models run the same forward pass.
+//!
+//! 2-D tensors stored as `Q8_0`, `Q4_0` or `Q4_1` also keep their blocks (rows put in the same order): the CPU
+//! backend multiplies those packed (`backend::cpu::quant`), the other backends take the dequantized tensors.
 
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -17,6 +20,7 @@ use rayon::prelude::*;
 
 use super::names::hf_to_gguf;
 use super::{check_dtype, expected_tensors, Weights};
+use crate::backend::cpu::quant::{self, PackedMatrix};
 use crate::config::gguf_meta::gguf_architecture;
 use crate::config::ModelParams;
 use crate::{EngineError, Result};
@@ -87,7 +91,7 @@ pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weig
     }
     let data_offset = content.tensor_data_offset;
     let bar = super::progress::tensors(jobs.len(), "Loading GGUF tensors");
-    let loaded: Vec<(String, Tensor)> = jobs
+    let loaded: Vec<(String, Tensor, Option<PackedMatrix>)> = jobs
         .into_par_iter()
         .map(|(name, gguf_name, info, heads)| {
             let _advance = super::progress::AdvanceOnDrop(&bar);
@@ -102,12 +106,42 @@ pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weig
                 None => t,
             };
             let t = if t.dtype() == dtype { t } else { t.to_dtype(dtype)? };
-            Ok((name, t))
+            let packed = match (quant::Format::from_ggml(info.ggml_dtype), t.dims()) {
+                (Some(format), &[rows, cols]) => {
+                    let bytes =
+                        q.data().map_err(|e| EngineError::Weights(format!("GGUF tensor `{gguf_name}`: {e}")))?;
+                    let p = PackedMatrix::new(format, rows, cols, bytes.into_owned())?;
+                    Some(match heads {
+                        Some(n) => p.select_rows(&unpermuted_order(rows, n)),
+                        None => p,
+                    })
+                }
+                _ => None,
+            };
+            Ok((name, t, packed))
         })
         .collect::<Result<_>>()?;
     bar.finish();
-    let tensors: HashMap<String, Tensor> = loaded.into_iter().collect();
-    Weights::from_tensors(tensors, params, dtype)
+    let mut keep = quant::Keep::default();
+    let mut tensors = HashMap::with_capacity(loaded.len());
+    for (name, t, packed) in loaded {
+        if let Some(p) = packed {
+            quant::register(&t, p, &mut keep);
+        }
+        tensors.insert(name, t);
+    }
+    Ok(Weights::from_tensors(tensors, params, dtype)?.with_packed(keep))
+}
+
+/// For each row in Hugging Face order, the llama.cpp-permuted row it is stored at (`unpermute_rows` on row indices).
+fn unpermuted_order(rows: usize, n_head: usize) -> Vec<usize> {
+    let half = rows / n_head.max(1) / 2;
+    (0..rows)
+        .map(|r| {
+            let (h, p, j) = (r / (2 * half), r / half % 2, r % half);
+            h * 2 * half + 2 * j + p
+        })
+        .collect()
 }
 
 fn strip_prefix(e: EngineError) -> String {

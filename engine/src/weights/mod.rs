@@ -32,6 +32,8 @@ pub struct Weights {
     dtype: DType,
     /// The tensors were cut to one shard while loading (`load_shard`): take them as they are.
     cut: bool,
+    /// Block-format twins of tensors dequantized from GGUF, kept alive for the CPU backend (`backend::cpu::quant`).
+    packed: crate::backend::cpu::quant::Keep,
 }
 
 /// Checks that a dtype is one the weights may be held in.
@@ -58,12 +60,23 @@ impl Weights {
             let tensor = if tensor.dtype() == dtype { tensor } else { tensor.to_dtype(dtype)? };
             out.insert(spec.name, tensor);
         }
-        Ok(Weights { tensors: out, dtype, cut: false })
+        Ok(Weights { tensors: out, dtype, cut: false, packed: Default::default() })
     }
 
     /// Tensors already cut to one shard (shapes were checked against the checkpoint's header before cutting).
     pub fn from_cut_tensors(tensors: HashMap<String, Tensor>, dtype: DType) -> Self {
-        Weights { tensors, dtype, cut: true }
+        Weights { tensors, dtype, cut: true, packed: Default::default() }
+    }
+
+    /// The same weights, keeping `packed` (twins registered with `backend::cpu::quant::register`) alive with them.
+    pub fn with_packed(mut self, packed: crate::backend::cpu::quant::Keep) -> Self {
+        self.packed = packed;
+        self
+    }
+
+    /// The packed twins these weights keep alive.
+    pub fn packed(&self) -> &crate::backend::cpu::quant::Keep {
+        &self.packed
     }
 
     /// The tensors were cut to one shard while loading.

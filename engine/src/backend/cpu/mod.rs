@@ -2,15 +2,18 @@
 //!
 //! Activations and the KV cache are f32 vectors behind `RefCell` (ops write through shared references, like device
 //! memory); 2-D weights stay candle tensors in their dtype so matrix multiplies go through candle's GEMM; 1-D weights
-//! (norms, biases) are kept as f32. Elementwise ops and attention are parallelised with rayon.
+//! (norms, biases) are kept as f32. Elementwise ops and attention are parallelised with rayon. Weights loaded from a
+//! GGUF file in `Q8_0`, `Q4_0` or `Q4_1` stay in their block layout and multiply with integer dot products (`quant`).
 
 mod attention;
 mod elementwise;
 mod gemv;
 mod matmul;
 mod moe;
+pub mod quant;
 
 use std::cell::{Ref, RefCell, RefMut};
+use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 
@@ -25,6 +28,8 @@ pub enum CpuBuffer {
     U32(RefCell<Vec<u32>>),
     /// A 2-D weight matrix `[rows, cols]` in its weight dtype.
     Matrix(Tensor),
+    /// A 2-D weight matrix kept in a GGUF block format.
+    Packed(Arc<quant::PackedMatrix>),
 }
 
 impl CpuBuffer {
@@ -68,13 +73,34 @@ pub(crate) fn be(msg: impl Into<String>) -> EngineError {
     EngineError::Backend(msg.into())
 }
 
-/// The CPU backend (stateless: rayon's global pool does the threading).
-#[derive(Debug, Default, Clone)]
-pub struct CpuBackend;
+/// The CPU backend (rayon's global pool does the threading).
+#[derive(Debug, Clone)]
+pub struct CpuBackend {
+    /// Keep weights that have a packed twin (`quant::lookup`) packed.
+    packed: bool,
+}
+
+impl Default for CpuBackend {
+    /// Packed GGUF weights only where `RSERVE_CPU_PACKED=1`: the packed path quantizes activations, so its logits
+    /// differ from the f32 reference the golden tests hold the CPU backend to.
+    fn default() -> Self {
+        CpuBackend { packed: super::env::var("RSERVE_CPU_PACKED").is_some_and(|v| v == "1") }
+    }
+}
 
 impl CpuBackend {
     pub fn new() -> Self {
-        CpuBackend
+        Self::default()
+    }
+
+    /// A backend that keeps GGUF `Q8_0` / `Q4_0` / `Q4_1` weights packed (`packed`) or multiplies every weight in
+    /// its dequantized type (the reference).
+    pub fn with_packed_weights(packed: bool) -> Self {
+        CpuBackend { packed }
+    }
+
+    fn packed_twin(&self, t: &Tensor) -> Option<Arc<quant::PackedMatrix>> {
+        self.packed.then(|| quant::lookup(t)).flatten().filter(|p| t.dims() == p.dims())
     }
 }
 
@@ -88,9 +114,24 @@ impl Backend for CpuBackend {
     fn upload_weight(&self, t: &Tensor) -> Result<CpuBuffer> {
         match t.rank() {
             1 => Ok(CpuBuffer::F32(RefCell::new(t.to_dtype(DType::F32)?.to_vec1::<f32>()?))),
-            2 => Ok(CpuBuffer::Matrix(t.contiguous()?)),
+            2 => match self.packed_twin(t) {
+                Some(p) => Ok(CpuBuffer::Packed(p)),
+                None => Ok(CpuBuffer::Matrix(t.contiguous()?)),
+            },
             r => Err(be(format!("weights must be 1-D or 2-D, got rank {r}"))),
         }
+    }
+
+    fn upload_weight_rows(&self, parts: &[&Tensor]) -> Result<CpuBuffer> {
+        if let [one] = parts {
+            return self.upload_weight(one);
+        }
+        let twins: Option<Vec<_>> = parts.iter().map(|t| self.packed_twin(t)).collect();
+        if let Some(p) = twins.and_then(|t| quant::PackedMatrix::cat_rows(&t.iter().map(|p| &**p).collect::<Vec<_>>()))
+        {
+            return Ok(CpuBuffer::Packed(Arc::new(p)));
+        }
+        self.upload_weight(&Tensor::cat(parts, 0)?)
     }
 
     fn alloc_f32(&self, len: usize) -> Result<CpuBuffer> {
@@ -115,6 +156,9 @@ impl Backend for CpuBackend {
 
     fn run(&self, op: Op<'_, CpuBuffer>) -> Result<()> {
         match op {
+            Op::Embedding { table: CpuBuffer::Packed(p), ids, out, num_tokens, hidden, scale } => {
+                quant::embedding(p, &ids.u32()?, &mut out.f32_mut()?, num_tokens, hidden, scale)
+            }
             Op::Embedding { table, ids, out, num_tokens, hidden, scale } => {
                 elementwise::embedding(table, &ids.u32()?, &mut out.f32_mut()?, num_tokens, hidden, scale)
             }
@@ -131,6 +175,17 @@ impl Backend for CpuBackend {
                     Some(b) => Some(b.f32()?),
                     None => None,
                 };
+                if let CpuBuffer::Packed(p) = w {
+                    return quant::matmul(
+                        &x.f32()?,
+                        p,
+                        bias.as_deref().map(|v| v.as_slice()),
+                        &mut out.f32_mut()?,
+                        m,
+                        k,
+                        n,
+                    );
+                }
                 matmul::matmul(
                     &x.f32()?,
                     w.matrix()?,

@@ -1,0 +1,120 @@
+//! The packed matmul against the f32 matmul of the dequantized weights, for every format and kernel.
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+fn random(rng: &mut rand::rngs::StdRng, len: usize, amp: f32) -> Vec<f32> {
+    (0..len).map(|_| rng.gen_range(-amp..amp)).collect()
+}
+
+/// `w` quantized by candle's (llama.cpp's) quantizer, as a packed matrix and as candle dequantizes it.
+fn pack(w: &[f32], n: usize, k: usize, dtype: GgmlDType) -> (PackedMatrix, Vec<f32>) {
+    let t = Tensor::from_slice(w, (n, k), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, dtype).unwrap();
+    let deq = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let p = PackedMatrix::new(Format::from_ggml(dtype).unwrap(), n, k, q.data().unwrap().into_owned()).unwrap();
+    (p, deq)
+}
+
+/// Checks `got` against the f64 product of the dequantized weights `wd` with `x` (what the f32 path computes) and
+/// with the quantized activations (what the integer path computes exactly, up to f32 rounding).
+///
+/// Bound against `x`: each activation is off by at most half its block's step (`|x - d q| <= d / 2`), so row `i`'s
+/// output is off by at most `sum_j |w_j| d_b(j) / 2`. Rounding: the block sums are exact integers; each of the `nb`
+/// scaled block terms and their sum round in f32, at most `(nb + 4) eps sum_j |w_j x^_j|` (plus the same for the
+/// `Q4_1` minimum terms, inside the sum of |w x^| since `x^` carries them).
+fn check(got: &[f32], wd: &[f32], x: &[f32], acts: &QuantActs, [m, k, n]: [usize; 3], what: &str) {
+    let nb = k / BLOCK;
+    for i in 0..m {
+        let xq = acts.dequantize_row(i);
+        for j in 0..n {
+            let w = &wd[j * k..(j + 1) * k];
+            let exact_q: f64 = w.iter().zip(&xq).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let exact: f64 = w.iter().zip(&x[i * k..]).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let mag: f64 = w.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+            let round = (nb as f64 + 4.0) * f32::EPSILON as f64 * mag + 1e-30;
+            let step: f64 =
+                w.iter().enumerate().map(|(t, &a)| a.abs() as f64 * acts.d[i * nb + t / BLOCK] as f64 / 2.0).sum();
+            let g = got[i * n + j] as f64;
+            assert!((g - exact_q).abs() <= round, "{what} [{i},{j}]: {g} vs {exact_q} (quantized x), bound {round}");
+            assert!((g - exact).abs() <= step + round, "{what} [{i},{j}]: {g} vs {exact}, bound {}", step + round);
+        }
+    }
+}
+
+#[test]
+fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(27);
+    let (k, n) = (256, 37);
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
+        // Q4_1 gets weights with a non-zero mean, so the minimum term matters.
+        let mut w = random(&mut rng, n * k, 1.0);
+        if dtype == GgmlDType::Q4_1 {
+            w.iter_mut().for_each(|v| *v += 0.7);
+        }
+        let (p, wd) = pack(&w, n, k, dtype);
+        assert_eq!(p.dequantize(), wd, "{dtype:?}: block decoding differs from candle's");
+        for m in [1, 3, 4, 5, 16] {
+            let mut x = random(&mut rng, m * k, 3.0);
+            x[..BLOCK].iter_mut().for_each(|v| *v = 0.0); // an all-zero block (scale 0)
+            let acts = QuantActs::new(&x, m, k);
+            for kernel in Kernel::available() {
+                let mut out = vec![f32::NAN; m * n];
+                matmul_with(kernel, &x, &p, &mut out, m, k, n).unwrap();
+                check(&out, &wd, &x, &acts, [m, k, n], &format!("{dtype:?} {kernel:?} m={m}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_kernels_equal_the_scalar_kernel() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let (m, k, n) = (7, 512, 21);
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
+        let (mut p, _) = pack(&random(&mut rng, n * k, 2.0), n, k, dtype);
+        if dtype == GgmlDType::Q8_0 {
+            // -128 is a valid stored value (llama.cpp never writes it, a file may): |w| = 128 must not saturate.
+            p.data.iter_mut().skip(2).step_by(34).for_each(|b| *b = 0x80);
+        }
+        let x = random(&mut rng, m * k, 1.0);
+        let acts = QuantActs::new(&x, m, k);
+        let mut want = vec![0f32; m * n];
+        matmul_with(Kernel::Scalar, &x, &p, &mut want, m, k, n).unwrap();
+        // The exact integer sums, block by block, give each output's magnitude for the rounding bound.
+        for kernel in Kernel::available() {
+            let mut got = vec![0f32; m * n];
+            matmul_with(kernel, &x, &p, &mut got, m, k, n).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let mut mag = 0f64;
+                    for (b, blk) in p.row(j).chunks_exact(p.format().block_bytes()).enumerate() {
+                        let (isum, d, mn) = dot::block_isum(p.format(), blk, &acts.q[i * k + b * BLOCK..]);
+                        mag += (d as f64 * acts.d[i * (k / BLOCK) + b] as f64 * isum as f64).abs()
+                            + (mn as f64 * acts.s[i * (k / BLOCK) + b] as f64).abs();
+                    }
+                    let tol = 2.0 * (k / BLOCK + 4) as f64 * f32::EPSILON as f64 * mag;
+                    let (a, b) = (got[i * n + j] as f64, want[i * n + j] as f64);
+                    assert!((a - b).abs() <= tol, "{dtype:?} {kernel:?} [{i},{j}]: {a} vs scalar {b} (tol {tol})");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_permute_and_stack_as_blocks() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let (a, da) = pack(&random(&mut rng, 4 * 64, 1.0), 4, 64, GgmlDType::Q4_1);
+    let (b, db) = pack(&random(&mut rng, 2 * 64, 1.0), 2, 64, GgmlDType::Q4_1);
+    let cat = PackedMatrix::cat_rows(&[&a, &b]).unwrap();
+    assert_eq!(cat.dequantize(), [da.clone(), db].concat());
+    let sel = a.select_rows(&[2, 0, 3, 1]);
+    let want: Vec<f32> = [2, 0, 3, 1].iter().flat_map(|&r| da[r * 64..(r + 1) * 64].to_vec()).collect();
+    assert_eq!(sel.dequantize(), want);
+    let (c, _) = pack(&random(&mut rng, 64, 1.0), 1, 64, GgmlDType::Q8_0);
+    assert!(PackedMatrix::cat_rows(&[&a, &c]).is_none(), "formats must not mix");
+}
