@@ -66,3 +66,16 @@ def test_model_names_never_reach_the_filesystem(server, name):
         assert r.status_code == 404, r.text
         err = r.json()["error"]
         assert (err["code"], err["param"]) == ("model_not_found", "model"), err
+
+
+def test_a_failed_gated_download_does_not_print_the_token(tmp_path):
+    # No machine here reaches the Hub: the download fails (unreachable, or denied), and the error must name the repo
+    # and the cause without the token.
+    env = dict(os.environ, HF_TOKEN=HF_SECRET, HF_HOME=str(tmp_path), RUST_LOG="debug")
+    env.pop("HF_HUB_OFFLINE", None)
+    r = subprocess.run([str(rserve_bin()), "rserve-test/gated-model", "--port", "0"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode != 0
+    out = r.stdout + r.stderr
+    assert "rserve-test/gated-model" in out, out[-2000:]
+    assert HF_SECRET not in out
