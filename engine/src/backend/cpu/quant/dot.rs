@@ -53,17 +53,24 @@ pub(super) fn dot_rows(kernel: Kernel, format: Format, w: &[u8], acts: &QuantAct
         // SAFETY: `Kernel::available` only offers these after detecting the features; the row lengths were checked
         // against `acts.k` by the caller (`matmul`), which the kernels read within.
         Kernel::Avx2 | Kernel::Avx512Vnni => unsafe {
-            let vnni = kernel == Kernel::Avx512Vnni;
-            match (out.len(), vnni) {
-                (1, false) => x86::avx2::<1>(format, w, acts, r0, out),
-                (2, false) => x86::avx2::<2>(format, w, acts, r0, out),
-                (3, false) => x86::avx2::<3>(format, w, acts, r0, out),
-                (4, false) => x86::avx2::<4>(format, w, acts, r0, out),
-                (1, true) => x86::vnni::<1>(format, w, acts, r0, out),
-                (2, true) => x86::vnni::<2>(format, w, acts, r0, out),
-                (3, true) => x86::vnni::<3>(format, w, acts, r0, out),
-                (4, true) => x86::vnni::<4>(format, w, acts, r0, out),
-                _ => {}
+            // One instance per (kernel, format, rows): the format's branches fold away inside the block loop.
+            macro_rules! rows {
+                ($f:ident, $fmt:expr) => {
+                    match out.len() {
+                        1 => x86::$f::<1, { $fmt }>(w, acts, r0, out),
+                        2 => x86::$f::<2, { $fmt }>(w, acts, r0, out),
+                        3 => x86::$f::<3, { $fmt }>(w, acts, r0, out),
+                        _ => x86::$f::<4, { $fmt }>(w, acts, r0, out),
+                    }
+                };
+            }
+            match (kernel, format) {
+                (Kernel::Avx2, Format::Q8_0) => rows!(avx2, x86::Q8_0),
+                (Kernel::Avx2, Format::Q4_0) => rows!(avx2, x86::Q4_0),
+                (Kernel::Avx2, Format::Q4_1) => rows!(avx2, x86::Q4_1),
+                (_, Format::Q8_0) => rows!(vnni, x86::Q8_0),
+                (_, Format::Q4_0) => rows!(vnni, x86::Q4_0),
+                (_, Format::Q4_1) => rows!(vnni, x86::Q4_1),
             }
         },
         #[cfg(not(target_arch = "x86_64"))]
@@ -111,6 +118,19 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::{Format, QuantActs, BLOCK};
+
+    /// `Format` as a const parameter of the kernels.
+    pub(super) const Q8_0: u8 = 0;
+    pub(super) const Q4_0: u8 = 1;
+    pub(super) const Q4_1: u8 = 2;
+
+    const fn format_of(f: u8) -> Format {
+        match f {
+            Q8_0 => Format::Q8_0,
+            Q4_0 => Format::Q4_0,
+            _ => Format::Q4_1,
+        }
+    }
 
     /// The block's scale (and minimum) and its 32 values as (unsigned operand, how to sign x): for signed formats
     /// `|w|` and `w` (x takes w's sign), for `Q4_1` the nibbles themselves and None.
@@ -164,13 +184,13 @@ mod x86 {
     macro_rules! kernel {
         ($name:ident, $features:literal, $isum:ident) => {
             #[target_feature(enable = $features)]
-            pub(super) unsafe fn $name<const R: usize>(
-                format: Format,
+            pub(super) unsafe fn $name<const R: usize, const F: u8>(
                 w: &[u8],
                 acts: &QuantActs,
                 r0: usize,
                 out: &mut [f32],
             ) {
+                let format = const { format_of(F) };
                 let (k, bb) = (acts.k, format.block_bytes());
                 let nb = k / BLOCK;
                 let (wp, xq, xd, xs) = (w.as_ptr(), acts.q.as_ptr(), acts.d.as_ptr(), acts.s.as_ptr());
@@ -187,7 +207,7 @@ mod x86 {
                         };
                         let scale = _mm256_set1_ps(d * *xd.add(row * nb + b));
                         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps($isum(a, x)), scale, acc[r]);
-                        if format == Format::Q4_1 {
+                        if F == Q4_1 {
                             acc_min[r] += m * *xs.add(row * nb + b);
                         }
                     }
