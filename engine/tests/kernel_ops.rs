@@ -220,6 +220,7 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
             Op::MoeMatMul { x: &gu, w: &mat(dtype, experts * h, inter), tiles: &tiles, input, out: &y, k: inter, n: h },
         )
         .unwrap();
+        kernels::run(d, Op::MoeBias { x: &y, bias: &f(experts * h), tiles: &tiles, width: h }).unwrap();
         kernels::run(
             d,
             Op::MoeCombine { y: &y, tiles: &tiles, weights: &ew, out: &f(40 * h), rows: 40, top_k, width: h },

@@ -8,6 +8,8 @@ from freed blocks; its `/metrics` then shows the cache back to empty.
 
 import json
 import os
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -54,5 +56,31 @@ def test_greedy_completion_equals_transformers(name):
         while server.metrics().get("vllm:kv_cache_usage_perc", 0.0) != 0.0 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert server.metrics().get("vllm:kv_cache_usage_perc", 0.0) == 0.0, "every block is back in the pool"
+    finally:
+        server.stop()
+
+
+def test_plan_equals_the_start_up_kv_cache_size():
+    """One source of truth for a KV token's bytes: `rserve plan` of a bf16 checkpoint (the tiny Gemma 3, two KV cache
+    groups) with the server's device kind and KV budget predicts the `KV cache size` line the server logs at start-up
+    (on OpenCL and Level Zero the cache is bf16 like the model, on the CPU f32)."""
+    args = os.environ.get("RSERVE_E2E_ARGS", "").split()
+    if "-tp" in args:
+        pytest.skip("the tiny checkpoints have 8 heads / 1-4 KV heads, which -tp 3 does not divide")
+    folder = models_root() / golden("gemma3")["model"]["folder"]
+    budget = ["--kv-cache-memory-bytes", "6000000", "--max-model-len", "256", "--block-size", "16"]
+    on_cpu = not any(a in ("opencl", "level-zero", "cuda") or a.startswith("cuda:") for a in args)
+    device = ["--device-profile", "cpu"] if on_cpu else ["--device-memory", "100000000000"]
+    plan = subprocess.run([os.environ["RSERVE_BIN"], "plan", str(folder), *budget, *device],
+                          capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    tokens = re.compile(r"KV cache size: ([\d,]+) tokens")  # the server's line groups thousands (vLLM's format)
+    predicted = tokens.search(plan.stdout)
+    assert predicted, plan.stdout
+    server = Server(*budget, model=folder, name="rserve gemma3 (plan)")
+    try:
+        logged = tokens.search(server.log(200))
+        assert logged, server.log(200)
+        assert logged.group(1).replace(",", "") == predicted.group(1).replace(",", ""), (plan.stdout, server.log(200))
     finally:
         server.stop()

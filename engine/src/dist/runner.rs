@@ -3,8 +3,6 @@
 //! its own device (any backend), hidden states flow stage to stage, and the last stage's TP rank 0 returns the logits
 //! to rank 0. Collectives run on host memory: activations are downloaded, reduced over MPI and uploaded again.
 
-use candle_core::DType;
-
 use super::mpi_comm::MpiComm;
 use super::wire;
 use crate::backend::Backend;
@@ -161,14 +159,5 @@ pub fn run_worker(
         if let Some(logits) = rank.step(&batch)? {
             rank.comm().send(0, &logits);
         }
-    }
-}
-
-/// The weights dtype a worker loads (same rule as rank 0).
-pub fn worker_dtype(d: crate::engine::DTypeArg) -> DType {
-    match d {
-        crate::engine::DTypeArg::BFloat16 => DType::BF16,
-        crate::engine::DTypeArg::Float16 => DType::F16,
-        _ => DType::F32,
     }
 }

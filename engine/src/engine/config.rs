@@ -21,6 +21,24 @@ impl DTypeArg {
             _ => None,
         }
     }
+
+    /// The weights' dtype on a device: `auto` is float32 on the CPU backend (bf16 GEMM is slower on CPUs without
+    /// AMX) and for GGUF files (dequantized to f32 at load); elsewhere the config's dtype, a float32 checkpoint served
+    /// in bfloat16 (as vLLM does) and bfloat16 when the config names none. `rserve plan` resolves it the same way
+    /// (`plan::dtype::resolve_dtype`), so its KV and weight sizes are the server's.
+    pub fn resolve(self, host: bool, gguf: bool, torch_dtype: Option<&str>) -> candle_core::DType {
+        use candle_core::DType;
+        match self {
+            Self::BFloat16 => DType::BF16,
+            Self::Float16 => DType::F16,
+            Self::Float32 => DType::F32,
+            Self::Auto if host || gguf => DType::F32,
+            Self::Auto => match torch_dtype {
+                Some("float16" | "half") => DType::F16,
+                _ => DType::BF16,
+            },
+        }
+    }
 }
 
 /// How to load and run the model. Defaults mirror `vllm serve`.

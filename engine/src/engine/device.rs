@@ -78,6 +78,11 @@ impl Device {
         }
     }
 
+    /// The CPU backend (host memory, f32 compute by default).
+    pub fn is_host(&self) -> bool {
+        matches!(self, Device::Cpu(_))
+    }
+
     pub fn name(&self) -> String {
         match self {
             Device::Cpu(b) => crate::backend::Backend::device_name(b),

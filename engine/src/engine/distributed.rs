@@ -117,7 +117,11 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
         };
         let params = resolved.load_params()?;
         check_split(&params, cfg)?;
-        let dtype = crate::dist::runner::worker_dtype(cfg.dtype);
+        // Each rank opens its own device (under a launcher, ZE_AFFINITY_MASK / CUDA_VISIBLE_DEVICES per rank pick it),
+        // first: `--dtype auto` depends on it, as on rank 0.
+        let device = super::Device::select_for(cfg)?;
+        let gguf = matches!(resolved, crate::source::ResolvedModel::Gguf(_));
+        let dtype = cfg.dtype.resolve(device.is_host(), gguf, params.torch_dtype.as_deref());
         let weights = match dummy {
             true => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
             false => {
@@ -127,8 +131,6 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
                 crate::weights::load_shard(&resolved, &params, dtype, &shard)?
             }
         };
-        // Each rank opens its own device (under a launcher, ZE_AFFINITY_MASK / CUDA_VISIBLE_DEVICES per rank pick it).
-        let device = super::Device::select_for(cfg)?;
         let (rank, _) = crate::dist::mpi_comm::current().unwrap_or((0, 1));
         crate::dist::runner::run_worker(device, &params, &weights, cfg.layout(rank), cfg.block_size)?;
     }

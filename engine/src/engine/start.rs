@@ -5,12 +5,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
-use candle_core::DType;
 use rserve_scheduler::PrefillLimits;
 use rserve_scheduler::{Scheduler, SchedulerConfig, TokenId};
 
 use super::budget::{self, GIB};
-use super::config::{DTypeArg, EngineConfig};
+use super::config::EngineConfig;
 use super::device::Device;
 use super::distributed::{self, Role};
 use super::handle::EngineHandle;
@@ -23,15 +22,6 @@ use crate::error::{EngineError, Result};
 use crate::model::KvLayout;
 use crate::source::{resolve_model, ResolveOptions, ResolvedModel};
 use crate::tokenizer::Tokenizer;
-
-fn compute_dtype(arg: DTypeArg) -> DType {
-    match arg {
-        // The CPU backend computes in float32 unless asked otherwise: bf16 GEMM is slower on CPUs without AMX.
-        DTypeArg::Auto | DTypeArg::Float32 => DType::F32,
-        DTypeArg::BFloat16 => DType::BF16,
-        DTypeArg::Float16 => DType::F16,
-    }
-}
 
 fn load_tokenizer(cfg: &EngineConfig, resolved: &ResolvedModel, opts: &ResolveOptions) -> Result<Tokenizer> {
     if let Some(spec) = &cfg.tokenizer {
@@ -166,7 +156,8 @@ fn start_in(cfg: EngineConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Result<E
     };
     let params = resolved.load_params()?;
     distributed::check_split(&params, &cfg)?;
-    let dtype = compute_dtype(cfg.dtype);
+    let gguf = matches!(resolved, ResolvedModel::Gguf(_));
+    let dtype = cfg.dtype.resolve(device.is_host(), gguf, params.torch_dtype.as_deref());
     tracing::info!(
         "Resolved model {} -> {} ({:?}, {} layers, hidden {}, {} heads / {} KV heads), dtype={}",
         cfg.model,

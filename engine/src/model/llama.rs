@@ -47,6 +47,14 @@ enum Mlp<B: Backend> {
     },
 }
 
+/// The buffers of one routed-experts layer (`Mlp::Experts`), as `LlamaModel::experts` reads them.
+struct ExpertWeights<'a, B: Backend> {
+    router: &'a Linear<B>,
+    gate_up: &'a B::Buffer,
+    down: &'a B::Buffer,
+    bias: Option<&'a (B::Buffer, Option<B::Buffer>)>,
+}
+
 /// One decoder layer. q/k/v are one fused projection (rows: q, then k, then v) and gate/up another (gate rows, then
 /// up rows): one matrix multiply each, so a decode step launches two instead of five and reads its activations
 /// twice instead of five times.
@@ -356,9 +364,7 @@ impl<B: Backend> LlamaModel<B> {
     fn experts(
         &self,
         b: &B,
-        [router]: [&Linear<B>; 1],
-        [gate_up, down]: [&B::Buffer; 2],
-        bias: Option<&(B::Buffer, Option<B::Buffer>)>,
+        &ExpertWeights { router, gate_up, down, bias }: &ExpertWeights<'_, B>,
         normed: &B::Buffer,
         n: usize,
         [width, first, held]: [usize; 3],
@@ -614,8 +620,8 @@ impl<B: Backend> LlamaModel<B> {
                     self.project(b, down, &act, n, inter)?
                 }
                 Mlp::Experts { router, gate_up, down, width, held, bias } => {
-                    let weights = [gate_up, down];
-                    self.experts(b, [router], weights, bias.as_ref(), &normed, n, [*width, held.start, held.len()])?
+                    let weights = ExpertWeights { router, gate_up, down, bias: bias.as_ref() };
+                    self.experts(b, &weights, &normed, n, [*width, held.start, held.len()])?
                 }
             };
             let down = reduce(down)?;

@@ -77,14 +77,18 @@ impl DTypeChoice {
     }
 }
 
-/// The weights' precision and why: `auto` is float32 on the CPU backend (it computes in f32), else the config's
-/// dtype, with float32 checkpoints served in bfloat16 (as vLLM does) and bfloat16 when the config names none.
+/// The weights' precision and why: `auto` is float32 on the CPU backend (it computes in f32) and for GGUF files
+/// (dequantized to f32), else the config's dtype, with float32 checkpoints served in bfloat16 (as vLLM does) and
+/// bfloat16 when the config names none: the server's rule (`engine::DTypeArg::resolve`).
 pub fn resolve_dtype(choice: DTypeChoice, shape: &ModelShape, host: bool) -> (Precision, String) {
     if let DTypeChoice::Fixed(p) = choice {
         return (p, "--dtype".into());
     }
     if host {
         return (Precision::Float32, "auto: the CPU backend computes in float32".into());
+    }
+    if shape.architecture.ends_with("(GGUF)") {
+        return (Precision::Float32, "auto: GGUF weights are dequantized to float32".into());
     }
     match shape.torch_dtype.as_deref().and_then(Precision::parse_compute) {
         Some(Precision::Float32) => (Precision::BFloat16, "auto: config dtype float32, served as bfloat16".into()),

@@ -132,7 +132,8 @@ pub struct ModelArgs {
     /// Model revision (branch, tag or commit) on the Hugging Face hub.
     #[arg(long)]
     pub revision: Option<String>,
-    /// Compute dtype: auto, bfloat16, float16 (half), float32 (float).
+    /// Compute dtype: auto (float32 on the CPU and for GGUF files, else the config's dtype), bfloat16, float16
+    /// (half), float32 (float).
     #[arg(long, default_value = "auto", value_parser = parse_dtype)]
     pub dtype: DTypeArg,
     /// Context length (prompt + output). Default: the model's. Accepts 1k (1000), 1K (1024), …

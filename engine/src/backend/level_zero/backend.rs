@@ -19,7 +19,7 @@ use super::loader::api;
 use super::memory::{Contents, LzBuffer, MemPool};
 use super::stream::{Stream, RING_EVENTS};
 use crate::backend::kernels::{self, weight_data, Arg, KernelDevice, KernelTuning, Launch, PlanCache, WeightData};
-use crate::backend::{Backend, Op};
+use crate::backend::{Backend, Op, WeightDType};
 use crate::error::{EngineError, Result};
 
 /// Bytes of freed device memory kept for reuse across steps; above it the pool returns memory after a step.
@@ -311,6 +311,22 @@ impl Backend for LevelZeroBackend {
 
     fn upload_f32(&self, data: &[f32]) -> Result<LzBuffer> {
         Ok(self.upload_bytes(le_bytes(data, f32::to_le_bytes), Contents::F32 { len: data.len() })?)
+    }
+
+    fn kv_cache_dtype(&self, compute: WeightDType) -> WeightDType {
+        // vLLM's `auto`: the model's type (the attention and cache-write kernels have 16-bit entry points).
+        compute
+    }
+
+    fn alloc_kv_cache(&self, len: usize, dtype: WeightDType) -> Result<LzBuffer> {
+        if dtype == WeightDType::F32 {
+            return self.alloc_f32(len);
+        }
+        let buf = self.buffer(len * 2, Contents::Half { dtype, len })?;
+        if len > 0 {
+            self.stream()?.zero(buf.device_ptr(), len * 2)?;
+        }
+        Ok(buf)
     }
 
     fn alloc_u32_output(&self, len: usize) -> Result<LzBuffer> {

@@ -25,7 +25,7 @@ pub use device::{list_devices, replica_devices, OpenClDeviceInfo, OpenClOptions}
 use kernels::Kernels;
 
 use super::kernels::{weight_data, KernelDevice, KernelTuning, Launch, PlanCache, TuningCell, WeightData};
-use super::{Backend, Op};
+use super::{Backend, Op, WeightDType};
 use crate::backend::cpu::be;
 use crate::error::Result;
 
@@ -114,6 +114,23 @@ impl Backend for OpenClBackend {
 
     fn upload_f32(&self, data: &[f32]) -> Result<ClBuffer> {
         self.create(data.len() * 4, Some(as_bytes(data)), Contents::F32 { len: data.len() })
+    }
+
+    fn kv_cache_dtype(&self, compute: WeightDType) -> WeightDType {
+        // vLLM's `auto`: the model's type (the attention and cache-write kernels have 16-bit entry points).
+        compute
+    }
+
+    fn alloc_kv_cache(&self, len: usize, dtype: WeightDType) -> Result<ClBuffer> {
+        if dtype == WeightDType::F32 {
+            return self.alloc_f32(len);
+        }
+        let mut b = self.create(len * 2, None, Contents::Half { dtype, len })?;
+        let bytes = (len * 2).max(2);
+        // SAFETY: the fill covers exactly the buffer's size, a multiple of the 2-byte pattern.
+        unsafe { self.queue.enqueue_fill_buffer(b.mem_mut(), &[0u8; 2], 0, bytes, &[]) }
+            .map_err(|e| cl_err("zero-filling a buffer", e))?;
+        Ok(b)
     }
 
     fn alloc_u32_output(&self, len: usize) -> Result<ClBuffer> {
