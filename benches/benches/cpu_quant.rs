@@ -4,6 +4,9 @@
 //! - `smollm2_gate_up`: SmolLM2-135M's fused gate/up projection, 3072 x 576 (cache-resident: a few MB at most);
 //! - `llama8b_gate_up`: Llama-3.1-8B's gate projection, 14336 x 4096 (larger than the 32 MiB L3 in every format).
 //!
+//! `quant::matmul` is what the engine calls: integer kernels up to `quant::INTEGER_ROWS` rows, dequantized tiles
+//! through the f32 GEMM above (so m = 128 times the tiles).
+//!
 //! Throughput is weight bytes streamed per call (criterion's GB/s); GFLOP/s is `2 m n k / time`. `stream_copy` is the
 //! line to compare with: a 256 MiB copy, counted as bytes read plus bytes written.
 

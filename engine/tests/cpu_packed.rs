@@ -3,10 +3,12 @@
 //! matmul stays within the activation-quantization bound of the f32 matmul on real weights, and a Q8_0 copy of the
 //! model stays close to the dequantized path on the golden prompts.
 //!
-//! Not equal: with activations quantized per 32-value block (llama.cpp's scheme) SmolLM2-135M's first-token
-//! log-probs of the reference's top-20 tokens move by 0.18-0.40 (measured 2026-12-05) and greedy runs part ways after
-//! 0-12 tokens on 7 of the 10 golden prompts; the test bounds the log-prob move at 0.5 to catch a kernel regression
-//! (a wrong block or scale moves them by whole units) and prints both numbers.
+//! Not equal: prompts of more than `quant::INTEGER_ROWS` tokens prefill through dequantized tiles (exact up to f32
+//! rounding), but the LM head (one row per sequence) and every decode step quantize activations per 32-value block
+//! (llama.cpp's scheme). On SmolLM2-135M that moves the first-token log-probs of the reference's top-20 tokens by
+//! 0.07-0.15 (the head alone; measured 2026-12-05), and greedy runs part ways after 6-19 tokens on 6 of the 10
+//! golden prompts. The test bounds the log-prob move at 0.3 to catch a kernel regression (a wrong block or scale
+//! moves them by whole units) and prints both numbers.
 
 mod common;
 
@@ -157,6 +159,6 @@ fn smollm2_q8_0_packed_greedy_against_the_dequantized_path() {
             "prompt {i}: top-20 first-token logprob difference {d:.4}, {same} of {} greedy tokens equal",
             w.len()
         );
-        assert!(d < 0.5, "prompt {i}: packed Q8_0 moved a top-20 first-token logprob by {d}");
+        assert!(d < 0.3, "prompt {i}: packed Q8_0 moved a top-20 first-token logprob by {d}");
     }
 }

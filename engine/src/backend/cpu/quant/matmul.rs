@@ -1,6 +1,7 @@
-//! `out[m, n] = x[m, k] . w[n, k]^T` with `w` packed: the activations are quantized once, then the output columns
-//! (weight rows) are split over rayon's pool; each task streams its weight rows once and dots every row with all
-//! `m` activation rows, `MAX_ROWS` at a time, while it sits in L1.
+//! `out[m, n] = x[m, k] . w[n, k]^T` with `w` packed. Up to `INTEGER_ROWS` rows (decode): the activations are
+//! quantized once, then the output columns (weight rows) are split over rayon's pool; each task streams its weight
+//! rows once and dots every row with all `m` activation rows, `MAX_ROWS` at a time, while it sits in L1. More rows
+//! (prefill): f32 tiles of the weights through candle's GEMM.
 
 use rayon::prelude::*;
 
@@ -12,7 +13,33 @@ use crate::error::Result;
 /// Weight rows per rayon task: enough to amortise the task, few enough to balance 2-64 threads.
 const ROWS_PER_TASK: usize = 16;
 
-/// The packed matmul with the fastest kernel this CPU has.
+/// Most rows the integer kernels take; above it (prefill) the weights are dequantized a tile at a time and go
+/// through candle's f32 GEMM, which was faster at 128 rows (BENCHMARKS.md, `cpu_quant`).
+pub const INTEGER_ROWS: usize = 16;
+
+/// Weight rows dequantized per GEMM call: 512 x 4096 f32 is 8 MiB, a small fraction of the packed matrix's savings.
+const TILE_ROWS: usize = 512;
+
+/// `out = x . w^T` through f32 tiles of `w` and candle's GEMM (activations stay f32: no quantization error).
+fn dense_tiles(x: &[f32], w: &PackedMatrix, out: &mut [f32], m: usize, k: usize, n: usize) -> Result<()> {
+    if w.dims() != [n, k] || x.len() < m * k || out.len() < m * n {
+        return Err(be(format!("packed matmul [{m}, {k}] x {:?}^T does not fit the op's [{n}, {k}]", w.dims())));
+    }
+    let xt = candle_core::Tensor::from_slice(&x[..m * k], (m, k), &candle_core::Device::Cpu)?;
+    let mut tile = vec![0f32; TILE_ROWS.min(n) * k];
+    for j0 in (0..n).step_by(TILE_ROWS) {
+        let rows = TILE_ROWS.min(n - j0);
+        tile[..rows * k].par_chunks_mut(k).enumerate().for_each(|(r, o)| w.dequantize_row(j0 + r, o));
+        let wt = candle_core::Tensor::from_slice(&tile[..rows * k], (rows, k), &candle_core::Device::Cpu)?;
+        let y = xt.matmul(&wt.t()?)?.flatten_all()?.to_vec1::<f32>()?;
+        for (o, yr) in out[..m * n].chunks_mut(n).zip(y.chunks(rows)) {
+            o[j0..j0 + rows].copy_from_slice(yr);
+        }
+    }
+    Ok(())
+}
+
+/// The packed matmul: integer block dots up to `INTEGER_ROWS` rows, dequantized tiles and f32 GEMM above.
 pub fn matmul(
     x: &[f32],
     w: &PackedMatrix,
@@ -22,7 +49,11 @@ pub fn matmul(
     k: usize,
     n: usize,
 ) -> Result<()> {
-    matmul_with(Kernel::detect(), x, w, out, m, k, n)?;
+    if m > INTEGER_ROWS {
+        dense_tiles(x, w, out, m, k, n)?;
+    } else {
+        matmul_with(Kernel::detect(), x, w, out, m, k, n)?;
+    }
     if let Some(b) = bias {
         if b.len() < n {
             return Err(be(format!("bias has {} values, expected {n}", b.len())));

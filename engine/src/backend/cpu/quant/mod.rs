@@ -15,7 +15,7 @@ mod registry;
 
 pub use act::QuantActs;
 pub use dot::Kernel;
-pub use matmul::{embedding, matmul, matmul_with};
+pub use matmul::{embedding, matmul, matmul_with, INTEGER_ROWS};
 pub use registry::{lookup, register, Keep};
 
 use half::f16;

@@ -118,3 +118,25 @@ fn rows_permute_and_stack_as_blocks() {
     let (c, _) = pack(&random(&mut rng, 64, 1.0), 1, 64, GgmlDType::Q8_0);
     assert!(PackedMatrix::cat_rows(&[&a, &c]).is_none(), "formats must not mix");
 }
+
+#[test]
+fn prefill_sized_batches_take_dequantized_tiles_without_activation_error() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    // n spans two tiles and a partial one.
+    let (m, k, n) = (matmul::INTEGER_ROWS + 3, 64, 1100);
+    let (p, wd) = pack(&random(&mut rng, n * k, 1.0), n, k, GgmlDType::Q4_1);
+    let x = random(&mut rng, m * k, 2.0);
+    let bias = random(&mut rng, n, 1.0);
+    let mut out = vec![f32::NAN; m * n];
+    super::matmul(&x, &p, Some(&bias), &mut out, m, k, n).unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            let exact: f64 = (0..k).map(|t| wd[j * k + t] as f64 * x[i * k + t] as f64).sum::<f64>() + bias[j] as f64;
+            let mag: f64 = (0..k).map(|t| (wd[j * k + t] as f64 * x[i * k + t] as f64).abs()).sum::<f64>();
+            // f32 GEMM rounding only: k products and sums, plus the bias add.
+            let tol = (k as f64 + 2.0) * f32::EPSILON as f64 * (mag + bias[j].abs() as f64);
+            let g = out[i * n + j] as f64;
+            assert!((g - exact).abs() <= tol, "[{i},{j}]: {g} vs {exact} (tol {tol})");
+        }
+    }
+}
