@@ -132,6 +132,30 @@ fn matmul<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Ou
     outs
 }
 
+/// 16-bit weights whose activations come from the op before in the buffer the backend gives a matmul input
+/// (`alloc_matmul_input`: 16-bit in the weight's type on OpenCL, Level Zero and CUDA, f32 on the CPU): a gated
+/// activation writes them, the multiply reads them (every shape: GEMV, rows, tiled, k not a multiple of 8).
+fn matmul_x16<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Output> {
+    let mut outs = Vec::new();
+    for (m, k, n) in [(1, 576, 1536), (4, 1024, 37), (3, 577, 100), (17, 296, 129), (70, 576, 200)] {
+        let w = weight(b, random(rng, n * k, 0.5), n, k, dtype);
+        let gate_up = b.upload_f32(&random(rng, m * 2 * k, 2.0)).unwrap();
+        let x = b.alloc_matmul_input(m * k, &w).unwrap();
+        b.run(Op::GatedAct { gate_up: &gate_up, out: &x, rows: m, width: k, act: Activation::Silu }).unwrap();
+        let out = poisoned(b, m * n);
+        b.run(Op::MatMul { x: &x, w: &w, bias: None, out: &out, m, k, n }).unwrap();
+        outs.push(("out", b.download_f32(&out).unwrap(), n));
+    }
+    outs
+}
+
+op_parity!(matmul_x16_bf16_sub_group_and_tiled, tol = HALF_TOL, matmul = SG, |b, rng| {
+    matmul_x16(b, &mut rng, DType::BF16)
+});
+op_parity!(matmul_x16_f16_sub_group_and_tiled, tol = HALF_TOL, matmul = SG, |b, rng| {
+    matmul_x16(b, &mut rng, DType::F16)
+});
+op_parity!(matmul_x16_bf16_work_item, tol = HALF_TOL, matmul = WI, |b, rng| { matmul_x16(b, &mut rng, DType::BF16) });
 op_parity!(matmul_f32_sub_group_and_tiled, tol = F32_TOL, matmul = SG, |b, rng| { matmul(b, &mut rng, DType::F32) });
 op_parity!(matmul_bf16_sub_group_and_tiled, tol = HALF_TOL, matmul = SG, |b, rng| { matmul(b, &mut rng, DType::BF16) });
 op_parity!(matmul_f16_sub_group_and_tiled, tol = HALF_TOL, matmul = SG, |b, rng| { matmul(b, &mut rng, DType::F16) });

@@ -311,6 +311,11 @@ fn every_launch_matches_its_kernel_signature() {
         (KernelTuning::level_zero_xmx(), None),
         (xmx_emulated, None),
         (KernelTuning::opencl(true), None),
+        // 16-bit activations on the portable kernels (`_x16` entry points): GPU-shaped and CPU-shaped tunings.
+        (KernelTuning::level_zero(), Some(WeightDType::BF16)),
+        (KernelTuning::level_zero(), Some(WeightDType::F16)),
+        (KernelTuning::opencl(true), Some(WeightDType::BF16)),
+        (KernelTuning::opencl(true), Some(WeightDType::F16)),
         (KernelTuning::cuda((9, 0)), None),
         (KernelTuning::cuda((9, 0)), Some(WeightDType::BF16)),
         (KernelTuning::cuda((9, 0)), Some(WeightDType::F16)),

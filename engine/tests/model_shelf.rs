@@ -261,17 +261,19 @@ fn greedy_run(r: &mut dyn StepRunner, g: &Golden, p: &Prompt, bs: usize) -> (Vec
     (tokens, margins, first)
 }
 
-/// A bf16 checkpoint on OpenCL keeps a bf16 KV cache (`--kv-cache-dtype auto`, as vLLM and the CUDA backend): the
-/// tiny Qwen3 and Gemma 3 (sliding-window and global layers, so both cache groups) loaded in bf16 give the CPU
-/// backend's bf16-weight run (f32 cache) greedy tokens up to its first step whose top two are within 0.1 of each
-/// other (in practice all 32 of every prompt), and first-token log-probs within the 16-bit cache's noise.
+/// A bf16 checkpoint on OpenCL keeps a bf16 KV cache (`--kv-cache-dtype auto`, as vLLM and the CUDA backend) and
+/// passes bf16 activations between its ops (`alloc_matmul_input`, the `_x16` matmuls): the tiny Qwen3 and Gemma 3
+/// (sliding-window and global layers, so both cache groups) loaded in bf16 give the CPU backend's bf16-weight run
+/// (f32 cache and activations) greedy tokens up to its first step whose top two are within 1 nat, and first-token
+/// log-probs within 1 nat: these tiny models' large logits make the 16-bit rounding move log-probs by up to ~0.6
+/// (measured; a cache or activation of garbage moves them by tens, and a token flips only below a 0.5 margin).
 #[test]
-fn opencl_bf16_kv_cache_matches_the_cpu_bf16_run() {
+fn opencl_bf16_cache_and_activations_match_the_cpu_bf16_run() {
     use rserve_engine::backend::WeightDType;
     let Some(cl) = backends::opencl() else { return };
     assert_eq!(cl.kv_cache_dtype(WeightDType::BF16), WeightDType::BF16);
     drop(cl);
-    for name in ["gemma3"] {
+    for name in ["qwen3", "gemma3"] {
         let f32_golden = golden(name);
         let folder = tiny_folder(
             &serde_json::from_str::<Value>(
@@ -286,22 +288,23 @@ fn opencl_bf16_kv_cache_matches_the_cpu_bf16_run() {
         let mut cpu = ModelRunner::new(CpuBackend::new(), &g.params, &g.weights, g.num_blocks(16), 16).unwrap();
         let mut gpu =
             ModelRunner::new(backends::opencl().unwrap(), &g.params, &g.weights, g.num_blocks(16), 16).unwrap();
+        let mut compared = 0;
         for p in &g.prompts {
             let (want, margins, want_lp) = greedy_run(&mut cpu, &g, p, 16);
             let (got, _, got_lp) = greedy_run(&mut gpu, &g, p, 16);
-            // The 16-bit cache moves these large-logit tiny models' tail log-probs by up to ~0.75 (a cache of
-            // garbage moves them by tens); the greedy path is the discriminating check.
             for &(id, _) in &p.top20 {
                 let d = (got_lp[id] - want_lp[id]).abs();
                 assert!(d < 1.0, "{name} {}: first-token logprob of {id} differs by {d}", p.name);
             }
             for step in 0..STEPS {
-                if margins[step] < 0.1 {
+                if margins[step] < 1.0 {
                     break;
                 }
                 assert_eq!(got[step], want[step], "{name} {}: step {step} (got {got:?}, want {want:?})", p.name);
+                compared += 1;
             }
         }
+        assert!(compared >= 2 * g.prompts.len(), "{name}: only {compared} confident steps compared");
     }
 }
 

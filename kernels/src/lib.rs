@@ -64,6 +64,14 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "matmul_vec_f16",
             "matmul_pdla_bf16",
             "matmul_pdla_f16",
+            "matmul_rows_x16_bf16",
+            "matmul_rows_x16_f16",
+            "matmul_tiled_x16_bf16",
+            "matmul_tiled_x16_f16",
+            "matmul_wi_x16_bf16",
+            "matmul_wi_x16_f16",
+            "matmul_vec_x16_bf16",
+            "matmul_vec_x16_f16",
         ],
     ),
     (
@@ -185,6 +193,11 @@ pub mod names {
     pub const MATMUL_VEC: ByType = ["", "matmul_vec_bf16", "matmul_vec_f16"];
     /// By weight type (16-bit only): the asynchronous-copy GEMV of 16-bit activations (CUDA sm_90+).
     pub const MATMUL_PDLA: ByType = ["", "matmul_pdla_bf16", "matmul_pdla_f16"];
+    /// By weight type, with 16-bit activations in the weight's type (none for f32 weights).
+    pub const MATMUL_ROWS_X16: ByType = ["", "matmul_rows_x16_bf16", "matmul_rows_x16_f16"];
+    pub const MATMUL_TILED_X16: ByType = ["", "matmul_tiled_x16_bf16", "matmul_tiled_x16_f16"];
+    pub const MATMUL_WI_X16: ByType = ["", "matmul_wi_x16_bf16", "matmul_wi_x16_f16"];
+    pub const MATMUL_VEC_X16: ByType = ["", "matmul_vec_x16_bf16", "matmul_vec_x16_f16"];
     pub const ARGMAX_ROWS: &str = "argmax_rows";
     pub const MASK_LOGITS: &str = "mask_logits";
     pub const MOE_ROUTE: &str = "moe_route";

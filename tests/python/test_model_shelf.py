@@ -35,8 +35,10 @@ def test_greedy_completion_equals_transformers(name):
         pytest.fail(f"tiny checkpoint missing at {folder}: run scripts/fetch-models.sh")
     # The longest prompt (Gemma 3's is over 8 windows of 16 tokens).
     p = max(g["prompts"], key=lambda p: len(p["prompt_token_ids"]))
+    # float32, as the golden's reference: on a device backend `--dtype auto` serves these bf16 checkpoints in bf16
+    # (16-bit cache and activations; engine/tests/model_shelf.rs compares that path with the CPU's).
     server = Server("--max-model-len", "256", "--block-size", "8", "--max-num-batched-tokens", "64", "--max-num-seqs", "8",
-                    model=folder, name=f"rserve {name}")
+                    "--dtype", "float32", model=folder, name=f"rserve {name}")
     try:
         out = server.client().completions.create(
             model=MODEL_NAME,

@@ -147,6 +147,7 @@ pub fn bench_paged_attention<E: TimedBackend>(
                 scale: 1.0 / (HEAD_DIM as f32).sqrt(),
                 window: None,
                 softcap: None,
+                sinks: None,
             })
         })
     });

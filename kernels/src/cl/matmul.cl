@@ -15,11 +15,14 @@
 // - matmul_wi_*: any row count on CPU devices, whose OpenCL compilers vectorise across work-items and turn
 //   lane-strided loads into gathers. A work-item computes one output column for GEMV_WI_ROWS rows with explicit
 //   4-wide vectors along k. Grid: (ceil(n / ELEM_WG) x ELEM_WG, ceil(m / GEMV_WI_ROWS)).
+// - matmul_{rows,tiled,wi,vec}_x16_bf16 / _f16: the same kernels reading 16-bit activations in the weight's type
+//   (written so by the op before: RmsNorm, GatedAct, PagedAttention), which halves the activation bytes and the
+//   buffers between ops, as on CUDA.
 #include "prelude.h"
 
 
-#define MATMUL_ROWS(NAME, T, LOAD)                                                                          \
-    KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out, \
+#define MATMUL_ROWS(NAME, XT, XLOAD, T, LOAD)                                                               \
+    KERNEL void NAME(GLOBAL const XT* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out,    \
                      uint m, uint k, uint n, uint has_bias) { GRID_DEP_SYNC();                              \
         uint r0 = group_id(1) * GEMV_ROWS;                                                                  \
         uint nr = min((uint)GEMV_ROWS, m - r0);                                                             \
@@ -32,7 +35,7 @@
             for (uint kk = sub_lane(); kk < k; kk += sub_size()) {                                          \
                 float wv = LOAD(w, wrow + kk);                                                              \
                 for (uint r = 0; r < GEMV_ROWS; r++)                                                        \
-                    if (r < nr) acc[r] += x[(ulong)(r0 + r) * k + kk] * wv;                                 \
+                    if (r < nr) acc[r] += XLOAD(x, (ulong)(r0 + r) * k + kk) * wv;                          \
             }                                                                                               \
             for (uint r = 0; r < GEMV_ROWS; r++) {                                                          \
                 float sum = sub_reduce_add(acc[r]);                                                         \
@@ -42,8 +45,8 @@
         }                                                                                                   \
     }
 
-#define MATMUL_TILED(NAME, T, LOAD)                                                                         \
-    KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out, \
+#define MATMUL_TILED(NAME, XT, XLOAD, T, LOAD)                                                              \
+    KERNEL void NAME(GLOBAL const XT* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out,    \
                      uint m, uint k, uint n, uint has_bias) { GRID_DEP_SYNC();                              \
         LOCAL float xs[GEMM_TILE_K * GEMM_TILE_M];                                                          \
         LOCAL float ws[GEMM_TILE_K * GEMM_TILE_N];                                                          \
@@ -61,7 +64,7 @@
                 uint c = e % GEMM_TILE_K;                                                                   \
                 uint gm = m0 + r;                                                                           \
                 uint gk = k0 + c;                                                                           \
-                xs[c * GEMM_TILE_M + r] = (gm < m && gk < k) ? x[(ulong)gm * k + gk] : 0.0f;                \
+                xs[c * GEMM_TILE_M + r] = (gm < m && gk < k) ? XLOAD(x, (ulong)gm * k + gk) : 0.0f;         \
             }                                                                                               \
             for (uint e = lid; e < GEMM_TILE_N * GEMM_TILE_K; e += GEMM_WG) {                               \
                 uint r = e / GEMM_TILE_K;                                                                   \
@@ -83,35 +86,35 @@
         }                                                                                                   \
     }
 
-#define MATMUL_WI(NAME, T, LOAD4, LOAD)                                                                     \
-    KERNEL void NAME(GLOBAL const float* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out, \
+#define MATMUL_WI(NAME, XT, XLOAD4, XLOAD, T, LOAD4, LOAD)                                                  \
+    KERNEL void NAME(GLOBAL const XT* x, GLOBAL const T* w, GLOBAL const float* bias, GLOBAL float* out,    \
                      uint m, uint k, uint n, uint has_bias) { GRID_DEP_SYNC();                              \
         uint j = global_id0();                                                                              \
         uint r0 = group_id(1) * GEMV_WI_ROWS;                                                               \
         uint nr = min((uint)GEMV_WI_ROWS, m - r0);                                                          \
         if (j >= n) return;                                                                                 \
         /* Rows past m alias row r0: computed, never stored. */                                             \
-        GLOBAL const float* x0 = x + (ulong)r0 * k;                                                         \
-        GLOBAL const float* x1 = x0 + (nr > 1 ? (ulong)k : 0);                                              \
-        GLOBAL const float* x2 = x0 + (nr > 2 ? 2 * (ulong)k : 0);                                          \
-        GLOBAL const float* x3 = x0 + (nr > 3 ? 3 * (ulong)k : 0);                                          \
+        GLOBAL const XT* x0 = x + (ulong)r0 * k;                                                            \
+        GLOBAL const XT* x1 = x0 + (nr > 1 ? (ulong)k : 0);                                                 \
+        GLOBAL const XT* x2 = x0 + (nr > 2 ? 2 * (ulong)k : 0);                                             \
+        GLOBAL const XT* x3 = x0 + (nr > 3 ? 3 * (ulong)k : 0);                                             \
         GLOBAL const T* wr = w + (ulong)j * k;                                                              \
         float4 a0 = zero4(), a1 = zero4(), a2 = zero4(), a3 = zero4();                                      \
         uint k4 = k - k % 4;                                                                                \
         for (uint i = 0; i < k4; i += 4) {                                                                  \
             float4 wv = LOAD4(wr, i);                                                                       \
-            a0 = mad4(load4_f32(x0, i), wv, a0);                                                            \
-            a1 = mad4(load4_f32(x1, i), wv, a1);                                                            \
-            a2 = mad4(load4_f32(x2, i), wv, a2);                                                            \
-            a3 = mad4(load4_f32(x3, i), wv, a3);                                                            \
+            a0 = mad4(XLOAD4(x0, i), wv, a0);                                                               \
+            a1 = mad4(XLOAD4(x1, i), wv, a1);                                                               \
+            a2 = mad4(XLOAD4(x2, i), wv, a2);                                                               \
+            a3 = mad4(XLOAD4(x3, i), wv, a3);                                                               \
         }                                                                                                   \
         float s0 = hsum4(a0), s1 = hsum4(a1), s2 = hsum4(a2), s3 = hsum4(a3);                               \
         for (uint i = k4; i < k; i++) {                                                                     \
             float wv = LOAD(wr, i);                                                                         \
-            s0 += x0[i] * wv;                                                                               \
-            s1 += x1[i] * wv;                                                                               \
-            s2 += x2[i] * wv;                                                                               \
-            s3 += x3[i] * wv;                                                                               \
+            s0 += XLOAD(x0, i) * wv;                                                                        \
+            s1 += XLOAD(x1, i) * wv;                                                                        \
+            s2 += XLOAD(x2, i) * wv;                                                                        \
+            s3 += XLOAD(x3, i) * wv;                                                                        \
         }                                                                                                   \
         float b = has_bias ? bias[j] : 0.0f;                                                                \
         out[(ulong)r0 * n + j] = s0 + b;                                                                    \
@@ -121,24 +124,34 @@
     }
 
 // One step of the 16-bit GEMVs: weights A and B (8 values of two weight rows at column kk) times the 8 activations
-// at kk of each of the nr rows from r0, into acc0 / acc1. A macro, so the accumulators stay in registers.
+// at kk of each of the nr rows from r0 (f32 `x`, or with `x16` 16-bit `xh` in the weight's type), into acc0 / acc1.
+// A macro, so the accumulators stay in registers.
 #define GEMV_STEP8(A, B, kk)                                                                                \
     for (uint r = 0; r < GEMV_ROWS; r++) {                                                                  \
         if (r < nr) {                                                                                       \
             ulong xr = (ulong)(r0 + r) * k + (kk);                                                          \
-            float4 x0 = load4a_f32(x, xr);                                                                  \
-            float4 x1 = load4a_f32(x, xr + 4);                                                              \
+            float4 x0, x1;                                                                                  \
+            if (x16) {                                                                                      \
+                f32x8 xv = is_f16 ? load8_f16(xh, xr) : load8_bf16(xh, xr);                                 \
+                x0 = xv.lo;                                                                                 \
+                x1 = xv.hi;                                                                                 \
+            } else {                                                                                        \
+                x0 = load4a_f32(x, xr);                                                                     \
+                x1 = load4a_f32(x, xr + 4);                                                                 \
+            }                                                                                               \
             acc0[r] += dot8((A), x0, x1);                                                                   \
             acc1[r] += dot8((B), x0, x1);                                                                   \
         }                                                                                                   \
     }
 
-// The body of matmul_vec_*: `is_f16` is a constant at each call, so each kernel compiles to one load path. A
+// The body of matmul_vec_*: `is_f16` and `x16` (16-bit activations in `xh` instead of f32 in `x`) are constants at
+// each call, so each kernel compiles to one load path. A
 // sub-group streams two weight rows at once (columns c and c + num_subs() of the group's GEMV_VEC_COLS), so twice
 // the loads are in flight and each activation value it reads serves both; where the group has a sub-group per
 // column (16-lane sub-groups), the partner column is past the group and only the first is stored.
-INLINE void matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
-                       uint m, uint k, uint n, uint has_bias, uint is_f16) {
+INLINE void matmul_vec(GLOBAL const float* x, GLOBAL const ushort* xh, GLOBAL const ushort* w,
+                       GLOBAL const float* bias, GLOBAL float* out, uint m, uint k, uint n, uint has_bias, uint is_f16,
+                       uint x16) {
     uint r0 = group_id(1) * GEMV_ROWS;
     uint nr = min((uint)GEMV_ROWS, m - r0);
     for (uint c = sub_id(); c < GEMV_VEC_COLS; c += 2 * num_subs()) {
@@ -175,13 +188,25 @@ INLINE void matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL con
 KERNEL void matmul_vec_bf16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
                             uint m, uint k, uint n, uint has_bias) {
     GRID_DEP_SYNC();
-    matmul_vec(x, w, bias, out, m, k, n, has_bias, 0u);
+    matmul_vec(x, (GLOBAL const ushort*)x, w, bias, out, m, k, n, has_bias, 0u, 0u);
 }
 
 KERNEL void matmul_vec_f16(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL float* out,
                            uint m, uint k, uint n, uint has_bias) {
     GRID_DEP_SYNC();
-    matmul_vec(x, w, bias, out, m, k, n, has_bias, 1u);
+    matmul_vec(x, (GLOBAL const ushort*)x, w, bias, out, m, k, n, has_bias, 1u, 0u);
+}
+
+KERNEL void matmul_vec_x16_bf16(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias,
+                                GLOBAL float* out, uint m, uint k, uint n, uint has_bias) {
+    GRID_DEP_SYNC();
+    matmul_vec((GLOBAL const float*)x, x, w, bias, out, m, k, n, has_bias, 0u, 1u);
+}
+
+KERNEL void matmul_vec_x16_f16(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL const float* bias,
+                               GLOBAL float* out, uint m, uint k, uint n, uint has_bias) {
+    GRID_DEP_SYNC();
+    matmul_vec((GLOBAL const float*)x, x, w, bias, out, m, k, n, has_bias, 1u, 1u);
 }
 
 // Helpers of matmul_pdla. acc0[r] (and with `two` acc1[r]) += the 8 widened weights of each row
@@ -274,12 +299,18 @@ INLINE void matmul_pdla(GLOBAL const ushort* x, GLOBAL const ushort* w, GLOBAL c
 MATMUL_PDLA(matmul_pdla_bf16, 0u)
 MATMUL_PDLA(matmul_pdla_f16, 1u)
 
-MATMUL_ROWS(matmul_rows_f32, float, load_f32)
-MATMUL_ROWS(matmul_rows_bf16, ushort, load_bf16)
-MATMUL_ROWS(matmul_rows_f16, ushort, load_f16)
-MATMUL_TILED(matmul_tiled_f32, float, load_f32)
-MATMUL_TILED(matmul_tiled_bf16, ushort, load_bf16)
-MATMUL_TILED(matmul_tiled_f16, ushort, load_f16)
-MATMUL_WI(matmul_wi_f32, float, load4_f32, load_f32)
-MATMUL_WI(matmul_wi_bf16, ushort, load4_bf16, load_bf16)
-MATMUL_WI(matmul_wi_f16, ushort, load4_f16, load_f16)
+MATMUL_ROWS(matmul_rows_f32, float, load_f32, float, load_f32)
+MATMUL_ROWS(matmul_rows_bf16, float, load_f32, ushort, load_bf16)
+MATMUL_ROWS(matmul_rows_f16, float, load_f32, ushort, load_f16)
+MATMUL_ROWS(matmul_rows_x16_bf16, ushort, load_bf16, ushort, load_bf16)
+MATMUL_ROWS(matmul_rows_x16_f16, ushort, load_f16, ushort, load_f16)
+MATMUL_TILED(matmul_tiled_f32, float, load_f32, float, load_f32)
+MATMUL_TILED(matmul_tiled_bf16, float, load_f32, ushort, load_bf16)
+MATMUL_TILED(matmul_tiled_f16, float, load_f32, ushort, load_f16)
+MATMUL_TILED(matmul_tiled_x16_bf16, ushort, load_bf16, ushort, load_bf16)
+MATMUL_TILED(matmul_tiled_x16_f16, ushort, load_f16, ushort, load_f16)
+MATMUL_WI(matmul_wi_f32, float, load4_f32, load_f32, float, load4_f32, load_f32)
+MATMUL_WI(matmul_wi_bf16, float, load4_f32, load_f32, ushort, load4_bf16, load_bf16)
+MATMUL_WI(matmul_wi_f16, float, load4_f32, load_f32, ushort, load4_f16, load_f16)
+MATMUL_WI(matmul_wi_x16_bf16, ushort, load4_bf16, load_bf16, ushort, load4_bf16, load_bf16)
+MATMUL_WI(matmul_wi_x16_f16, ushort, load4_f16, load_f16, ushort, load4_f16, load_f16)

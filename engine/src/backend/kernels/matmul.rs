@@ -103,10 +103,15 @@ pub(super) fn matmul<D: KernelDevice>(d: &D, c: &MatMulCall<'_, D::Buf>) -> Resu
     if t.matmul == MatmulPath::Vendor {
         return d.vendor_matmul(c);
     }
-    if x16 {
-        return Err(be("matmul x: 16-bit activations need the vendor matrix multiply"));
+    // 16-bit activations (the weight's type): the same kernels with 16-bit loads (never the XMX one: a backend that
+    // takes it keeps f32 activations, `Backend::alloc_matmul_input`).
+    let x16_tables = [&names::MATMUL_WI_X16, &names::MATMUL_VEC_X16, &names::MATMUL_ROWS_X16, &names::MATMUL_TILED_X16];
+    let f32_tables = [&names::MATMUL_WI, &names::MATMUL_VEC, &names::MATMUL_ROWS, &names::MATMUL_TILED];
+    let [wi, vec, rows, tiled] = if x16 { x16_tables } else { f32_tables };
+    if x16 && ty == ElemType::F32 {
+        return Err(be("matmul x: 16-bit activations with f32 weights"));
     }
-    if let Some(kernel) = xmx_kernel(t.matmul, ty, m, k) {
+    if let Some(kernel) = xmx_kernel(t.matmul, ty, m, k).filter(|_| !x16) {
         let cols_per_group = XMX_TILE_N * XMX_WG / XMX_SUB_GROUP;
         return d.launch(&Launch::groups(
             kernel,
@@ -116,14 +121,14 @@ pub(super) fn matmul<D: KernelDevice>(d: &D, c: &MatMulCall<'_, D::Buf>) -> Resu
         ));
     }
     let (kernel, groups, row_blocks) = if t.matmul == MatmulPath::WorkItem {
-        let kernel = ty.pick(&names::MATMUL_WI);
+        let kernel = ty.pick(wi);
         (kernel, n.div_ceil(rserve_kernels::work_group(kernel)), m.div_ceil(GEMV_WI_ROWS))
     } else if m <= GEMV_ROWS && k % 8 == 0 && ty != ElemType::F32 {
-        (ty.pick(&names::MATMUL_VEC), n.div_ceil(GEMV_VEC_COLS), 1)
+        (ty.pick(vec), n.div_ceil(GEMV_VEC_COLS), 1)
     } else if m <= GEMV_MAX_ROWS {
-        (ty.pick(&names::MATMUL_ROWS), n.div_ceil(GEMV_COLS), m.div_ceil(GEMV_ROWS))
+        (ty.pick(rows), n.div_ceil(GEMV_COLS), m.div_ceil(GEMV_ROWS))
     } else {
-        (ty.pick(&names::MATMUL_TILED), n.div_ceil(GEMM_TILE_N), m.div_ceil(GEMM_TILE_M))
+        (ty.pick(tiled), n.div_ceil(GEMM_TILE_N), m.div_ceil(GEMM_TILE_M))
     };
     d.launch(&Launch::groups(kernel, c.args(kernel)?, groups, [row_blocks, 1]))
 }

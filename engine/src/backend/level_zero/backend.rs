@@ -318,6 +318,20 @@ impl Backend for LevelZeroBackend {
         compute
     }
 
+    fn alloc_matmul_input(&self, len: usize, w: &LzBuffer) -> Result<LzBuffer> {
+        match w.contents {
+            // The matmul kernels' `_x16` entry points read activations in the weight's 16-bit type: the producer
+            // writes them so (half the bytes between the ops, as on CUDA). Not where bf16 weights multiply on XMX:
+            // that kernel takes f32 activations and rounds them to bf16 as it loads them.
+            Contents::Matrix { dtype: dtype @ (WeightDType::BF16 | WeightDType::F16), .. }
+                if !(dtype == WeightDType::BF16 && self.tuning.get().matmul == kernels::MatmulPath::Xmx) =>
+            {
+                Ok(self.buffer(len * 2, Contents::Half { dtype, len })?)
+            }
+            _ => self.alloc_f32_scratch(len),
+        }
+    }
+
     fn alloc_kv_cache(&self, len: usize, dtype: WeightDType) -> Result<LzBuffer> {
         if dtype == WeightDType::F32 {
             return self.alloc_f32(len);

@@ -121,6 +121,17 @@ impl Backend for OpenClBackend {
         compute
     }
 
+    fn alloc_matmul_input(&self, len: usize, w: &ClBuffer) -> Result<ClBuffer> {
+        match w.contents() {
+            // The matmul kernels' `_x16` entry points read activations in the weight's 16-bit type: the producer
+            // writes them so (half the bytes between the ops, as on CUDA).
+            Contents::Matrix { dtype: dtype @ (WeightDType::BF16 | WeightDType::F16), .. } => {
+                self.create(len * 2, None, Contents::Half { dtype: *dtype, len })
+            }
+            _ => self.alloc_f32_scratch(len),
+        }
+    }
+
     fn alloc_kv_cache(&self, len: usize, dtype: WeightDType) -> Result<ClBuffer> {
         if dtype == WeightDType::F32 {
             return self.alloc_f32(len);
