@@ -26,7 +26,7 @@ INLINE void gated_act_body(GLOBAL const float* gate_up, GLOBAL float* out, GLOBA
             a = 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
         } else if (act == ACT_SWIGLU_OAI) {
             g = fmin(g, SWIGLU_LIMIT);
-            a = g / (1.0f + exp(-SWIGLU_ALPHA * g)) * (clamp(u, -SWIGLU_LIMIT, SWIGLU_LIMIT) + 1.0f);
+            a = g / (1.0f + exp(-SWIGLU_ALPHA * g)) * (fmin(fmax(u, -SWIGLU_LIMIT), SWIGLU_LIMIT) + 1.0f);
         } else {
             a = g / (1.0f + exp(-g)) * u;
         }
