@@ -194,10 +194,10 @@ pub struct CacheArgs {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "ParallelConfig")]
 pub struct ParallelArgs {
-    /// Tensor-parallel ranks (also -tp). Only 1 for now.
+    /// Tensor-parallel ranks (also -tp); above 1, one MPI rank each (`mpiexec -n tp*pp`, a build with MPI).
     #[arg(long, default_value_t = 1)]
     pub tensor_parallel_size: usize,
-    /// Pipeline-parallel stages (also -pp). Only 1 for now.
+    /// Pipeline-parallel stages (also -pp); above 1, tp MPI ranks each.
     #[arg(long, default_value_t = 1)]
     pub pipeline_parallel_size: usize,
     /// Data-parallel replicas (also -dp): N engines in this process behind one endpoint, each with its own device
