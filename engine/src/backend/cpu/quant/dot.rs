@@ -194,7 +194,8 @@ mod x86 {
                 let (k, bb) = (acts.k, format.block_bytes());
                 let nb = k / BLOCK;
                 let (wp, xq, xd, xs) = (w.as_ptr(), acts.q.as_ptr(), acts.d.as_ptr(), acts.s.as_ptr());
-                let mut acc = [_mm256_setzero_ps(); R];
+                // Two accumulators per row, even and odd blocks, so consecutive FMAs do not wait on each other.
+                let mut acc = [[_mm256_setzero_ps(); 2]; R];
                 let mut acc_min = [0f32; R];
                 for b in 0..nb {
                     let (d, m, a, sign) = load_block(format, wp.add(b * bb));
@@ -206,14 +207,14 @@ mod x86 {
                             None => x,
                         };
                         let scale = _mm256_set1_ps(d * *xd.add(row * nb + b));
-                        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps($isum(a, x)), scale, acc[r]);
+                        acc[r][b & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps($isum(a, x)), scale, acc[r][b & 1]);
                         if F == Q4_1 {
                             acc_min[r] += m * *xs.add(row * nb + b);
                         }
                     }
                 }
                 for r in 0..R {
-                    out[r] = hsum(acc[r]) + acc_min[r];
+                    out[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + acc_min[r];
                 }
             }
         };
