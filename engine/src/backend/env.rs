@@ -7,7 +7,6 @@
 //! | `RSERVE_CACHE_DIR` | CUDA | folder of rserve's caches; PTX goes to its `ptx/` (else `$XDG_CACHE_HOME/rserve/ptx`, else `~/.cache/rserve/ptx`) |
 //! | `XDG_CACHE_HOME`, `HOME` | CUDA | the fallbacks of the PTX cache folder above |
 //! | `OCL_ICD_VENDORS` | OpenCL | the ICD loader's folder of vendor runtimes; named in the "no platform" error |
-//! | `RSERVE_CPU_PACKED` | CPU | `1`: keep GGUF `Q8_0` / `Q4_0` / `Q4_1` weights packed and multiply them with integer dot products (`cpu::quant`); otherwise they are dequantized |
 //! | `RSERVE_ZE_LOADER` | Level Zero | the loader library to open instead of `libze_loader.so.1` |
 //! | `RSERVE_ZE_MODULE_FORMAT` | Level Zero | `auto` (default: PVC native binaries on a PVC, SPIR-V elsewhere), `native` (the binaries whatever the device reports, the XMX matmul module included; the null-driver tests set it) or `spirv` |
 //! | `ZE_FLAT_DEVICE_HIERARCHY` | Level Zero | `FLAT` (each tile a device, the default), `COMPOSITE` or `COMBINED` |

@@ -98,6 +98,8 @@ pub struct EngineConfig {
     pub opencl_platform: Option<String>,
     /// `--opencl-device`: a device index within that platform; None: its first GPU, else device 0.
     pub opencl_device: Option<usize>,
+    /// `--cpu-packed-weights`: the CPU backend keeps GGUF Q8_0 / Q4_0 / Q4_1 weights packed (`backend::cpu::quant`).
+    pub cpu_packed_weights: bool,
     /// `--load-format`: "auto" (the checkpoint's weights) or "dummy" (random weights of the config's shapes).
     pub load_format: String,
     /// `--enforce-eager`: no CUDA graphs (decode steps run op by op).
@@ -163,6 +165,7 @@ impl EngineConfig {
             launch_args: std::env::args().collect(),
             opencl_platform: None,
             opencl_device: None,
+            cpu_packed_weights: false,
             load_format: "auto".into(),
             enforce_eager: false,
             profile: Default::default(),

@@ -29,6 +29,11 @@ impl Device {
                     other => other,
                 })
             }
+            "cpu" => Ok(Device::Cpu(CpuBackend::with_packed_weights(cfg.cpu_packed_weights))),
+            "auto" => Self::select("auto").map(|d| match d {
+                Device::Cpu(_) => Device::Cpu(CpuBackend::with_packed_weights(cfg.cpu_packed_weights)),
+                other => other,
+            }),
             name => Self::select(name),
         }
     }

@@ -545,6 +545,7 @@ pub static FLAGS: &[VllmFlag] = &[
     rserve(&["--device"], V),
     rserve(&["--opencl-platform"], V),
     rserve(&["--opencl-device"], V),
+    rserve(&["--cpu-packed-weights"], S),
     rserve(&["--profile"], V),
     rserve(&["--max-num-waiting"], V),
     rserve(&["--testing-fail-engine-after-requests"], V),

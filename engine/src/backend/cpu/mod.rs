@@ -81,10 +81,11 @@ pub struct CpuBackend {
 }
 
 impl Default for CpuBackend {
-    /// Packed GGUF weights only where `RSERVE_CPU_PACKED=1`: the packed path quantizes activations, so its logits
-    /// differ from the f32 reference the golden tests hold the CPU backend to.
+    /// The reference: every weight in its dequantized type. Packed GGUF weights only with `--cpu-packed-weights`
+    /// (`with_packed_weights`): the packed path quantizes activations, so its logits differ from the f32 reference
+    /// the golden tests hold the CPU backend to.
     fn default() -> Self {
-        CpuBackend { packed: super::env::var("RSERVE_CPU_PACKED").is_some_and(|v| v == "1") }
+        CpuBackend { packed: false }
     }
 }
 
