@@ -1,4 +1,5 @@
-//! Dot products of one packed weight row with up to `MAX_ROWS` quantized activation rows. Each weight block is
+//! Dot products of one packed weight row of a 32-value format (`Q8_0`, `Q4_0`, `Q4_1`; the k-quants are `kdot`'s)
+//! with up to `MAX_ROWS` quantized activation rows. Each weight block is
 //! loaded and unpacked once and used for every activation row (the reuse that makes batched rows cheap).
 //!
 //! Three kernels give the same integer block sums: a portable scalar one (always compiled and tested), AVX2
@@ -45,7 +46,7 @@ impl Kernel {
 
 /// `out[i] = w_row . x[r0 + i]` for `i < out.len()` (at most `MAX_ROWS`).
 pub(super) fn dot_rows(kernel: Kernel, format: Format, w: &[u8], acts: &QuantActs, r0: usize, out: &mut [f32]) {
-    debug_assert!(out.len() <= MAX_ROWS && r0 + out.len() <= acts.rows());
+    debug_assert!(!format.is_k_quant() && out.len() <= MAX_ROWS && r0 + out.len() <= acts.rows());
     debug_assert_eq!(w.len(), acts.k / BLOCK * format.block_bytes());
     match kernel {
         Kernel::Scalar => scalar(format, w, acts, r0, out),
@@ -67,10 +68,10 @@ pub(super) fn dot_rows(kernel: Kernel, format: Format, w: &[u8], acts: &QuantAct
             match (kernel, format) {
                 (Kernel::Avx2, Format::Q8_0) => rows!(avx2, x86::Q8_0),
                 (Kernel::Avx2, Format::Q4_0) => rows!(avx2, x86::Q4_0),
-                (Kernel::Avx2, Format::Q4_1) => rows!(avx2, x86::Q4_1),
+                (Kernel::Avx2, _) => rows!(avx2, x86::Q4_1),
                 (_, Format::Q8_0) => rows!(vnni, x86::Q8_0),
                 (_, Format::Q4_0) => rows!(vnni, x86::Q4_0),
-                (_, Format::Q4_1) => rows!(vnni, x86::Q4_1),
+                (_, _) => rows!(vnni, x86::Q4_1),
             }
         },
         #[cfg(not(target_arch = "x86_64"))]
@@ -78,7 +79,8 @@ pub(super) fn dot_rows(kernel: Kernel, format: Format, w: &[u8], acts: &QuantAct
     }
 }
 
-/// The integer sum of block `blk`'s values times 32 activation values, and the block's scale and minimum.
+/// The integer sum of block `blk`'s values times 32 activation values, and the block's scale and minimum (the
+/// 32-value formats; the k-quants' sums are `kblock::isums`).
 #[inline]
 pub(super) fn block_isum(format: Format, blk: &[u8], x: &[i8]) -> (i32, f32, f32) {
     let d = f16_at(blk, 0);
@@ -93,6 +95,7 @@ pub(super) fn block_isum(format: Format, blk: &[u8], x: &[i8]) -> (i32, f32, f32
             }
             (s, d, m)
         }
+        Format::Q4_K | Format::Q5_K | Format::Q6_K => unreachable!("block_isum takes the 32-value formats"),
     }
 }
 
@@ -154,7 +157,7 @@ mod x86 {
                 let w = _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8));
                 (d, 0.0, _mm256_sign_epi8(w, w), Some(w))
             }
-            Format::Q4_1 => {
+            _ => {
                 let m = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p.add(2).cast::<u16>().read_unaligned() as i32)));
                 (d, m, nibbles(p.add(4)), None)
             }

@@ -1,12 +1,15 @@
 //! `out[m, n] = x[m, k] . w[n, k]^T` with `w` packed. Up to `INTEGER_ROWS` rows (decode): the activations are
-//! quantized once, then the output columns (weight rows) are split over rayon's pool; each task streams its weight
-//! rows once and dots every row with all `m` activation rows, `MAX_ROWS` at a time, while it sits in L1. More rows
-//! (prefill): f32 tiles of the weights through candle's GEMM.
+//! quantized once per scheme the weight's parts need (per 32 values, per 256 for the k-quants), then each part's
+//! output columns (weight rows) are split over rayon's pool; each task streams its weight rows once and dots every
+//! row with all `m` activation rows, `MAX_ROWS` at a time, while it sits in L1. More rows (prefill): f32 tiles of
+//! the weights through candle's GEMM.
 
 use rayon::prelude::*;
 
+use std::cell::OnceCell;
+
 use super::dot::{dot_rows, MAX_ROWS};
-use super::{Kernel, PackedMatrix, QuantActs, BLOCK};
+use super::{kdot, KQuantActs, Kernel, PackedMatrix, QuantActs, BLOCK};
 use crate::backend::cpu::be;
 use crate::error::Result;
 
@@ -88,6 +91,13 @@ pub fn embedding(
     Ok(())
 }
 
+/// Quantized activations in the scheme of one part's format.
+#[derive(Clone, Copy)]
+enum Acts<'a> {
+    Block(&'a QuantActs),
+    Super(&'a KQuantActs),
+}
+
 /// The packed matmul with a chosen kernel (tests compare them).
 pub fn matmul_with(
     kernel: Kernel,
@@ -113,17 +123,33 @@ pub fn matmul_with(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let acts = QuantActs::new(x, m, k);
-    // Column-major result (m values per weight row), transposed into `out` at the end.
+    let (acts, kacts) = (OnceCell::new(), OnceCell::new());
+    // Column-major result (m values per weight row), transposed into `out` at the end; each part fills its columns.
     let mut t = vec![0f32; n * m];
-    t.par_chunks_mut(m * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
-        for (jj, col) in chunk.chunks_exact_mut(m).enumerate() {
-            let row = w.row(task * ROWS_PER_TASK + jj);
-            for (g, o) in col.chunks_mut(MAX_ROWS).enumerate() {
-                dot_rows(kernel, w.format(), row, &acts, g * MAX_ROWS, o);
+    let mut rest = t.as_mut_slice();
+    for part in w.parts() {
+        let (cols, tail) = std::mem::take(&mut rest).split_at_mut(part.rows * m);
+        rest = tail;
+        let (format, rb) = (part.format, part.format.row_bytes(k));
+        // Quantized on the first part that needs it, before the parallel loop (a `OnceCell` is not `Sync`).
+        let acts = if format.is_k_quant() {
+            Acts::Super(kacts.get_or_init(|| KQuantActs::new(x, m, k)))
+        } else {
+            Acts::Block(acts.get_or_init(|| QuantActs::new(x, m, k)))
+        };
+        cols.par_chunks_mut(m * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
+            for (jj, col) in chunk.chunks_exact_mut(m).enumerate() {
+                let r = task * ROWS_PER_TASK + jj;
+                let row = &part.data[r * rb..(r + 1) * rb];
+                for (g, o) in col.chunks_mut(MAX_ROWS).enumerate() {
+                    match acts {
+                        Acts::Block(a) => dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
+                        Acts::Super(a) => kdot::dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
+                    }
+                }
             }
-        }
-    });
+        });
+    }
     if m == 1 {
         out[..n].copy_from_slice(&t);
     } else {

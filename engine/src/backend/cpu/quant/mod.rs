@@ -1,20 +1,27 @@
-//! GGUF weights kept in their block layout on the CPU (`Q8_0`, `Q4_0`, `Q4_1`) and multiplied with integer dot
-//! products, as llama.cpp does: each 32-value block of an activation row is quantized to int8 with its own scale
-//! (`max|x| / 127`), the int8 products of a weight block and an activation block are summed exactly in integers, and
-//! the block sums are scaled by both scales and added in f32.
+//! GGUF weights kept in their block layout on the CPU (`Q8_0`, `Q4_0`, `Q4_1`, and the k-quants `Q4_K`, `Q5_K`,
+//! `Q6_K`) and multiplied with integer dot products, as llama.cpp does: activations are quantized to int8 per block
+//! with their own scale (`max|x| / 127`; per 32 values for the 32-value formats, per 256 with sums per 16 for the
+//! k-quants' super-blocks, `kact`), the int8 products of a weight block and an activation block are summed exactly in
+//! integers (a k-quant's 6- or 8-bit sub-block scales applied in integers too), and the block sums are scaled by
+//! both scales and added in f32.
 //!
 //! How the packed form reaches the backend without changing the model's upload path: the GGUF loader registers each
 //! tensor it dequantized from one of these types (`registry`), the `Weights` keep the packed matrices alive, and
 //! `CpuBackend::upload_weight` / `upload_weight_rows` look a tensor up by its id and keep the blocks instead of the
-//! f32 copy. Other backends never look, so they still get the dequantized tensors.
+//! f32 copy. Other backends never look, so they still get the dequantized tensors. A fused projection whose parts
+//! have different formats (a `Q4_K_M` file's `Q4_K` q/k and `Q6_K` v) stays packed as a stack of parts.
 
 mod act;
 mod dot;
+mod kact;
+mod kblock;
+mod kdot;
 mod matmul;
 mod registry;
 
 pub use act::QuantActs;
 pub use dot::Kernel;
+pub use kact::KQuantActs;
 pub use matmul::{embedding, matmul, matmul_with, INTEGER_ROWS};
 pub use registry::{lookup, register, Keep};
 
@@ -22,10 +29,14 @@ use half::f16;
 
 use crate::error::{EngineError, Result};
 
-/// Values per block in every format here.
+/// Values per block in `Q8_0`, `Q4_0` and `Q4_1`.
 pub const BLOCK: usize = 32;
 
-/// A GGUF block format kept packed on the CPU.
+/// Values per super-block in the k-quants (`Q4_K`, `Q5_K`, `Q6_K`; GGML's `QK_K`).
+pub const SUPER_BLOCK: usize = 256;
+
+/// A GGUF block format kept packed on the CPU (named as GGUF names them).
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// f16 scale `d`, 32 int8 values: `x = d * q`.
@@ -34,16 +45,39 @@ pub enum Format {
     Q4_0,
     /// f16 scale `d`, f16 minimum `m`, 16 bytes of nibbles as in `Q4_0`: `x = d * q + m`.
     Q4_1,
+    /// 256 values in 8 sub-blocks of 32, 4-bit values with a 6-bit scale and minimum each (layout in `kblock`).
+    Q4_K,
+    /// As `Q4_K` with a fifth bit per value.
+    Q5_K,
+    /// 256 values in 16 sub-blocks of 16, 6-bit values with an int8 scale each (layout in `kblock`).
+    Q6_K,
 }
 
 impl Format {
-    /// Bytes of one 32-value block.
+    /// Bytes of one block (a super-block for the k-quants).
     pub const fn block_bytes(self) -> usize {
         match self {
             Format::Q8_0 => 34,
             Format::Q4_0 => 18,
             Format::Q4_1 => 20,
+            Format::Q4_K => 144,
+            Format::Q5_K => 176,
+            Format::Q6_K => 210,
         }
+    }
+
+    /// Values in one block: `BLOCK`, or `SUPER_BLOCK` for the k-quants.
+    pub const fn block_len(self) -> usize {
+        if self.is_k_quant() {
+            SUPER_BLOCK
+        } else {
+            BLOCK
+        }
+    }
+
+    /// Whether the format has 256-value super-blocks (and takes `KQuantActs`).
+    pub const fn is_k_quant(self) -> bool {
+        matches!(self, Format::Q4_K | Format::Q5_K | Format::Q6_K)
     }
 
     /// The format of a GGUF tensor type, when it is one kept packed.
@@ -53,6 +87,9 @@ impl Format {
             G::Q8_0 => Some(Format::Q8_0),
             G::Q4_0 => Some(Format::Q4_0),
             G::Q4_1 => Some(Format::Q4_1),
+            G::Q4K => Some(Format::Q4_K),
+            G::Q5K => Some(Format::Q5_K),
+            G::Q6K => Some(Format::Q6_K),
             _ => None,
         }
     }
@@ -62,29 +99,63 @@ impl Format {
             Format::Q8_0 => "Q8_0",
             Format::Q4_0 => "Q4_0",
             Format::Q4_1 => "Q4_1",
+            Format::Q4_K => "Q4_K",
+            Format::Q5_K => "Q5_K",
+            Format::Q6_K => "Q6_K",
+        }
+    }
+
+    /// Bytes of one row of `cols` values (whole blocks).
+    const fn row_bytes(self, cols: usize) -> usize {
+        cols / self.block_len() * self.block_bytes()
+    }
+
+    /// One block's values as f32 (what candle's, i.e. the GGUF loader's, dequantization gives).
+    fn decode_block(self, blk: &[u8], o: &mut [f32]) {
+        let d = f16_at(blk, 0);
+        match self {
+            Format::Q8_0 => o.iter_mut().zip(&blk[2..]).for_each(|(o, &q)| *o = d * q as i8 as f32),
+            Format::Q4_0 | Format::Q4_1 => {
+                let (m, qs, bias) =
+                    if self == Format::Q4_0 { (0.0, &blk[2..18], 8) } else { (f16_at(blk, 2), &blk[4..20], 0) };
+                for (j, &b) in qs.iter().enumerate() {
+                    o[j] = d * ((b & 0x0f) as i32 - bias) as f32 + m;
+                    o[j + 16] = d * ((b >> 4) as i32 - bias) as f32 + m;
+                }
+            }
+            Format::Q4_K | Format::Q5_K | Format::Q6_K => kblock::decode(self, blk, o),
         }
     }
 }
 
-/// A `[rows, cols]` weight matrix in a block format: each row is `cols / 32` consecutive blocks.
+/// Consecutive rows of a `PackedMatrix` in one format: `rows` rows of whole blocks.
 #[derive(Debug, Clone)]
-pub struct PackedMatrix {
+struct Part {
     format: Format,
     rows: usize,
-    cols: usize,
     data: Vec<u8>,
 }
 
+/// A `[rows, cols]` weight matrix in block formats: each row is `cols / block_len` consecutive blocks of its part's
+/// format. One part, unless stacked (`cat_rows`) from matrices of different formats.
+#[derive(Debug, Clone)]
+pub struct PackedMatrix {
+    rows: usize,
+    cols: usize,
+    parts: Vec<Part>,
+}
+
 impl PackedMatrix {
-    /// Wraps a GGUF tensor's bytes (`rows * cols / 32` blocks, row-major).
+    /// Wraps a GGUF tensor's bytes (`rows * cols / block_len` blocks, row-major).
     pub fn new(format: Format, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self> {
-        if !cols.is_multiple_of(BLOCK) {
+        if !cols.is_multiple_of(format.block_len()) {
             return Err(EngineError::Weights(format!(
-                "{} rows of {cols} values are not whole blocks",
-                format.as_str()
+                "{} rows of {cols} values are not whole blocks of {}",
+                format.as_str(),
+                format.block_len()
             )));
         }
-        let want = rows * cols / BLOCK * format.block_bytes();
+        let want = rows * format.row_bytes(cols);
         if data.len() != want {
             return Err(EngineError::Weights(format!(
                 "{} [{rows}, {cols}] needs {want} bytes, got {}",
@@ -92,52 +163,49 @@ impl PackedMatrix {
                 data.len()
             )));
         }
-        Ok(PackedMatrix { format, rows, cols, data })
+        Ok(PackedMatrix { rows, cols, parts: vec![Part { format, rows, data }] })
     }
 
+    /// The format of the first rows: the only one unless stacked from several formats (`formats`).
     pub fn format(&self) -> Format {
-        self.format
+        self.parts.first().map_or(Format::Q8_0, |p| p.format)
+    }
+
+    /// Each part's format and number of rows, top to bottom.
+    pub fn formats(&self) -> Vec<(Format, usize)> {
+        self.parts.iter().map(|p| (p.format, p.rows)).collect()
+    }
+
+    fn parts(&self) -> &[Part] {
+        &self.parts
     }
 
     pub fn dims(&self) -> [usize; 2] {
         [self.rows, self.cols]
     }
 
-    /// Bytes one row takes.
-    pub fn row_bytes(&self) -> usize {
-        self.cols / BLOCK * self.format.block_bytes()
-    }
-
     /// Bytes held (what a matmul streams).
     pub fn byte_len(&self) -> usize {
-        self.data.len()
+        self.parts.iter().map(|p| p.data.len()).sum()
     }
 
-    /// Row `r`'s blocks.
-    pub fn row(&self, r: usize) -> &[u8] {
-        let rb = self.row_bytes();
-        &self.data[r * rb..(r + 1) * rb]
+    /// Row `r`'s format and blocks.
+    pub fn row(&self, mut r: usize) -> (Format, &[u8]) {
+        for p in &self.parts {
+            if r < p.rows {
+                let rb = p.format.row_bytes(self.cols);
+                return (p.format, &p.data[r * rb..(r + 1) * rb]);
+            }
+            r -= p.rows;
+        }
+        panic!("row {r} past the end of a packed [{}, {}] matrix", self.rows, self.cols)
     }
 
     /// Row `r` as f32 (what the GGUF loader's dequantization gives).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        let bb = self.format.block_bytes();
-        for (blk, o) in self.row(r).chunks_exact(bb).zip(out.chunks_exact_mut(BLOCK)) {
-            let d = f16_at(blk, 0);
-            match self.format {
-                Format::Q8_0 => o.iter_mut().zip(&blk[2..]).for_each(|(o, &q)| *o = d * q as i8 as f32),
-                Format::Q4_0 | Format::Q4_1 => {
-                    let (m, qs, bias) = if self.format == Format::Q4_0 {
-                        (0.0, &blk[2..18], 8)
-                    } else {
-                        (f16_at(blk, 2), &blk[4..20], 0)
-                    };
-                    for (j, &b) in qs.iter().enumerate() {
-                        o[j] = d * ((b & 0x0f) as i32 - bias) as f32 + m;
-                        o[j + 16] = d * ((b >> 4) as i32 - bias) as f32 + m;
-                    }
-                }
-            }
+        let (format, row) = self.row(r);
+        for (blk, o) in row.chunks_exact(format.block_bytes()).zip(out.chunks_exact_mut(format.block_len())) {
+            format.decode_block(blk, o);
         }
     }
 
@@ -150,24 +218,40 @@ impl PackedMatrix {
         out
     }
 
-    /// The matrix with row `i` taken from row `from[i]` (rows are whole blocks, so a row permutation moves bytes).
-    pub fn select_rows(&self, from: &[usize]) -> Self {
-        let mut data = Vec::with_capacity(from.len() * self.row_bytes());
-        for &r in from {
-            data.extend_from_slice(self.row(r));
+    /// Appends `rows` rows of `format` as `bytes`, joining the last part when it has the same format.
+    fn push(&mut self, format: Format, rows: usize, bytes: &[u8]) {
+        match self.parts.last_mut() {
+            Some(p) if p.format == format => {
+                p.rows += rows;
+                p.data.extend_from_slice(bytes);
+            }
+            _ => self.parts.push(Part { format, rows, data: bytes.to_vec() }),
         }
-        PackedMatrix { format: self.format, rows: from.len(), cols: self.cols, data }
+        self.rows += rows;
     }
 
-    /// Matrices of one format and width stacked by rows (a fused q/k/v or gate/up projection); None otherwise.
+    /// The matrix with row `i` taken from row `from[i]` (rows are whole blocks, so a row permutation moves bytes).
+    pub fn select_rows(&self, from: &[usize]) -> Self {
+        let mut out = PackedMatrix { rows: 0, cols: self.cols, parts: Vec::new() };
+        for &r in from {
+            let (format, row) = self.row(r);
+            out.push(format, 1, row);
+        }
+        out
+    }
+
+    /// Matrices of one width stacked by rows (a fused q/k/v or gate/up projection), in whatever formats; None when
+    /// the widths differ.
     pub fn cat_rows(parts: &[&PackedMatrix]) -> Option<Self> {
         let first = parts.first()?;
-        if parts.iter().any(|p| p.format != first.format || p.cols != first.cols) {
+        if parts.iter().any(|p| p.cols != first.cols) {
             return None;
         }
-        let mut data = Vec::with_capacity(parts.iter().map(|p| p.data.len()).sum());
-        parts.iter().for_each(|p| data.extend_from_slice(&p.data));
-        Some(PackedMatrix { format: first.format, rows: parts.iter().map(|p| p.rows).sum(), cols: first.cols, data })
+        let mut out = PackedMatrix { rows: 0, cols: first.cols, parts: Vec::new() };
+        for p in parts.iter().flat_map(|m| &m.parts) {
+            out.push(p.format, p.rows, &p.data);
+        }
+        Some(out)
     }
 }
 
@@ -177,5 +261,7 @@ pub(crate) fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
+#[cfg(test)]
+mod ktests;
 #[cfg(test)]
 mod tests;

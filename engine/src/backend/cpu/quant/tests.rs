@@ -78,7 +78,7 @@ fn simd_kernels_equal_the_scalar_kernel() {
         let (mut p, _) = pack(&random(&mut rng, n * k, 2.0), n, k, dtype);
         if dtype == GgmlDType::Q8_0 {
             // -128 is a valid stored value (llama.cpp never writes it, a file may): |w| = 128 must not saturate.
-            p.data.iter_mut().skip(2).step_by(34).for_each(|b| *b = 0x80);
+            p.parts[0].data.iter_mut().skip(2).step_by(34).for_each(|b| *b = 0x80);
         }
         let x = random(&mut rng, m * k, 1.0);
         let acts = QuantActs::new(&x, m, k);
@@ -91,7 +91,7 @@ fn simd_kernels_equal_the_scalar_kernel() {
             for i in 0..m {
                 for j in 0..n {
                     let mut mag = 0f64;
-                    for (b, blk) in p.row(j).chunks_exact(p.format().block_bytes()).enumerate() {
+                    for (b, blk) in p.row(j).1.chunks_exact(p.format().block_bytes()).enumerate() {
                         let (isum, d, mn) = dot::block_isum(p.format(), blk, &acts.q[i * k + b * BLOCK..]);
                         mag += (d as f64 * acts.d[i * (k / BLOCK) + b] as f64 * isum as f64).abs()
                             + (mn as f64 * acts.s[i * (k / BLOCK) + b] as f64).abs();
@@ -115,8 +115,8 @@ fn rows_permute_and_stack_as_blocks() {
     let sel = a.select_rows(&[2, 0, 3, 1]);
     let want: Vec<f32> = [2, 0, 3, 1].iter().flat_map(|&r| da[r * 64..(r + 1) * 64].to_vec()).collect();
     assert_eq!(sel.dequantize(), want);
-    let (c, _) = pack(&random(&mut rng, 64, 1.0), 1, 64, GgmlDType::Q8_0);
-    assert!(PackedMatrix::cat_rows(&[&a, &c]).is_none(), "formats must not mix");
+    let (c, _) = pack(&random(&mut rng, 2 * 32, 1.0), 2, 32, GgmlDType::Q8_0);
+    assert!(PackedMatrix::cat_rows(&[&a, &c]).is_none(), "widths must not mix");
 }
 
 #[test]
