@@ -151,11 +151,15 @@ INLINE uint moe_tile_rows(GLOBAL const uint* sorted, uint tile, uint k, uint x_d
     return real;
 }
 
-// The end of moe_matmul_*: each row's sum over the sub-group (every lane takes part), stored for the real rows.
-INLINE void moe_store_rows(const float* acc, uint real, GLOBAL float* out, uint tile, uint n, uint j) {
+// The end of moe_matmul_*: each real row's sum over the sub-group (every lane takes part: nr is the same for the
+// whole tile), stored for the real rows. Rows at or past nr hold nothing, so a decode tile of one pair pays one
+// reduction, not MOE_TILE_M.
+INLINE void moe_store_rows(const float* acc, uint real, uint nr, GLOBAL float* out, uint tile, uint n, uint j) {
     for (uint r = 0; r < MOE_TILE_M; r++) {
-        float sum = sub_reduce_add(acc[r]);
-        if (sub_lane() == 0 && ((real >> r) & 1u)) out[(ulong)(tile * MOE_TILE_M + r) * n + j] = sum;
+        if (r < nr) {
+            float sum = sub_reduce_add(acc[r]);
+            if (sub_lane() == 0 && ((real >> r) & 1u)) out[(ulong)(tile * MOE_TILE_M + r) * n + j] = sum;
+        }
     }
 }
 
@@ -188,7 +192,7 @@ INLINE void moe_store_rows(const float* acc, uint real, GLOBAL float* out, uint 
                 for (uint r = 0; r < MOE_TILE_M; r++)                                                          \
                     if (r < nr) acc[r] += x[xrow[r] + kk] * wv;                                                \
             }                                                                                                  \
-            moe_store_rows(acc, real, out, tile, n, j);                                                        \
+            moe_store_rows(acc, real, nr, out, tile, n, j);                                                    \
         }                                                                                                      \
     }
 
@@ -197,9 +201,10 @@ MOE_MATMUL(moe_matmul_bf16, ushort, load_bf16)
 MOE_MATMUL(moe_matmul_f16, ushort, load_f16)
 
 // moe_matmul_vec_bf16 / _f16: moe_matmul_* for 16-bit weights with k a multiple of 8: each lane reads 8 weights (16
-// bytes) of the row per step, as matmul_vec does, so a sub-group's step reads whole cache lines, and the loop is
-// unrolled so several steps' loads are in flight (one token reads only its experts: latency, not arithmetic). Same
-// grid.
+// bytes) of a row per step, as matmul_vec does, so a sub-group's step reads whole cache lines, and a sub-group walks
+// MOE_VEC_ROWS weight rows at once, so each lane has that many loads in flight per step and each activation load
+// serves them all (one token reads only its experts' weights: the time is memory latency, not arithmetic). Same grid.
+#define MOE_VEC_ROWS 4
 INLINE void moe_matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const uint* sorted,
                            GLOBAL const uint* tile_expert, GLOBAL float* out, uint k, uint n, uint x_div, uint x_rows,
                            uint is_f16) {
@@ -210,24 +215,30 @@ INLINE void moe_matmul_vec(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL
     uint nr;
     uint real = moe_tile_rows(sorted, tile, k, x_div, x_rows, xrow, &nr);
     GLOBAL const ushort* we = w + (ulong)e * n * k;
-    for (uint c = sub_id(); c < GEMV_COLS; c += num_subs()) {
+    for (uint c = sub_id() * MOE_VEC_ROWS; c < GEMV_COLS; c += num_subs() * MOE_VEC_ROWS) {
         uint j = group_id(0) * GEMV_COLS + c;
-        if (j >= n) break;
-        float acc[MOE_TILE_M];
-        for (uint r = 0; r < MOE_TILE_M; r++) acc[r] = 0.0f;
-        ulong wrow = (ulong)j * k;
-#pragma unroll 4
+        if (j >= n) break;  // uniform per sub-group
+        ulong wrow[MOE_VEC_ROWS];
+        float acc[MOE_VEC_ROWS][MOE_TILE_M];
+        for (uint q = 0; q < MOE_VEC_ROWS; q++) {
+            wrow[q] = (ulong)min(j + q, n - 1) * k;  // rows past n re-read the last row and store nothing
+            for (uint r = 0; r < MOE_TILE_M; r++) acc[q][r] = 0.0f;
+        }
+#pragma unroll 2
         for (uint kk = sub_lane() * 8; kk < k; kk += sub_size() * 8) {
-            f32x8 a = is_f16 ? load8_f16(we, wrow + kk) : load8_bf16(we, wrow + kk);
+            f32x8 a[MOE_VEC_ROWS];
+            for (uint q = 0; q < MOE_VEC_ROWS; q++)
+                a[q] = is_f16 ? load8_f16(we, wrow[q] + kk) : load8_bf16(we, wrow[q] + kk);
             for (uint r = 0; r < MOE_TILE_M; r++) {
                 if (r < nr) {
                     float4 x0 = load4a_f32(x, xrow[r] + kk);
                     float4 x1 = load4a_f32(x, xrow[r] + kk + 4);
-                    acc[r] += dot8(a, x0, x1);
+                    for (uint q = 0; q < MOE_VEC_ROWS; q++) acc[q][r] += dot8(a[q], x0, x1);
                 }
             }
         }
-        moe_store_rows(acc, real, out, tile, n, j);
+        for (uint q = 0; q < MOE_VEC_ROWS; q++)
+            if (j + q < n) moe_store_rows(acc[q], real, nr, out, tile, n, j + q);
     }
 }
 
