@@ -266,7 +266,8 @@ fn greedy_run(r: &mut dyn StepRunner, g: &Golden, p: &Prompt, bs: usize) -> (Vec
 /// (sliding-window and global layers, so both cache groups) loaded in bf16 give the CPU backend's bf16-weight run
 /// (f32 cache and activations) greedy tokens up to its first step whose top two are within 1 nat, and first-token
 /// log-probs within 1 nat: these tiny models' large logits make the 16-bit rounding move log-probs by up to ~0.6
-/// (measured; a cache or activation of garbage moves them by tens, and a token flips only below a 0.5 margin).
+/// (measured; a cache or activation of garbage moves them by tens, and a token flips only below a 0.5 margin). (The
+/// CPU's bf16 run keeps a bf16 cache too since its `auto` became the compute dtype, issue #27.)
 #[test]
 fn opencl_bf16_cache_and_activations_match_the_cpu_bf16_run() {
     use rserve_engine::backend::WeightDType;
@@ -305,6 +306,56 @@ fn opencl_bf16_cache_and_activations_match_the_cpu_bf16_run() {
             }
         }
         assert!(compared >= 2 * g.prompts.len(), "{name}: only {compared} confident steps compared");
+    }
+}
+
+/// `--dtype bfloat16` on the CPU: bf16 weights multiplied as bf16 (`matmul16`) and the KV cache in bf16 (`auto`, the
+/// compute dtype), or in f16 (`--kv-cache-dtype float16`), against the CPU's f32 run (transformers' precision): the
+/// tiny Qwen3 and Gemma 3 (both KV cache groups) give its greedy tokens up to the first step whose top two are within
+/// 1 nat, and first-token log-probs within 1 nat. Rounding the weights to bf16 moves these large-logit tiny models'
+/// log-probs by up to ~0.6 (the reasoning and measurement of the OpenCL bf16 test above); a garbage cache or weight
+/// moves them by tens.
+#[test]
+fn cpu_bf16_weights_and_16_bit_cache_match_the_cpu_f32_run() {
+    use rserve_engine::backend::WeightDType;
+    for name in ["qwen3", "gemma3"] {
+        let f32_golden = golden(name);
+        let bf16 = golden(name);
+        let folder = tiny_folder(
+            &serde_json::from_str::<Value>(
+                &std::fs::read_to_string(common::fixture(&format!("golden/tiny/{name}.json"))).unwrap(),
+            )
+            .unwrap(),
+        );
+        let resolved =
+            resolve_model(folder.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
+        let weights = rserve_engine::weights::load(&resolved, &bf16.params, DType::BF16).unwrap();
+        let g = Golden { weights, ..bf16 };
+        let blocks = g.num_blocks(16);
+        let mut reference =
+            ModelRunner::new(CpuBackend::new(), &f32_golden.params, &f32_golden.weights, blocks, 16).unwrap();
+        for kv in [None, Some(WeightDType::F16)] {
+            let backend = CpuBackend::new().with_kv_cache_dtype(kv);
+            assert_eq!(backend.kv_cache_dtype(WeightDType::BF16), kv.unwrap_or(WeightDType::BF16));
+            let mut half = ModelRunner::new(backend, &g.params, &g.weights, blocks, 16).unwrap();
+            let mut compared = 0;
+            for p in &g.prompts {
+                let (want, margins, want_lp) = greedy_run(&mut reference, &f32_golden, p, 16);
+                let (got, _, got_lp) = greedy_run(&mut half, &g, p, 16);
+                for &(id, _) in &p.top20 {
+                    let d = (got_lp[id] - want_lp[id]).abs();
+                    assert!(d < 1.0, "{name} {} (KV {kv:?}): first-token logprob of {id} differs by {d}", p.name);
+                }
+                for step in 0..STEPS {
+                    if margins[step] < 1.0 {
+                        break;
+                    }
+                    assert_eq!(got[step], want[step], "{name} {} (KV {kv:?}): step {step}", p.name);
+                    compared += 1;
+                }
+            }
+            assert!(compared >= 2 * g.prompts.len(), "{name}: only {compared} confident steps compared");
+        }
     }
 }
 

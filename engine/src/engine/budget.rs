@@ -42,9 +42,39 @@ impl KvBudget {
     }
 }
 
-/// Sizes the cache. Errors name the numbers and the flag to change.
+/// Sizes the cache. Errors name the numbers and the flag to change. On the CPU (`device_memory` None) the host's
+/// available memory is measured now: `plan_with_host` takes it measured before the weights were loaded.
 #[allow(clippy::too_many_arguments)] // each is one independent input of the budget rule
 pub fn plan(
+    p: &ModelParams,
+    kv_elem_bytes: usize,
+    block_size: usize,
+    requested_len: Option<usize>,
+    kv_cache_memory_bytes: Option<u64>,
+    utilization: f64,
+    weights_bytes: u64,
+    device_memory: Option<u64>,
+    max_num_batched_tokens: usize,
+) -> Result<KvBudget> {
+    let host = device_memory.is_none().then(host_available_bytes).flatten();
+    plan_with_host(
+        host,
+        p,
+        kv_elem_bytes,
+        block_size,
+        requested_len,
+        kv_cache_memory_bytes,
+        utilization,
+        weights_bytes,
+        device_memory,
+        max_num_batched_tokens,
+    )
+}
+
+/// `plan` with the host's available memory `host_available` (None: unknown, twice vLLM's 4 GiB CPU default).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_with_host(
+    host_available: Option<u64>,
     p: &ModelParams,
     kv_elem_bytes: usize,
     block_size: usize,
@@ -81,7 +111,7 @@ pub fn plan(
     let pool = match (kv_cache_memory_bytes, device_memory) {
         (Some(_), _) => MemoryPool::Device(0),
         (None, Some(total)) => MemoryPool::Device(total),
-        (None, None) => MemoryPool::Host(host_available_bytes().unwrap_or(CPU_DEFAULT_KV_BYTES * 2)),
+        (None, None) => MemoryPool::Host(host_available.unwrap_or(CPU_DEFAULT_KV_BYTES * 2)),
     };
     let kv_bytes = memory::kv_budget_bytes(pool, utilization, weights_bytes, activations, kv_cache_memory_bytes);
     let per_token = memory::kv_bytes_per_token(&shape, kv_elem_bytes) as usize;

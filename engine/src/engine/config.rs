@@ -41,6 +41,26 @@ impl DTypeArg {
     }
 }
 
+/// The CPU compute threads by default: one per physical core of the cores this process may use (the logical CPUs
+/// divided by the hardware threads per core that Linux reports for cpu0; all logical CPUs where it does not).
+pub fn default_cpu_threads() -> usize {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let smt = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list")
+        .ok()
+        .map(|list| {
+            list.trim()
+                .split(',')
+                .map(|r| match r.split_once('-') {
+                    Some((a, b)) => b.parse::<usize>().unwrap_or(0).saturating_sub(a.parse().unwrap_or(0)) + 1,
+                    None => 1,
+                })
+                .sum::<usize>()
+        })
+        .unwrap_or(1)
+        .max(1);
+    (logical / smt).max(1)
+}
+
 /// How to load and run the model. Defaults mirror `vllm serve`.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -57,7 +77,8 @@ pub struct EngineConfig {
     pub gpu_memory_utilization: f64,
     /// Exact KV cache size in bytes; overrides the utilization-based budget.
     pub kv_cache_memory_bytes: Option<u64>,
-    /// "auto" only for now (the compute dtype).
+    /// `--kv-cache-dtype`: "auto" (the compute dtype), or bfloat16 / float16 / float32 (`kv_cache_dtype_choice`;
+    /// other than the compute dtype only on the CPU backend).
     pub kv_cache_dtype: String,
     pub max_num_seqs: usize,
     /// None: the scheduler's default (`rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS`).
@@ -87,8 +108,8 @@ pub struct EngineConfig {
     pub pipeline_parallel_size: usize,
     /// This engine's index among the data-parallel replicas of one server (`-dp`; vLLM's `engine` metrics label).
     pub data_parallel_rank: usize,
-    /// Threads of this engine's CPU compute pool (rayon); None: the process-wide pool (every core). Set per replica
-    /// when `-dp` splits the cores (`engine::replicas`).
+    /// Threads of this engine's CPU compute pool (rayon; `--cpu-threads`); None: one per physical core
+    /// (`default_cpu_threads`). Set per replica when `-dp` splits the cores (`engine::replicas`).
     pub cpu_threads: Option<usize>,
     /// `--enable-expert-parallel`: each TP rank holds whole experts (a 1/tp share) instead of a slice of each.
     pub enable_expert_parallel: bool,
@@ -178,6 +199,22 @@ impl EngineConfig {
             download_dir: None,
             hf_token: None,
             max_logprobs: Some(20),
+        }
+    }
+
+    /// `--kv-cache-dtype` as an element type; None: `auto`. fp8 and unknown names are refused.
+    pub fn kv_cache_dtype_choice(&self) -> crate::Result<Option<crate::backend::WeightDType>> {
+        use crate::backend::WeightDType;
+        use crate::plan::{DTypeChoice, Precision};
+        match DTypeChoice::parse_kv_dtype(&self.kv_cache_dtype)? {
+            DTypeChoice::Auto => Ok(None),
+            DTypeChoice::Fixed(Precision::Float32) => Ok(Some(WeightDType::F32)),
+            DTypeChoice::Fixed(Precision::BFloat16) => Ok(Some(WeightDType::BF16)),
+            DTypeChoice::Fixed(Precision::Float16) => Ok(Some(WeightDType::F16)),
+            DTypeChoice::Fixed(Precision::Fp8) => Err(crate::EngineError::InvalidArgument(format!(
+                "--kv-cache-dtype {} is not supported yet (supported: auto, bfloat16, float16, float32)",
+                self.kv_cache_dtype
+            ))),
         }
     }
 

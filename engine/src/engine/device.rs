@@ -29,13 +29,18 @@ impl Device {
                     other => other,
                 })
             }
-            "cpu" => Ok(Device::Cpu(CpuBackend::with_packed_weights(cfg.cpu_packed_weights))),
-            "auto" => Self::select("auto").map(|d| match d {
-                Device::Cpu(_) => Device::Cpu(CpuBackend::with_packed_weights(cfg.cpu_packed_weights)),
-                other => other,
-            }),
+            "cpu" => Ok(Device::Cpu(Self::cpu_for(cfg)?)),
+            "auto" => match Self::select("auto")? {
+                Device::Cpu(_) => Ok(Device::Cpu(Self::cpu_for(cfg)?)),
+                other => Ok(other),
+            },
             name => Self::select(name),
         }
+    }
+
+    /// The CPU backend with `--cpu-packed-weights` and `--kv-cache-dtype`.
+    fn cpu_for(cfg: &super::config::EngineConfig) -> Result<CpuBackend> {
+        Ok(CpuBackend::with_packed_weights(cfg.cpu_packed_weights).with_kv_cache_dtype(cfg.kv_cache_dtype_choice()?))
     }
 
     /// Resolves `--device` (auto: a Level Zero GPU if one is found, else the CPU).

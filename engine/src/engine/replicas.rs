@@ -88,7 +88,7 @@ pub fn assign(cfg: &EngineConfig, n: usize, cores: usize, opencl: &[usize]) -> R
                 c.opencl_device = opencl.get(i).copied();
             }
             if cfg.device == "cpu" {
-                c.cpu_threads = Some((cores / n).max(1));
+                c.cpu_threads = Some((cfg.cpu_threads.unwrap_or(cores) / n).max(1));
             }
             // Replicas on one host (or one shared device) budget from the same memory: each takes its share.
             if shares_host && cfg.kv_cache_memory_bytes.is_none() {

@@ -117,16 +117,19 @@ fn sampling_params(v: &serde_json::Map<String, serde_json::Value>) -> SamplingPa
 
 /// Loads the model and starts the engine thread. Blocking; returns once requests can be submitted.
 pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
-    // A replica's CPU work (weights upload, every step) runs on its own share of the cores (`-dp` on the CPU).
-    let pool = match cfg.cpu_threads {
-        Some(n) => Some(Arc::new(
+    // The engine's CPU work (weights upload, every step) runs on `--cpu-threads` threads, one per physical core by
+    // default (a core's second hardware thread shares its FMA units and cache: it only adds contention), or on a
+    // replica's share of the cores (`-dp` on the CPU). The process-wide pool serves when it already has that size.
+    let threads = cfg.cpu_threads.unwrap_or_else(super::config::default_cpu_threads);
+    let pool = match threads {
+        n if cfg.cpu_threads.is_none() && n == rayon::current_num_threads() => None,
+        n => Some(Arc::new(
             rayon::ThreadPoolBuilder::new()
                 .num_threads(n)
                 .thread_name(move |i| format!("rserve-cpu-{i}"))
                 .build()
                 .map_err(|e| EngineError::Backend(format!("cannot start {n} CPU compute threads: {e}")))?,
         )),
-        None => None,
     };
     match &pool {
         Some(p) => p.install(|| start_in(cfg, pool.clone())),
@@ -142,12 +145,13 @@ fn start_in(cfg: EngineConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Result<E
     let phase = super::phase::Phase::start("Device ready");
     let device = Device::select_for(&cfg)?;
     phase.done(&cfg.device);
-    if cfg.kv_cache_dtype != "auto" {
-        return Err(EngineError::InvalidArgument(format!(
-            "--kv-cache-dtype {} is not supported yet (supported: auto)",
-            cfg.kv_cache_dtype
-        )));
-    }
+    let kv_choice = cfg.kv_cache_dtype_choice()?;
+    // On the CPU the KV budget is the host memory available before the weights take their share of it (as
+    // `rserve plan` counts it); measured after loading, the weights would be subtracted twice.
+    let host_available = match device.memory_bytes() {
+        None if cfg.kv_cache_memory_bytes.is_none() => budget::host_available_bytes(),
+        _ => None,
+    };
     let t0 = Instant::now();
     let opts = cfg.resolve_options();
     let resolved = match cfg.load_format.as_str() {
@@ -158,6 +162,15 @@ fn start_in(cfg: EngineConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Result<E
     distributed::check_split(&params, &cfg)?;
     let gguf = matches!(resolved, ResolvedModel::Gguf(_));
     let dtype = cfg.dtype.resolve(device.is_host(), gguf, params.torch_dtype.as_deref());
+    let compute = crate::backend::WeightDType::from_candle(dtype).unwrap_or(crate::backend::WeightDType::F32);
+    if let Some(kv) = kv_choice.filter(|&kv| kv != device.kv_cache_dtype(compute)) {
+        return Err(EngineError::InvalidArgument(format!(
+            "--kv-cache-dtype {} is not supported on {} with --dtype {}: its KV cache is the compute dtype (auto)",
+            kv.as_str(),
+            device.name(),
+            compute.as_str()
+        )));
+    }
     tracing::info!(
         "Resolved model {} -> {} ({:?}, {} layers, hidden {}, {} heads / {} KV heads), dtype={}",
         cfg.model,
@@ -203,7 +216,8 @@ fn start_in(cfg: EngineConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Result<E
         _ => weights_bytes,
     };
     let kv_dtype = device.kv_cache_dtype(weights.compute_dtype());
-    let plan = budget::plan(
+    let plan = budget::plan_with_host(
+        host_available,
         &params,
         kv_dtype.size_in_bytes(),
         cfg.block_size,

@@ -97,11 +97,12 @@ pub fn resolve_dtype(choice: DTypeChoice, shape: &ModelShape, host: bool) -> (Pr
     }
 }
 
-/// The KV cache's precision: `auto` is the compute dtype, except on the CPU backend whose cache is float32.
+/// The KV cache's precision: `auto` is the compute dtype on every backend (on the CPU float32 unless `--dtype` asks
+/// for 16 bits), as the server's `Backend::kv_cache_dtype`.
 pub fn resolve_kv_dtype(choice: DTypeChoice, compute: Precision, host: bool) -> (Precision, String) {
     match choice {
         DTypeChoice::Fixed(p) => (p, "--kv-cache-dtype".into()),
-        DTypeChoice::Auto if host => (Precision::Float32, "auto: the CPU backend's cache is float32".into()),
+        DTypeChoice::Auto if host => (compute, "auto: the compute dtype (the CPU backend's)".into()),
         DTypeChoice::Auto => (compute, "auto: the compute dtype".into()),
     }
 }

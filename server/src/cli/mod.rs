@@ -186,7 +186,8 @@ pub struct CacheArgs {
     /// Turn prefix caching off (also --disable-prefix-caching).
     #[arg(long, overrides_with = "enable_prefix_caching", alias = "disable-prefix-caching")]
     pub no_enable_prefix_caching: bool,
-    /// KV cache dtype: only "auto" (the compute dtype) for now.
+    /// KV cache dtype: auto (the compute dtype), bfloat16, float16 or float32; one other than the compute dtype on
+    /// the CPU only (keys and values stored in 16 bits, widened as attention reads them).
     #[arg(long, default_value = "auto")]
     pub kv_cache_dtype: String,
 }
@@ -263,6 +264,9 @@ pub struct DeviceArgs {
     /// against activations quantized to 8 bits per 32 values (faster decode, less memory; log-probs move by ~0.1).
     #[arg(long)]
     pub cpu_packed_weights: bool,
+    /// On the CPU: threads of the compute pool (matmuls, attention, elementwise ops). Default: one per physical core.
+    #[arg(long, value_name = "N")]
+    pub cpu_threads: Option<usize>,
     /// Weights: auto, safetensors or gguf (the checkpoint's files) or dummy (random weights of the config's shapes,
     /// for benchmarks).
     #[arg(long, default_value = "auto")]
@@ -459,7 +463,7 @@ pub enum CliError {
          already have; use --distributed-executor-backend mpi (the default) and start: {1}"
     )]
     ExecutorBackend(String, String),
-    #[error("--kv-cache-dtype {0} is not supported yet; only auto (the model's compute dtype)")]
+    #[error("--kv-cache-dtype {0} is not supported; use auto (the model's compute dtype), bfloat16, float16 or float32")]
     KvCacheDtype(String),
     #[error("--device {0} is not supported yet; use auto, cpu, opencl, cuda[:N] or level-zero[:N]")]
     Device(String),
@@ -564,8 +568,14 @@ impl EngineArgs {
             }
         }
         let c = &self.cache;
-        if c.kv_cache_dtype != "auto" {
+        if !matches!(
+            c.kv_cache_dtype.as_str(),
+            "auto" | "bfloat16" | "bf16" | "float16" | "half" | "fp16" | "float32" | "float" | "fp32"
+        ) {
             return Err(CliError::KvCacheDtype(c.kv_cache_dtype.clone()));
+        }
+        if self.device.cpu_threads == Some(0) {
+            return Err(CliError::ZeroParallel("cpu-threads"));
         }
         if !matches!(self.device.device.as_str(), "auto" | "cpu" | "opencl" | "cuda" | "level-zero")
             && !self.device.device.starts_with("cuda:")
@@ -618,6 +628,7 @@ impl EngineArgs {
         cfg.opencl_platform = self.device.opencl_platform.clone();
         cfg.opencl_device = self.device.opencl_device;
         cfg.cpu_packed_weights = self.device.cpu_packed_weights;
+        cfg.cpu_threads = self.device.cpu_threads;
         cfg.load_format = self.load_format(model)?;
         cfg.download_dir = self.device.download_dir.clone();
         cfg.hf_token = m.hf_token.clone();

@@ -85,10 +85,21 @@ fn api_key_from_flag() {
 }
 
 #[test]
+fn cpu_threads_and_a_16_bit_kv_cache_reach_the_engine_config() {
+    let s = serve("rserve m --cpu-threads 1 --kv-cache-dtype bfloat16");
+    let cfg = s.engine.engine_config("m", 1).expect("valid");
+    assert_eq!((cfg.cpu_threads, cfg.kv_cache_dtype.as_str()), (Some(1), "bfloat16"));
+    let cfg = serve("rserve m").engine.engine_config("m", 1).expect("valid");
+    assert_eq!((cfg.cpu_threads, cfg.kv_cache_dtype.as_str()), (None, "auto"));
+}
+
+#[test]
 fn unsupported_values_are_start_up_errors() {
     let cases: &[(&str, CliError)] = &[
         ("rserve m -tp 0", CliError::ZeroParallel("tensor-parallel-size")),
         ("rserve m --kv-cache-dtype fp8", CliError::KvCacheDtype("fp8".into())),
+        ("rserve m --kv-cache-dtype int8", CliError::KvCacheDtype("int8".into())),
+        ("rserve m --cpu-threads 0", CliError::ZeroParallel("cpu-threads")),
         ("rserve m --device tpu", CliError::Device("tpu".into())),
         ("rserve m --gpu-memory-utilization 1.5", CliError::MemoryUtilization(1.5)),
         ("rserve m --gpu-memory-utilization 0", CliError::MemoryUtilization(0.0)),

@@ -1,7 +1,9 @@
 //! CPU paged attention: causal attention of each query row over its sequence's cached keys (the cached prefix plus
 //! the current chunk, which `Op::RopeWriteKv` stored), grouped-query aware, with an optional sliding window and
-//! score soft-capping, and attention sinks (gpt-oss).
+//! score soft-capping, and attention sinks (gpt-oss). The cache holds f32, bf16 or f16 values (`KvElem`); 16-bit
+//! keys and values are widened to f32 as they load, and scores and sums stay f32.
 
+use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::be;
@@ -19,14 +21,54 @@ pub(super) struct Shape {
     pub softcap: Option<f32>,
 }
 
+/// An element type of the KV cache: stored from f32 (rounded to nearest even), read back as f32.
+pub(super) trait KvElem: Copy + Send + Sync + 'static {
+    fn from_f32(v: f32) -> Self;
+    fn to_f32(self) -> f32;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+
+impl KvElem for bf16 {
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        // bf16 is the top half of an f32: a shift, which vectorises.
+        f32::from_bits((self.to_bits() as u32) << 16)
+    }
+}
+
+impl KvElem for f16 {
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
+
 /// Per-head sink logits (gpt-oss): each joins its head's softmax as a key with no value.
 pub(super) type Sinks<'a> = Option<&'a [f32]>;
 
 #[allow(clippy::too_many_arguments)]
-pub(super) fn paged_attention(
+pub(super) fn paged_attention<T: KvElem>(
     q: &[f32],
-    k_cache: &[f32],
-    v_cache: &[f32],
+    k_cache: &[T],
+    v_cache: &[T],
     out: &mut [f32],
     s: &Shape,
     sinks: Sinks<'_>,
@@ -69,7 +111,7 @@ pub(super) fn paged_attention(
         let mut scores: Vec<f32> = (lo..=pos)
             .map(|j| {
                 let k = &k_cache[slot(j)..slot(j) + hd];
-                let sc = qv.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * s.scale;
+                let sc = qv.iter().zip(k).map(|(a, b)| a * b.to_f32()).sum::<f32>() * s.scale;
                 s.softcap.map_or(sc, |c| c * (sc / c).tanh())
             })
             .collect();
@@ -84,7 +126,7 @@ pub(super) fn paged_attention(
         for (j, p) in (lo..).zip(&scores) {
             let v = &v_cache[slot(j)..slot(j) + hd];
             let p = p / sum;
-            o.iter_mut().zip(v).for_each(|(o, v)| *o += p * v);
+            o.iter_mut().zip(v).for_each(|(o, v)| *o += p * v.to_f32());
         }
     });
     Ok(())

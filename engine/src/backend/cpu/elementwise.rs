@@ -4,6 +4,7 @@
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
+use super::attention::KvElem;
 use super::{be, CpuBuffer};
 use crate::backend::Activation;
 use crate::error::Result;
@@ -94,15 +95,16 @@ fn rotate(src: &[f32], dst: &mut [f32], cos: &[f32], sin: &[f32]) {
     }
 }
 
-/// `Op::RopeWriteKv`: q roped into `q_out`, k roped and v copied into the paged cache rows `slots[t]`.
+/// `Op::RopeWriteKv`: q roped into `q_out`, k roped and v copied into the paged cache rows `slots[t]` (in the
+/// cache's element type).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn rope_write_kv(
+pub(super) fn rope_write_kv<T: KvElem>(
     qkv: &[f32],
     positions: &[u32],
     inv_freq: &[f32],
     q_out: &mut [f32],
-    k_cache: &mut [f32],
-    v_cache: &mut [f32],
+    k_cache: &mut [T],
+    v_cache: &mut [T],
     slots: &[u32],
     n: usize,
     s: &QkvShape,
@@ -121,6 +123,8 @@ pub(super) fn rope_write_kv(
     if let Some(bad) = slots[..n].iter().find(|&&slot| (slot as usize + 1) * kv_w > cache_len) {
         return Err(be(format!("rope_write_kv: slot {bad} outside the cache")));
     }
+    // One roped key head before it is stored in the cache's type.
+    let mut head = vec![0f32; hd];
     for t in 0..n {
         // Bit 31 of a position selects the second table (LongRoPE's long factors).
         let (pos, table) = ((positions[t] & 0x7fff_ffff) as f32, (positions[t] >> 31) as usize * half);
@@ -135,9 +139,10 @@ pub(super) fn rope_write_kv(
         }
         let at = slots[t] as usize * kv_w;
         for (src, dst) in k.chunks(hd).zip(k_cache[at..at + kv_w].chunks_mut(hd)) {
-            rotate(src, dst, &cos, &sin);
+            rotate(src, &mut head, &cos, &sin);
+            dst.iter_mut().zip(&head).for_each(|(d, &v)| *d = T::from_f32(v));
         }
-        v_cache[at..at + kv_w].copy_from_slice(v);
+        v_cache[at..at + kv_w].iter_mut().zip(v).for_each(|(d, &v)| *d = T::from_f32(v));
     }
     Ok(())
 }

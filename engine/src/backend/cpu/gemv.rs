@@ -1,18 +1,15 @@
-//! Skinny matrix multiply for decode-sized batches: `out[m, n] = x[m, k] . w[n, k]^T` with `m` small.
+//! Skinny matrix multiply for decode-sized batches with f32 weights: `out[m, n] = x[m, k] . w[n, k]^T` with `m`
+//! small (16-bit weights: `matmul16`).
 //!
 //! candle's GEMM packs the whole weight matrix on every call, which costs more than the multiply when `m` is a few
-//! rows; here each weight row is streamed once (converted to f32 when stored as bf16/f16) and dotted with every input
-//! row while it sits in L1. Rows are split across rayon threads. AVX2+FMA is used when the CPU has it (checked at run
+//! rows; here each weight row is streamed once and dotted with every input row while it sits in L1. Rows are split across rayon threads. AVX2+FMA is used when the CPU has it (checked at run
 //! time), with a portable fallback.
 
-use half::{bf16, f16};
 use rayon::prelude::*;
 
 /// A weight matrix's elements, row-major `[n, k]`.
 pub(super) enum WeightRows<'a> {
     F32(&'a [f32]),
-    BF16(&'a [bf16]),
-    F16(&'a [f16]),
 }
 
 /// Largest `m` the skinny path takes; above it the packed GEMM wins.
@@ -21,30 +18,13 @@ pub(super) const MAX_ROWS: usize = 16;
 pub(super) fn gemv(x: &[f32], w: WeightRows<'_>, out: &mut [f32], m: usize, k: usize, n: usize) {
     // Column-major result (one chunk of m values per weight row), transposed into `out` at the end.
     let mut t = vec![0f32; n * m];
-    t.par_chunks_mut(m).enumerate().with_min_len(32).for_each_init(
-        || vec![0f32; k],
-        |row_buf, (j, o)| {
-            let row: &[f32] = match &w {
-                WeightRows::F32(v) => &v[j * k..(j + 1) * k],
-                WeightRows::BF16(v) => {
-                    // bf16 is the top half of an f32: a shift, which vectorises (half's to_f32 does not).
-                    for (d, s) in row_buf.iter_mut().zip(&v[j * k..(j + 1) * k]) {
-                        *d = f32::from_bits((s.to_bits() as u32) << 16);
-                    }
-                    row_buf
-                }
-                WeightRows::F16(v) => {
-                    for (d, s) in row_buf.iter_mut().zip(&v[j * k..(j + 1) * k]) {
-                        *d = s.to_f32();
-                    }
-                    row_buf
-                }
-            };
-            for (i, o) in o.iter_mut().enumerate() {
-                *o = dot(&x[i * k..(i + 1) * k], row);
-            }
-        },
-    );
+    let WeightRows::F32(v) = w;
+    t.par_chunks_mut(m).enumerate().with_min_len(32).for_each(|(j, o)| {
+        let row = &v[j * k..(j + 1) * k];
+        for (i, o) in o.iter_mut().enumerate() {
+            *o = dot(&x[i * k..(i + 1) * k], row);
+        }
+    });
     for j in 0..n {
         for i in 0..m {
             out[i * n + j] = t[j * m + i];
@@ -114,21 +94,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn matches_a_naive_product_for_every_dtype() {
+    fn matches_a_naive_product() {
         let (m, k, n) = (3, 77, 50);
         let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
         let w: Vec<f32> = (0..n * k).map(|i| ((i * 53 % 89) as f32 - 44.0) / 30.0).collect();
         let want: Vec<f32> =
             (0..m * n).map(|o| (0..k).map(|t| x[(o / n) * k + t] * w[(o % n) * k + t]).sum()).collect();
-        let wb: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
-        let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
-        for (weights, tol) in [(WeightRows::F32(&w), 1e-4), (WeightRows::BF16(&wb), 0.2), (WeightRows::F16(&wh), 0.05)]
-        {
-            let mut out = vec![0.0; m * n];
-            gemv(&x, weights, &mut out, m, k, n);
-            for (a, b) in out.iter().zip(&want) {
-                assert!((a - b).abs() <= tol, "{a} vs {b}");
-            }
+        let mut out = vec![0.0; m * n];
+        gemv(&x, WeightRows::F32(&w), &mut out, m, k, n);
+        for (a, b) in out.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-4, "{a} vs {b}");
         }
         assert!((dot_portable(&x[..k], &w[..k]) - dot(&x[..k], &w[..k])).abs() < 1e-4);
     }

@@ -1,14 +1,18 @@
-//! CPU matrix multiply `out = x . w^T (+ bias)`: the skinny path (`gemv`) for decode-sized batches, candle's GEMM
-//! in the weight's dtype for prefill-sized ones; f32 results either way.
+//! CPU matrix multiply `out = x . w^T (+ bias)`, f32 results. A weight is one matrix or a fused projection's parts
+//! stacked by rows (`CpuBuffer::Parts`: each part fills its own columns of `out`, so the parts are never copied into
+//! one matrix). 16-bit weights go through `matmul16` for every batch size; f32 weights through the skinny path
+//! (`gemv`) for decode-sized batches and candle's GEMM for prefill-sized ones.
 
 use candle_core::{DType, Device, Storage, Tensor};
 use half::{bf16, f16};
 
 use super::gemv::{self, WeightRows};
+use super::matmul16::{self, OutCols, Weights16};
 
 use super::be;
 use crate::error::Result;
 
+/// `out = x . w^T (+ bias)` with one weight matrix `w` `[n, k]`.
 pub(super) fn matmul(
     x: &[f32],
     w: &Tensor,
@@ -18,29 +22,32 @@ pub(super) fn matmul(
     k: usize,
     n: usize,
 ) -> Result<()> {
-    if w.dims() != [n, k] {
-        return Err(be(format!("matmul weight is {:?}, op expects [{n}, {k}]", w.dims())));
+    matmul_parts(x, std::slice::from_ref(w), bias, out, m, k, n)
+}
+
+/// `out = x . w^T (+ bias)` with `w` given as row blocks (`[n_i, k]`, summing to `n` rows).
+pub(super) fn matmul_parts(
+    x: &[f32],
+    parts: &[Tensor],
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<()> {
+    let rows: usize = parts.iter().map(|w| w.dims().first().copied().unwrap_or(0)).sum();
+    if rows != n || parts.iter().any(|w| w.rank() != 2 || w.dims()[1] != k) {
+        let dims: Vec<_> = parts.iter().map(|w| w.dims().to_vec()).collect();
+        return Err(be(format!("matmul weight is {dims:?}, op expects [{n}, {k}]")));
     }
     if x.len() < m * k || out.len() < m * n {
         return Err(be(format!("matmul buffers too small for [{m}, {k}] x [{k}, {n}]")));
     }
-    if m <= gemv::MAX_ROWS && w.is_contiguous() {
-        let (storage, layout) = w.storage_and_layout();
-        let Storage::Cpu(cpu) = &*storage else { return Err(be("weight is not in host memory")) };
-        let off = layout.start_offset();
-        let rows = match w.dtype() {
-            DType::F32 => WeightRows::F32(&cpu.as_slice::<f32>()?[off..off + n * k]),
-            DType::BF16 => WeightRows::BF16(&cpu.as_slice::<bf16>()?[off..off + n * k]),
-            DType::F16 => WeightRows::F16(&cpu.as_slice::<f16>()?[off..off + n * k]),
-            other => return Err(be(format!("unsupported weight dtype {other:?}"))),
-        };
-        gemv::gemv(&x[..m * k], rows, &mut out[..m * n], m, k, n);
-    } else {
-        let xt = Tensor::from_slice(&x[..m * k], (m, k), &Device::Cpu)?;
-        let xt = if w.dtype() == DType::F32 { xt } else { xt.to_dtype(w.dtype())? };
-        let y = xt.matmul(&w.t()?)?.to_dtype(DType::F32)?;
-        let y = y.flatten_all()?.to_vec1::<f32>()?;
-        out[..m * n].copy_from_slice(&y);
+    let mut col0 = 0;
+    for w in parts {
+        let np = w.dims()[0];
+        part(&x[..m * k], w, &mut out[..m * n], m, k, (np, n, col0))?;
+        col0 += np;
     }
     if let Some(b) = bias {
         if b.len() < n {
@@ -48,6 +55,67 @@ pub(super) fn matmul(
         }
         for row in out[..m * n].chunks_mut(n) {
             row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+        }
+    }
+    Ok(())
+}
+
+/// One part `w` (`[np, k]`) into columns `col0..col0 + np` of `out` (rows of `ldo` values).
+fn part(
+    x: &[f32],
+    w: &Tensor,
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    (np, ldo, col0): (usize, usize, usize),
+) -> Result<()> {
+    let w = if w.is_contiguous() { w.clone() } else { w.contiguous()? };
+    let (storage, layout) = w.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else { return Err(be("weight is not in host memory")) };
+    let off = layout.start_offset();
+    match w.dtype() {
+        DType::BF16 => {
+            let v = cpu.as_slice::<bf16>()?;
+            matmul16::matmul16(
+                x,
+                Weights16::Bf16(&bytemuck::cast_slice(v)[off..off + np * k]),
+                OutCols { out: &mut *out, ldo, col0 },
+                m,
+                k,
+                np,
+            );
+            return Ok(());
+        }
+        DType::F16 => {
+            let v = cpu.as_slice::<f16>()?;
+            matmul16::matmul16(
+                x,
+                Weights16::F16(&bytemuck::cast_slice(v)[off..off + np * k]),
+                OutCols { out: &mut *out, ldo, col0 },
+                m,
+                k,
+                np,
+            );
+            return Ok(());
+        }
+        DType::F32 => {}
+        other => return Err(be(format!("unsupported weight dtype {other:?}"))),
+    }
+    // f32 weights: into a dense [m, np] result, then into the part's columns when it is not the whole output.
+    let whole = np == ldo;
+    let mut tmp = if whole { Vec::new() } else { vec![0f32; m * np] };
+    let y: &mut [f32] = if whole { &mut out[..m * np] } else { &mut tmp };
+    if m <= gemv::MAX_ROWS {
+        let rows = WeightRows::F32(&cpu.as_slice::<f32>()?[off..off + np * k]);
+        gemv::gemv(x, rows, y, m, k, np);
+    } else {
+        let xt = Tensor::from_slice(x, (m, k), &Device::Cpu)?;
+        let r = xt.matmul(&w.t()?)?.flatten_all()?.to_vec1::<f32>()?;
+        y.copy_from_slice(&r);
+    }
+    if !whole {
+        for (i, row) in tmp.chunks(np).enumerate() {
+            out[i * ldo + col0..i * ldo + col0 + np].copy_from_slice(row);
         }
     }
     Ok(())

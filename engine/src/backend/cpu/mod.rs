@@ -1,23 +1,28 @@
 //! The CPU backend: the reference implementation of every `Op`, on host memory.
 //!
-//! Activations and the KV cache are f32 vectors behind `RefCell` (ops write through shared references, like device
-//! memory); 2-D weights stay candle tensors in their dtype so matrix multiplies go through candle's GEMM; 1-D weights
-//! (norms, biases) are kept as f32. Elementwise ops and attention are parallelised with rayon. Weights loaded from a
-//! GGUF file in `Q8_0`, `Q4_0` or `Q4_1` stay in their block layout and multiply with integer dot products (`quant`).
+//! Activations are f32 vectors behind `RefCell` (ops write through shared references, like device memory); the KV
+//! cache is f32, bf16 or f16 (`--kv-cache-dtype`; `auto`: the compute dtype). 2-D weights stay candle tensors in
+//! their dtype: 16-bit ones multiply through `matmul16` (widened in registers), f32 ones through `gemv` or candle's
+//! GEMM; a fused projection keeps its parts (`CpuBuffer::Parts`) rather than a stacked copy. 1-D weights (norms,
+//! biases) are kept as f32. Matmuls, elementwise ops and attention are parallelised with rayon (the pool
+//! `--cpu-threads` sizes). Weights loaded from a GGUF file in `Q8_0`, `Q4_0` or `Q4_1` stay in their block layout and
+//! multiply with integer dot products (`quant`).
 
 mod attention;
 mod elementwise;
 mod gemv;
 mod matmul;
+mod matmul16;
 mod moe;
 pub mod quant;
 
 use std::cell::{Ref, RefCell, RefMut};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::{DType, Tensor};
+use half::{bf16, f16};
 
-use super::{Backend, Op};
+use super::{Backend, Op, WeightDType};
 use crate::error::{EngineError, Result};
 
 /// A host allocation of the CPU backend.
@@ -28,6 +33,12 @@ pub enum CpuBuffer {
     U32(RefCell<Vec<u32>>),
     /// A 2-D weight matrix `[rows, cols]` in its weight dtype.
     Matrix(Tensor),
+    /// A fused projection: 2-D parts stacked by rows, each kept where the loader put it (no stacked copy, so the
+    /// model's peak memory at load is its weights, not weights plus fused copies).
+    Parts(StackedRows),
+    /// A 16-bit KV cache.
+    Bf16(RefCell<Vec<bf16>>),
+    F16(RefCell<Vec<f16>>),
     /// A 2-D weight matrix kept in a GGUF block format.
     Packed(Arc<quant::PackedMatrix>),
 }
@@ -64,20 +75,68 @@ impl CpuBuffer {
     pub(crate) fn matrix(&self) -> Result<&Tensor> {
         match self {
             CpuBuffer::Matrix(t) => Ok(t),
+            CpuBuffer::Parts(p) => p.joined(),
             _ => Err(be("expected a weight matrix")),
         }
     }
+
+    /// A weight's row blocks: one matrix, or a fused projection's parts.
+    fn row_parts(&self) -> Result<&[Tensor]> {
+        match self {
+            CpuBuffer::Matrix(t) => Ok(std::slice::from_ref(t)),
+            CpuBuffer::Parts(p) => Ok(&p.parts),
+            _ => Err(be("expected a weight matrix")),
+        }
+    }
+}
+
+/// 2-D parts stacked by rows.
+#[derive(Debug)]
+pub struct StackedRows {
+    parts: Vec<Tensor>,
+    /// The stacked matrix, made on first use by an op that needs one matrix (routed experts).
+    joined: OnceLock<Tensor>,
+}
+
+impl StackedRows {
+    fn joined(&self) -> Result<&Tensor> {
+        if let Some(t) = self.joined.get() {
+            return Ok(t);
+        }
+        let t = Tensor::cat(&self.parts, 0)?;
+        Ok(self.joined.get_or_init(|| t))
+    }
+}
+
+/// `len` zero values of a 16-bit type, from zeroed memory: pages are committed only as the cache fills, as for
+/// `vec![0f32; n]` (an explicit fill would make the whole KV budget resident at start-up).
+fn zeroed_16<T: bytemuck::Pod>(len: usize) -> Vec<T> {
+    assert!(std::mem::size_of::<T>() == 2 && std::mem::align_of::<T>() == 2, "zeroed_16 is for 16-bit types");
+    let mut v = std::mem::ManuallyDrop::new(vec![0u16; len]);
+    // SAFETY: `T` has the size and alignment of u16 (asserted), so the allocation's layout is the same, and zero bits
+    // are a valid `T` (`Pod`); the u16 vector is not dropped, its allocation now belongs to the returned one.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<T>(), v.len(), v.capacity()) }
+}
+
+fn borrow<T>(c: &RefCell<Vec<T>>) -> Result<Ref<'_, Vec<T>>> {
+    c.try_borrow().map_err(|_| be("KV cache buffer is being written"))
+}
+
+fn borrow_mut<T>(c: &RefCell<Vec<T>>) -> Result<RefMut<'_, Vec<T>>> {
+    c.try_borrow_mut().map_err(|_| be("KV cache buffer is aliased by another argument"))
 }
 
 pub(crate) fn be(msg: impl Into<String>) -> EngineError {
     EngineError::Backend(msg.into())
 }
 
-/// The CPU backend (rayon's global pool does the threading).
+/// The CPU backend (the rayon pool it runs in does the threading: the engine's `--cpu-threads` pool).
 #[derive(Debug, Clone)]
 pub struct CpuBackend {
     /// Keep weights that have a packed twin (`quant::lookup`) packed.
     packed: bool,
+    /// `--kv-cache-dtype` when not `auto` (None: the compute dtype).
+    kv_dtype: Option<WeightDType>,
 }
 
 impl Default for CpuBackend {
@@ -85,7 +144,7 @@ impl Default for CpuBackend {
     /// (`with_packed_weights`): the packed path quantizes activations, so its logits differ from the f32 reference
     /// the golden tests hold the CPU backend to.
     fn default() -> Self {
-        CpuBackend { packed: false }
+        CpuBackend { packed: false, kv_dtype: None }
     }
 }
 
@@ -97,7 +156,13 @@ impl CpuBackend {
     /// A backend that keeps GGUF `Q8_0` / `Q4_0` / `Q4_1` weights packed (`packed`) or multiplies every weight in
     /// its dequantized type (the reference).
     pub fn with_packed_weights(packed: bool) -> Self {
-        CpuBackend { packed }
+        CpuBackend { packed, kv_dtype: None }
+    }
+
+    /// This backend with its KV cache in `dtype` whatever the compute dtype (`--kv-cache-dtype`); None: `auto`.
+    pub fn with_kv_cache_dtype(mut self, dtype: Option<WeightDType>) -> Self {
+        self.kv_dtype = dtype;
+        self
     }
 
     fn packed_twin(&self, t: &Tensor) -> Option<Arc<quant::PackedMatrix>> {
@@ -132,7 +197,26 @@ impl Backend for CpuBackend {
         {
             return Ok(CpuBuffer::Packed(Arc::new(p)));
         }
+        // A dense model's fused projections (q/k/v, gate/up) keep their parts; the many experts of a mixture are
+        // stacked once (their op takes one matrix).
+        if parts.len() <= 3 && parts.iter().all(|t| t.rank() == 2) {
+            let parts = parts.iter().map(|t| t.contiguous()).collect::<candle_core::Result<Vec<_>>>()?;
+            return Ok(CpuBuffer::Parts(StackedRows { parts, joined: OnceLock::new() }));
+        }
         self.upload_weight(&Tensor::cat(parts, 0)?)
+    }
+
+    fn kv_cache_dtype(&self, compute: WeightDType) -> WeightDType {
+        // vLLM's `auto`: the compute dtype (f32 unless `--dtype` asks for 16 bits on the CPU).
+        self.kv_dtype.unwrap_or(compute)
+    }
+
+    fn alloc_kv_cache(&self, len: usize, dtype: WeightDType) -> Result<CpuBuffer> {
+        Ok(match dtype {
+            WeightDType::F32 => CpuBuffer::F32(RefCell::new(vec![0.0; len])),
+            WeightDType::BF16 => CpuBuffer::Bf16(RefCell::new(zeroed_16(len))),
+            WeightDType::F16 => CpuBuffer::F16(RefCell::new(zeroed_16(len))),
+        })
     }
 
     fn alloc_f32(&self, len: usize) -> Result<CpuBuffer> {
@@ -187,9 +271,9 @@ impl Backend for CpuBackend {
                         n,
                     );
                 }
-                matmul::matmul(
+                matmul::matmul_parts(
                     &x.f32()?,
-                    w.matrix()?,
+                    w.row_parts()?,
                     bias.as_deref().map(|v| v.as_slice()),
                     &mut out.f32_mut()?,
                     m,
@@ -198,18 +282,21 @@ impl Backend for CpuBackend {
                 )
             }
             Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _, mscale } => {
-                elementwise::rope_write_kv(
-                    &io.qkv.f32()?,
-                    &io.positions.u32()?,
-                    &io.inv_freq.f32()?,
-                    &mut io.q_out.f32_mut()?,
-                    &mut io.k_cache.f32_mut()?,
-                    &mut io.v_cache.f32_mut()?,
-                    &io.slot_mapping.u32()?,
-                    num_tokens,
-                    &elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim },
-                    mscale,
-                )
+                let shape = elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim };
+                let (qkv, pos, inv_freq) = (io.qkv.f32()?, io.positions.u32()?, io.inv_freq.f32()?);
+                let (mut q_out, slots) = (io.q_out.f32_mut()?, io.slot_mapping.u32()?);
+                macro_rules! write {
+                    ($k:expr, $v:expr) => {
+                        elementwise::rope_write_kv(
+                            &qkv, &pos, &inv_freq, &mut q_out, $k, $v, &slots, num_tokens, &shape, mscale,
+                        )
+                    };
+                }
+                match (io.k_cache, io.v_cache) {
+                    (CpuBuffer::Bf16(k), CpuBuffer::Bf16(v)) => write!(&mut borrow_mut(k)?, &mut borrow_mut(v)?),
+                    (CpuBuffer::F16(k), CpuBuffer::F16(v)) => write!(&mut borrow_mut(k)?, &mut borrow_mut(v)?),
+                    (k, v) => write!(&mut k.f32_mut()?, &mut v.f32_mut()?),
+                }
             }
             Op::HeadRmsNorm { qkv, q_weight, k_weight, num_tokens, num_heads, num_kv_heads, head_dim, eps } => {
                 elementwise::head_rms_norm(
@@ -240,22 +327,33 @@ impl Backend for CpuBackend {
                 softcap,
                 sinks,
             } => {
-                let (k, v) = (k_cache.f32()?, v_cache.f32()?);
                 let sinks = sinks.map(|s| s.f32()).transpose()?;
                 let block_elems = (block_size * num_kv_heads * head_dim).max(1);
-                meta.check_op(block_size, k.len().min(v.len()) / block_elems)?;
-                attention::paged_attention(
-                    &q.f32()?,
-                    &k,
-                    &v,
-                    &mut out.f32_mut()?,
-                    &attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap },
-                    sinks.as_ref().map(|s| &s[..]),
-                    meta.host_query_start,
-                    meta.host_context_lens,
-                    meta.host_block_tables,
-                    meta.max_blocks_per_seq,
-                )
+                let shape = attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap };
+                let (q, mut out) = (q.f32()?, out.f32_mut()?);
+                macro_rules! attend {
+                    ($k:expr, $v:expr) => {{
+                        let (k, v) = ($k, $v);
+                        meta.check_op(block_size, k.len().min(v.len()) / block_elems)?;
+                        attention::paged_attention(
+                            &q,
+                            &k,
+                            &v,
+                            &mut out,
+                            &shape,
+                            sinks.as_ref().map(|s| &s[..]),
+                            meta.host_query_start,
+                            meta.host_context_lens,
+                            meta.host_block_tables,
+                            meta.max_blocks_per_seq,
+                        )
+                    }};
+                }
+                match (k_cache, v_cache) {
+                    (CpuBuffer::Bf16(k), CpuBuffer::Bf16(v)) => attend!(borrow(k)?, borrow(v)?),
+                    (CpuBuffer::F16(k), CpuBuffer::F16(v)) => attend!(borrow(k)?, borrow(v)?),
+                    (k, v) => attend!(k.f32()?, v.f32()?),
+                }
             }
             Op::GatherRows { x, rows, out, num_rows, width } => {
                 elementwise::gather_rows(&x.f32()?, &rows.u32()?, &mut out.f32_mut()?, num_rows, width)
