@@ -20,6 +20,11 @@ impl LiveEngine {
         let handle = rserve_engine::engine::start(config)?;
         Ok(Self { handle })
     }
+
+    /// An engine started elsewhere (`-dp` replicas over MPI: `rserve_engine::engine::replicas::start_over_mpi`).
+    pub fn from_handle(handle: EngineHandle) -> Self {
+        Self { handle }
+    }
 }
 
 impl Engine for LiveEngine {

@@ -41,6 +41,10 @@ pub struct PlanArgs {
     /// Evaluate this pipeline-parallel size.
     #[arg(long = "pp", visible_alias = "pipeline-parallel-size")]
     pub pp: Option<usize>,
+    /// Lay out this many data-parallel replicas of the layout (their MPI ranks, nodes and the mpiexec line); default:
+    /// as many as one node holds.
+    #[arg(long = "dp", visible_alias = "data-parallel-size")]
+    pub dp: Option<usize>,
     /// Tokens per KV cache block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -80,6 +84,7 @@ impl PlanArgs {
             device,
             tp: self.tp,
             pp: self.pp,
+            dp: self.dp,
             block_size: self.block_size,
             step: StepShape { max_num_batched_tokens: self.max_num_batched_tokens, max_num_seqs: self.max_num_seqs },
             kv_cache_memory_bytes: self.kv_cache_memory_bytes,

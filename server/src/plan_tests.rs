@@ -78,5 +78,35 @@ fn the_table_shows_the_data_parallel_layout_of_a_node() {
     assert!(text.contains("-dp 12"), "{text}");
     // 405B: a replica spans two nodes.
     let text = parse(&format!("rserve plan {} -tp 8 -pp 2", fixture("llama31_405b"))).render().unwrap();
-    assert!(text.contains("takes 16 devices (2 nodes); one job per replica"), "{text}");
+    assert!(text.contains("takes 16 devices (2 nodes); -dp N runs N of them as one job of N x 16 MPI ranks"), "{text}");
+}
+
+#[test]
+fn dp_with_tp_lays_out_each_replicas_mpi_ranks() {
+    // -dp 2 -tp 2: one job of 4 ranks on one node, replica-major.
+    let text = parse(&format!("rserve plan {} -dp 2 -tp 2", fixture("llama31_8b_instruct"))).render().unwrap();
+    assert!(text.contains("data parallel: 2 replicas of TP=2 x PP=1, 4 devices on 1 node(s)"), "{text}");
+    assert!(text.contains("mpiexec -n 4 "), "{text}");
+    assert!(text.contains("-dp 2 -tp 2\n"), "{text}");
+    assert!(
+        text.contains("replica 0: ranks 0-1 on node 0") && text.contains("replica 1: ranks 2-3 on node 0"),
+        "{text}"
+    );
+    // Without -dp, a node of 12 tiles holds 6 replicas of TP=2, started the same way.
+    let text = parse(&format!("rserve plan {} -tp 2", fixture("llama31_8b_instruct"))).render().unwrap();
+    assert!(text.contains("data parallel on one node (12 devices): 6 replicas of TP=2 x PP=1"), "{text}");
+    assert!(text.contains("mpiexec -n 12 ") && text.contains("replica 5: ranks 10-11 on node 0"), "{text}");
+    // TP groups never straddle nodes: TP=8 on 12-tile nodes places 8 ranks per node.
+    let text = parse(&format!("rserve plan {} -tp 8 -pp 2 -dp 2", fixture("llama31_405b"))).render().unwrap();
+    assert!(text.contains("32 devices on 4 node(s) (8 ranks of 12 devices each)"), "{text}");
+    assert!(text.contains("mpiexec -n 32 --ppn 8 "), "{text}");
+    assert!(
+        text.contains("replica 1: ranks 16-31 on nodes 2-3 (stage 0: ranks 16-23, stage 1: ranks 24-31)"),
+        "{text}"
+    );
+    assert!(format!(
+        "{:#}",
+        parse(&format!("rserve plan {} -dp 0", fixture("llama31_8b_instruct"))).render().unwrap_err()
+    )
+    .contains("--dp"));
 }

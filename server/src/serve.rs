@@ -34,7 +34,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let model = args.engine.resolve_model(args.model_tag.as_deref())?;
     let mut config = args.engine.engine_config(&model, args.engine.scheduler.max_num_waiting)?;
     let replicas = args.engine.parallel.data_parallel_size;
-    rserve_engine::engine::replicas::check(&config, replicas)?;
+    rserve_engine::engine::replicas::check(replicas)?;
     // Under `mpiexec`, ranks other than 0 hold their model shard and follow rank 0's steps; only rank 0 serves.
     if rserve_engine::engine::run_if_worker(&config)? {
         return Ok(());

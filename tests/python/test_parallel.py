@@ -1,10 +1,15 @@
 """Tensor and pipeline parallelism on MPI (CPU ranks): TP=3, PP=2 and TP=3 x PP=2 servers give the same greedy
-tokens as one process on the golden prompts, and a dead rank ends the job with an error naming it.
+tokens as one process on the golden prompts, and a dead rank ends the job with an error naming it. Data parallelism
+over MPI (`-dp 2` with `-tp 2` / `-pp 2`, 4 ranks): concurrent requests answer as one process and land on both
+replicas (per-replica metrics); a world of the wrong size names dp, tp, pp and the mpiexec line.
 
 Runs when RSERVE_MPI=1 (scripts/env.d/40-mpi.sh sets it where Open MPI and an MPI-enabled binary exist)."""
 
 import json
 import os
+import re
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 import shlex
 import signal
 import subprocess
@@ -12,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from conftest import MODEL_NAME, REPO, Server, model_path, models_root, rserve_bin
 
@@ -96,6 +102,57 @@ def test_tp3_ranks_on_opencl_devices_match_one_process(single_process_texts):
         s.kill()
 
 
+def served_per_engine(server: Server) -> dict[str, float]:
+    """{engine label: requests finished} from /metrics."""
+    out: dict[str, float] = defaultdict(float)
+    for line in requests.get(f"{server.url}/metrics", timeout=30).text.splitlines():
+        m = re.match(r'^vllm:request_success_total\{([^}]*)\} (\S+)$', line)
+        if m:
+            out[dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))["engine"]] += float(m.group(2))
+    return dict(out)
+
+
+def concurrently(server: Server, answer, prompts: list) -> tuple[list[str], dict[str, float]]:
+    """`answer(server, prompt)` for every prompt at once, and how many requests each replica finished meanwhile."""
+    before = served_per_engine(server)
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        texts = list(pool.map(lambda p: answer(server, p), prompts))
+    after = served_per_engine(server)
+    return texts, {e: after[e] - before.get(e, 0) for e in after}
+
+
+def golden_text(server: Server, prompt_ids: list[int]) -> str:
+    r = server.client().completions.create(model=MODEL_NAME, prompt=prompt_ids, max_tokens=32, temperature=0,
+                                           extra_body={"ignore_eos": True, "skip_special_tokens": False})
+    assert r.usage.completion_tokens == 32
+    return r.choices[0].text
+
+
+def test_dp2_pp2_over_mpi_answers_the_golden_prompts_as_one_process_on_both_replicas(single_process_texts):
+    """SmolLM2 as 2 replicas of 2 pipeline stages (4 ranks): rank 0 schedules both, replica 1 runs on ranks 2-3."""
+    s = Server("-dp", "2", "-pp", "2", name="dp=2 pp=2", launch=[*MPIRUN, "-n", "4"])
+    try:
+        log = s.log(300)
+        assert "Data-parallel replica 1: MPI ranks 2-3 (tp=1, pp=2)" in log, log
+        assert "MPI ranks 2-3 of 4, replica 1, driven by rank 0" in log, log
+        texts, served = concurrently(s, golden_text, [p["prompt_token_ids"] for p in GOLDEN[:8]])
+        assert texts == single_process_texts
+        assert set(served) == {"0", "1"} and min(served.values()) > 0 and sum(served.values()) == 8, served
+        assert stop_job(s) == 0, s.log()
+    finally:
+        s.kill()
+
+
+def test_dp_with_a_wrong_world_names_the_numbers_and_the_mpiexec_line():
+    r = subprocess.run([*MPIRUN, "-n", "3", str(rserve_bin()), str(model_path()), "-dp", "2", "-pp", "2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    out = r.stderr + r.stdout
+    assert "the MPI world has 3 ranks but --data-parallel-size 2 x --tensor-parallel-size 1 x " \
+           "--pipeline-parallel-size 2 = 4" in out, out
+    assert "mpiexec -n 4 " in out, out
+
+
 def test_single_process_with_tp_prints_the_mpiexec_line():
     r = subprocess.run([str(rserve_bin()), str(model_path()), "-tp", "3"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
@@ -137,11 +194,11 @@ def eight_head_model(tmp_path_factory) -> Path:
     return d
 
 
-def dummy_greedy_ids(server: Server) -> list[list[str]]:
-    """Greedy 16-token continuations of 8 fixed token-id prompts."""
+def dummy_greedy_ids(server: Server, which: list[int] | None = None) -> list[list[str]]:
+    """Greedy 16-token continuations of 8 fixed token-id prompts (or of those numbered in `which`)."""
     client = server.client()
     out = []
-    for i in range(8):
+    for i in range(8) if which is None else which:
         prompt = [128000] + [(1000 + 7919 * (i * 13 + j)) % 120000 for j in range(5 + 3 * i)]
         r = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=16, temperature=0,
                                       extra_body={"ignore_eos": True, "skip_special_tokens": False})
@@ -168,6 +225,29 @@ def tp_matches_one_process(model: Path, args: list[str], tps: list[int], what: s
             assert stop_job(s) == 0, s.log()
         finally:
             s.kill()
+
+
+def test_dp2_tp2_over_mpi_matches_one_process_and_spreads_over_both_replicas(eight_head_model):
+    """Two replicas of two TP ranks each (`mpiexec -n 4 ... -dp 2 -tp 2`): concurrent requests get one process's
+    greedy tokens, and both replicas serve some (the router on rank 0, per-replica `engine` labels)."""
+    args = ["--load-format", "dummy", "--seed", "7", "--dtype", "float32"]
+    single = Server(*args, name="8 heads, one process", launch=[], model=eight_head_model)
+    try:
+        want = dummy_greedy_ids(single)
+    finally:
+        assert single.stop() == 0, single.log()
+    s = Server(*args, "-dp", "2", "-tp", "2", name="8 heads, dp=2 tp=2", launch=[*MPIRUN, "-n", "4"],
+               model=eight_head_model)
+    try:
+        log = s.log(300)
+        assert "Data-parallel replica 0: MPI ranks 0-1 (tp=2, pp=1)" in log, log
+        assert "Data-parallel replica 1: MPI ranks 2-3 (tp=2, pp=1)" in log, log
+        texts, served = concurrently(s, lambda srv, i: dummy_greedy_ids(srv, [i])[0], list(range(8)))
+        assert texts == want
+        assert set(served) == {"0", "1"} and min(served.values()) > 0 and sum(served.values()) == 8, served
+        assert stop_job(s) == 0, s.log()
+    finally:
+        s.kill()
 
 
 def test_random_weight_8_head_model_tp2_and_tp4_match_one_process(eight_head_model):

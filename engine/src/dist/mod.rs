@@ -5,6 +5,11 @@
 //! rank runs its shard (`model::shard`); the last pipeline stage returns the logits to rank 0. Collectives run on
 //! host memory (see `model::shard::TpCollective` for the device-aware seam). Without the `mpi` cargo feature only the
 //! checks and the error messages exist.
+//!
+//! Under `-dp N` the world is N replicas of `tp x pp` ranks (`layout::World`). Rank 0 runs every replica's
+//! scheduler: replica 0's steps as above (rank 0 is its first rank), every other replica's through a communicator of
+//! rank 0 and that replica's ranks (`mpi_comm::DriverComm`, `runner::RemoteRunner`), so its ranks run the same worker
+//! loop and rank 0 computes none of its shards.
 
 pub mod layout;
 #[cfg(feature = "mpi")]
@@ -13,4 +18,4 @@ pub mod mpi_comm;
 pub mod runner;
 pub mod wire;
 
-pub use layout::{launcher_world_size, Layout};
+pub use layout::{launcher_world_size, Layout, World};

@@ -3,7 +3,7 @@
 //! its own device (any backend), hidden states flow stage to stage, and the last stage's TP rank 0 returns the logits
 //! to rank 0. Collectives run on host memory: activations are downloaded, reduced over MPI and uploaded again.
 
-use super::mpi_comm::MpiComm;
+use super::mpi_comm::{DriverComm, MpiComm};
 use super::wire;
 use crate::backend::Backend;
 use crate::config::ModelParams;
@@ -119,7 +119,11 @@ impl StepRunner for DistRunner {
     fn device_name(&self) -> String {
         let l = self.rank.comm().layout;
         let ep = if l.expert_parallel { ", expert parallel" } else { "" };
-        format!("{} on rank 0 of {} MPI ranks (tp={}, pp={}{ep})", self.rank.device_name(), l.world(), l.tp, l.pp)
+        let ranks = match crate::dist::mpi_comm::current() {
+            Some((_, size)) if size > l.world() => format!("ranks 0-{} of {size} MPI ranks, replica 0", l.world() - 1),
+            _ => format!("{} MPI ranks", l.world()),
+        };
+        format!("{} on rank 0 of {ranks} (tp={}, pp={}{ep})", self.rank.device_name(), l.tp, l.pp)
     }
 }
 
@@ -130,13 +134,69 @@ impl Drop for DistRunner {
     }
 }
 
+/// Rank 0's runner of a replica whose ranks are all other processes (`-dp` replicas 1..): each step goes to the
+/// replica's ranks and the logits come back; rank 0 computes nothing of it.
+pub struct RemoteRunner {
+    comm: DriverComm,
+    vocab: usize,
+}
+
+impl RemoteRunner {
+    pub fn new(comm: DriverComm, vocab: usize) -> Self {
+        Self { comm, vocab }
+    }
+
+    /// Tells the replica's ranks the KV block count (rank 0's value, as for replica 0).
+    pub fn agree_blocks(comm: &DriverComm, num_blocks: usize) {
+        comm.broadcast(&mut vec![num_blocks as u32]);
+    }
+}
+
+impl StepRunner for RemoteRunner {
+    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
+        let mut msg = wire::encode(batch);
+        self.comm.broadcast(&mut msg);
+        let logits = self.comm.recv_logits();
+        if logits.len() != batch.len() * self.vocab {
+            let rank = self.comm.world.ranks_of(self.comm.replica).start + self.comm.layout.logits_rank();
+            return Err(EngineError::Backend(format!("rank {rank} returned malformed logits")));
+        }
+        Ok(logits)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn device_name(&self) -> String {
+        let (l, r) = (self.comm.layout, self.comm.replica);
+        let ranks = self.comm.world.ranks_of(r);
+        let ep = if l.expert_parallel { ", expert parallel" } else { "" };
+        format!(
+            "MPI ranks {}-{} of {}, replica {r}, driven by rank 0 (tp={}, pp={}{ep})",
+            ranks.start,
+            ranks.end - 1,
+            self.comm.world.size(),
+            l.tp,
+            l.pp
+        )
+    }
+}
+
+impl Drop for RemoteRunner {
+    fn drop(&mut self) {
+        // Tell the replica's ranks to stop.
+        self.comm.broadcast(&mut Vec::new());
+    }
+}
+
 /// The loop of ranks other than 0: build the shard on `device` (rank 0 says how many KV blocks), then run steps
-/// until rank 0 says stop.
+/// until rank 0 says stop. `replica`: the data-parallel replica this rank belongs to (0 without `-dp`).
 pub fn run_worker(
     device: crate::engine::Device,
     p: &ModelParams,
     w: &Weights,
-    layout: super::layout::Layout,
+    replica: usize,
     block_size: usize,
 ) -> Result<()> {
     // The launcher forwards SIGINT/SIGTERM to every rank; only rank 0 acts on them (it drains, then tells the
@@ -146,7 +206,7 @@ pub fn run_worker(
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGTERM, libc::SIG_IGN);
     }
-    let comm = MpiComm::new(layout.tp, layout.pp, layout.expert_parallel)?;
+    let comm = super::mpi_comm::take_member(replica)?;
     let num_blocks = agree_blocks(&comm, 0);
     let rank = device.build_rank(p, w, comm, num_blocks, block_size)?;
     loop {
@@ -157,7 +217,7 @@ pub fn run_worker(
         }
         let batch = wire::decode(&msg)?;
         if let Some(logits) = rank.step(&batch)? {
-            rank.comm().send(0, &logits);
+            rank.comm().send_to_driver(&logits);
         }
     }
 }

@@ -108,6 +108,9 @@ pub struct EngineConfig {
     pub pipeline_parallel_size: usize,
     /// This engine's index among the data-parallel replicas of one server (`-dp`; vLLM's `engine` metrics label).
     pub data_parallel_rank: usize,
+    /// Data-parallel replicas of the server (`-dp`): under `mpiexec` the world is `dp x tp x pp` ranks
+    /// (`dist::layout::World`); in a single process with `-tp 1 -pp 1`, replicas in this process (`engine::replicas`).
+    pub data_parallel_size: usize,
     /// Threads of this engine's CPU compute pool (rayon; `--cpu-threads`); None: one per physical core
     /// (`default_cpu_threads`). Set per replica when `-dp` splits the cores (`engine::replicas`).
     pub cpu_threads: Option<usize>,
@@ -181,6 +184,7 @@ impl EngineConfig {
             tensor_parallel_size: 1,
             pipeline_parallel_size: 1,
             data_parallel_rank: 0,
+            data_parallel_size: 1,
             cpu_threads: None,
             enable_expert_parallel: false,
             launch_args: std::env::args().collect(),
@@ -218,13 +222,22 @@ impl EngineConfig {
         }
     }
 
-    /// World rank `rank`'s place in the `-tp` x `-pp` grid (and whether experts are shared out, `-ep`).
+    /// World rank `rank`'s place in its replica's `-tp` x `-pp` grid (and whether experts are shared out, `-ep`).
     pub fn layout(&self, rank: usize) -> crate::dist::layout::Layout {
         crate::dist::layout::Layout {
             tp: self.tensor_parallel_size,
             pp: self.pipeline_parallel_size,
-            rank,
+            rank: self.world().rank_in_replica(rank),
             expert_parallel: self.enable_expert_parallel,
+        }
+    }
+
+    /// The MPI job this configuration asks for: `-dp` x `-tp` x `-pp` ranks.
+    pub fn world(&self) -> crate::dist::layout::World {
+        crate::dist::layout::World {
+            dp: self.data_parallel_size.max(1),
+            tp: self.tensor_parallel_size.max(1),
+            pp: self.pipeline_parallel_size.max(1),
         }
     }
 

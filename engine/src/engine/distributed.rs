@@ -1,5 +1,6 @@
-//! The engine's side of a multi-process launch: deciding this process's role from `-tp`/`-pp` and the MPI
-//! launcher, running a worker rank to completion, and building rank 0's distributed runner.
+//! The engine's side of a multi-process launch: deciding this process's role from `-dp`/`-tp`/`-pp` and the MPI
+//! launcher, running a worker rank to completion, and building rank 0's distributed runners (replica 0's, and under
+//! `-dp` the remote runner of each other replica).
 
 use super::config::EngineConfig;
 use crate::config::ModelParams;
@@ -20,32 +21,43 @@ pub enum Role {
     Worker,
 }
 
-/// Decides the role; initialises MPI when the launch is distributed. Errors carry the exact `mpiexec` line.
+/// Decides the role; initialises MPI when the launch is distributed. Errors carry the exact `mpiexec` line. A single
+/// process with `-tp 1 -pp 1` is `Single` whatever `-dp` says (its replicas run in this process); under a launcher
+/// the world must be `dp x tp x pp` ranks.
 pub fn role(cfg: &EngineConfig) -> Result<Role> {
-    let (tp, pp) = (cfg.tensor_parallel_size, cfg.pipeline_parallel_size);
+    let world = cfg.world();
     let launched = launcher_world_size(|k| std::env::var(k).ok()).unwrap_or(1);
-    if tp * pp == 1 && launched == 1 {
+    if world.group() == 1 && launched == 1 {
         return Ok(Role::Single);
     }
     if launched == 1 {
-        layout::check_world(tp, pp, 1, &cfg.launch_args)?;
+        layout::check_world(world, 1, &cfg.launch_args)?;
     }
-    distributed_role(cfg, tp, pp)
+    distributed_role(cfg)
+}
+
+/// Whether `-dp` replicas run over MPI ranks (rank 0 drives them all) rather than in this process.
+pub fn replicas_over_mpi(cfg: &EngineConfig) -> Result<bool> {
+    Ok(cfg.data_parallel_size > 1 && role(cfg)? == Role::Leader)
 }
 
 #[cfg(feature = "mpi")]
-fn distributed_role(cfg: &EngineConfig, tp: usize, pp: usize) -> Result<Role> {
+fn distributed_role(cfg: &EngineConfig) -> Result<Role> {
     let (rank, size) = crate::dist::mpi_comm::init()?.unwrap_or((0, 1));
-    layout::check_world(tp, pp, size, &cfg.launch_args)?;
+    layout::check_world(cfg.world(), size, &cfg.launch_args)?;
+    // Collective: every rank splits the communicators here, from its main thread, before any replica starts.
+    crate::dist::mpi_comm::split_all(cfg.world(), cfg.enable_expert_parallel)?;
     Ok(if rank == 0 { Role::Leader } else { Role::Worker })
 }
 
 #[cfg(not(feature = "mpi"))]
-fn distributed_role(cfg: &EngineConfig, tp: usize, pp: usize) -> Result<Role> {
+fn distributed_role(cfg: &EngineConfig) -> Result<Role> {
+    let crate::dist::World { dp, tp, pp } = cfg.world();
+    let dp = if dp > 1 { format!("--data-parallel-size {dp} x ") } else { String::new() };
     Err(EngineError::InvalidArgument(format!(
-        "--tensor-parallel-size {tp} x --pipeline-parallel-size {pp} needs MPI support, which this rserve was built \
-         without: rebuild with `cargo build --release -p rserve-server --features mpi` and start it with: {}",
-        layout::mpiexec_line(tp, pp, &cfg.launch_args)
+        "{dp}--tensor-parallel-size {tp} x --pipeline-parallel-size {pp} needs MPI support, which this rserve was \
+         built without: rebuild with `cargo build --release -p rserve-server --features mpi` and start it with: {}",
+        layout::mpiexec_line(cfg.world(), &cfg.launch_args)
     )))
 }
 
@@ -80,9 +92,8 @@ pub fn leader_runner(
     cfg: &EngineConfig,
     num_blocks: usize,
 ) -> Result<Box<dyn StepRunner>> {
-    use crate::dist::mpi_comm::MpiComm;
     use crate::dist::runner::{agree_blocks, DistRunner};
-    let comm = MpiComm::new(cfg.tensor_parallel_size, cfg.pipeline_parallel_size, cfg.enable_expert_parallel)?;
+    let comm = crate::dist::mpi_comm::take_member(0)?;
     let num_blocks = agree_blocks(&comm, num_blocks);
     let rank = device.build_rank(p, w, comm, num_blocks, cfg.block_size)?;
     Ok(Box::new(DistRunner::new(rank, p.vocab_size)))
@@ -96,6 +107,21 @@ pub fn leader_runner(
     _: &EngineConfig,
     _: usize,
 ) -> Result<Box<dyn StepRunner>> {
+    Err(EngineError::InvalidArgument("this rserve was built without MPI support".into()))
+}
+
+/// Rank 0's runner of `-dp` replica `cfg.data_parallel_rank` (1..), whose ranks are other processes: it sends them
+/// the KV block count and then each step.
+#[cfg(feature = "mpi")]
+pub fn remote_runner(cfg: &EngineConfig, vocab: usize, num_blocks: usize) -> Result<Box<dyn StepRunner>> {
+    use crate::dist::runner::RemoteRunner;
+    let comm = crate::dist::mpi_comm::take_driver(cfg.data_parallel_rank)?;
+    RemoteRunner::agree_blocks(&comm, num_blocks);
+    Ok(Box::new(RemoteRunner::new(comm, vocab)))
+}
+
+#[cfg(not(feature = "mpi"))]
+pub fn remote_runner(_: &EngineConfig, _: usize, _: usize) -> Result<Box<dyn StepRunner>> {
     Err(EngineError::InvalidArgument("this rserve was built without MPI support".into()))
 }
 
@@ -132,7 +158,8 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
             }
         };
         let (rank, _) = crate::dist::mpi_comm::current().unwrap_or((0, 1));
-        crate::dist::runner::run_worker(device, &params, &weights, cfg.layout(rank), cfg.block_size)?;
+        let replica = cfg.world().replica_of(rank);
+        crate::dist::runner::run_worker(device, &params, &weights, replica, cfg.block_size)?;
     }
     Ok(true)
 }

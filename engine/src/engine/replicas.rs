@@ -4,6 +4,11 @@
 //! `ZE_FLAT_DEVICE_HIERARCHY` give (`level-zero:K`: `K + i`), `opencl` the platform's GPU `i` (or one device they
 //! share: `backend::opencl::replica_devices`), `cpu` an equal share of the cores (its own rayon pool) and of the host
 //! memory budget.
+//!
+//! Under `mpiexec` (`-dp N` with `-tp` / `-pp`, or any `-dp` launched as `dp x tp x pp` ranks) the replicas are
+//! groups of MPI ranks instead (`dist::layout::World`): every rank opens `--device` as the launcher placed it, and
+//! rank 0 runs every replica's engine thread (`start_over_mpi`): replica 0 on its own ranks as a `-tp`/`-pp` job
+//! does, the others as remote runners that send each step to their ranks and take the logits back.
 
 use super::config::EngineConfig;
 use crate::error::{EngineError, Result};
@@ -11,30 +16,72 @@ use crate::error::{EngineError, Result};
 /// The most replicas one server runs (the router keeps which replicas hold a prefix block as a 64-bit set).
 pub const MAX_REPLICAS: usize = 64;
 
-/// Refuses what `-dp n` cannot combine with, before anything loads (under `mpiexec`, before the ranks part ways):
-/// no replicas, more than `MAX_REPLICAS`, or replicas of a model split over MPI ranks (`-tp` / `-pp` > 1).
-pub fn check(cfg: &EngineConfig, n: usize) -> Result<()> {
+/// Refuses what `-dp n` cannot be, before anything loads (under `mpiexec`, before the ranks part ways): no replicas,
+/// or more than `MAX_REPLICAS`. With `-tp` / `-pp` the replicas are MPI rank groups (`distributed::role` checks the
+/// world size against `dp x tp x pp`).
+pub fn check(n: usize) -> Result<()> {
     if !(1..=MAX_REPLICAS).contains(&n) {
         return Err(EngineError::InvalidArgument(format!(
             "--data-parallel-size {n}: must be between 1 and {MAX_REPLICAS}"
         )));
     }
-    let ranks = cfg.tensor_parallel_size * cfg.pipeline_parallel_size;
-    if n > 1 && ranks > 1 {
-        return Err(EngineError::InvalidArgument(format!(
-            "--data-parallel-size {n} with --tensor-parallel-size {} / --pipeline-parallel-size {}: data-parallel \
-             replicas of a model split over MPI ranks are not supported yet; use -dp with -tp 1 -pp 1 (one \
-             replica per device), or -tp / -pp without -dp",
-            cfg.tensor_parallel_size, cfg.pipeline_parallel_size
-        )));
-    }
     Ok(())
+}
+
+/// The configuration of each of `n` replicas over MPI rank groups: replica `i`'s index, everything else as given
+/// (each rank opens its own device; the ranks are processes, so no cores or memory are split here).
+pub fn mpi_configs(cfg: &EngineConfig, n: usize) -> Result<Vec<EngineConfig>> {
+    check(n)?;
+    Ok((0..n).map(|i| EngineConfig { data_parallel_rank: i, data_parallel_size: n, ..cfg.clone() }).collect())
+}
+
+/// Starts the engines of `n` replicas over MPI on rank 0 (blocking): replica 0 first, on rank 0's own shard; then
+/// the others in parallel, each sized as replica 0 (their ranks hold the same shards on the same kind of device, as
+/// the ranks of one replica take rank 0's block count) and driving its ranks from rank 0. On an error the engines
+/// started so far are stopped.
+pub fn start_over_mpi(cfg: &EngineConfig, n: usize) -> Result<Vec<super::EngineHandle>> {
+    let configs = mpi_configs(cfg, n)?;
+    let mut configs = configs.into_iter();
+    let first = configs.next().ok_or(EngineError::EngineStopped)?;
+    let (first, sizing) = {
+        let _span = tracing::info_span!("dp", engine = 0).entered();
+        super::start::start_sized(first, None)?
+    };
+    let rest: Vec<Result<super::EngineHandle>> = std::thread::scope(|s| {
+        let starts: Vec<_> = configs
+            .map(|c| {
+                let sizing = &sizing;
+                s.spawn(move || {
+                    let _span = tracing::info_span!("dp", engine = c.data_parallel_rank).entered();
+                    super::start::start_sized(c, Some(sizing)).map(|(h, _)| h)
+                })
+            })
+            .collect();
+        starts.into_iter().map(|h| h.join().unwrap_or(Err(EngineError::EngineStopped))).collect()
+    });
+    let mut handles = vec![first];
+    let mut failure = None;
+    for r in rest {
+        match r {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    match failure {
+        Some(e) => {
+            handles.iter().for_each(|h| h.shutdown());
+            Err(e)
+        }
+        None => Ok(handles),
+    }
 }
 
 /// The configuration of each of `n` replicas of `cfg`, with the devices resolved (`--device auto` and `opencl`
 /// ask the runtime which devices exist).
 pub fn replica_configs(cfg: &EngineConfig, n: usize) -> Result<Vec<EngineConfig>> {
-    check(cfg, n)?;
+    check(n)?;
     let device = match cfg.device.as_str() {
         "auto" if n > 1 && crate::backend::level_zero::auto_available() => "level-zero".to_string(),
         "auto" if n > 1 => "cpu".to_string(),
@@ -62,7 +109,7 @@ pub fn replica_configs(cfg: &EngineConfig, n: usize) -> Result<Vec<EngineConfig>
 /// `replica_configs` once the devices are known: `cores` is the CPU threads to split, `opencl` the OpenCL device of
 /// each replica (empty unless `--device opencl`).
 pub fn assign(cfg: &EngineConfig, n: usize, cores: usize, opencl: &[usize]) -> Result<Vec<EngineConfig>> {
-    check(cfg, n)?;
+    check(n)?;
     if n == 1 {
         return Ok(vec![cfg.clone()]);
     }
@@ -159,12 +206,16 @@ mod tests {
     }
 
     #[test]
-    fn data_parallel_over_mpi_ranks_is_refused_naming_both_flags() {
-        let mut c = cfg("cpu");
-        c.tensor_parallel_size = 3;
-        let err = assign(&c, 2, 8, &[]).expect_err("refused").to_string();
-        assert!(err.contains("--data-parallel-size 2") && err.contains("--tensor-parallel-size 3"), "{err}");
-        assert!(assign(&c, 1, 8, &[]).is_ok());
-        assert!(assign(&cfg("cpu"), 0, 8, &[]).is_err());
+    fn replicas_over_mpi_keep_the_device_and_take_their_index() {
+        let mut c = cfg("cuda");
+        c.tensor_parallel_size = 2;
+        c.gpu_memory_utilization = 0.8;
+        let r = mpi_configs(&c, 3).expect("configs");
+        assert_eq!(r.iter().map(|c| c.data_parallel_rank).collect::<Vec<_>>(), [0, 1, 2]);
+        // Each rank opens --device as the launcher placed it; nothing is split between processes.
+        assert!(r.iter().all(|c| c.device == "cuda" && c.cpu_threads.is_none() && c.gpu_memory_utilization == 0.8));
+        assert!(r.iter().all(|c| c.world() == crate::dist::World { dp: 3, tp: 2, pp: 1 }));
+        assert!(mpi_configs(&c, 0).is_err());
+        assert!(mpi_configs(&c, MAX_REPLICAS + 1).is_err());
     }
 }

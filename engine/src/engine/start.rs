@@ -115,8 +115,25 @@ fn sampling_params(v: &serde_json::Map<String, serde_json::Value>) -> SamplingPa
     p
 }
 
+/// How a replica's model was sized: handed from replica 0 to the replicas rank 0 drives on other MPI ranks (`-dp`
+/// over MPI). Their ranks hold the same shards on the same kind of device, so they take rank 0's sizing, as the
+/// ranks of one replica take rank 0's KV block count.
+#[derive(Debug, Clone)]
+pub(crate) struct Sizing {
+    budget: budget::KvBudget,
+    weights_bytes: u64,
+    dtype: candle_core::DType,
+    kv_dtype: crate::backend::WeightDType,
+}
+
 /// Loads the model and starts the engine thread. Blocking; returns once requests can be submitted.
 pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
+    start_sized(cfg, None).map(|(handle, _)| handle)
+}
+
+/// `start`, returning how the model was sized; with `remote`, the engine of a `-dp` replica whose ranks are other
+/// MPI processes (rank 0 loads no weights for it and opens no device: it schedules and samples).
+pub(crate) fn start_sized(cfg: EngineConfig, remote: Option<&Sizing>) -> Result<(EngineHandle, Sizing)> {
     // The engine's CPU work (weights upload, every step) runs on `--cpu-threads` threads, one per physical core by
     // default (a core's second hardware thread shares its FMA units and cache: it only adds contention), or on a
     // replica's share of the cores (`-dp` on the CPU). The process-wide pool serves when it already has that size.
@@ -132,27 +149,30 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
         )),
     };
     match &pool {
-        Some(p) => p.install(|| start_in(cfg, pool.clone())),
-        None => start_in(cfg, None),
+        Some(p) => p.install(|| start_in(cfg, pool.clone(), remote)),
+        None => start_in(cfg, None, remote),
     }
 }
 
-fn start_in(cfg: EngineConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Result<EngineHandle> {
+fn start_in(
+    cfg: EngineConfig,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    remote: Option<&Sizing>,
+) -> Result<(EngineHandle, Sizing)> {
     let role = distributed::role(&cfg)?;
     if role == Role::Worker {
         return Err(EngineError::InvalidArgument("start() runs on MPI rank 0; other ranks call run_if_worker".into()));
     }
-    let phase = super::phase::Phase::start("Device ready");
-    let device = Device::select_for(&cfg)?;
-    phase.done(&cfg.device);
-    let kv_choice = cfg.kv_cache_dtype_choice()?;
-    // On the CPU the KV budget is the host memory available before the weights take their share of it (as
-    // `rserve plan` counts it); measured after loading, the weights would be subtracted twice.
-    let host_available = match device.memory_bytes() {
-        None if cfg.kv_cache_memory_bytes.is_none() => budget::host_available_bytes(),
-        _ => None,
+    let device = match remote {
+        None => {
+            let phase = super::phase::Phase::start("Device ready");
+            let device = Device::select_for(&cfg)?;
+            phase.done(&cfg.device);
+            Some(device)
+        }
+        Some(_) => None,
     };
-    let t0 = Instant::now();
+    let kv_choice = cfg.kv_cache_dtype_choice()?;
     let opts = cfg.resolve_options();
     let resolved = match cfg.load_format.as_str() {
         "dummy" => crate::weights::dummy::resolve(&cfg.model).or_else(|_| resolve_model(&cfg.model, &opts))?,
@@ -161,15 +181,21 @@ fn start_in(cfg: EngineConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Result<E
     let params = resolved.load_params()?;
     distributed::check_split(&params, &cfg)?;
     let gguf = matches!(resolved, ResolvedModel::Gguf(_));
-    let dtype = cfg.dtype.resolve(device.is_host(), gguf, params.torch_dtype.as_deref());
-    let compute = crate::backend::WeightDType::from_candle(dtype).unwrap_or(crate::backend::WeightDType::F32);
-    if let Some(kv) = kv_choice.filter(|&kv| kv != device.kv_cache_dtype(compute)) {
-        return Err(EngineError::InvalidArgument(format!(
-            "--kv-cache-dtype {} is not supported on {} with --dtype {}: its KV cache is the compute dtype (auto)",
-            kv.as_str(),
-            device.name(),
-            compute.as_str()
-        )));
+    let dtype = match (&device, remote) {
+        (Some(device), _) => cfg.dtype.resolve(device.is_host(), gguf, params.torch_dtype.as_deref()),
+        (None, Some(sizing)) => sizing.dtype,
+        (None, None) => return Err(EngineError::Backend("an engine needs a device or a remote replica".into())),
+    };
+    if let Some(device) = &device {
+        let compute = crate::backend::WeightDType::from_candle(dtype).unwrap_or(crate::backend::WeightDType::F32);
+        if let Some(kv) = kv_choice.filter(|&kv| kv != device.kv_cache_dtype(compute)) {
+            return Err(EngineError::InvalidArgument(format!(
+                "--kv-cache-dtype {} is not supported on {} with --dtype {}: its KV cache is the compute dtype (auto)",
+                kv.as_str(),
+                device.name(),
+                compute.as_str()
+            )));
+        }
     }
     tracing::info!(
         "Resolved model {} -> {} ({:?}, {} layers, hidden {}, {} heads / {} KV heads), dtype={}",
@@ -189,60 +215,17 @@ fn start_in(cfg: EngineConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Result<E
     }
     let generation = generation_defaults(&cfg, resolved.files().generation_config.as_deref())?;
     let sampling_defaults = generation.sampling.clone();
-    let weights = match cfg.load_format.as_str() {
-        "dummy" => crate::weights::dummy::dummy(&params, dtype, cfg.seed)?,
-        _ if role == Role::Leader => {
-            // Rank 0 is TP rank 0 of stage 0; it reads only that shard.
-            let shard = crate::model::shard::Shard::of(&params, &cfg.layout(0))?;
-            crate::weights::load_shard(&resolved, &params, dtype, &shard)?
+    let (runner, sizing) = match (device, remote) {
+        (Some(device), _) => load_model(&cfg, role, device, &resolved, &params, dtype)?,
+        (_, Some(sizing)) => {
+            let runner = distributed::remote_runner(&cfg, params.vocab_size, sizing.budget.num_blocks)?;
+            (runner, sizing.clone())
         }
-        _ => crate::weights::load(&resolved, &params, dtype)?,
+        (None, None) => return Err(EngineError::Backend("an engine needs a device or a remote replica".into())),
     };
-    let weights_bytes = weights.total_bytes() as u64;
-    tracing::info!(
-        "Model weights: {:.4} GiB ({} tensors{}), loaded in {:.1} s",
-        weights_bytes as f64 / GIB,
-        weights.len(),
-        if weights.is_cut() { ", rank 0's shard only" } else { "" },
-        t0.elapsed().as_secs_f64()
-    );
-
-    // On a device, each MPI rank holds about 1 / (tp x pp) of the weights next to its KV blocks (host memory, on the
-    // CPU, holds every rank's share at once).
-    let ranks = (cfg.tensor_parallel_size * cfg.pipeline_parallel_size).max(1) as u64;
-    let weights_here = match device.memory_bytes() {
-        Some(_) if role == Role::Leader && !weights.is_cut() => weights_bytes.div_ceil(ranks),
-        None if weights.is_cut() => weights_bytes * ranks,
-        _ => weights_bytes,
-    };
-    let kv_dtype = device.kv_cache_dtype(weights.compute_dtype());
-    let plan = budget::plan_with_host(
-        host_available,
-        &params,
-        kv_dtype.size_in_bytes(),
-        cfg.block_size,
-        cfg.max_model_len,
-        cfg.kv_cache_memory_bytes,
-        cfg.gpu_memory_utilization,
-        weights_here,
-        device.memory_bytes(),
-        cfg.max_num_batched_tokens.unwrap_or(rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS),
-    )?;
-    let runner = match role {
-        Role::Leader => distributed::leader_runner(device, &params, &weights, &cfg, plan.num_blocks)?,
-        _ => {
-            let opts = crate::graph_runner::GraphOptions {
-                max_model_len: plan.max_model_len,
-                max_num_seqs: cfg.max_num_seqs,
-                enforce_eager: cfg.enforce_eager,
-                profile: cfg.profile,
-            };
-            device.build_runner_with(&params, &weights, plan.num_blocks, cfg.block_size, opts)?
-        }
-    };
+    let (plan, kv_dtype, weights_bytes) = (&sizing.budget, sizing.kv_dtype, sizing.weights_bytes);
     let device_name = runner.device_name();
     tracing::info!("Device: {device_name}");
-    drop(weights);
     tracing::info!(
         "Available KV cache memory: {:.2} GiB ({} keys and values)",
         plan.kv_bytes as f64 / GIB,
@@ -345,7 +328,78 @@ fn start_in(cfg: EngineConfig, pool: Option<Arc<rayon::ThreadPool>>) -> Result<E
         grammars: Arc::default(),
     };
     handle.prepare_grammars();
-    Ok(handle)
+    Ok((handle, sizing))
+}
+
+/// Loads this process's weights (rank 0's shard under MPI), sizes the KV cache and builds the runner on `device`.
+fn load_model(
+    cfg: &EngineConfig,
+    role: Role,
+    device: Device,
+    resolved: &ResolvedModel,
+    params: &crate::config::ModelParams,
+    dtype: candle_core::DType,
+) -> Result<(Box<dyn crate::runner::StepRunner>, Sizing)> {
+    // On the CPU the KV budget is the host memory available before the weights take their share of it (as
+    // `rserve plan` counts it); measured after loading, the weights would be subtracted twice.
+    let host_available = match device.memory_bytes() {
+        None if cfg.kv_cache_memory_bytes.is_none() => budget::host_available_bytes(),
+        _ => None,
+    };
+    let t0 = Instant::now();
+    let weights = match cfg.load_format.as_str() {
+        "dummy" => crate::weights::dummy::dummy(params, dtype, cfg.seed)?,
+        _ if role == Role::Leader => {
+            // Rank 0 is TP rank 0 of stage 0; it reads only that shard.
+            let shard = crate::model::shard::Shard::of(params, &cfg.layout(0))?;
+            crate::weights::load_shard(resolved, params, dtype, &shard)?
+        }
+        _ => crate::weights::load(resolved, params, dtype)?,
+    };
+    let weights_bytes = weights.total_bytes() as u64;
+    tracing::info!(
+        "Model weights: {:.4} GiB ({} tensors{}), loaded in {:.1} s",
+        weights_bytes as f64 / GIB,
+        weights.len(),
+        if weights.is_cut() { ", rank 0's shard only" } else { "" },
+        t0.elapsed().as_secs_f64()
+    );
+
+    // On a device, each MPI rank holds about 1 / (tp x pp) of the weights next to its KV blocks (host memory, on the
+    // CPU, holds every rank's share at once).
+    let ranks = (cfg.tensor_parallel_size * cfg.pipeline_parallel_size).max(1) as u64;
+    let weights_here = match device.memory_bytes() {
+        Some(_) if role == Role::Leader && !weights.is_cut() => weights_bytes.div_ceil(ranks),
+        None if weights.is_cut() => weights_bytes * ranks,
+        _ => weights_bytes,
+    };
+    let kv_dtype = device.kv_cache_dtype(weights.compute_dtype());
+    let plan = budget::plan_with_host(
+        host_available,
+        params,
+        kv_dtype.size_in_bytes(),
+        cfg.block_size,
+        cfg.max_model_len,
+        cfg.kv_cache_memory_bytes,
+        cfg.gpu_memory_utilization,
+        weights_here,
+        device.memory_bytes(),
+        cfg.max_num_batched_tokens.unwrap_or(rserve_scheduler::DEFAULT_MAX_NUM_BATCHED_TOKENS),
+    )?;
+    let runner = match role {
+        Role::Leader => distributed::leader_runner(device, params, &weights, cfg, plan.num_blocks)?,
+        _ => {
+            let opts = crate::graph_runner::GraphOptions {
+                max_model_len: plan.max_model_len,
+                max_num_seqs: cfg.max_num_seqs,
+                enforce_eager: cfg.enforce_eager,
+                profile: cfg.profile,
+            };
+            device.build_runner_with(params, &weights, plan.num_blocks, cfg.block_size, opts)?
+        }
+    };
+    drop(weights);
+    Ok((runner, Sizing { budget: plan, weights_bytes, dtype, kv_dtype }))
 }
 
 /// `93200` as `93,200`, the way vLLM writes token counts in its start-up lines.

@@ -32,8 +32,8 @@ fn check_options(opts: &PlanOptions) -> Result<()> {
             "--max-num-batched-tokens and --max-num-seqs must be positive".into(),
         ));
     }
-    if opts.tp == Some(0) || opts.pp == Some(0) {
-        return Err(EngineError::InvalidArgument("--tp and --pp must be at least 1".into()));
+    if opts.tp == Some(0) || opts.pp == Some(0) || opts.dp == Some(0) {
+        return Err(EngineError::InvalidArgument("--tp, --pp and --dp must be at least 1".into()));
     }
     Ok(())
 }
@@ -274,6 +274,7 @@ pub fn plan(
         preferred_tp: preferred,
         valid_pp: pps,
         layout,
+        data_parallel: opts.dp,
         shorter_context,
         larger_pp,
         warnings: warn,

@@ -55,6 +55,8 @@ pub struct PlanOptions {
     /// Evaluate this TP size (with `pp`, exactly this layout).
     pub tp: Option<usize>,
     pub pp: Option<usize>,
+    /// Data-parallel replicas of the layout (`-dp`): the table lays out their MPI ranks; None: as many as a node holds.
+    pub dp: Option<usize>,
     pub block_size: usize,
     pub step: StepShape,
     /// Exact KV bytes per device, as the server's `--kv-cache-memory-bytes`.
@@ -72,6 +74,7 @@ impl Default for PlanOptions {
             device: DeviceChoice::Profile("intel-max-1550-tile".into()),
             tp: None,
             pp: None,
+            dp: None,
             block_size: 16,
             step: StepShape::default(),
             kv_cache_memory_bytes: None,
@@ -143,6 +146,8 @@ pub struct Plan {
     pub preferred_tp: Vec<usize>,
     pub valid_pp: Vec<usize>,
     pub layout: Option<LayoutPlan>,
+    /// `-dp` as asked (`PlanOptions::dp`).
+    pub data_parallel: Option<usize>,
     pub shorter_context: Vec<ContextOption>,
     pub larger_pp: Vec<LayoutPlan>,
     pub warnings: Vec<String>,

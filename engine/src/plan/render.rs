@@ -85,7 +85,7 @@ pub(super) fn text(p: &Plan) -> String {
         let _ = writeln!(o, "  KV cache size: {} tokens", l.kv_tokens);
         let _ =
             writeln!(o, "  Maximum concurrency for {} tokens per request: {:.2}x", l.max_model_len, l.max_concurrency);
-        data_parallel(&mut o, &p.model, l, p.device.devices_per_node);
+        data_parallel(&mut o, &p.model, l, p.device.devices_per_node, p.data_parallel);
     }
     if !p.shorter_context.is_empty() {
         let _ = writeln!(o);
@@ -142,23 +142,49 @@ pub(super) fn text(p: &Plan) -> String {
     o
 }
 
-/// The data-parallel layout of one node: how many replicas of the chosen layout its devices hold (`-dp`).
-fn data_parallel(o: &mut String, model: &str, l: &super::layout::LayoutPlan, per_node: usize) {
+/// The data-parallel layout (`-dp`): how many replicas of the chosen layout one node holds, or with `dp` given the
+/// replicas asked for; and where each replica's MPI ranks are (replica-major, `per_node` ranks to a node, as
+/// `dist::layout::World` lays them out) with the command that starts them.
+fn data_parallel(o: &mut String, model: &str, l: &super::layout::LayoutPlan, per_node: usize, dp: Option<usize>) {
     let per_replica = l.tp * l.pp;
-    if per_node < 2 {
+    if per_node < 2 && dp.is_none() {
         return;
     }
     let _ = writeln!(o);
-    if per_replica > per_node {
-        let _ = writeln!(
-            o,
-            "data parallel: one replica of TP={} x PP={} takes {per_replica} devices ({} nodes); one job per replica",
-            l.tp, l.pp, l.nodes
-        );
-        return;
+    let n = match dp {
+        Some(n) => n,
+        None if per_replica > per_node => {
+            let _ = writeln!(
+                o,
+                "data parallel: one replica of TP={} x PP={} takes {per_replica} devices ({} nodes); -dp N runs N of \
+                 them as one job of N x {per_replica} MPI ranks",
+                l.tp, l.pp, l.nodes
+            );
+            return;
+        }
+        None => per_node / per_replica,
+    };
+    let ranks = n * per_replica;
+    // Ranks per node: whole TP groups only (a TP group all-reduces every layer; it must not straddle two nodes).
+    let ppn = if l.tp <= per_node { per_node - per_node % l.tp } else { per_node }.max(1);
+    let nodes = ranks.div_ceil(ppn);
+    match dp {
+        Some(_) => {
+            let _ = writeln!(
+                o,
+                "data parallel: {n} replicas of TP={} x PP={}, {ranks} devices on {nodes} node(s) ({ppn} ranks of {per_node} \
+                 devices each)",
+                l.tp, l.pp
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "data parallel on one node ({per_node} devices): {n} replicas of TP={} x PP={}",
+                l.tp, l.pp
+            );
+        }
     }
-    let n = per_node / per_replica;
-    let _ = writeln!(o, "data parallel on one node ({per_node} devices): {n} replicas of TP={} x PP={}", l.tp, l.pp);
     let _ = writeln!(
         o,
         "  KV cache {} tokens per replica, {} in all; {} full-context requests at once",
@@ -166,12 +192,33 @@ fn data_parallel(o: &mut String, model: &str, l: &super::layout::LayoutPlan, per
         l.kv_tokens * n as u64,
         l.full_context_requests * n as u64
     );
-    if per_replica == 1 {
+    if per_replica == 1 && nodes == 1 {
         let _ = writeln!(o, "  rserve {model} -dp {n}        (replica i on device i)");
-    } else {
-        let _ = writeln!(
-            o,
-            "  -dp with -tp / -pp is not supported yet: {n} jobs of `mpiexec -n {per_replica}`, each on its own devices"
-        );
+        return;
+    }
+    let mut flags = format!("-dp {n}");
+    if l.tp > 1 {
+        flags += &format!(" -tp {}", l.tp);
+    }
+    if l.pp > 1 {
+        flags += &format!(" -pp {}", l.pp);
+    }
+    let ppn_flag = if nodes > 1 || ppn < per_node { format!(" --ppn {ppn}") } else { String::new() };
+    let _ = writeln!(o, "  mpiexec -n {ranks}{ppn_flag} rserve {model} {flags}");
+    let _ = writeln!(o, "  MPI ranks, replica-major (rank 0 serves and schedules every replica):");
+    let shown = n.min(16);
+    for r in 0..shown {
+        let (first, last) = (r * per_replica, (r + 1) * per_replica - 1);
+        let (n0, n1) = (first / ppn, last / ppn);
+        let on = if n0 == n1 { format!("node {n0}") } else { format!("nodes {n0}-{n1}") };
+        let stages = (0..l.pp)
+            .map(|s| format!("stage {s}: ranks {}-{}", first + s * l.tp, first + s * l.tp + l.tp - 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let detail = if l.pp > 1 { format!(" ({stages})") } else { String::new() };
+        let _ = writeln!(o, "    replica {r}: ranks {first}-{last} on {on}{detail}");
+    }
+    if n > shown {
+        let _ = writeln!(o, "    ... {} more replicas of {per_replica} ranks each", n - shown);
     }
 }

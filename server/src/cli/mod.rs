@@ -201,9 +201,10 @@ pub struct ParallelArgs {
     /// Pipeline-parallel stages (also -pp); above 1, tp MPI ranks each.
     #[arg(long, default_value_t = 1)]
     pub pipeline_parallel_size: usize,
-    /// Data-parallel replicas (also -dp): N engines in this process behind one endpoint, each with its own device
-    /// (cuda / level-zero: devices 0..N-1; opencl: the platform's GPUs; cpu: an equal share of the cores), scheduler
-    /// and KV cache; requests go to the replica where they start soonest, preferring one that holds their prefix.
+    /// Data-parallel replicas (also -dp): N engines behind one endpoint, each with its own device (cuda / level-zero:
+    /// devices 0..N-1; opencl: the platform's GPUs; cpu: an equal share of the cores), scheduler and KV cache;
+    /// requests go to the replica where they start soonest, preferring one that holds their prefix. With -tp / -pp,
+    /// each replica is tp*pp MPI ranks (`mpiexec -n dp*tp*pp`).
     #[arg(long, default_value_t = 1)]
     pub data_parallel_size: usize,
     /// How workers are run: mp or uni (single process). ray is not supported.
@@ -520,7 +521,8 @@ fn parse_dtype(s: &str) -> Result<DTypeArg, String> {
     DTypeArg::parse(s).ok_or_else(|| format!("unknown dtype '{s}' (auto, bfloat16, float16, half, float32, float)"))
 }
 
-/// Rewrites argv so that `rserve MODEL …` means `rserve serve MODEL …`, and vLLM's `-tp N` / `-pp N` work.
+/// Rewrites argv so that `rserve MODEL …` means `rserve serve MODEL …`, and vLLM's `-tp N` / `-pp N` / `-dp N` work
+/// (in `rserve plan` too).
 pub fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
     let mut out: Vec<OsString> = Vec::with_capacity(args.len() + 1);
     for (i, a) in args.into_iter().enumerate() {
@@ -528,8 +530,10 @@ pub fn normalize_args(args: Vec<OsString>) -> Vec<OsString> {
         let replaced = match s.as_ref() {
             "-tp" => Some("--tensor-parallel-size".to_owned()),
             "-pp" => Some("--pipeline-parallel-size".to_owned()),
+            "-dp" => Some("--data-parallel-size".to_owned()),
             x if x.starts_with("-tp=") => Some(format!("--tensor-parallel-size={}", &x[4..])),
             x if x.starts_with("-pp=") => Some(format!("--pipeline-parallel-size={}", &x[4..])),
+            x if x.starts_with("-dp=") => Some(format!("--data-parallel-size={}", &x[4..])),
             _ => None,
         };
         if i == 1 {
@@ -642,6 +646,7 @@ impl EngineArgs {
         cfg.max_waiting = max_num_waiting;
         cfg.tensor_parallel_size = p.tensor_parallel_size;
         cfg.pipeline_parallel_size = p.pipeline_parallel_size;
+        cfg.data_parallel_size = p.data_parallel_size;
         cfg.enable_expert_parallel = p.enable_expert_parallel;
         cfg.testing_fail_after_requests = self.testing_fail_engine_after_requests;
         cfg.testing_panic_in_step_after = self.testing_panic_in_step_after;

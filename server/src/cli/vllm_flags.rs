@@ -88,8 +88,9 @@ const CONTENT_FORMAT: &str = "text message content is passed to chat templates a
 const CONTEXT_PARALLEL: &str = "context parallelism is not implemented; use -tp / -pp";
 const CUDA_GRAPHS: &str =
     "decode CUDA graphs are captured per batch bucket up to --max-num-seqs (--enforce-eager: none)";
-const DATA_PARALLEL: &str = "-dp runs every replica in this one process behind one endpoint, with its own router; \
-    multi-node data parallelism, external load balancers and their rank / address options do not apply";
+const DATA_PARALLEL: &str = "-dp runs every replica behind one endpoint with its own router (in this process, or \
+    under mpiexec as dp x tp x pp ranks driven by rank 0); external load balancers and vLLM's rank / address options \
+    do not apply";
 const DEVICE_IDS: &str = "choose devices with --device cuda:N / level-zero:N or CUDA_VISIBLE_DEVICES";
 const DOWNLOAD_FILES: &str = "rserve downloads only config, tokenizer, generation config and safetensors weights";
 const ENVIRON: &str = "rserve does not validate VLLM_* variables it does not read";

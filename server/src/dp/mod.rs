@@ -1,5 +1,7 @@
-//! Data parallelism (`--data-parallel-size N`): N engine replicas in this process behind one HTTP endpoint.
-//! `start` loads them side by side (each on its own device or share of the cores: `rserve_engine::engine::replicas`);
+//! Data parallelism (`--data-parallel-size N`): N engine replicas behind one HTTP endpoint. `start` loads them side
+//! by side in this process (each on its own device or share of the cores: `rserve_engine::engine::replicas`), or,
+//! under `mpiexec` (`dp x tp x pp` ranks), starts on rank 0 the engine of every replica, each driving its own group of
+//! ranks (`replicas::start_over_mpi`); the router and everything below are the same either way.
 //! `DataParallel` is the `Engine` the routes see, sending each request to the replica `router::choose` picks and
 //! counting it in flight there until its events are dropped. A request's events come from its replica's stream, so
 //! a client that goes away aborts it on that replica (its blocks freed there). Tokenizer, chat template, grammars and
@@ -23,6 +25,23 @@ use router::{Load, PrefixIndex};
 /// Starts `replicas` engines of `config` (one: the plain engine). Blocking; the replicas load in parallel, and when
 /// one fails the others are stopped and its error returned.
 pub fn start(config: EngineConfig, replicas: usize) -> Result<Arc<dyn Engine>, EngineError> {
+    let config = EngineConfig { data_parallel_size: replicas, ..config };
+    if rserve_engine::engine::distributed::replicas_over_mpi(&config)? {
+        let world = config.world();
+        for r in 0..replicas {
+            let ranks = world.ranks_of(r);
+            tracing::info!(
+                "Data-parallel replica {r}: MPI ranks {}-{} (tp={}, pp={}), --device {}",
+                ranks.start,
+                ranks.end - 1,
+                world.tp,
+                world.pp,
+                config.device
+            );
+        }
+        let handles = rserve_engine::engine::replicas::start_over_mpi(&config, replicas)?;
+        return Ok(Arc::new(DataParallel::new(handles.into_iter().map(LiveEngine::from_handle).collect())));
+    }
     let configs = rserve_engine::engine::replica_configs(&config, replicas)?;
     if configs.len() == 1 {
         let engine = configs.into_iter().next().map(LiveEngine::start).unwrap_or(Err(EngineError::EngineStopped))?;
