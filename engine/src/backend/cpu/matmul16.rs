@@ -25,6 +25,9 @@ const X_CHUNK_BYTES: usize = 512 * 1024;
 /// Register tile: activation rows x weight rows.
 const MR: usize = 4;
 const NR: usize = 4;
+/// Weight rows of the one-activation-row tile (batch 1): eight independent sums keep more loads in flight (~70% of
+/// the measured read bandwidth against ~55% with four, BENCHMARKS.md).
+const WIDE: usize = 8;
 
 /// Where the results go: row `i`, column `j` of the product lands at `out[i * ldo + col0 + j]`.
 pub(super) struct OutCols<'a> {
@@ -67,6 +70,7 @@ macro_rules! run_with {
     ($task:ident, $isa:ident, $f16:literal) => {
         $task.run(
             $isa::tile::<$f16, 1, 1>,
+            $isa::tile::<$f16, 1, WIDE>,
             [
                 $isa::tile::<$f16, 1, NR>,
                 $isa::tile::<$f16, 2, NR>,
@@ -92,11 +96,17 @@ pub(super) fn matmul16_with(isa: Isa, x: &[f32], w: Weights16<'_>, dst: OutCols<
     let (ldo, col0) = (dst.ldo, dst.col0);
     let out = SharedOut(dst.out.as_mut_ptr());
     let chunk = (X_CHUNK_BYTES / (4 * k.max(1))).clamp(MR, 256) / MR * MR;
+    // The AVX-512 bf16 kernel widens 32 weights at once into their even and odd elements: it reads activations
+    // split the same way (`even_odd`).
+    let split = isa == Isa::Avx512 && !f16;
     for r0 in (0..m).step_by(chunk.max(1)) {
         let rows = chunk.min(m - r0);
+        let xs = &x[r0 * k..(r0 + rows) * k];
+        let owned = split.then(|| even_odd(xs, k));
+        let xs = owned.as_deref().unwrap_or(xs);
         (0..n.div_ceil(ROWS_PER_TASK)).into_par_iter().for_each(|t| {
             let (j0, j1) = (t * ROWS_PER_TASK, ((t + 1) * ROWS_PER_TASK).min(n));
-            let task = Task { x: &x[r0 * k..(r0 + rows) * k], w: bits, k, rows, j0, j1, out, ldo, col0, row0: r0 };
+            let task = Task { x: xs, w: bits, k, rows, j0, j1, out, ldo, col0, row0: r0 };
             // SAFETY: `Task::run_*` touch x rows `< rows`, weight rows `j0..j1` and the output elements of those
             // rows and columns, all inside the lengths asserted above; the ISA was detected (or is portable).
             unsafe {
@@ -117,6 +127,21 @@ pub(super) fn matmul16_with(isa: Isa, x: &[f32], w: Weights16<'_>, dst: OutCols<
     }
 }
 
+/// Rows of `k` activations with each whole block of 32 reordered as its 16 even-indexed values, then its 16
+/// odd-indexed ones (the order in which `avx512::tile` widens 32 bf16 weights); the last `k % 32` stay in order.
+fn even_odd(x: &[f32], k: usize) -> Vec<f32> {
+    let mut out = x.to_vec();
+    for (o, row) in out.chunks_mut(k).zip(x.chunks(k)) {
+        for (ob, xb) in o.chunks_exact_mut(32).zip(row.chunks_exact(32)) {
+            for l in 0..16 {
+                ob[l] = xb[2 * l];
+                ob[16 + l] = xb[2 * l + 1];
+            }
+        }
+    }
+    out
+}
+
 /// A tile kernel: `out[i * ldo + j] = x row i . w row j` for its rows, over `k` values (`ldx = ldw = k`).
 type TileFn = unsafe fn(x: *const f32, w: *const u16, k: usize, out: *mut f32, ldo: usize);
 
@@ -135,12 +160,18 @@ struct Task<'a> {
 }
 
 impl Task<'_> {
-    /// `tiles[r - 1]` multiplies r activation rows by NR weight rows; `one` one row by one row (the last n % NR
-    /// weight rows).
-    unsafe fn run(&self, one: TileFn, tiles: [TileFn; MR]) {
+    /// `tiles[r - 1]` multiplies r activation rows by NR weight rows; `wide` one activation row by WIDE weight rows;
+    /// `one` one row by one row (the last n % NR weight rows).
+    unsafe fn run(&self, one: TileFn, wide: TileFn, tiles: [TileFn; MR]) {
         let k = self.k;
         let mut j = self.j0;
         while j < self.j1 {
+            if self.rows == 1 && self.j1 - j >= WIDE {
+                let out = self.out.0.add(self.row0 * self.ldo + self.col0 + j);
+                wide(self.x.as_ptr(), self.w.as_ptr().add(j * k), k, out, self.ldo);
+                j += WIDE;
+                continue;
+            }
             let nr = (self.j1 - j).min(NR);
             let mut i = 0;
             while i < self.rows {
@@ -198,9 +229,9 @@ mod portable {
                 }
             }
         }
-        for r in 0..R {
-            for c in 0..C {
-                let mut s: f32 = acc[r][c].iter().sum();
+        for (r, acc) in acc.iter().enumerate() {
+            for (c, acc) in acc.iter().enumerate() {
+                let mut s: f32 = acc.iter().sum();
                 for kk in whole..k {
                     s += *x.add(r * k + kk) * widen::<F16>(*w.add(c * k + kk));
                 }
@@ -234,6 +265,27 @@ mod avx512 {
         let mut acc = [[_mm512_setzero_ps(); C]; R];
         let mut wv = [_mm512_setzero_ps(); C];
         let mut kk = 0;
+        if !F16 {
+            // 32 bf16 weights per load as 16 dwords: the even elements are the low halves (shifted up), the odd ones
+            // the high halves (masked): two instructions for 32 values. The activations come split to match.
+            let high = _mm512_set1_epi32(0xffff_0000_u32 as i32);
+            let mut odd = [_mm512_setzero_ps(); C];
+            while kk + 32 <= k {
+                for c in 0..C {
+                    let d = _mm512_loadu_si512(w.add(c * k + kk) as *const _);
+                    wv[c] = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(d));
+                    odd[c] = _mm512_castsi512_ps(_mm512_and_si512(d, high));
+                }
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let xe = _mm512_loadu_ps(x.add(r * k + kk));
+                    let xo = _mm512_loadu_ps(x.add(r * k + kk + 16));
+                    for c in 0..C {
+                        acc[c] = _mm512_fmadd_ps(xo, odd[c], _mm512_fmadd_ps(xe, wv[c], acc[c]));
+                    }
+                }
+                kk += 32;
+            }
+        }
         while kk + 16 <= k {
             for (c, wv) in wv.iter_mut().enumerate() {
                 *wv = widen::<F16>(_mm256_loadu_si256(w.add(c * k + kk) as *const __m256i));
