@@ -77,7 +77,8 @@ impl DTypeChoice {
     }
 }
 
-/// The weights' precision and why: `auto` is float32 on the CPU backend (it computes in f32) and for GGUF files
+/// The weights' precision and why: `auto` is float32 on the CPU backend (the goldens' precision; 16 bits only with
+/// `--dtype`) and for GGUF files
 /// (dequantized to f32), else the config's dtype, with float32 checkpoints served in bfloat16 (as vLLM does) and
 /// bfloat16 when the config names none: the server's rule (`engine::DTypeArg::resolve`).
 pub fn resolve_dtype(choice: DTypeChoice, shape: &ModelShape, host: bool) -> (Precision, String) {
