@@ -5,6 +5,9 @@
 //! - `paged_attention_decode`: one query token per sequence over 1k and 4k cached tokens, 1 and 16 sequences;
 //! - `matmul`: the decode-step projections (q/o 576x576, k/v 192x576, gate/up 1536x576, down 576x1536, LM head
 //!   49152x576) at 1 and 16 rows, and one prefill-sized 128-row product.
+//! - `matmul_bf16_8b`: bf16 weights (`--dtype bfloat16`, `backend/cpu/matmul16.rs`) at Llama-3.1-8B's gate/up
+//!   (28672x4096, 235 MB: streamed from memory) at 1, 16 and 128 rows; throughput in weight bytes, to set against the
+//!   host's read bandwidth.
 //!
 //! Inputs are random; only the shapes matter for time. The cases are built by `op_cases/mod.rs`, which
 //! `kernels_opencl.rs` shares.
@@ -70,9 +73,28 @@ fn bench_matmul(c: &mut Criterion) {
     g.finish();
 }
 
+fn bench_matmul_bf16_8b(c: &mut Criterion) {
+    let be = CpuBackend::new();
+    let mut rng = StdRng::seed_from_u64(4);
+    let mut g = c.benchmark_group("matmul_bf16_8b");
+    let (n, k) = (2 * 14336, 4096);
+    let w = op_cases::random_weight(&mut rng, n, k).to_dtype(DType::BF16).expect("bf16");
+    let wb = be.upload_weight(&w).expect("upload");
+    for m in [1usize, 16, 128] {
+        let x = upload_random(&be, &mut rng, m * k);
+        let out = be.alloc_f32(m * n).expect("alloc");
+        g.throughput(criterion::Throughput::Bytes((n * k * 2) as u64));
+        g.bench_function(BenchmarkId::new("gate_up_28672x4096", format!("m{m}")), |bch| {
+            bch.iter(|| be.run_timed(Op::MatMul { x: &x, w: &wb, bias: None, out: &out, m, k, n }))
+        });
+    }
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default().sample_size(20).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3))
 }
 
-criterion_group!(name = benches; config = config(); targets = bench_elementwise, bench_attention, bench_matmul);
+criterion_group!(name = benches; config = config(); targets = bench_elementwise, bench_attention, bench_matmul,
+    bench_matmul_bf16_8b);
 criterion_main!(benches);
