@@ -5,7 +5,9 @@
 #
 # llama-server is built from the source distribution of the PyPI package llama-cpp-python (its vendor/llama.cpp),
 # unpacked and built under a cache directory outside the repository; nothing of it is committed. The first build takes
-# about 12 minutes on 2 cores; later runs reuse the cached binary.
+# about 12 minutes on 2 cores; later runs reuse the cached binary. llama.cpp's batched tools (llama-batched-bench,
+# llama-parallel, llama-batched, where the vendored tree has them) are built next to it, into $CACHE/build/bin
+# (a cache built before they were added gets them on the next run, a minute more).
 #
 # Usage: benches/compare-llamacpp.sh [--build-only] [--skip-build-rserve]
 # Environment:
@@ -38,7 +40,7 @@ for arg in "$@"; do
   case "$arg" in
     --build-only) BUILD_ONLY=1 ;;
     --skip-build-rserve) SKIP_BUILD_RSERVE=1 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -46,12 +48,12 @@ done
 log() { echo "[compare-llamacpp $(date +%H:%M:%S)] $*" >&2; }
 
 LLAMA_SERVER="$CACHE/build/bin/llama-server"
+# llama.cpp's batched tools, built next to llama-server when the vendored tree has them (benches/llamacpp-batch.sh
+# runs the offline-batch comparison with llama-batched-bench).
+BATCHED_TOOLS=(llama-batched-bench llama-parallel llama-batched)
 
-build_llamacpp() {
-  if [[ -x "$LLAMA_SERVER" ]]; then
-    log "reusing $LLAMA_SERVER"
-    return
-  fi
+# fetch_llamacpp_source: the llama-cpp-python sdist unpacked into $CACHE/src (its vendor/llama.cpp is the tree built).
+fetch_llamacpp_source() {
   mkdir -p "$CACHE"
   local dl
   dl="$(mktemp -d)"
@@ -67,11 +69,41 @@ build_llamacpp() {
   tar -xzf "$sdist" -C "$CACHE/src" --strip-components=1
   basename "$sdist" > "$CACHE/SOURCE"
   rm -rf "$dl"
-  log "building llama-server (about 12 minutes on 2 cores)"
-  cmake -S "$CACHE/src/vendor/llama.cpp" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release \
-    -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF >"$CACHE/cmake-configure.log" 2>&1
-  cmake --build "$CACHE/build" -j2 --target llama-server >"$CACHE/cmake-build.log" 2>&1
-  log "built $LLAMA_SERVER from $(cat "$CACHE/SOURCE")"
+}
+
+# has_target NAME: whether the configured build tree defines the CMake target NAME (tool names vary between releases).
+# (The list is read whole first: grep -q closing the pipe early would fail the pipeline under pipefail.)
+has_target() {
+  local list
+  list="$(cmake --build "$CACHE/build" --target help 2>/dev/null)"
+  grep -qE "(^|[ .:])$1([ :]|\$)" <<<"$list"
+}
+
+build_llamacpp() {
+  local targets=() t
+  if [[ ! -x "$LLAMA_SERVER" ]]; then
+    targets+=(llama-server)
+  fi
+  if [[ ! -f "$CACHE/src/vendor/llama.cpp/CMakeLists.txt" ]]; then
+    fetch_llamacpp_source
+  fi
+  if [[ ! -f "$CACHE/build/CMakeCache.txt" ]]; then
+    log "configuring llama.cpp"
+    cmake -S "$CACHE/src/vendor/llama.cpp" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release \
+      -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF >"$CACHE/cmake-configure.log" 2>&1
+  fi
+  for t in "${BATCHED_TOOLS[@]}"; do
+    if [[ ! -x "$CACHE/build/bin/$t" ]] && has_target "$t"; then
+      targets+=("$t")
+    fi
+  done
+  if [[ ${#targets[@]} == 0 ]]; then
+    log "reusing $CACHE/build/bin: $(cd "$CACHE/build/bin" && ls | tr '\n' ' ')"
+    return
+  fi
+  log "building ${targets[*]} (about 12 minutes on 2 cores for the first)"
+  cmake --build "$CACHE/build" -j2 --target "${targets[@]}" >>"$CACHE/cmake-build.log" 2>&1
+  log "built ${targets[*]} in $CACHE/build/bin from $(cat "$CACHE/SOURCE")"
 }
 
 build_llamacpp
