@@ -128,6 +128,15 @@ pub(crate) struct Sizing {
 
 /// Loads the model and starts the engine thread. Blocking; returns once requests can be submitted.
 pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
+    // Under `mpiexec` the other replicas' ranks wait for rank 0 to drive them: one engine alone would leave them
+    // waiting forever, so a command that runs one engine refuses `-dp` there (serve and run-batch run them all).
+    if distributed::replicas_over_mpi(&cfg)? {
+        return Err(EngineError::InvalidArgument(format!(
+            "--data-parallel-size {} under mpiexec: this command runs one engine; `rserve serve` and `rserve \
+             run-batch` run the replicas",
+            cfg.data_parallel_size
+        )));
+    }
     start_sized(cfg, None).map(|(handle, _)| handle)
 }
 
