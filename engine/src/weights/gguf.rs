@@ -7,8 +7,9 @@
 //! "rotate half", which pairs x_j with x_{j + d/2}. Per head of dimension d it stores HF row `p * d/2 + j` at row
 //! `2 * j + p` (p in {0, 1}). `unpermute_rows` undoes it so GGUF and safetensors models run the same forward pass.
 //!
-//! 2-D tensors stored as `Q8_0`, `Q4_0` or `Q4_1` also keep their blocks (rows put in the same order): the CPU
-//! backend multiplies those packed (`backend::cpu::quant`), the other backends take the dequantized tensors.
+//! 2-D tensors stored as `Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q5_K` or `Q6_K` also keep their blocks (rows put in the same
+//! order): the CPU backend multiplies those packed (`backend::cpu::quant`), the other backends take the dequantized
+//! tensors.
 
 use std::collections::HashMap;
 use std::io::Cursor;

@@ -1,12 +1,12 @@
 //! The CPU backend: the reference implementation of every `Op`, on host memory.
 //!
-//! Activations are f32 vectors behind `RefCell` (ops write through shared references, like device memory); the KV
-//! cache is f32, bf16 or f16 (`--kv-cache-dtype`; `auto`: the compute dtype). 2-D weights stay candle tensors in
-//! their dtype: 16-bit ones multiply through `matmul16` (widened in registers), f32 ones through `gemv` or candle's
-//! GEMM; a fused projection keeps its parts (`CpuBuffer::Parts`) rather than a stacked copy. 1-D weights (norms,
-//! biases) are kept as f32. Matmuls, elementwise ops and attention are parallelised with rayon (the pool
-//! `--cpu-threads` sizes). Weights loaded from a GGUF file in `Q8_0`, `Q4_0` or `Q4_1` stay in their block layout and
-//! multiply with integer dot products (`quant`).
+//! Activations are f32 vectors behind `RefCell` (ops write through shared references, like device memory); the KV cache
+//! is f32, bf16 or f16 (`--kv-cache-dtype`; `auto`: the compute dtype). 2-D weights stay candle tensors in their dtype:
+//! 16-bit ones multiply through `matmul16` (widened in registers), f32 ones through `gemv` or candle's GEMM; a fused
+//! projection keeps its parts (`CpuBuffer::Parts`) rather than a stacked copy. 1-D weights (norms, biases) are kept as
+//! f32. Matmuls, elementwise ops and attention are parallelised with rayon (the pool `--cpu-threads` sizes). Weights
+//! loaded from a GGUF file in `Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q5_K` or `Q6_K` stay in their block layout and multiply
+//! with integer dot products (`quant`).
 
 mod attention;
 mod elementwise;
@@ -153,8 +153,8 @@ impl CpuBackend {
         Self::default()
     }
 
-    /// A backend that keeps GGUF `Q8_0` / `Q4_0` / `Q4_1` weights packed (`packed`) or multiplies every weight in
-    /// its dequantized type (the reference).
+    /// A backend that keeps GGUF `Q8_0` / `Q4_0` / `Q4_1` / k-quant weights packed (`packed`) or multiplies every
+    /// weight in its dequantized type (the reference).
     pub fn with_packed_weights(packed: bool) -> Self {
         CpuBackend { packed, kv_dtype: None }
     }
