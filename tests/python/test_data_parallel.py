@@ -3,7 +3,8 @@ concurrently, get the same greedy text as from one replica and land on both repl
 /metrics); requests that share a long prefix land on the replica holding it (its prefix cache hits go up, the other's
 do not); a client killed mid-stream frees its blocks on the replica that ran it; `run-batch -dp 2` answers as one
 replica does. Runs on the suite's device
-(`RSERVE_E2E_ARGS`, e.g. `--device opencl`); under an MPI launcher (`-tp 3`) only the refusal of -dp x -tp runs."""
+(`RSERVE_E2E_ARGS`, e.g. `--device opencl`). Under an MPI launcher (`-tp 3`) only the last test runs: one process
+asked for -dp x -tp is told the mpiexec line it needs (test_parallel.py runs -dp x -tp over MPI)."""
 
 import json
 import os
@@ -23,7 +24,7 @@ from conftest import MODEL_NAME, REPO, Server, model_path, rserve_bin
 
 GOLDEN = json.loads((REPO / "tests/fixtures/golden/smollm2_greedy.json").read_text())["prompts"]
 UNDER_MPI = bool(os.environ.get("RSERVE_E2E_LAUNCH")) or "-tp" in shlex.split(os.environ.get("RSERVE_E2E_ARGS", ""))
-needs_one_process = pytest.mark.skipif(UNDER_MPI, reason="-dp with -tp over MPI is refused (see the last test)")
+needs_one_process = pytest.mark.skipif(UNDER_MPI, reason="these start one process; -dp x -tp over MPI is test_parallel.py's")
 SAMPLE = re.compile(r'^([^{\s]+)\{([^}]*)\} (\S+)$')
 
 
@@ -156,8 +157,9 @@ def test_run_batch_takes_dp_and_answers_as_one_replica(server, tmp_path):
     assert [answers[f"g{i}"] for i in range(len(prompts))] == [completion_text(server, p) for p in prompts]
 
 
-def test_data_parallel_with_tensor_parallel_is_refused_naming_both_flags():
+def test_data_parallel_with_tensor_parallel_in_one_process_names_both_flags_and_the_mpiexec_line():
     r = subprocess.run([str(rserve_bin()), str(model_path()), "-dp", "2", "-tp", "3"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode != 0
     assert "--data-parallel-size 2" in r.stderr and "--tensor-parallel-size 3" in r.stderr, r.stderr
+    assert "mpiexec -n 6" in r.stderr, r.stderr
