@@ -21,6 +21,7 @@
 #   PORT_LLAMA / PORT_RSERVE          ports (default 18180 / 18181)
 #   OUT_DIR              where result JSON files and server logs go (default a fresh temporary directory)
 #   RSERVE_BIN           the rserve binary to serve and load with (default <repo>/target/release/rserve, built here)
+#   RSERVE_ARGS          extra flags for the rserve server, e.g. "--cpu-packed-weights" (default none)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -129,7 +130,7 @@ log "results and logs in $OUT_DIR"
   echo "machine: nproc $(nproc), $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)," \
     "$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)"
   echo "llama.cpp: $(cat "$CACHE/SOURCE") (vendor/llama.cpp), $THREADS threads"
-  echo "rserve: $RSERVE"
+  echo "rserve: $RSERVE ${RSERVE_ARGS:-}"
   echo "model: $GGUF"
   echo "load: random prompts of $INPUT_LEN tokens, $OUTPUT_LEN output tokens, --ignore-eos;" \
     "$NUM_PROMPTS_1 prompts at 1 client, $NUM_PROMPTS_16 at 16 clients"
@@ -168,6 +169,7 @@ run_load() {
   "$RSERVE" bench serve --base-url "http://127.0.0.1:$port" --endpoint /v1/completions \
     --dataset-name random --random-input-len "$INPUT_LEN" --random-output-len "$OUTPUT_LEN" \
     --random-range-ratio 0 --tokenizer "$GGUF" --ignore-eos --temperature 0 --request-rate inf \
+    --percentile-metrics ttft,tpot,itl,e2el \
     --max-concurrency "$clients" --num-prompts "$prompts" --seed 0 --no-progress \
     --save-result --result-file "$OUT_DIR/$name-c$clients.json" | tee "$OUT_DIR/$name-c$clients.txt"
   log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -184,7 +186,8 @@ run_load llamacpp "$PORT_LLAMA" 16 "$NUM_PROMPTS_16"
 stop_server
 
 log "starting rserve"
-"$RSERVE" "$GGUF" --host 127.0.0.1 --port "$PORT_RSERVE" >"$OUT_DIR/rserve.log" 2>&1 &
+# shellcheck disable=SC2086 # RSERVE_ARGS is a list of flags
+"$RSERVE" "$GGUF" --host 127.0.0.1 --port "$PORT_RSERVE" ${RSERVE_ARGS:-} >"$OUT_DIR/rserve.log" 2>&1 &
 SERVER_PID=$!
 wait_ready "$PORT_RSERVE"
 run_load rserve "$PORT_RSERVE" 1 "$NUM_PROMPTS_1"
