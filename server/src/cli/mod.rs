@@ -465,7 +465,9 @@ pub enum CliError {
          already have; use --distributed-executor-backend mpi (the default) and start: {1}"
     )]
     ExecutorBackend(String, String),
-    #[error("--kv-cache-dtype {0} is not supported; use auto (the model's compute dtype), bfloat16, float16 or float32")]
+    #[error(
+        "--kv-cache-dtype {0} is not supported; use auto (the model's compute dtype), bfloat16, float16 or float32"
+    )]
     KvCacheDtype(String),
     #[error("--device {0} is not supported yet; use auto, cpu, opencl, cuda[:N] or level-zero[:N]")]
     Device(String),
