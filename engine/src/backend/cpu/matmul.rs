@@ -73,33 +73,15 @@ fn part(
     let (storage, layout) = w.storage_and_layout();
     let Storage::Cpu(cpu) = &*storage else { return Err(be("weight is not in host memory")) };
     let off = layout.start_offset();
-    match w.dtype() {
-        DType::BF16 => {
-            let v = cpu.as_slice::<bf16>()?;
-            matmul16::matmul16(
-                x,
-                Weights16::Bf16(&bytemuck::cast_slice(v)[off..off + np * k]),
-                OutCols { out: &mut *out, ldo, col0 },
-                m,
-                k,
-                np,
-            );
-            return Ok(());
-        }
-        DType::F16 => {
-            let v = cpu.as_slice::<f16>()?;
-            matmul16::matmul16(
-                x,
-                Weights16::F16(&bytemuck::cast_slice(v)[off..off + np * k]),
-                OutCols { out: &mut *out, ldo, col0 },
-                m,
-                k,
-                np,
-            );
-            return Ok(());
-        }
-        DType::F32 => {}
+    let w16 = match w.dtype() {
+        DType::BF16 => Some(Weights16::Bf16(&bytemuck::cast_slice(cpu.as_slice::<bf16>()?)[off..off + np * k])),
+        DType::F16 => Some(Weights16::F16(&bytemuck::cast_slice(cpu.as_slice::<f16>()?)[off..off + np * k])),
+        DType::F32 => None,
         other => return Err(be(format!("unsupported weight dtype {other:?}"))),
+    };
+    if let Some(w16) = w16 {
+        matmul16::matmul16(x, w16, OutCols { out: &mut *out, ldo, col0 }, m, k, np);
+        return Ok(());
     }
     // f32 weights: into a dense [m, np] result, then into the part's columns when it is not the whole output.
     let whole = np == ldo;
