@@ -13,6 +13,8 @@ for e in scripts/env.d/*.sh; do
   source "$e"
 done
 bash scripts/setup.sh
+# One build from scratch: incremental-compilation state would only add ~2 GB of disk and its write time.
+export CARGO_INCREMENTAL=0
 export RSERVE_TEST_MODELS="${RSERVE_TEST_MODELS:-$REPO/models/x}"
 # Formatting (rustfmt.toml) and lints, with the same features as the tests.
 cargo fmt --all --check
