@@ -145,27 +145,24 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
 pub(crate) fn start_sized(cfg: EngineConfig, remote: Option<&Sizing>) -> Result<(EngineHandle, Sizing)> {
     // The engine's CPU work (weights upload, every step) runs on `--cpu-threads` threads, one per physical core by
     // default (a core's second hardware thread shares its FMA units and cache: it only adds contention), or on a
-    // replica's share of the cores (`-dp` on the CPU). The process-wide pool serves when it already has that size.
+    // replica's share of the cores (`-dp` on the CPU). The engine loop itself runs inside the pool (`install`), so
+    // each op's parallel loop starts on the calling worker and only wakes the others for the pieces they steal; from
+    // a thread outside the pool every op would be a job handed to the pool and a blocking wait for it (a futex sleep
+    // and wake per op, a few hundred a decode step).
     let threads = cfg.cpu_threads.unwrap_or_else(super::config::default_cpu_threads);
-    let pool = match threads {
-        n if cfg.cpu_threads.is_none() && n == rayon::current_num_threads() => None,
-        n => Some(Arc::new(
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(move |i| format!("rserve-cpu-{i}"))
-                .build()
-                .map_err(|e| EngineError::Backend(format!("cannot start {n} CPU compute threads: {e}")))?,
-        )),
-    };
-    match &pool {
-        Some(p) => p.install(|| start_in(cfg, pool.clone(), remote)),
-        None => start_in(cfg, None, remote),
-    }
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(move |i| format!("rserve-cpu-{i}"))
+            .build()
+            .map_err(|e| EngineError::Backend(format!("cannot start {threads} CPU compute threads: {e}")))?,
+    );
+    pool.install(|| start_in(cfg, pool.clone(), remote))
 }
 
 fn start_in(
     cfg: EngineConfig,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    pool: Arc<rayon::ThreadPool>,
     remote: Option<&Sizing>,
 ) -> Result<(EngineHandle, Sizing)> {
     let role = distributed::role(&cfg)?;
@@ -319,10 +316,7 @@ fn start_in(
     let dead = engine.dead.clone();
     let thread = std::thread::Builder::new()
         .name("rserve-engine".into())
-        .spawn(move || match pool {
-            Some(pool) => pool.install(|| engine.run(rx)),
-            None => engine.run(rx),
-        })
+        .spawn(move || pool.install(|| engine.run(rx)))
         .map_err(|e| EngineError::Backend(format!("cannot start the engine thread: {e}")))?;
     let handle = EngineHandle {
         tx,
