@@ -137,14 +137,20 @@ pub fn matmul_with(
         } else {
             Acts::Block(acts.get_or_init(|| QuantActs::new(x, m, k)))
         };
+        // The paired layout when the kernel takes it (made on first use), the GGUF blocks otherwise.
+        let pairs = if kernel == Kernel::Avx512Pairs { part.pairs(k) } else { None };
         cols.par_chunks_mut(m * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
             for (jj, col) in chunk.chunks_exact_mut(m).enumerate() {
                 let r = task * ROWS_PER_TASK + jj;
                 let row = &part.data[r * rb..(r + 1) * rb];
                 for (g, o) in col.chunks_mut(MAX_ROWS).enumerate() {
-                    match acts {
-                        Acts::Block(a) => dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
-                        Acts::Super(a) => kdot::dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
+                    match (acts, pairs) {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: `Avx512Pairs` was checked to be among `Kernel::available()` above; the part's
+                        // width is `k`, the activations'.
+                        (Acts::Block(a), Some(p)) => unsafe { p.dot_rows(r, a, g * MAX_ROWS, o) },
+                        (Acts::Block(a), _) => dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
+                        (Acts::Super(a), _) => kdot::dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
                     }
                 }
             }

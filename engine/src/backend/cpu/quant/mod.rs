@@ -17,6 +17,7 @@ mod kact;
 mod kblock;
 mod kdot;
 mod matmul;
+mod pair;
 mod registry;
 
 pub use act::QuantActs;
@@ -24,6 +25,8 @@ pub use dot::Kernel;
 pub use kact::KQuantActs;
 pub use matmul::{embedding, matmul, matmul_with, INTEGER_ROWS};
 pub use registry::{lookup, register, Keep};
+
+use std::sync::OnceLock;
 
 use half::f16;
 
@@ -134,6 +137,19 @@ struct Part {
     format: Format,
     rows: usize,
     data: Vec<u8>,
+    /// The 32-value formats rearranged for `Kernel::Avx512Pairs`, made the first time that kernel meets the part.
+    pairs: OnceLock<Option<pair::Paired>>,
+}
+
+impl Part {
+    fn new(format: Format, rows: usize, data: Vec<u8>) -> Self {
+        Part { format, rows, data, pairs: OnceLock::new() }
+    }
+
+    /// The paired copy (None for the k-quants and rows of an odd number of blocks).
+    fn pairs(&self, cols: usize) -> Option<&pair::Paired> {
+        self.pairs.get_or_init(|| pair::Paired::new(self.format, self.rows, cols, &self.data)).as_ref()
+    }
 }
 
 /// A `[rows, cols]` weight matrix in block formats: each row is `cols / block_len` consecutive blocks of its part's
@@ -163,7 +179,7 @@ impl PackedMatrix {
                 data.len()
             )));
         }
-        Ok(PackedMatrix { rows, cols, parts: vec![Part { format, rows, data }] })
+        Ok(PackedMatrix { rows, cols, parts: vec![Part::new(format, rows, data)] })
     }
 
     /// The format of the first rows: the only one unless stacked from several formats (`formats`).
@@ -224,8 +240,9 @@ impl PackedMatrix {
             Some(p) if p.format == format => {
                 p.rows += rows;
                 p.data.extend_from_slice(bytes);
+                p.pairs = OnceLock::new();
             }
-            _ => self.parts.push(Part { format, rows, data: bytes.to_vec() }),
+            _ => self.parts.push(Part::new(format, rows, bytes.to_vec())),
         }
         self.rows += rows;
     }

@@ -25,8 +25,10 @@ fn pack(w: &[f32], n: usize, k: usize, dtype: GgmlDType) -> (PackedMatrix, Vec<f
 /// Bound against `x`: each activation is off by at most half its block's step (`|x - d q| <= d / 2`), so row `i`'s
 /// output is off by at most `sum_j |w_j| d_b(j) / 2`. Rounding: the block sums are exact integers; each of the `nb`
 /// scaled block terms and their sum round in f32, at most `(nb + 4) eps sum_j |w_j x^_j|` (plus the same for the
-/// `Q4_1` minimum terms, inside the sum of |w x^| since `x^` carries them).
-fn check(got: &[f32], wd: &[f32], x: &[f32], acts: &QuantActs, [m, k, n]: [usize; 3], what: &str) {
+/// `Q4_1` minimum terms, inside the sum of |w x^| since `x^` carries them). `offsets`: the kernel shifted signed
+/// values to unsigned ones (`pair`: `Q8_0` by 128, `Q4_0` by 8), so each block adds and takes away about
+/// `max|w| sum|x^|` (128 |d| or 8 |d| is at most 1.01 max|w|), which rounds too.
+fn check(got: &[f32], wd: &[f32], x: &[f32], acts: &QuantActs, [m, k, n]: [usize; 3], offsets: bool, what: &str) {
     let nb = k / BLOCK;
     for i in 0..m {
         let xq = acts.dequantize_row(i);
@@ -34,7 +36,13 @@ fn check(got: &[f32], wd: &[f32], x: &[f32], acts: &QuantActs, [m, k, n]: [usize
             let w = &wd[j * k..(j + 1) * k];
             let exact_q: f64 = w.iter().zip(&xq).map(|(&a, &b)| a as f64 * b as f64).sum();
             let exact: f64 = w.iter().zip(&x[i * k..]).map(|(&a, &b)| a as f64 * b as f64).sum();
-            let mag: f64 = w.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+            let mut mag: f64 = w.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+            if offsets {
+                for (wb, xb) in w.chunks_exact(BLOCK).zip(xq.chunks_exact(BLOCK)) {
+                    let wmax = wb.iter().fold(0f64, |a, v| a.max(v.abs() as f64));
+                    mag += 2.0 * 1.01 * wmax * xb.iter().map(|v| v.abs() as f64).sum::<f64>();
+                }
+            }
             let round = (nb as f64 + 4.0) * f32::EPSILON as f64 * mag + 1e-30;
             let step: f64 =
                 w.iter().enumerate().map(|(t, &a)| a.abs() as f64 * acts.d[i * nb + t / BLOCK] as f64 / 2.0).sum();
@@ -64,7 +72,8 @@ fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
             for kernel in Kernel::available() {
                 let mut out = vec![f32::NAN; m * n];
                 matmul_with(kernel, &x, &p, &mut out, m, k, n).unwrap();
-                check(&out, &wd, &x, &acts, [m, k, n], &format!("{dtype:?} {kernel:?} m={m}"));
+                let offsets = kernel == Kernel::Avx512Pairs && dtype != GgmlDType::Q4_1;
+                check(&out, &wd, &x, &acts, [m, k, n], offsets, &format!("{dtype:?} {kernel:?} m={m}"));
             }
         }
     }
@@ -93,8 +102,18 @@ fn simd_kernels_equal_the_scalar_kernel() {
                     let mut mag = 0f64;
                     for (b, blk) in p.row(j).1.chunks_exact(p.format().block_bytes()).enumerate() {
                         let (isum, d, mn) = dot::block_isum(p.format(), blk, &acts.q[i * k + b * BLOCK..]);
-                        mag += (d as f64 * acts.d[i * (k / BLOCK) + b] as f64 * isum as f64).abs()
-                            + (mn as f64 * acts.s[i * (k / BLOCK) + b] as f64).abs();
+                        let (xd, xs) = (acts.d[i * (k / BLOCK) + b] as f64, acts.s[i * (k / BLOCK) + b] as f64);
+                        mag += (d as f64 * xd * isum as f64).abs() + (mn as f64 * xs).abs();
+                        // The paired kernel's unsigned shift (128 or 8 steps of d) is added and taken away.
+                        if kernel == Kernel::Avx512Pairs {
+                            let zero = [128.0, 8.0, 0.0][[GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1]
+                                .iter()
+                                .position(|&t| t == dtype)
+                                .unwrap()];
+                            let xabs: f64 =
+                                acts.q[i * k + b * BLOCK..][..BLOCK].iter().map(|&q| q.unsigned_abs() as f64).sum();
+                            mag += 2.0 * zero * (d as f64).abs() * xd * xabs;
+                        }
                     }
                     let tol = 2.0 * (k / BLOCK + 4) as f64 * f32::EPSILON as f64 * mag;
                     let (a, b) = (got[i * n + j] as f64, want[i * n + j] as f64);
@@ -139,4 +158,29 @@ fn prefill_sized_batches_take_dequantized_tiles_without_activation_error() {
             assert!((g - exact).abs() <= tol, "[{i},{j}]: {g} vs {exact} (tol {tol})");
         }
     }
+}
+
+#[test]
+fn the_paired_layout_holds_the_same_products() {
+    // The rearranged copy (`pair`) with portable arithmetic against the scalar kernel on the GGUF blocks: checks the
+    // layout on any CPU, the SIMD kernel's arithmetic being checked against the scalar one above where it runs.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let (m, k, n) = (3, 192, 9);
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
+        let (p, wd) = pack(&random(&mut rng, n * k, 1.5), n, k, dtype);
+        let x = random(&mut rng, m * k, 2.0);
+        let acts = QuantActs::new(&x, m, k);
+        let part = &p.parts[0];
+        let paired = part.pairs(k).expect("an even number of blocks pairs up");
+        let mut got = vec![0f32; m * n];
+        for j in 0..n {
+            let mut col = [0f32; 3];
+            paired.dot_rows_portable(j, &acts, 0, &mut col);
+            (0..m).for_each(|i| got[i * n + j] = col[i]);
+        }
+        check(&got, &wd, &x, &acts, [m, k, n], dtype != GgmlDType::Q4_1, &format!("{dtype:?} paired"));
+    }
+    // Rows of an odd number of blocks do not pair: the kernel falls back to the GGUF layout.
+    let (p, _) = pack(&random(&mut rng, 2 * 96, 1.0), 2, 96, GgmlDType::Q4_0);
+    assert!(p.parts[0].pairs(96).is_none());
 }
