@@ -120,11 +120,24 @@ pub(super) fn paged_attention<T: KvElem>(
         let kvh = h / group;
         let qv = &q[i * hd..(i + 1) * hd];
         let bt = table(seq);
-        let slot = |j: usize| (bt[j / s.block_size] as usize * s.block_size + j % s.block_size) * kv_row + kvh * hd;
         let lo = s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let mut scores: Vec<f32> = (lo..=pos)
-            .map(|j| {
-                let k = &k_cache[slot(j)..slot(j) + hd];
+        // Where each position's key and value start, walked block by block: a division per position (the block size
+        // is only known at run time) cost more than the dot product beside it.
+        let (mut blk, mut off) = (lo / s.block_size, lo % s.block_size);
+        let slots: Vec<usize> = (lo..=pos)
+            .map(|_| {
+                let at = (bt[blk] as usize * s.block_size + off) * kv_row + kvh * hd;
+                off += 1;
+                if off == s.block_size {
+                    (blk, off) = (blk + 1, 0);
+                }
+                at
+            })
+            .collect();
+        let mut scores: Vec<f32> = slots
+            .iter()
+            .map(|&at| {
+                let k = &k_cache[at..at + hd];
                 let sc = dot(qv, k) * s.scale;
                 s.softcap.map_or(sc, |c| c * (sc / c).tanh())
             })
@@ -137,8 +150,8 @@ pub(super) fn paged_attention<T: KvElem>(
             sum += *v;
         }
         o.iter_mut().for_each(|v| *v = 0.0);
-        for (j, p) in (lo..).zip(&scores) {
-            let v = &v_cache[slot(j)..slot(j) + hd];
+        for (&at, p) in slots.iter().zip(&scores) {
+            let v = &v_cache[at..at + hd];
             let p = p / sum;
             o.iter_mut().zip(v).for_each(|(o, v)| *o += p * v.to_f32());
         }
