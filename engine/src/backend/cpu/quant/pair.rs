@@ -17,6 +17,16 @@
 
 use super::{f16_at, Format, QuantActs, BLOCK};
 
+/// The shift `z` that makes `format`'s values unsigned for `vpdpbusd` (`u = q + z`, folded into the block's offset
+/// as `-z d`): 128 for `Q8_0`, 8 for `Q4_0`, none for `Q4_1`'s already unsigned nibbles.
+pub(super) const fn shift(format: Format) -> i16 {
+    match format {
+        Format::Q8_0 => 128,
+        Format::Q4_0 => 8,
+        _ => 0,
+    }
+}
+
 /// A part's rows in the paired layout. Rows have an even number of blocks (`Paired::new` is None otherwise).
 #[derive(Debug, Clone)]
 pub(super) struct Paired {
@@ -48,17 +58,17 @@ impl Paired {
         for (b, blk) in data.chunks_exact(bb).enumerate() {
             let d = f16_at(blk, 0);
             p.d[b] = d;
+            let z = shift(format);
+            p.m[b] = if format == Format::Q4_1 { f16_at(blk, 2) } else { -(z as f32) * d };
             let mut vals = [0u8; BLOCK];
             match format {
                 Format::Q8_0 => {
-                    p.m[b] = -128.0 * d;
                     for (v, &q) in vals.iter_mut().zip(&blk[2..34]) {
-                        *v = (q as i8 as i16 + 128) as u8;
+                        *v = (q as i8 as i16 + z) as u8;
                     }
                 }
                 _ => {
                     let qs = if format == Format::Q4_0 { &blk[2..18] } else { &blk[4..20] };
-                    p.m[b] = if format == Format::Q4_0 { -8.0 * d } else { f16_at(blk, 2) };
                     for (j, &q) in qs.iter().enumerate() {
                         vals[j] = q & 0x0f;
                         vals[j + 16] = q >> 4;

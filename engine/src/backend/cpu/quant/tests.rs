@@ -72,7 +72,7 @@ fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
             for kernel in Kernel::available() {
                 let mut out = vec![f32::NAN; m * n];
                 matmul_with(kernel, &x, &p, &mut out, m, k, n).unwrap();
-                let offsets = kernel == Kernel::Avx512Pairs && dtype != GgmlDType::Q4_1;
+                let offsets = kernel == Kernel::Avx512Pairs && pair::shift(p.format()) != 0;
                 check(&out, &wd, &x, &acts, [m, k, n], offsets, &format!("{dtype:?} {kernel:?} m={m}"));
             }
         }
@@ -106,10 +106,7 @@ fn simd_kernels_equal_the_scalar_kernel() {
                         mag += (d as f64 * xd * isum as f64).abs() + (mn as f64 * xs).abs();
                         // The paired kernel's unsigned shift (128 or 8 steps of d) is added and taken away.
                         if kernel == Kernel::Avx512Pairs {
-                            let zero = [128.0, 8.0, 0.0][[GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1]
-                                .iter()
-                                .position(|&t| t == dtype)
-                                .unwrap()];
+                            let zero = pair::shift(p.format()) as f64;
                             let xabs: f64 =
                                 acts.q[i * k + b * BLOCK..][..BLOCK].iter().map(|&q| q.unsigned_abs() as f64).sum();
                             mag += 2.0 * zero * (d as f64).abs() * xd * xabs;
@@ -178,7 +175,7 @@ fn the_paired_layout_holds_the_same_products() {
             paired.dot_rows_portable(j, &acts, 0, &mut col);
             (0..m).for_each(|i| got[i * n + j] = col[i]);
         }
-        check(&got, &wd, &x, &acts, [m, k, n], dtype != GgmlDType::Q4_1, &format!("{dtype:?} paired"));
+        check(&got, &wd, &x, &acts, [m, k, n], pair::shift(p.format()) != 0, &format!("{dtype:?} paired"));
     }
     // Rows of an odd number of blocks do not pair: the kernel falls back to the GGUF layout.
     let (p, _) = pack(&random(&mut rng, 2 * 96, 1.0), 2, 96, GgmlDType::Q4_0);
