@@ -6,7 +6,8 @@
 //! close to the dequantized f32 path on the golden prompts.
 //!
 //! The prompts are prefilled `quant::INTEGER_ROWS` tokens at a time, so every matmul of every step takes the integer
-//! kernels (a longer prefill would go through dequantized tiles, exact up to f32 rounding). Measured (2026-12-05, all
+//! kernels on every CPU (a longer prefill would take dequantized tiles, exact up to f32 rounding, for the k-quants,
+//! and for the other formats where the CPU lacks 512-bit VNNI). Measured (2026-12-05, all
 //! 10 golden prompts once): the reference's top-20 first-token log-probs move by 0.16-0.52 (activations quantized
 //! per 32 values for the Q4_1 / Q8_0 matrices, per 256 for the k-quants), against 0.17-0.48 for the original Q4_1
 //! file run the same way, so the k-quants add no error of their own that shows; 15-16 of 16 teacher-forced greedy

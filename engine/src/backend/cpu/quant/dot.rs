@@ -18,9 +18,9 @@ pub enum Kernel {
     Scalar,
     Avx2,
     Avx512Vnni,
-    /// 512-bit VNNI on two blocks at a time, in the paired layout (`pair`) for the 32-value formats; the k-quants
-    /// take `Avx512Vnni`'s kernels.
-    Avx512Pairs,
+    /// 512-bit VNNI on sixteen weight rows at a time (`rows16`) for the 32-value formats; the k-quants take
+    /// `Avx512Vnni`'s kernels.
+    Avx512Rows16,
 }
 
 impl Kernel {
@@ -40,8 +40,8 @@ impl Kernel {
                 v.push(Kernel::Avx2);
                 if has!("avx512vnni") && has!("avx512vl") {
                     v.push(Kernel::Avx512Vnni);
-                    if has!("avx512f") {
-                        v.push(Kernel::Avx512Pairs);
+                    if has!("avx512f") && has!("avx512bw") {
+                        v.push(Kernel::Avx512Rows16);
                     }
                 }
             }
@@ -59,7 +59,7 @@ pub(super) fn dot_rows(kernel: Kernel, format: Format, w: &[u8], acts: &QuantAct
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Kernel::available` only offers these after detecting the features; the row lengths were checked
         // against `acts.k` by the caller (`matmul`), which the kernels read within.
-        Kernel::Avx2 | Kernel::Avx512Vnni | Kernel::Avx512Pairs => unsafe {
+        Kernel::Avx2 | Kernel::Avx512Vnni | Kernel::Avx512Rows16 => unsafe {
             // One instance per (kernel, format, rows): the format's branches fold away inside the block loop.
             macro_rules! rows {
                 ($f:ident, $fmt:expr) => {

@@ -21,7 +21,7 @@ pub(super) fn dot_rows(kernel: Kernel, format: Format, w: &[u8], acts: &KQuantAc
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Kernel::available` only offers these after detecting the features; the row length was checked
         // against `acts.k` by the caller (`matmul`), and the kernels read within it and within `acts`' rows.
-        Kernel::Avx2 | Kernel::Avx512Vnni | Kernel::Avx512Pairs => unsafe {
+        Kernel::Avx2 | Kernel::Avx512Vnni | Kernel::Avx512Rows16 => unsafe {
             macro_rules! rows {
                 ($f:ident, $fmt:expr) => {
                     match out.len() {

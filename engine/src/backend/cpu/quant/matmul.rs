@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use std::cell::OnceCell;
 
 use super::dot::{dot_rows, MAX_ROWS};
+use super::rows16::{Rows16, LANES};
 use super::{kdot, KQuantActs, Kernel, PackedMatrix, QuantActs, BLOCK};
 use crate::backend::cpu::be;
 use crate::error::Result;
@@ -24,7 +25,7 @@ pub const INTEGER_ROWS: usize = 16;
 const TILE_ROWS: usize = 512;
 
 /// `out = x . w^T` through f32 tiles of `w` and candle's GEMM (activations stay f32: no quantization error).
-fn dense_tiles(x: &[f32], w: &PackedMatrix, out: &mut [f32], m: usize, k: usize, n: usize) -> Result<()> {
+pub(super) fn dense_tiles(x: &[f32], w: &PackedMatrix, out: &mut [f32], m: usize, k: usize, n: usize) -> Result<()> {
     if w.dims() != [n, k] || x.len() < m * k || out.len() < m * n {
         return Err(be(format!("packed matmul [{m}, {k}] x {:?}^T does not fit the op's [{n}, {k}]", w.dims())));
     }
@@ -52,10 +53,11 @@ pub fn matmul(
     k: usize,
     n: usize,
 ) -> Result<()> {
-    if m > INTEGER_ROWS {
+    let kernel = Kernel::detect();
+    if m > INTEGER_ROWS && !(kernel == Kernel::Avx512Rows16 && w.parts().iter().all(|p| !p.format.is_k_quant())) {
         dense_tiles(x, w, out, m, k, n)?;
     } else {
-        matmul_with(Kernel::detect(), x, w, out, m, k, n)?;
+        matmul_with(kernel, x, w, out, m, k, n)?;
     }
     if let Some(b) = bias {
         if b.len() < n {
@@ -124,12 +126,10 @@ pub fn matmul_with(
         return Ok(());
     }
     let (acts, kacts) = (OnceCell::new(), OnceCell::new());
-    // Column-major result (m values per weight row), transposed into `out` at the end; each part fills its columns.
-    let mut t = vec![0f32; n * m];
-    let mut rest = t.as_mut_slice();
+    // Each part's columns are computed into `t` (`part.rows * m` values) and then placed in `out`.
+    let mut t = Vec::new();
+    let mut c0 = 0;
     for part in w.parts() {
-        let (cols, tail) = std::mem::take(&mut rest).split_at_mut(part.rows * m);
-        rest = tail;
         let (format, rb) = (part.format, part.format.row_bytes(k));
         // Quantized on the first part that needs it, before the parallel loop (a `OnceCell` is not `Sync`).
         let acts = if format.is_k_quant() {
@@ -137,33 +137,63 @@ pub fn matmul_with(
         } else {
             Acts::Block(acts.get_or_init(|| QuantActs::new(x, m, k)))
         };
-        // The paired layout when the kernel takes it (made on first use), the GGUF blocks otherwise.
-        let pairs = if kernel == Kernel::Avx512Pairs { part.pairs(k) } else { None };
-        cols.par_chunks_mut(m * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
+        t.clear();
+        t.resize(part.rows * m, 0f32);
+        #[cfg(target_arch = "x86_64")]
+        if let (Acts::Block(a), Kernel::Avx512Rows16) = (acts, kernel) {
+            if let Some(r16) = part.rows16(k) {
+                // Group-major: group g's chunk is its rows' outputs for activation row 0, then row 1, ...
+                // SAFETY: `Avx512Rows16` was checked to be among `Kernel::available()` above; the part's width is
+                // `k`, the activations'; `t` has `part.rows` columns, so every chunk's group exists.
+                t.par_chunks_mut(m * LANES).enumerate().for_each(|(g, chunk)| unsafe { group(r16, g, a, chunk, m) });
+                for (g, chunk) in t.chunks(m * LANES).enumerate() {
+                    let lanes = chunk.len() / m;
+                    for (i, o) in chunk.chunks_exact(lanes).enumerate() {
+                        let at = i * n + c0 + g * LANES;
+                        out[at..at + lanes].copy_from_slice(o);
+                    }
+                }
+                c0 += part.rows;
+                continue;
+            }
+        }
+        // Column-major: m values per weight row.
+        t.par_chunks_mut(m * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
             for (jj, col) in chunk.chunks_exact_mut(m).enumerate() {
                 let r = task * ROWS_PER_TASK + jj;
                 let row = &part.data[r * rb..(r + 1) * rb];
                 for (g, o) in col.chunks_mut(MAX_ROWS).enumerate() {
-                    match (acts, pairs) {
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: `Avx512Pairs` was checked to be among `Kernel::available()` above; the part's
-                        // width is `k`, the activations'.
-                        (Acts::Block(a), Some(p)) => unsafe { p.dot_rows(r, a, g * MAX_ROWS, o) },
-                        (Acts::Block(a), _) => dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
-                        (Acts::Super(a), _) => kdot::dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
+                    match acts {
+                        Acts::Block(a) => dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
+                        Acts::Super(a) => kdot::dot_rows(kernel, format, row, a, g * MAX_ROWS, o),
                     }
                 }
             }
         });
-    }
-    if m == 1 {
-        out[..n].copy_from_slice(&t);
-    } else {
         for (j, col) in t.chunks_exact(m).enumerate() {
             for (i, v) in col.iter().enumerate() {
-                out[i * n + j] = *v;
+                out[i * n + c0 + j] = *v;
             }
         }
+        c0 += part.rows;
     }
     Ok(())
+}
+
+/// Group `g`'s outputs (`chunk`: up to sixteen weight rows' values for activation row 0, then row 1, ...) for
+/// every activation row, four activation rows to a tile.
+///
+/// # Safety
+/// As `Rows16::dot_tile`: the CPU runs `Kernel::Avx512Rows16`, `acts` has `m` rows of the part's width.
+#[cfg(target_arch = "x86_64")]
+unsafe fn group(t: &Rows16, g: usize, acts: &QuantActs, chunk: &mut [f32], m: usize) {
+    let lanes = chunk.len() / m;
+    for r0 in (0..m).step_by(MAX_ROWS) {
+        let rows = MAX_ROWS.min(m - r0);
+        let mut tile = [[0f32; LANES]; MAX_ROWS];
+        t.dot_tile(g, acts, r0, &mut tile[..rows]);
+        for (i, o) in tile[..rows].iter().enumerate() {
+            chunk[(r0 + i) * lanes..(r0 + i + 1) * lanes].copy_from_slice(&o[..lanes]);
+        }
+    }
 }

@@ -17,8 +17,8 @@ mod kact;
 mod kblock;
 mod kdot;
 mod matmul;
-mod pair;
 mod registry;
+mod rows16;
 
 pub use act::QuantActs;
 pub use dot::Kernel;
@@ -137,18 +137,19 @@ struct Part {
     format: Format,
     rows: usize,
     data: Vec<u8>,
-    /// The 32-value formats rearranged for `Kernel::Avx512Pairs`, made the first time that kernel meets the part.
-    pairs: OnceLock<Option<pair::Paired>>,
+    /// The 32-value formats with sixteen rows interleaved for `Kernel::Avx512Rows16`, made the first time that
+    /// kernel meets the part.
+    rows16: OnceLock<Option<rows16::Rows16>>,
 }
 
 impl Part {
     fn new(format: Format, rows: usize, data: Vec<u8>) -> Self {
-        Part { format, rows, data, pairs: OnceLock::new() }
+        Part { format, rows, data, rows16: OnceLock::new() }
     }
 
-    /// The paired copy (None for the k-quants and rows of an odd number of blocks).
-    fn pairs(&self, cols: usize) -> Option<&pair::Paired> {
-        self.pairs.get_or_init(|| pair::Paired::new(self.format, self.rows, cols, &self.data)).as_ref()
+    /// The interleaved copy (None for the k-quants).
+    fn rows16(&self, cols: usize) -> Option<&rows16::Rows16> {
+        self.rows16.get_or_init(|| rows16::Rows16::new(self.format, self.rows, cols, &self.data)).as_ref()
     }
 }
 
@@ -240,7 +241,7 @@ impl PackedMatrix {
             Some(p) if p.format == format => {
                 p.rows += rows;
                 p.data.extend_from_slice(bytes);
-                p.pairs = OnceLock::new();
+                p.rows16 = OnceLock::new();
             }
             _ => self.parts.push(Part::new(format, rows, bytes.to_vec())),
         }

@@ -26,7 +26,7 @@ fn pack(w: &[f32], n: usize, k: usize, dtype: GgmlDType) -> (PackedMatrix, Vec<f
 /// output is off by at most `sum_j |w_j| d_b(j) / 2`. Rounding: the block sums are exact integers; each of the `nb`
 /// scaled block terms and their sum round in f32, at most `(nb + 4) eps sum_j |w_j x^_j|` (plus the same for the
 /// `Q4_1` minimum terms, inside the sum of |w x^| since `x^` carries them). `offsets`: the kernel shifted signed
-/// values to unsigned ones (`pair`: `Q8_0` by 128, `Q4_0` by 8), so each block adds and takes away about
+/// values to unsigned ones (`rows16`: `Q8_0` by 128, `Q4_0` by 8), so each block adds and takes away about
 /// `max|w| sum|x^|` (128 |d| or 8 |d| is at most 1.01 max|w|), which rounds too.
 fn check(got: &[f32], wd: &[f32], x: &[f32], acts: &QuantActs, [m, k, n]: [usize; 3], offsets: bool, what: &str) {
     let nb = k / BLOCK;
@@ -53,6 +53,11 @@ fn check(got: &[f32], wd: &[f32], x: &[f32], acts: &QuantActs, [m, k, n]: [usize
     }
 }
 
+/// Whether the kernel reads a layout with the values shifted to unsigned (`rows16`).
+fn unsigned(kernel: Kernel) -> bool {
+    kernel == Kernel::Avx512Rows16
+}
+
 #[test]
 fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(27);
@@ -65,14 +70,14 @@ fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
         }
         let (p, wd) = pack(&w, n, k, dtype);
         assert_eq!(p.dequantize(), wd, "{dtype:?}: block decoding differs from candle's");
-        for m in [1, 3, 4, 5, 16] {
+        for m in [1, 3, 4, 5, 16, 37] {
             let mut x = random(&mut rng, m * k, 3.0);
             x[..BLOCK].iter_mut().for_each(|v| *v = 0.0); // an all-zero block (scale 0)
             let acts = QuantActs::new(&x, m, k);
             for kernel in Kernel::available() {
                 let mut out = vec![f32::NAN; m * n];
                 matmul_with(kernel, &x, &p, &mut out, m, k, n).unwrap();
-                let offsets = kernel == Kernel::Avx512Pairs && pair::shift(p.format()) != 0;
+                let offsets = unsigned(kernel) && rows16::shift(p.format()) != 0;
                 check(&out, &wd, &x, &acts, [m, k, n], offsets, &format!("{dtype:?} {kernel:?} m={m}"));
             }
         }
@@ -104,9 +109,9 @@ fn simd_kernels_equal_the_scalar_kernel() {
                         let (isum, d, mn) = dot::block_isum(p.format(), blk, &acts.q[i * k + b * BLOCK..]);
                         let (xd, xs) = (acts.d[i * (k / BLOCK) + b] as f64, acts.s[i * (k / BLOCK) + b] as f64);
                         mag += (d as f64 * xd * isum as f64).abs() + (mn as f64 * xs).abs();
-                        // The paired kernel's unsigned shift (128 or 8 steps of d) is added and taken away.
-                        if kernel == Kernel::Avx512Pairs {
-                            let zero = pair::shift(p.format()) as f64;
+                        // The unsigned layouts' shift (128 or 8 steps of d) is added and taken away.
+                        if unsigned(kernel) {
+                            let zero = rows16::shift(p.format()) as f64;
                             let xabs: f64 =
                                 acts.q[i * k + b * BLOCK..][..BLOCK].iter().map(|&q| q.unsigned_abs() as f64).sum();
                             mag += 2.0 * zero * (d as f64).abs() * xd * xabs;
@@ -136,11 +141,12 @@ fn rows_permute_and_stack_as_blocks() {
 }
 
 #[test]
-fn prefill_sized_batches_take_dequantized_tiles_without_activation_error() {
+fn prefill_sized_k_quant_batches_take_dequantized_tiles_without_activation_error() {
+    // Above `INTEGER_ROWS` rows the k-quants (and every format where `Avx512Rows16` does not run) go through f32
+    // tiles of the dequantized weights: f32 rounding only. n spans two tiles and a partial one.
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    // n spans two tiles and a partial one.
-    let (m, k, n) = (matmul::INTEGER_ROWS + 3, 64, 1100);
-    let (p, wd) = pack(&random(&mut rng, n * k, 1.0), n, k, GgmlDType::Q4_1);
+    let (m, k, n) = (matmul::INTEGER_ROWS + 3, 256, 1100);
+    let (p, wd) = pack(&random(&mut rng, n * k, 1.0), n, k, GgmlDType::Q4K);
     let x = random(&mut rng, m * k, 2.0);
     let bias = random(&mut rng, n, 1.0);
     let mut out = vec![f32::NAN; m * n];
@@ -158,26 +164,49 @@ fn prefill_sized_batches_take_dequantized_tiles_without_activation_error() {
 }
 
 #[test]
-fn the_paired_layout_holds_the_same_products() {
-    // The rearranged copy (`pair`) with portable arithmetic against the scalar kernel on the GGUF blocks: checks the
-    // layout on any CPU, the SIMD kernel's arithmetic being checked against the scalar one above where it runs.
-    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-    let (m, k, n) = (3, 192, 9);
+fn prefill_sized_batches_of_32_value_formats_take_the_fastest_kernel() {
+    // With `Avx512Rows16` the integer kernel runs at every row count (it beats the f32 GEMM there); elsewhere the
+    // dequantized tiles do. Either way `matmul` at prefill size is what that path computes.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let (m, k, n) = (matmul::INTEGER_ROWS + 5, 96, 70);
+    let (p, wd) = pack(&random(&mut rng, n * k, 1.0), n, k, GgmlDType::Q8_0);
+    let x = random(&mut rng, m * k, 2.0);
+    let mut out = vec![f32::NAN; m * n];
+    super::matmul(&x, &p, None, &mut out, m, k, n).unwrap();
+    if Kernel::detect() == Kernel::Avx512Rows16 {
+        check(&out, &wd, &x, &QuantActs::new(&x, m, k), [m, k, n], true, "Q8_0 prefill rows16");
+    } else {
+        let mut want = vec![0f32; m * n];
+        matmul::dense_tiles(&x, &p, &mut want, m, k, n).unwrap();
+        assert_eq!(out, want);
+    }
+}
+
+#[test]
+fn the_interleaved_layout_holds_the_same_products() {
+    // `rows16` with portable arithmetic against the f32 product: the layout on any CPU (the SIMD kernel is checked
+    // against the scalar one above where it runs). 21 rows: a whole group and a partial one.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+    let (m, k, n) = (3, 160, 21);
     for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
-        let (p, wd) = pack(&random(&mut rng, n * k, 1.5), n, k, dtype);
+        let mut w = random(&mut rng, n * k, 1.5);
+        if dtype == GgmlDType::Q4_1 {
+            w.iter_mut().for_each(|v| *v += 0.5);
+        }
+        let (p, wd) = pack(&w, n, k, dtype);
         let x = random(&mut rng, m * k, 2.0);
         let acts = QuantActs::new(&x, m, k);
-        let part = &p.parts[0];
-        let paired = part.pairs(k).expect("an even number of blocks pairs up");
+        let t = p.parts[0].rows16(k).expect("a 32-value format interleaves");
         let mut got = vec![0f32; m * n];
-        for j in 0..n {
-            let mut col = [0f32; 3];
-            paired.dot_rows_portable(j, &acts, 0, &mut col);
-            (0..m).for_each(|i| got[i * n + j] = col[i]);
+        for g in 0..n.div_ceil(rows16::LANES) {
+            let mut tile = [[f32::NAN; rows16::LANES]; 3];
+            t.dot_tile_portable(g, &acts, 0, &mut tile);
+            for (i, o) in tile.iter().enumerate() {
+                for (j, v) in o.iter().enumerate().filter(|(j, _)| g * rows16::LANES + j < n) {
+                    got[i * n + g * rows16::LANES + j] = *v;
+                }
+            }
         }
-        check(&got, &wd, &x, &acts, [m, k, n], pair::shift(p.format()) != 0, &format!("{dtype:?} paired"));
+        check(&got, &wd, &x, &acts, [m, k, n], rows16::shift(p.format()) != 0, &format!("{dtype:?} rows16"));
     }
-    // Rows of an odd number of blocks do not pair: the kernel falls back to the GGUF layout.
-    let (p, _) = pack(&random(&mut rng, 2 * 96, 1.0), 2, 96, GgmlDType::Q4_0);
-    assert!(p.parts[0].pairs(96).is_none());
 }

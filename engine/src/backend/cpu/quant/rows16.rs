@@ -1,0 +1,235 @@
+//! The 32-value formats (`Q8_0`, `Q4_0`, `Q4_1`) with sixteen weight rows interleaved, for 512-bit VNNI: one
+//! register holds four consecutive values of each of sixteen rows, so one `vpdpbusd` against four activation bytes
+//! broadcast to every lane adds 64 products into sixteen different outputs.
+//!
+//! Against a layout that keeps a row's values together (a register holding 64 values of one row), this needs no
+//! horizontal sums, and the per-block work that does not scale with the values (converting the block's integer sum,
+//! applying both scales, the offset term) is done once for sixteen rows instead of once per row: about 13 vector
+//! operations per block and activation row for 512 products, where a layout of two blocks of one row per register
+//! spent about 9 per 64 (and the GGUF layout about 20 per 32). The
+//! weights' registers are reused for every activation row of a tile, so batched rows (decode of many sequences,
+//! prefill) run at the integer units' rate rather than at the rate the weights are unpacked.
+//!
+//! Layout, per group of sixteen rows `g` and block `b` (row-major over groups, then blocks):
+//! - values unsigned (`u`, 0..15 or 0..255) with `x = d * u + m`: `Q4_1`: `u = q`, `m` its minimum; `Q4_0`:
+//!   `u = q`, `m = -8 d`; `Q8_0`: `u = q + 128`, `m = -128 d` (`vpdpbusd` multiplies unsigned by signed bytes);
+//! - `Q8_0`: eight 64-byte registers; register `t`, lane `j` (bytes `4j .. 4j + 4`) holds values `4t .. 4t + 4` of
+//!   row `16g + j`;
+//! - 4-bit: four 64-byte registers; register `t`, lane `j` holds values `4t .. 4t + 4` of row `16g + j` in the low
+//!   nibbles and values `16 + 4t .. 16 + 4t + 4` in the high ones;
+//! - an f32 scale per row and block (sixteen consecutive floats), and for `Q4_1` its minimum likewise; the other
+//!   formats' offsets are `-z d` (`shift`), applied once at the end: `sum_b m_b s_b = -z sum_b d_b s_b`, with
+//!   `s_b` the activation block sums `QuantActs` keeps.
+//!
+//! Rows past the last of a part (its row count not a multiple of sixteen) are zero, and their outputs are dropped.
+//! The copy is made from a part's GGUF bytes the first time the kernel meets the part (`Part::rows16`); the GGUF
+//! bytes stay for dequantization (embeddings, the k-quants' prefill tiles) and the other kernels.
+
+use super::{f16_at, Format, QuantActs, BLOCK};
+
+/// The shift `z` that makes `format`'s values unsigned for `vpdpbusd` (`u = q + z`, folded into the block's offset
+/// as `-z d`): 128 for `Q8_0`, 8 for `Q4_0`, none for `Q4_1`'s already unsigned nibbles.
+pub(super) const fn shift(format: Format) -> i16 {
+    match format {
+        Format::Q8_0 => 128,
+        Format::Q4_0 => 8,
+        _ => 0,
+    }
+}
+
+/// Weight rows interleaved in one group (the lanes of a 512-bit register of i32).
+pub(super) const LANES: usize = 16;
+
+/// A part's rows, sixteen to a group.
+#[derive(Debug, Clone)]
+pub(super) struct Rows16 {
+    format: Format,
+    /// Bytes of values per group and block: 512 (`Q8_0`) or 256 (4-bit).
+    value_bytes: usize,
+    blocks_per_row: usize,
+    groups: usize,
+    u: Vec<u8>,
+    d: Vec<f32>,
+    /// `Q4_1`'s minima (empty for the other formats).
+    m: Vec<f32>,
+}
+
+impl Rows16 {
+    /// The interleaved copy of `rows` rows of `format` blocks (`data` in the GGUF layout), or None for the
+    /// k-quants.
+    pub(super) fn new(format: Format, rows: usize, cols: usize, data: &[u8]) -> Option<Self> {
+        let nb = cols / BLOCK;
+        let bb = format.block_bytes();
+        if format.is_k_quant() || !cols.is_multiple_of(BLOCK) || data.len() != rows * nb * bb {
+            return None;
+        }
+        let groups = rows.div_ceil(LANES);
+        let value_bytes = if format == Format::Q8_0 { 512 } else { 256 };
+        let mut t = Rows16 {
+            format,
+            value_bytes,
+            blocks_per_row: nb,
+            groups,
+            u: vec![0; groups * nb * value_bytes],
+            d: vec![0.0; groups * nb * LANES],
+            m: if format == Format::Q4_1 { vec![0.0; groups * nb * LANES] } else { Vec::new() },
+        };
+        for (r, row) in data.chunks_exact(nb * bb).enumerate() {
+            let (g, j) = (r / LANES, r % LANES);
+            for (b, blk) in row.chunks_exact(bb).enumerate() {
+                let gb = g * nb + b;
+                t.d[gb * LANES + j] = f16_at(blk, 0);
+                if format == Format::Q4_1 {
+                    t.m[gb * LANES + j] = f16_at(blk, 2);
+                }
+                let base = gb * value_bytes;
+                match format {
+                    Format::Q8_0 => {
+                        for (i, &q) in blk[2..34].iter().enumerate() {
+                            t.u[base + (i / 4) * 64 + j * 4 + i % 4] = (q as i8 as i16 + shift(format)) as u8;
+                        }
+                    }
+                    _ => {
+                        // GGUF byte i holds value i (low nibble) and value i + 16 (high), as this layout pairs them.
+                        let qs = if format == Format::Q4_0 { &blk[2..18] } else { &blk[4..20] };
+                        for (i, &q) in qs.iter().enumerate() {
+                            t.u[base + (i / 4) * 64 + j * 4 + i % 4] = q;
+                        }
+                    }
+                }
+            }
+        }
+        Some(t)
+    }
+
+    /// Value `i` of row `j` of group `g`, block `b`.
+    #[cfg(test)]
+    fn value(&self, g: usize, b: usize, j: usize, i: usize) -> u8 {
+        let base = (g * self.blocks_per_row + b) * self.value_bytes + j * 4;
+        if self.value_bytes == 512 {
+            self.u[base + (i / 4) * 64 + i % 4]
+        } else {
+            let byte = self.u[base + ((i % 16) / 4) * 64 + i % 4];
+            if i < 16 {
+                byte & 0x0f
+            } else {
+                byte >> 4
+            }
+        }
+    }
+
+    /// `out[i][j] = row 16 g + j . x[r0 + i]` with the portable arithmetic the SIMD kernel reorders (tests).
+    #[cfg(test)]
+    pub(super) fn dot_tile_portable(&self, g: usize, acts: &QuantActs, r0: usize, out: &mut [[f32; LANES]]) {
+        let nb = self.blocks_per_row;
+        let z = shift(self.format) as f32;
+        for (i, o) in out.iter_mut().enumerate() {
+            let row = r0 + i;
+            for (j, o) in o.iter_mut().enumerate() {
+                let mut acc = 0f32;
+                for b in 0..nb {
+                    let gb = (g * nb + b) * LANES + j;
+                    let x = &acts.q[row * acts.k + b * BLOCK..][..BLOCK];
+                    let isum: i32 = (0..BLOCK).map(|t| self.value(g, b, j, t) as i32 * x[t] as i32).sum();
+                    let m = if self.m.is_empty() { -z * self.d[gb] } else { self.m[gb] };
+                    acc += self.d[gb] * acts.d[row * nb + b] * isum as f32 + m * acts.s[row * nb + b];
+                }
+                *o = acc;
+            }
+        }
+    }
+
+    /// `out[i][j] = row 16 g + j . x[r0 + i]` for `i < out.len()` (at most 4) with AVX-512 VNNI.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VNNI (`Kernel::Avx512Rows16` is only offered then); `acts` has this part's
+    /// width and at least `r0 + out.len()` rows; `g < self.groups()`.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) unsafe fn dot_tile(&self, g: usize, acts: &QuantActs, r0: usize, out: &mut [[f32; LANES]]) {
+        debug_assert_eq!(acts.k, self.blocks_per_row * BLOCK);
+        debug_assert!(out.len() <= 4 && r0 + out.len() <= acts.rows() && g < self.groups);
+        macro_rules! tile {
+            ($nib:literal, $min:literal) => {
+                match out.len() {
+                    1 => x86::tile::<1, $nib, $min>(self, g, acts, r0, out),
+                    2 => x86::tile::<2, $nib, $min>(self, g, acts, r0, out),
+                    3 => x86::tile::<3, $nib, $min>(self, g, acts, r0, out),
+                    _ => x86::tile::<4, $nib, $min>(self, g, acts, r0, out),
+                }
+            };
+        }
+        match self.format {
+            Format::Q8_0 => tile!(false, false),
+            Format::Q4_0 => tile!(true, false),
+            _ => tile!(true, true),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::super::{QuantActs, BLOCK};
+    use super::{Rows16, LANES};
+
+    /// `NIBBLES`: 4-bit values (else `Q8_0`'s bytes); `MIN`: the format keeps a minimum per block (`Q4_1`), else
+    /// the offset is `-z d` with `z` 8 (4-bit) or 128.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn tile<const R: usize, const NIBBLES: bool, const MIN: bool>(
+        w: &Rows16,
+        g: usize,
+        acts: &QuantActs,
+        r0: usize,
+        out: &mut [[f32; LANES]],
+    ) {
+        let (k, nb) = (acts.k, w.blocks_per_row);
+        let u = w.u.as_ptr().add(g * nb * w.value_bytes);
+        let d = w.d.as_ptr().add(g * nb * LANES);
+        let m = if MIN { w.m.as_ptr().add(g * nb * LANES) } else { d };
+        let xq = acts.q.as_ptr().add(r0 * k);
+        let (xd, xs) = (acts.d.as_ptr().add(r0 * nb), acts.s.as_ptr().add(r0 * nb));
+        let mask = _mm512_set1_epi8(0x0f);
+        // Per activation row: the scaled block sums, and the offsets' term (`m . s`, or `d . s` times `-z`).
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut off = [_mm512_setzero_ps(); R];
+        for b in 0..nb {
+            let mut wv = [_mm512_setzero_si512(); 8];
+            if NIBBLES {
+                for t in 0..4 {
+                    let raw = _mm512_loadu_si512(u.add(b * 256 + t * 64).cast());
+                    wv[t] = _mm512_and_si512(raw, mask);
+                    wv[t + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+                }
+            } else {
+                for (t, v) in wv.iter_mut().enumerate() {
+                    *v = _mm512_loadu_si512(u.add(b * 512 + t * 64).cast());
+                }
+            }
+            let wd = _mm512_loadu_ps(d.add(b * LANES));
+            let wm = _mm512_loadu_ps(m.add(b * LANES));
+            for i in 0..R {
+                let x = xq.add(i * k + b * BLOCK).cast::<i32>();
+                // Two chains of four, so the adds do not all wait on each other.
+                let (mut ia, mut ib) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for t in (0..8).step_by(2) {
+                    ia = _mm512_dpbusd_epi32(ia, wv[t], _mm512_set1_epi32(x.add(t).read_unaligned()));
+                    ib = _mm512_dpbusd_epi32(ib, wv[t + 1], _mm512_set1_epi32(x.add(t + 1).read_unaligned()));
+                }
+                let scale = _mm512_mul_ps(wd, _mm512_set1_ps(*xd.add(i * nb + b)));
+                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(ia, ib)), scale, acc[i]);
+                off[i] = _mm512_fmadd_ps(wm, _mm512_set1_ps(*xs.add(i * nb + b)), off[i]);
+            }
+        }
+        let z = if MIN {
+            1.0
+        } else if NIBBLES {
+            -8.0
+        } else {
+            -128.0
+        };
+        for (o, (a, s)) in out.iter_mut().zip(acc.iter().zip(&off)) {
+            _mm512_storeu_ps(o.as_mut_ptr(), _mm512_fmadd_ps(*s, _mm512_set1_ps(z), *a));
+        }
+    }
+}
