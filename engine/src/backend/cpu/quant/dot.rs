@@ -1,4 +1,5 @@
-//! Dot products of one packed weight row of a 32-value format (`Q8_0`, `Q4_0`, `Q4_1`; the k-quants are `kdot`'s)
+//! Dot products of one packed weight row of a 32-value format (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`; the k-quants
+//! are `kdot`'s)
 //! with up to `MAX_ROWS` quantized activation rows. Each weight block is
 //! loaded and unpacked once and used for every activation row (the reuse that makes batched rows cheap).
 //!
@@ -74,9 +75,13 @@ pub(super) fn dot_rows(kernel: Kernel, format: Format, w: &[u8], acts: &QuantAct
             match (kernel, format) {
                 (Kernel::Avx2, Format::Q8_0) => rows!(avx2, x86::Q8_0),
                 (Kernel::Avx2, Format::Q4_0) => rows!(avx2, x86::Q4_0),
+                (Kernel::Avx2, Format::Q5_0) => rows!(avx2, x86::Q5_0),
+                (Kernel::Avx2, Format::Q5_1) => rows!(avx2, x86::Q5_1),
                 (Kernel::Avx2, _) => rows!(avx2, x86::Q4_1),
                 (_, Format::Q8_0) => rows!(vnni, x86::Q8_0),
                 (_, Format::Q4_0) => rows!(vnni, x86::Q4_0),
+                (_, Format::Q5_0) => rows!(vnni, x86::Q5_0),
+                (_, Format::Q5_1) => rows!(vnni, x86::Q5_1),
                 (_, _) => rows!(vnni, x86::Q4_1),
             }
         },
@@ -101,6 +106,11 @@ pub(super) fn block_isum(format: Format, blk: &[u8], x: &[i8]) -> (i32, f32, f32
             }
             (s, d, m)
         }
+        Format::Q5_0 | Format::Q5_1 => {
+            let (u, z) = (format.unsigned_values(blk), format.shift() as i32);
+            let m = if format.has_min() { f16_at(blk, 2) } else { 0.0 };
+            (u.iter().zip(x).map(|(&u, &x)| (u as i32 - z) * x as i32).sum(), d, m)
+        }
         Format::Q4_K | Format::Q5_K | Format::Q6_K => unreachable!("block_isum takes the 32-value formats"),
     }
 }
@@ -114,7 +124,7 @@ fn scalar(format: Format, w: &[u8], acts: &QuantActs, r0: usize, out: &mut [f32]
         for (b, blk) in w.chunks_exact(bb).enumerate() {
             let (isum, d, m) = block_isum(format, blk, &acts.q[r * k + b * BLOCK..]);
             acc += d * acts.d[r * nb + b] * isum as f32;
-            if format == Format::Q4_1 {
+            if format.has_min() {
                 acc += m * acts.s[r * nb + b];
             }
         }
@@ -132,11 +142,15 @@ mod x86 {
     pub(super) const Q8_0: u8 = 0;
     pub(super) const Q4_0: u8 = 1;
     pub(super) const Q4_1: u8 = 2;
+    pub(super) const Q5_0: u8 = 3;
+    pub(super) const Q5_1: u8 = 4;
 
     const fn format_of(f: u8) -> Format {
         match f {
             Q8_0 => Format::Q8_0,
             Q4_0 => Format::Q4_0,
+            Q5_0 => Format::Q5_0,
+            Q5_1 => Format::Q5_1,
             _ => Format::Q4_1,
         }
     }
@@ -163,11 +177,39 @@ mod x86 {
                 let w = _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8));
                 (d, 0.0, _mm256_sign_epi8(w, w), Some(w))
             }
+            Format::Q5_0 => {
+                let w = _mm256_or_si256(nibbles(p.add(6)), fifth_bits(p.add(2)));
+                let w = _mm256_sub_epi8(w, _mm256_set1_epi8(16));
+                (d, 0.0, _mm256_sign_epi8(w, w), Some(w))
+            }
+            Format::Q5_1 => {
+                let m = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p.add(2).cast::<u16>().read_unaligned() as i32)));
+                (d, m, _mm256_or_si256(nibbles(p.add(8)), fifth_bits(p.add(4))), None)
+            }
             _ => {
                 let m = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(p.add(2).cast::<u16>().read_unaligned() as i32)));
                 (d, m, nibbles(p.add(4)), None)
             }
         }
+    }
+
+    /// The fifth bits of a `Q5_0` / `Q5_1` block (a little-endian u32 at `p`) as 32 bytes of 16 or 0: byte `i` of
+    /// the result is bit `i` moved to bit 4.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn fifth_bits(p: *const u8) -> __m256i {
+        let bits = _mm256_set1_epi32(p.cast::<i32>().read_unaligned());
+        // Byte i takes byte i / 8 of the word, then every bit but bit i % 8 is set, so the byte is all ones exactly
+        // when bit i is.
+        let spread = _mm256_shuffle_epi8(
+            bits,
+            _mm256_setr_epi8(
+                0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+            ),
+        );
+        let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe_u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+        _mm256_and_si256(set, _mm256_set1_epi8(16))
     }
 
     #[inline]
@@ -217,7 +259,7 @@ mod x86 {
                         };
                         let scale = _mm256_set1_ps(d * *xd.add(row * nb + b));
                         acc[r][b & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps($isum(a, x)), scale, acc[r][b & 1]);
-                        if F == Q4_1 {
+                        if const { format_of(F).has_min() } {
                             acc_min[r] += m * *xs.add(row * nb + b);
                         }
                     }

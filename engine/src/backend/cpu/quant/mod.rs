@@ -48,6 +48,11 @@ pub enum Format {
     Q4_0,
     /// f16 scale `d`, f16 minimum `m`, 16 bytes of nibbles as in `Q4_0`: `x = d * q + m`.
     Q4_1,
+    /// f16 scale `d`, 32 fifth bits (bit `j` of a little-endian u32 tops value `j`), nibbles as in `Q4_0`:
+    /// `x = d * (q - 16)`.
+    Q5_0,
+    /// f16 scale `d`, f16 minimum `m`, fifth bits and nibbles as in `Q5_0`: `x = d * q + m`.
+    Q5_1,
     /// 256 values in 8 sub-blocks of 32, 4-bit values with a 6-bit scale and minimum each (layout in `kblock`).
     Q4_K,
     /// As `Q4_K` with a fifth bit per value.
@@ -63,6 +68,8 @@ impl Format {
             Format::Q8_0 => 34,
             Format::Q4_0 => 18,
             Format::Q4_1 => 20,
+            Format::Q5_0 => 22,
+            Format::Q5_1 => 24,
             Format::Q4_K => 144,
             Format::Q5_K => 176,
             Format::Q6_K => 210,
@@ -90,6 +97,8 @@ impl Format {
             G::Q8_0 => Some(Format::Q8_0),
             G::Q4_0 => Some(Format::Q4_0),
             G::Q4_1 => Some(Format::Q4_1),
+            G::Q5_0 => Some(Format::Q5_0),
+            G::Q5_1 => Some(Format::Q5_1),
             G::Q4K => Some(Format::Q4_K),
             G::Q5K => Some(Format::Q5_K),
             G::Q6K => Some(Format::Q6_K),
@@ -102,10 +111,51 @@ impl Format {
             Format::Q8_0 => "Q8_0",
             Format::Q4_0 => "Q4_0",
             Format::Q4_1 => "Q4_1",
+            Format::Q5_0 => "Q5_0",
+            Format::Q5_1 => "Q5_1",
             Format::Q4_K => "Q4_K",
             Format::Q5_K => "Q5_K",
             Format::Q6_K => "Q6_K",
         }
+    }
+
+    /// Whether a 32-value block keeps a minimum (`x = d * q + m`) rather than a signed value (`Q4_1`, `Q5_1`).
+    pub const fn has_min(self) -> bool {
+        matches!(self, Format::Q4_1 | Format::Q5_1)
+    }
+
+    /// The shift `z` from a 32-value format's stored values to unsigned ones (`unsigned_values`): the signed
+    /// value is `u - z`. 128 for `Q8_0`, 8 for `Q4_0`, 16 for `Q5_0`, none for the formats with a minimum.
+    pub const fn shift(self) -> i16 {
+        match self {
+            Format::Q8_0 => 128,
+            Format::Q4_0 => 8,
+            Format::Q5_0 => 16,
+            _ => 0,
+        }
+    }
+
+    /// A 32-value block's values as unsigned bytes `u`: `x = d * (u - shift)` or, with a minimum, `d * u + m`.
+    fn unsigned_values(self, blk: &[u8]) -> [u8; BLOCK] {
+        let mut u = [0u8; BLOCK];
+        match self {
+            Format::Q8_0 => u.iter_mut().zip(&blk[2..34]).for_each(|(u, &q)| *u = (q as i8 as i16 + 128) as u8),
+            Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 => {
+                let at = if self.has_min() { 4 } else { 2 };
+                let (qh, qs) = match self {
+                    Format::Q5_0 | Format::Q5_1 => {
+                        (u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]), &blk[at + 4..at + 20])
+                    }
+                    _ => (0, &blk[at..at + 16]),
+                };
+                for (j, &q) in qs.iter().enumerate() {
+                    u[j] = (q & 0x0f) | (((qh >> j) & 1) << 4) as u8;
+                    u[j + 16] = (q >> 4) | (((qh >> (j + 16)) & 1) << 4) as u8;
+                }
+            }
+            Format::Q4_K | Format::Q5_K | Format::Q6_K => unreachable!("unsigned_values takes the 32-value formats"),
+        }
+        u
     }
 
     /// Bytes of one row of `cols` values (whole blocks).
@@ -124,6 +174,14 @@ impl Format {
                 for (j, &b) in qs.iter().enumerate() {
                     o[j] = d * ((b & 0x0f) as i32 - bias) as f32 + m;
                     o[j + 16] = d * ((b >> 4) as i32 - bias) as f32 + m;
+                }
+            }
+            Format::Q5_0 | Format::Q5_1 => {
+                // As candle (ggml) orders it: the signed integer times d, then plus the minimum.
+                let (u, m) = (self.unsigned_values(blk), if self.has_min() { f16_at(blk, 2) } else { 0.0 });
+                for (o, &u) in o.iter_mut().zip(&u) {
+                    let q = (u as i16 - self.shift()) as f32;
+                    *o = if self.has_min() { q * d + m } else { q * d };
                 }
             }
             Format::Q4_K | Format::Q5_K | Format::Q6_K => kblock::decode(self, blk, o),

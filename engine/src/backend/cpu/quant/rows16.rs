@@ -1,4 +1,4 @@
-//! The 32-value formats (`Q8_0`, `Q4_0`, `Q4_1`) with sixteen weight rows interleaved, for 512-bit VNNI: one
+//! The 32-value formats (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`) with sixteen weight rows interleaved, for 512-bit VNNI: one
 //! register holds four consecutive values of each of sixteen rows, so one `vpdpbusd` against four activation bytes
 //! broadcast to every lane adds 64 products into sixteen different outputs.
 //!
@@ -11,14 +11,15 @@
 //! prefill) run at the integer units' rate rather than at the rate the weights are unpacked.
 //!
 //! Layout, per group of sixteen rows `g` and block `b` (row-major over groups, then blocks):
-//! - values unsigned (`u`, 0..15 or 0..255) with `x = d * u + m`: `Q4_1`: `u = q`, `m` its minimum; `Q4_0`:
-//!   `u = q`, `m = -8 d`; `Q8_0`: `u = q + 128`, `m = -128 d` (`vpdpbusd` multiplies unsigned by signed bytes);
-//! - `Q8_0`: eight 64-byte registers; register `t`, lane `j` (bytes `4j .. 4j + 4`) holds values `4t .. 4t + 4` of
-//!   row `16g + j`;
+//! - values unsigned (`u`, `Format::unsigned_values`) with `x = d * u + m`: `Q4_1` / `Q5_1`: `u = q`, `m` the
+//!   block's minimum; the signed formats `u = q + z`, `m = -z d` (`Format::shift`: 8 for `Q4_0`, 16 for `Q5_0`, 128
+//!   for `Q8_0`), since `vpdpbusd` multiplies unsigned by signed bytes;
+//! - `Q8_0`, `Q5_0`, `Q5_1` (a byte a value): eight 64-byte registers; register `t`, lane `j` (bytes `4j .. 4j + 4`)
+//!   holds values `4t .. 4t + 4` of row `16g + j`;
 //! - 4-bit: four 64-byte registers; register `t`, lane `j` holds values `4t .. 4t + 4` of row `16g + j` in the low
 //!   nibbles and values `16 + 4t .. 16 + 4t + 4` in the high ones;
-//! - an f32 scale per row and block (sixteen consecutive floats), and for `Q4_1` its minimum likewise; the other
-//!   formats' offsets are `-z d` (`shift`), applied once at the end: `sum_b m_b s_b = -z sum_b d_b s_b`, with
+//! - an f32 scale per row and block (sixteen consecutive floats), and for `Q4_1` / `Q5_1` its minimum likewise;
+//!   the other formats' offsets are `-z d`, applied once at the end: `sum_b m_b s_b = -z sum_b d_b s_b`, with
 //!   `s_b` the activation block sums `QuantActs` keeps.
 //!
 //! Rows past the last of a part (its row count not a multiple of sixteen) are zero, and their outputs are dropped.
@@ -27,16 +28,6 @@
 
 use super::{f16_at, Format, QuantActs, BLOCK};
 
-/// The shift `z` that makes `format`'s values unsigned for `vpdpbusd` (`u = q + z`, folded into the block's offset
-/// as `-z d`): 128 for `Q8_0`, 8 for `Q4_0`, none for `Q4_1`'s already unsigned nibbles.
-pub(super) const fn shift(format: Format) -> i16 {
-    match format {
-        Format::Q8_0 => 128,
-        Format::Q4_0 => 8,
-        _ => 0,
-    }
-}
-
 /// Weight rows interleaved in one group (the lanes of a 512-bit register of i32).
 pub(super) const LANES: usize = 16;
 
@@ -44,13 +35,13 @@ pub(super) const LANES: usize = 16;
 #[derive(Debug, Clone)]
 pub(super) struct Rows16 {
     format: Format,
-    /// Bytes of values per group and block: 512 (`Q8_0`) or 256 (4-bit).
+    /// Bytes of values per group and block: 512 (a byte a value) or 256 (4-bit).
     value_bytes: usize,
     blocks_per_row: usize,
     groups: usize,
     u: Vec<u8>,
     d: Vec<f32>,
-    /// `Q4_1`'s minima (empty for the other formats).
+    /// The minima of `Q4_1` / `Q5_1` (empty for the signed formats).
     m: Vec<f32>,
 }
 
@@ -64,7 +55,8 @@ impl Rows16 {
             return None;
         }
         let groups = rows.div_ceil(LANES);
-        let value_bytes = if format == Format::Q8_0 { 512 } else { 256 };
+        let nibbles = matches!(format, Format::Q4_0 | Format::Q4_1);
+        let value_bytes = if nibbles { 256 } else { 512 };
         let mut t = Rows16 {
             format,
             value_bytes,
@@ -72,29 +64,26 @@ impl Rows16 {
             groups,
             u: vec![0; groups * nb * value_bytes],
             d: vec![0.0; groups * nb * LANES],
-            m: if format == Format::Q4_1 { vec![0.0; groups * nb * LANES] } else { Vec::new() },
+            m: if format.has_min() { vec![0.0; groups * nb * LANES] } else { Vec::new() },
         };
         for (r, row) in data.chunks_exact(nb * bb).enumerate() {
             let (g, j) = (r / LANES, r % LANES);
             for (b, blk) in row.chunks_exact(bb).enumerate() {
                 let gb = g * nb + b;
                 t.d[gb * LANES + j] = f16_at(blk, 0);
-                if format == Format::Q4_1 {
+                if format.has_min() {
                     t.m[gb * LANES + j] = f16_at(blk, 2);
                 }
-                let base = gb * value_bytes;
-                match format {
-                    Format::Q8_0 => {
-                        for (i, &q) in blk[2..34].iter().enumerate() {
-                            t.u[base + (i / 4) * 64 + j * 4 + i % 4] = (q as i8 as i16 + shift(format)) as u8;
-                        }
+                let u = format.unsigned_values(blk);
+                let at = |i: usize| gb * value_bytes + (i / 4) * 64 + j * 4 + i % 4;
+                if nibbles {
+                    // Value i (low nibble) and value i + 16 (high) share a byte, as in the GGUF block.
+                    for i in 0..16 {
+                        t.u[at(i)] = u[i] | (u[i + 16] << 4);
                     }
-                    _ => {
-                        // GGUF byte i holds value i (low nibble) and value i + 16 (high), as this layout pairs them.
-                        let qs = if format == Format::Q4_0 { &blk[2..18] } else { &blk[4..20] };
-                        for (i, &q) in qs.iter().enumerate() {
-                            t.u[base + (i / 4) * 64 + j * 4 + i % 4] = q;
-                        }
+                } else {
+                    for (i, &v) in u.iter().enumerate() {
+                        t.u[at(i)] = v;
                     }
                 }
             }
@@ -122,7 +111,7 @@ impl Rows16 {
     #[cfg(test)]
     pub(super) fn dot_tile_portable(&self, g: usize, acts: &QuantActs, r0: usize, out: &mut [[f32; LANES]]) {
         let nb = self.blocks_per_row;
-        let z = shift(self.format) as f32;
+        let z = self.format.shift() as f32;
         for (i, o) in out.iter_mut().enumerate() {
             let row = r0 + i;
             for (j, o) in o.iter_mut().enumerate() {
@@ -148,20 +137,22 @@ impl Rows16 {
     pub(super) unsafe fn dot_tile(&self, g: usize, acts: &QuantActs, r0: usize, out: &mut [[f32; LANES]]) {
         debug_assert_eq!(acts.k, self.blocks_per_row * BLOCK);
         debug_assert!(out.len() <= 4 && r0 + out.len() <= acts.rows() && g < self.groups);
+        let z = self.format.shift() as f32;
         macro_rules! tile {
             ($nib:literal, $min:literal) => {
                 match out.len() {
-                    1 => x86::tile::<1, $nib, $min>(self, g, acts, r0, out),
-                    2 => x86::tile::<2, $nib, $min>(self, g, acts, r0, out),
-                    3 => x86::tile::<3, $nib, $min>(self, g, acts, r0, out),
-                    _ => x86::tile::<4, $nib, $min>(self, g, acts, r0, out),
+                    1 => x86::tile::<1, $nib, $min>(self, g, acts, r0, z, out),
+                    2 => x86::tile::<2, $nib, $min>(self, g, acts, r0, z, out),
+                    3 => x86::tile::<3, $nib, $min>(self, g, acts, r0, z, out),
+                    _ => x86::tile::<4, $nib, $min>(self, g, acts, r0, z, out),
                 }
             };
         }
-        match self.format {
-            Format::Q8_0 => tile!(false, false),
-            Format::Q4_0 => tile!(true, false),
-            _ => tile!(true, true),
+        match (self.value_bytes == 256, self.format.has_min()) {
+            (false, false) => tile!(false, false),
+            (false, true) => tile!(false, true),
+            (true, false) => tile!(true, false),
+            (true, true) => tile!(true, true),
         }
     }
 }
@@ -173,14 +164,15 @@ mod x86 {
     use super::super::{QuantActs, BLOCK};
     use super::{Rows16, LANES};
 
-    /// `NIBBLES`: 4-bit values (else `Q8_0`'s bytes); `MIN`: the format keeps a minimum per block (`Q4_1`), else
-    /// the offset is `-z d` with `z` 8 (4-bit) or 128.
+    /// `NIBBLES`: 4-bit values (else a byte each); `MIN`: the format keeps a minimum per block, else the offset is
+    /// `-z d`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub(super) unsafe fn tile<const R: usize, const NIBBLES: bool, const MIN: bool>(
         w: &Rows16,
         g: usize,
         acts: &QuantActs,
         r0: usize,
+        z: f32,
         out: &mut [[f32; LANES]],
     ) {
         let (k, nb) = (acts.k, w.blocks_per_row);
@@ -221,13 +213,7 @@ mod x86 {
                 off[i] = _mm512_fmadd_ps(wm, _mm512_set1_ps(*xs.add(i * nb + b)), off[i]);
             }
         }
-        let z = if MIN {
-            1.0
-        } else if NIBBLES {
-            -8.0
-        } else {
-            -128.0
-        };
+        let z = if MIN { 1.0 } else { -z };
         for (o, (a, s)) in out.iter_mut().zip(acc.iter().zip(&off)) {
             _mm512_storeu_ps(o.as_mut_ptr(), _mm512_fmadd_ps(*s, _mm512_set1_ps(z), *a));
         }

@@ -26,8 +26,8 @@ fn pack(w: &[f32], n: usize, k: usize, dtype: GgmlDType) -> (PackedMatrix, Vec<f
 /// output is off by at most `sum_j |w_j| d_b(j) / 2`. Rounding: the block sums are exact integers; each of the `nb`
 /// scaled block terms and their sum round in f32, at most `(nb + 4) eps sum_j |w_j x^_j|` (plus the same for the
 /// `Q4_1` minimum terms, inside the sum of |w x^| since `x^` carries them). `offsets`: the kernel shifted signed
-/// values to unsigned ones (`rows16`: `Q8_0` by 128, `Q4_0` by 8), so each block adds and takes away about
-/// `max|w| sum|x^|` (128 |d| or 8 |d| is at most 1.01 max|w|), which rounds too.
+/// values to unsigned ones (`rows16`: `Q8_0` by 128, `Q4_0` by 8, `Q5_0` by 16), so each block adds and takes away
+/// about `max|w| sum|x^|` (`z |d|` is at most 1.01 max|w|), which rounds too.
 fn check(got: &[f32], wd: &[f32], x: &[f32], acts: &QuantActs, [m, k, n]: [usize; 3], offsets: bool, what: &str) {
     let nb = k / BLOCK;
     for i in 0..m {
@@ -62,10 +62,10 @@ fn unsigned(kernel: Kernel) -> bool {
 fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(27);
     let (k, n) = (256, 37);
-    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1] {
         // Q4_1 gets weights with a non-zero mean, so the minimum term matters.
         let mut w = random(&mut rng, n * k, 1.0);
-        if dtype == GgmlDType::Q4_1 {
+        if matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_1) {
             w.iter_mut().for_each(|v| *v += 0.7);
         }
         let (p, wd) = pack(&w, n, k, dtype);
@@ -77,7 +77,7 @@ fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
             for kernel in Kernel::available() {
                 let mut out = vec![f32::NAN; m * n];
                 matmul_with(kernel, &x, &p, &mut out, m, k, n).unwrap();
-                let offsets = unsigned(kernel) && rows16::shift(p.format()) != 0;
+                let offsets = unsigned(kernel) && p.format().shift() != 0;
                 check(&out, &wd, &x, &acts, [m, k, n], offsets, &format!("{dtype:?} {kernel:?} m={m}"));
             }
         }
@@ -88,7 +88,7 @@ fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
 fn simd_kernels_equal_the_scalar_kernel() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let (m, k, n) = (7, 512, 21);
-    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1] {
         let (mut p, _) = pack(&random(&mut rng, n * k, 2.0), n, k, dtype);
         if dtype == GgmlDType::Q8_0 {
             // -128 is a valid stored value (llama.cpp never writes it, a file may): |w| = 128 must not saturate.
@@ -111,7 +111,7 @@ fn simd_kernels_equal_the_scalar_kernel() {
                         mag += (d as f64 * xd * isum as f64).abs() + (mn as f64 * xs).abs();
                         // The unsigned layouts' shift (128 or 8 steps of d) is added and taken away.
                         if unsigned(kernel) {
-                            let zero = rows16::shift(p.format()) as f64;
+                            let zero = p.format().shift() as f64;
                             let xabs: f64 =
                                 acts.q[i * k + b * BLOCK..][..BLOCK].iter().map(|&q| q.unsigned_abs() as f64).sum();
                             mag += 2.0 * zero * (d as f64).abs() * xd * xabs;
@@ -188,9 +188,9 @@ fn the_interleaved_layout_holds_the_same_products() {
     // against the scalar one above where it runs). 21 rows: a whole group and a partial one.
     let mut rng = rand::rngs::StdRng::seed_from_u64(16);
     let (m, k, n) = (3, 160, 21);
-    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1] {
+    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1] {
         let mut w = random(&mut rng, n * k, 1.5);
-        if dtype == GgmlDType::Q4_1 {
+        if matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_1) {
             w.iter_mut().for_each(|v| *v += 0.5);
         }
         let (p, wd) = pack(&w, n, k, dtype);
@@ -207,6 +207,6 @@ fn the_interleaved_layout_holds_the_same_products() {
                 }
             }
         }
-        check(&got, &wd, &x, &acts, [m, k, n], rows16::shift(p.format()) != 0, &format!("{dtype:?} rows16"));
+        check(&got, &wd, &x, &acts, [m, k, n], p.format().shift() != 0, &format!("{dtype:?} rows16"));
     }
 }
