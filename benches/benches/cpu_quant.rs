@@ -1,12 +1,13 @@
 //! Criterion benchmarks of the CPU backend's packed GGUF matmul (`backend::cpu::quant`, the fastest kernel this CPU
-//! has) per format (`Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q5_K`, `Q6_K`) at m = 1, 16 and 128 rows, against the f32 path
-//! the engine uses for dequantized weights (`Op::MatMul` on an f32 matrix), on two weight shapes:
+//! has) per format (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q4_K`, `Q5_K`, `Q6_K`) at m = 1, 16 and 128 rows,
+//! against the f32 path the engine uses for dequantized weights (`Op::MatMul` on an f32 matrix), on two weight shapes:
 //! - `smollm2_gate_up`: SmolLM2-135M's fused gate/up projection, 3072 x 576 (cache-resident: a few MB at most; its
 //!   576-value rows are not whole 256-value super-blocks, so no k-quants here);
 //! - `llama8b_gate_up`: Llama-3.1-8B's gate projection, 14336 x 4096 (larger than the 32 MiB L3 in every format).
 //!
-//! `quant::matmul` is what the engine calls: integer kernels up to `quant::INTEGER_ROWS` rows, dequantized tiles
-//! through the f32 GEMM above (so m = 128 times the tiles).
+//! `quant::matmul` is what the engine calls: on a CPU with 512-bit VNNI the interleaved integer kernel at every row
+//! count for every format but `Q6_K`; otherwise integer kernels up to `quant::INTEGER_ROWS` rows and dequantized
+//! tiles through the f32 GEMM above (so m = 128 times the tiles there).
 //!
 //! Throughput is weight bytes streamed per call (criterion's GB/s); GFLOP/s is `2 m n k / time`. `stream_copy` is the
 //! line to compare with: a 256 MiB copy, counted as bytes read plus bytes written.
@@ -34,8 +35,16 @@ fn bench_packed(c: &mut Criterion) {
         let w: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
         let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).expect("tensor");
         let xs: Vec<f32> = (0..128 * k).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
-        let dtypes =
-            [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K];
+        let dtypes = [
+            GgmlDType::Q8_0,
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ];
         for dtype in dtypes {
             let format = Format::from_ggml(dtype).expect("packed format");
             if !k.is_multiple_of(format.block_len()) {

@@ -19,8 +19,8 @@ pub enum Kernel {
     Scalar,
     Avx2,
     Avx512Vnni,
-    /// 512-bit VNNI on sixteen weight rows at a time (`rows16`) for the 32-value formats; the k-quants take
-    /// `Avx512Vnni`'s kernels.
+    /// 512-bit VNNI on sixteen weight rows at a time (`rows16`) for every format but `Q6_K`, which takes
+    /// `Avx512Vnni`'s kernel.
     Avx512Rows16,
 }
 

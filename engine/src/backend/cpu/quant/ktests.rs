@@ -86,6 +86,12 @@ fn check(got: &[f32], p: &PackedMatrix, wd: &[f32], x: &[f32], [m, k, n]: [usize
     }
 }
 
+/// Whether `kernel` multiplies `dtype` through the interleaved layout (`rows16`), with activations quantized per 32
+/// values rather than per 256.
+fn interleaved(kernel: Kernel, dtype: GgmlDType) -> bool {
+    kernel == Kernel::Avx512Rows16 && dtype != GgmlDType::Q6K
+}
+
 #[test]
 fn k_quant_blocks_decode_as_candle_dequantizes_them() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(4);
@@ -125,7 +131,12 @@ fn k_quant_matmul_matches_dequantized_f32_for_every_kernel() {
             for kernel in Kernel::available() {
                 let mut out = vec![f32::NAN; m * n];
                 matmul_with(kernel, &x, &p, &mut out, m, k, n).unwrap();
-                check(&out, &p, &wd, &x, [m, k, n], &format!("{dtype:?} {kernel:?} m={m}"));
+                let what = format!("{dtype:?} {kernel:?} m={m}");
+                if interleaved(kernel, dtype) {
+                    super::tests::check(&out, &wd, &x, &QuantActs::new(&x, m, k), [m, k, n], false, &what);
+                } else {
+                    check(&out, &p, &wd, &x, [m, k, n], &what);
+                }
             }
         }
     }
@@ -146,6 +157,12 @@ fn k_quant_simd_kernels_equal_the_portable_kernel_on_arbitrary_blocks() {
         for kernel in Kernel::available() {
             let mut got = vec![0f32; m * n];
             matmul_with(kernel, &x, &p, &mut got, m, k, n).unwrap();
+            if interleaved(kernel, dtype) {
+                // Activations quantized per 32 values: against the f32 product within that quantization.
+                let acts = QuantActs::new(&x, m, k);
+                super::tests::check(&got, &p.dequantize(), &x, &acts, [m, k, n], false, &format!("{dtype:?} rows16"));
+                continue;
+            }
             for i in 0..m {
                 for j in 0..n {
                     let tol = 2.0 * (2 * k / SUPER_BLOCK + 8) as f64 * f32::EPSILON as f64 * magnitude(&p, j, &acts, i);

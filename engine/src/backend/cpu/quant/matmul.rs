@@ -1,8 +1,9 @@
-//! `out[m, n] = x[m, k] . w[n, k]^T` with `w` packed. Up to `INTEGER_ROWS` rows (decode): the activations are
-//! quantized once per scheme the weight's parts need (per 32 values, per 256 for the k-quants), then each part's
-//! output columns (weight rows) are split over rayon's pool; each task streams its weight rows once and dots every
-//! row with all `m` activation rows, `MAX_ROWS` at a time, while it sits in L1. More rows (prefill): f32 tiles of
-//! the weights through candle's GEMM.
+//! `out[m, n] = x[m, k] . w[n, k]^T` with `w` packed. The activations are quantized once per scheme the weight's
+//! parts need (per 32 values, per 256 for the k-quants' GGUF-layout kernels), then each part's output columns
+//! (weight rows) are split over rayon's pool; each task streams its weight rows once and dots every row with all `m`
+//! activation rows, `MAX_ROWS` at a time, while it sits in L1. With `Kernel::Avx512Rows16` every part but `Q6_K`
+//! goes through the interleaved copy (`rows16`), at any row count; otherwise above `INTEGER_ROWS` rows (prefill)
+//! f32 tiles of the weights go through candle's GEMM.
 
 use rayon::prelude::*;
 
@@ -17,8 +18,9 @@ use crate::error::Result;
 /// Weight rows per rayon task: enough to amortise the task, few enough to balance 2-64 threads.
 const ROWS_PER_TASK: usize = 16;
 
-/// Most rows the integer kernels take; above it (prefill) the weights are dequantized a tile at a time and go
-/// through candle's f32 GEMM, which was faster at 128 rows (BENCHMARKS.md, `cpu_quant`).
+/// Most rows the GGUF-layout integer kernels take; above it (prefill) the weights are dequantized a tile at a time
+/// and go through candle's f32 GEMM, which was faster than those kernels at 128 rows (BENCHMARKS.md, `cpu_quant`).
+/// The interleaved kernel (`rows16`) beat the GEMM and takes every row count.
 pub const INTEGER_ROWS: usize = 16;
 
 /// Weight rows dequantized per GEMM call: 512 x 4096 f32 is 8 MiB, a small fraction of the packed matrix's savings.
@@ -54,7 +56,7 @@ pub fn matmul(
     n: usize,
 ) -> Result<()> {
     let kernel = Kernel::detect();
-    if m > INTEGER_ROWS && !(kernel == Kernel::Avx512Rows16 && w.parts().iter().all(|p| !p.format.is_k_quant())) {
+    if m > INTEGER_ROWS && !(kernel == Kernel::Avx512Rows16 && w.parts().iter().all(|p| Rows16::takes(p.format))) {
         dense_tiles(x, w, out, m, k, n)?;
     } else {
         matmul_with(kernel, x, w, out, m, k, n)?;
@@ -131,17 +133,13 @@ pub fn matmul_with(
     let mut c0 = 0;
     for part in w.parts() {
         let (format, rb) = (part.format, part.format.row_bytes(k));
-        // Quantized on the first part that needs it, before the parallel loop (a `OnceCell` is not `Sync`).
-        let acts = if format.is_k_quant() {
-            Acts::Super(kacts.get_or_init(|| KQuantActs::new(x, m, k)))
-        } else {
-            Acts::Block(acts.get_or_init(|| QuantActs::new(x, m, k)))
-        };
         t.clear();
         t.resize(part.rows * m, 0f32);
+        // The interleaved layout (made on first use) takes activations quantized per 32 values, k-quants included.
         #[cfg(target_arch = "x86_64")]
-        if let (Acts::Block(a), Kernel::Avx512Rows16) = (acts, kernel) {
+        if kernel == Kernel::Avx512Rows16 {
             if let Some(r16) = part.rows16(k) {
+                let a = acts.get_or_init(|| QuantActs::new(x, m, k));
                 // Group-major: group g's chunk is its rows' outputs for activation row 0, then row 1, ...
                 // SAFETY: `Avx512Rows16` was checked to be among `Kernel::available()` above; the part's width is
                 // `k`, the activations'; `t` has `part.rows` columns, so every chunk's group exists.
@@ -157,6 +155,12 @@ pub fn matmul_with(
                 continue;
             }
         }
+        // Quantized on the first part that needs it, before the parallel loop (a `OnceCell` is not `Sync`).
+        let acts = if format.is_k_quant() {
+            Acts::Super(kacts.get_or_init(|| KQuantActs::new(x, m, k)))
+        } else {
+            Acts::Block(acts.get_or_init(|| QuantActs::new(x, m, k)))
+        };
         // Column-major: m values per weight row.
         t.par_chunks_mut(m * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
             for (jj, col) in chunk.chunks_exact_mut(m).enumerate() {

@@ -1,32 +1,35 @@
-//! The 32-value formats (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`) with sixteen weight rows interleaved, for 512-bit VNNI: one
-//! register holds four consecutive values of each of sixteen rows, so one `vpdpbusd` against four activation bytes
-//! broadcast to every lane adds 64 products into sixteen different outputs.
+//! Packed weights with sixteen rows interleaved, for 512-bit VNNI: the 32-value formats (`Q8_0`, `Q4_0`, `Q4_1`,
+//! `Q5_0`, `Q5_1`) and the k-quants `Q4_K` / `Q5_K` (as 32-value blocks with a scale and minimum each). One register
+//! holds four consecutive values of each of sixteen rows, so one `vpdpbusd` against four activation bytes broadcast
+//! to every lane adds 64 products into sixteen different outputs.
 //!
 //! Against a layout that keeps a row's values together (a register holding 64 values of one row), this needs no
 //! horizontal sums, and the per-block work that does not scale with the values (converting the block's integer sum,
 //! applying both scales, the offset term) is done once for sixteen rows instead of once per row: about 13 vector
 //! operations per block and activation row for 512 products, where a layout of two blocks of one row per register
-//! spent about 9 per 64 (and the GGUF layout about 20 per 32). The
-//! weights' registers are reused for every activation row of a tile, so batched rows (decode of many sequences,
-//! prefill) run at the integer units' rate rather than at the rate the weights are unpacked.
+//! spent about 9 per 64 (and the GGUF layout about 20 per 32). The weights' registers are reused for every
+//! activation row of a tile, so batched rows (decode of many sequences, prefill) run at the integer units' rate
+//! rather than at the rate the weights are unpacked.
 //!
 //! Layout, per group of sixteen rows `g` and block `b` (row-major over groups, then blocks):
-//! - values unsigned (`u`, `Format::unsigned_values`) with `x = d * u + m`: `Q4_1` / `Q5_1`: `u = q`, `m` the
-//!   block's minimum; the signed formats `u = q + z`, `m = -z d` (`Format::shift`: 8 for `Q4_0`, 16 for `Q5_0`, 128
-//!   for `Q8_0`), since `vpdpbusd` multiplies unsigned by signed bytes;
-//! - `Q8_0`, `Q5_0`, `Q5_1` (a byte a value): eight 64-byte registers; register `t`, lane `j` (bytes `4j .. 4j + 4`)
-//!   holds values `4t .. 4t + 4` of row `16g + j`;
-//! - 4-bit: four 64-byte registers; register `t`, lane `j` holds values `4t .. 4t + 4` of row `16g + j` in the low
-//!   nibbles and values `16 + 4t .. 16 + 4t + 4` in the high ones;
-//! - an f32 scale per row and block (sixteen consecutive floats), and for `Q4_1` / `Q5_1` its minimum likewise;
-//!   the other formats' offsets are `-z d`, applied once at the end: `sum_b m_b s_b = -z sum_b d_b s_b`, with
-//!   `s_b` the activation block sums `QuantActs` keeps.
+//! - values unsigned (`u`) with `x = d * u + m`: `Q4_1` / `Q5_1`: `u = q`, `m` the block's minimum; `Q4_K` /
+//!   `Q5_K`: `u = q`, `d` and `m` the sub-block's `d * scale` and `-dmin * min`; the signed formats `u = q + z`,
+//!   `m = -z d` (`Format::shift`: 8 for `Q4_0`, 16 for `Q5_0`, 128 for `Q8_0`), since `vpdpbusd` multiplies unsigned
+//!   by signed bytes;
+//! - a byte a value (`Q8_0`, `Q5_0`, `Q5_1`, `Q5_K`): eight 64-byte registers; register `t`, lane `j` (bytes
+//!   `4j .. 4j + 4`) holds values `4t .. 4t + 4` of row `16g + j`;
+//! - 4-bit (`Q4_0`, `Q4_1`, `Q4_K`): four 64-byte registers; register `t`, lane `j` holds values `4t .. 4t + 4` of
+//!   row `16g + j` in the low nibbles and values `16 + 4t .. 16 + 4t + 4` in the high ones;
+//! - an f32 scale per row and block (sixteen consecutive floats), and the minimum likewise for the formats with one;
+//!   the signed formats' offsets are `-z d`, applied once at the end (`sum_b m_b s_b = -z sum_b d_b s_b`, with `s_b`
+//!   the activation block sums `QuantActs` keeps).
 //!
+//! Activations are quantized per 32 values for every format here (the k-quants' GGUF-layout kernels use 256).
 //! Rows past the last of a part (its row count not a multiple of sixteen) are zero, and their outputs are dropped.
 //! The copy is made from a part's GGUF bytes the first time the kernel meets the part (`Part::rows16`); the GGUF
-//! bytes stay for dequantization (embeddings, the k-quants' prefill tiles) and the other kernels.
+//! bytes stay for dequantization (embeddings, `Q6_K`'s prefill tiles) and the other kernels.
 
-use super::{f16_at, Format, QuantActs, BLOCK};
+use super::{f16_at, kblock, Format, QuantActs, BLOCK, SUPER_BLOCK};
 
 /// Weight rows interleaved in one group (the lanes of a 512-bit register of i32).
 pub(super) const LANES: usize = 16;
@@ -41,21 +44,24 @@ pub(super) struct Rows16 {
     groups: usize,
     u: Vec<u8>,
     d: Vec<f32>,
-    /// The minima of `Q4_1` / `Q5_1` (empty for the signed formats).
+    /// The minima (empty for the signed formats).
     m: Vec<f32>,
 }
 
 impl Rows16 {
-    /// The interleaved copy of `rows` rows of `format` blocks (`data` in the GGUF layout), or None for the
-    /// k-quants.
+    /// The interleaved copy of `rows` rows of `format` blocks (`data` in the GGUF layout), or None for a format
+    /// it does not take (`takes`).
     pub(super) fn new(format: Format, rows: usize, cols: usize, data: &[u8]) -> Option<Self> {
         let nb = cols / BLOCK;
-        let bb = format.block_bytes();
-        if format.is_k_quant() || !cols.is_multiple_of(BLOCK) || data.len() != rows * nb * bb {
+        if !Self::takes(format)
+            || !cols.is_multiple_of(format.block_len())
+            || data.len() != rows * format.row_bytes(cols)
+        {
             return None;
         }
         let groups = rows.div_ceil(LANES);
-        let nibbles = matches!(format, Format::Q4_0 | Format::Q4_1);
+        let nibbles = matches!(format, Format::Q4_0 | Format::Q4_1 | Format::Q4_K);
+        let with_min = format.has_min() || format.is_k_quant();
         let value_bytes = if nibbles { 256 } else { 512 };
         let mut t = Rows16 {
             format,
@@ -64,17 +70,16 @@ impl Rows16 {
             groups,
             u: vec![0; groups * nb * value_bytes],
             d: vec![0.0; groups * nb * LANES],
-            m: if format.has_min() { vec![0.0; groups * nb * LANES] } else { Vec::new() },
+            m: if with_min { vec![0.0; groups * nb * LANES] } else { Vec::new() },
         };
-        for (r, row) in data.chunks_exact(nb * bb).enumerate() {
+        for (r, row) in data.chunks_exact(format.row_bytes(cols)).enumerate() {
             let (g, j) = (r / LANES, r % LANES);
-            for (b, blk) in row.chunks_exact(bb).enumerate() {
+            blocks(format, row, |b, u, d, m| {
                 let gb = g * nb + b;
-                t.d[gb * LANES + j] = f16_at(blk, 0);
-                if format.has_min() {
-                    t.m[gb * LANES + j] = f16_at(blk, 2);
+                t.d[gb * LANES + j] = d;
+                if with_min {
+                    t.m[gb * LANES + j] = m;
                 }
-                let u = format.unsigned_values(blk);
                 let at = |i: usize| gb * value_bytes + (i / 4) * 64 + j * 4 + i % 4;
                 if nibbles {
                     // Value i (low nibble) and value i + 16 (high) share a byte, as in the GGUF block.
@@ -86,9 +91,15 @@ impl Rows16 {
                         t.u[at(i)] = v;
                     }
                 }
-            }
+            });
         }
         Some(t)
+    }
+
+    /// Whether `format` has an interleaved form: the 32-value formats, and `Q4_K` / `Q5_K` (a scale and minimum
+    /// per 32 values); not `Q6_K`, whose scales cover 16.
+    pub(super) fn takes(format: Format) -> bool {
+        format != Format::Q6_K
     }
 
     /// Value `i` of row `j` of group `g`, block `b`.
@@ -148,11 +159,33 @@ impl Rows16 {
                 }
             };
         }
-        match (self.value_bytes == 256, self.format.has_min()) {
+        match (self.value_bytes == 256, !self.m.is_empty()) {
             (false, false) => tile!(false, false),
             (false, true) => tile!(false, true),
             (true, false) => tile!(true, false),
             (true, true) => tile!(true, true),
+        }
+    }
+}
+
+/// Calls `f(b, u, d, m)` for each 32-value block `b` of a row in `format`: unsigned values `u` with `x = d u + m`
+/// (`m` unused for the signed formats, whose offset is `-shift d`). A `Q4_K` / `Q5_K` sub-block's factors are
+/// `d * scale` and `-dmin * min`, products of an f16 and a 6-bit integer, so exact in f32: the values are the ones
+/// the GGUF decoding gives.
+fn blocks(format: Format, row: &[u8], mut f: impl FnMut(usize, &[u8; BLOCK], f32, f32)) {
+    let bb = format.block_bytes();
+    for (sb, blk) in row.chunks_exact(bb).enumerate() {
+        if format.is_k_quant() {
+            let u = kblock::unpack(format, blk);
+            for s in 0..SUPER_BLOCK / BLOCK {
+                let vals: &[u8; BLOCK] = u.q[s * BLOCK..(s + 1) * BLOCK].try_into().expect("32 values");
+                // Scales and minimums are per 16 values in `Unpacked`, equal in pairs for these formats.
+                let (d, m) = (u.d * u.scale[2 * s] as f32, -(u.dmin * u.min[2 * s] as f32));
+                f(sb * (SUPER_BLOCK / BLOCK) + s, vals, d, m);
+            }
+        } else {
+            let m = if format.has_min() { f16_at(blk, 2) } else { 0.0 };
+            f(sb, &format.unsigned_values(blk), f16_at(blk, 0), m);
         }
     }
 }

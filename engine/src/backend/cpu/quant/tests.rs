@@ -28,7 +28,15 @@ fn pack(w: &[f32], n: usize, k: usize, dtype: GgmlDType) -> (PackedMatrix, Vec<f
 /// `Q4_1` minimum terms, inside the sum of |w x^| since `x^` carries them). `offsets`: the kernel shifted signed
 /// values to unsigned ones (`rows16`: `Q8_0` by 128, `Q4_0` by 8, `Q5_0` by 16), so each block adds and takes away
 /// about `max|w| sum|x^|` (`z |d|` is at most 1.01 max|w|), which rounds too.
-fn check(got: &[f32], wd: &[f32], x: &[f32], acts: &QuantActs, [m, k, n]: [usize; 3], offsets: bool, what: &str) {
+pub(super) fn check(
+    got: &[f32],
+    wd: &[f32],
+    x: &[f32],
+    acts: &QuantActs,
+    [m, k, n]: [usize; 3],
+    offsets: bool,
+    what: &str,
+) {
     let nb = k / BLOCK;
     for i in 0..m {
         let xq = acts.dequantize_row(i);
@@ -141,12 +149,12 @@ fn rows_permute_and_stack_as_blocks() {
 }
 
 #[test]
-fn prefill_sized_k_quant_batches_take_dequantized_tiles_without_activation_error() {
-    // Above `INTEGER_ROWS` rows the k-quants (and every format where `Avx512Rows16` does not run) go through f32
-    // tiles of the dequantized weights: f32 rounding only. n spans two tiles and a partial one.
+fn prefill_sized_q6_k_batches_take_dequantized_tiles_without_activation_error() {
+    // Above `INTEGER_ROWS` rows `Q6_K` (and every format where `Avx512Rows16` does not run) goes through f32 tiles
+    // of the dequantized weights: f32 rounding only. n spans two tiles and a partial one.
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let (m, k, n) = (matmul::INTEGER_ROWS + 3, 256, 1100);
-    let (p, wd) = pack(&random(&mut rng, n * k, 1.0), n, k, GgmlDType::Q4K);
+    let (p, wd) = pack(&random(&mut rng, n * k, 1.0), n, k, GgmlDType::Q6K);
     let x = random(&mut rng, m * k, 2.0);
     let bias = random(&mut rng, n, 1.0);
     let mut out = vec![f32::NAN; m * n];
@@ -165,8 +173,8 @@ fn prefill_sized_k_quant_batches_take_dequantized_tiles_without_activation_error
 
 #[test]
 fn prefill_sized_batches_of_32_value_formats_take_the_fastest_kernel() {
-    // With `Avx512Rows16` the integer kernel runs at every row count (it beats the f32 GEMM there); elsewhere the
-    // dequantized tiles do. Either way `matmul` at prefill size is what that path computes.
+    // With `Avx512Rows16` the integer kernel runs at every row count (it beats the f32 GEMM there), for every format
+    // but `Q6_K`; elsewhere the dequantized tiles do. Either way `matmul` at prefill size is what that path computes.
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
     let (m, k, n) = (matmul::INTEGER_ROWS + 5, 96, 70);
     let (p, wd) = pack(&random(&mut rng, n * k, 1.0), n, k, GgmlDType::Q8_0);
@@ -187,16 +195,25 @@ fn the_interleaved_layout_holds_the_same_products() {
     // `rows16` with portable arithmetic against the f32 product: the layout on any CPU (the SIMD kernel is checked
     // against the scalar one above where it runs). 21 rows: a whole group and a partial one.
     let mut rng = rand::rngs::StdRng::seed_from_u64(16);
-    let (m, k, n) = (3, 160, 21);
-    for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1] {
+    let (m, n) = (3, 21);
+    let cases = [
+        (GgmlDType::Q8_0, 160),
+        (GgmlDType::Q4_0, 160),
+        (GgmlDType::Q4_1, 160),
+        (GgmlDType::Q5_0, 160),
+        (GgmlDType::Q5_1, 160),
+        (GgmlDType::Q4K, 512),
+        (GgmlDType::Q5K, 512),
+    ];
+    for (dtype, k) in cases {
         let mut w = random(&mut rng, n * k, 1.5);
-        if matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_1) {
+        if matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q4K | GgmlDType::Q5K) {
             w.iter_mut().for_each(|v| *v += 0.5);
         }
         let (p, wd) = pack(&w, n, k, dtype);
         let x = random(&mut rng, m * k, 2.0);
         let acts = QuantActs::new(&x, m, k);
-        let t = p.parts[0].rows16(k).expect("a 32-value format interleaves");
+        let t = p.parts[0].rows16(k).expect("every format but Q6_K interleaves");
         let mut got = vec![0f32; m * n];
         for g in 0..n.div_ceil(rows16::LANES) {
             let mut tile = [[f32::NAN; rows16::LANES]; 3];
