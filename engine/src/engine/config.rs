@@ -123,7 +123,8 @@ pub struct EngineConfig {
     pub opencl_platform: Option<String>,
     /// `--opencl-device`: a device index within that platform; None: its first GPU, else device 0.
     pub opencl_device: Option<usize>,
-    /// `--cpu-packed-weights`: the CPU backend keeps GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K weights packed
+    /// `--cpu-packed-weights`: the CPU backend keeps GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K
+    /// weights packed
     /// (`backend::cpu::quant`).
     pub cpu_packed_weights: bool,
     /// `--load-format`: "auto" (the checkpoint's weights) or "dummy" (random weights of the config's shapes).

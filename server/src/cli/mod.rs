@@ -261,9 +261,9 @@ pub struct DeviceArgs {
     /// With --device opencl: the device index within that platform (default: its first GPU, else 0).
     #[arg(long)]
     pub opencl_device: Option<usize>,
-    /// On the CPU: keep GGUF Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K weights in their blocks and multiply them with
-    /// integer dot products against activations quantized to 8 bits per block (faster decode, less memory; log-probs
-    /// move by ~0.1).
+    /// On the CPU: keep GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights in their blocks and
+    /// multiply them with integer dot products against activations quantized to 8 bits per block (faster; log-probs
+    /// move by up to ~0.4).
     #[arg(long)]
     pub cpu_packed_weights: bool,
     /// On the CPU: threads of the compute pool (matmuls, attention, elementwise ops). Default: one per physical core.
