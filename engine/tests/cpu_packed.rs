@@ -1,7 +1,8 @@
 //! Packed GGUF weights on the CPU backend (`backend::cpu::quant`) with the real SmolLM2-135M-Instruct file: the
 //! loader's block twins decode to exactly the tensors it dequantized (q/k rows permuted back included), the packed
 //! matmul stays within the activation-quantization bound of the f32 matmul on real weights, and a Q8_0 copy of the
-//! model stays close to the dequantized path on the golden prompts.
+//! model stays close to the dequantized path on the golden prompts; loaded as blocks only (`weights::load_packed`, what
+//! the server does with `--cpu-packed-weights`) it computes what the twins do.
 //!
 //! Not equal: the packed path quantizes activations per 32-value block (llama.cpp's scheme) in every decode step and
 //! the LM head, and where the CPU has 512-bit VNNI in prefill too (`quant/rows16.rs` takes every row count); other
@@ -19,11 +20,13 @@ use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device};
 use rserve_engine::backend::cpu::quant::{self, QuantActs, BLOCK};
 use rserve_engine::backend::cpu::CpuBackend;
+use rserve_engine::config::ModelParams;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::sampling::argmax;
 use rserve_engine::sampling::logprobs::log_softmax;
-use rserve_engine::source::{resolve_model, ResolveOptions};
+use rserve_engine::source::{resolve_model, ResolveOptions, ResolvedModel};
+use rserve_engine::weights::Weights;
 use serde_json::Value;
 
 const BS: usize = 16;
@@ -35,10 +38,18 @@ const LOGPROB_TOL: f32 = 0.6;
 const MARGIN: f32 = 1.0;
 
 fn load(path: &std::path::Path) -> (rserve_engine::config::ModelParams, rserve_engine::weights::Weights) {
+    load_with(path, rserve_engine::weights::load)
+}
+
+/// Loads with `loader` (`weights::load`: dequantized tensors with block twins; `weights::load_packed`: blocks only).
+fn load_with(
+    path: &std::path::Path,
+    loader: fn(&ResolvedModel, &ModelParams, DType) -> rserve_engine::Result<Weights>,
+) -> (ModelParams, Weights) {
     let resolved =
         resolve_model(path.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
     let params = resolved.load_params().unwrap();
-    let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
+    let weights = loader(&resolved, &params, DType::F32).unwrap();
     (params, weights)
 }
 
@@ -120,8 +131,13 @@ fn ids(v: &Value) -> Vec<u32> {
 /// Every step's logits of the first `PROMPTS` golden prompts: the prompt's (the first token's), then one per decode
 /// step up to the golden's length, feeding the argmax or, with `forced`, that run's tokens (teacher forcing, so two
 /// paths are compared at the same contexts).
-fn run(backend: CpuBackend, path: &std::path::Path, golden: &Value, forced: Option<&[Vec<u32>]>) -> Vec<Vec<Vec<f32>>> {
-    let (params, weights) = load(path);
+fn run(
+    backend: CpuBackend,
+    loaded: (ModelParams, Weights),
+    golden: &Value,
+    forced: Option<&[Vec<u32>]>,
+) -> Vec<Vec<Vec<f32>>> {
+    let (params, weights) = loaded;
     let mut r = ModelRunner::new(backend, &params, &weights, 64, BS).unwrap();
     drop(weights);
     let mut all = Vec::new();
@@ -156,9 +172,9 @@ fn smollm2_q8_0_packed_greedy_against_the_dequantized_path() {
         serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/smollm2_greedy.json")).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let q8 = write_q8_0_copy(dir.path());
-    let want = run(CpuBackend::with_packed_weights(false), &q8, &golden, None);
+    let want = run(CpuBackend::with_packed_weights(false), load(&q8), &golden, None);
     let greedy: Vec<Vec<u32>> = want.iter().map(|steps| steps.iter().map(|l| argmax(l)).collect()).collect();
-    let got = run(CpuBackend::with_packed_weights(true), &q8, &golden, Some(&greedy));
+    let got = run(CpuBackend::with_packed_weights(true), load(&q8), &golden, Some(&greedy));
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let (a, b) = (log_softmax(&g[0]), log_softmax(&w[0]));
         let mut top: Vec<usize> = (0..b.len()).collect();
@@ -188,4 +204,50 @@ fn smollm2_q8_0_packed_greedy_against_the_dequantized_path() {
         assert!(d < LOGPROB_TOL, "prompt {i}: packed Q8_0 moved a top-20 first-token logprob by {d}");
         assert!(checked >= w.len() / 4, "prompt {i}: only {checked} steps had a margin to check");
     }
+}
+
+#[test]
+fn smollm2_loaded_as_blocks_only_computes_what_the_twins_do() {
+    // `weights::load_packed` (what the server loads with `--cpu-packed-weights`): every tensor the twin loader packs
+    // is a memory-free placeholder whose blocks equal the twin's, the rest is loaded as before, and the model's
+    // logits through the packed backend are the twin path's, bit for bit.
+    let path = common::smollm2_gguf();
+    let (twins, blocks) = (load(&path), load_with(&path, rserve_engine::weights::load_packed));
+    let (w, b) = (&twins.1, &blocks.1);
+    assert_eq!(b.packed().len(), w.packed().len());
+    for name in w.names() {
+        let (tw, tb) = (w.get(name).unwrap(), b.get(name).unwrap());
+        assert_eq!(tw.dims(), tb.dims(), "{name}");
+        match quant::lookup(tw) {
+            Some(p) => {
+                assert!(quant::is_placeholder(tb), "{name} was dequantized");
+                assert!(quant::lookup(tb).unwrap().dequantize() == p.dequantize(), "{name}: other blocks");
+            }
+            None => {
+                assert!(!quant::is_placeholder(tb), "{name} has neither blocks nor values");
+                let (a, c) = (tw.flatten_all().unwrap().to_vec1::<f32>(), tb.flatten_all().unwrap().to_vec1::<f32>());
+                assert!(a.unwrap() == c.unwrap(), "{name}");
+            }
+        }
+    }
+    // 96.5 MB of blocks (plus their interleaved copy where the CPU makes one) instead of 541 MB of f32.
+    assert!(b.total_bytes() * 2 < w.total_bytes(), "{} vs {} bytes", b.total_bytes(), w.total_bytes());
+    let golden: Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/smollm2_greedy.json")).unwrap()).unwrap();
+    let want = run(CpuBackend::with_packed_weights(true), twins, &golden, None);
+    let got = run(CpuBackend::with_packed_weights(true), blocks, &golden, None);
+    assert!(got == want, "blocks-only weights changed the logits");
+}
+
+#[test]
+fn a_blocks_only_weight_without_its_blocks_is_refused_at_upload() {
+    use rserve_engine::backend::Backend;
+    let (_, b) = load_with(&common::smollm2_gguf(), rserve_engine::weights::load_packed);
+    let t = b.get("model.layers.0.mlp.down_proj.weight").unwrap();
+    // The backend without packed weights cannot use the blocks, and must not multiply by the placeholder's zeros.
+    let e = CpuBackend::with_packed_weights(false).upload_weight(t).unwrap_err().to_string();
+    assert!(e.contains("GGUF blocks only"), "{e}");
+    // Nor can a changed tensor (a new tensor: no twin).
+    let e = CpuBackend::with_packed_weights(true).upload_weight(&t.narrow(0, 0, 64).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("GGUF blocks only"), "{e}");
 }

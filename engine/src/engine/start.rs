@@ -357,6 +357,10 @@ fn load_model(
             let shard = crate::model::shard::Shard::of(params, &cfg.layout(0))?;
             crate::weights::load_shard(resolved, params, dtype, &shard)?
         }
+        // The CPU backend keeping GGUF blocks never reads an f32 copy of those tensors: they are not made.
+        _ if cfg.cpu_packed_weights && matches!(device, Device::Cpu(_)) => {
+            crate::weights::load_packed(resolved, params, dtype)?
+        }
         _ => crate::weights::load(resolved, params, dtype)?,
     };
     let weights_bytes = weights.total_bytes() as u64;

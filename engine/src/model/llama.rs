@@ -119,6 +119,10 @@ pub enum StageOutput {
 }
 
 fn rows(t: &Tensor, r: Range<usize>) -> Result<Tensor> {
+    if r.start == 0 && r.len() == t.dim(0)? {
+        // The tensor itself, so a weight kept only as GGUF blocks keeps them (a copy would have none).
+        return Ok(t.clone());
+    }
     Ok(t.narrow(0, r.start, r.len())?.contiguous()?)
 }
 

@@ -187,8 +187,12 @@ impl Shard {
 
 /// `t` as `cut` takes it (contiguous).
 pub fn apply_cut(t: &candle_core::Tensor, cut: &Cut) -> Result<candle_core::Tensor> {
+    // A cut that keeps everything is the tensor itself (not a copy), so a weight kept only as GGUF blocks keeps them.
+    let whole = |dim: usize, r: &Range<usize>| -> Result<bool> { Ok(r.start == 0 && r.len() == t.dim(dim)?) };
     Ok(match cut {
         Cut::Whole => t.clone(),
+        Cut::Rows(r) if whole(0, r)? => t.clone(),
+        Cut::Cols(r) if whole(1, r)? => t.clone(),
         Cut::Rows(r) => t.narrow(0, r.start, r.len())?.contiguous()?,
         Cut::Cols(r) => t.narrow(1, r.start, r.len())?.contiguous()?,
     })

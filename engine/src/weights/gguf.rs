@@ -7,9 +7,10 @@
 //! "rotate half", which pairs x_j with x_{j + d/2}. Per head of dimension d it stores HF row `p * d/2 + j` at row
 //! `2 * j + p` (p in {0, 1}). `unpermute_rows` undoes it so GGUF and safetensors models run the same forward pass.
 //!
-//! 2-D tensors stored as `Q8_0`, `Q4_0`, `Q4_1`, `Q4_K`, `Q5_K` or `Q6_K` also keep their blocks (rows put in the same
-//! order): the CPU backend multiplies those packed (`backend::cpu::quant`), the other backends take the dequantized
-//! tensors.
+//! 2-D tensors stored in a block format the CPU backend multiplies (`quant::Format`: `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`,
+//! `Q5_1`, `Q4_K`, `Q5_K`, `Q6_K`) also keep their blocks (rows put in the same order): the CPU backend multiplies
+//! those packed (`backend::cpu::quant`), the other backends take the dequantized tensors. `load_gguf_packed` keeps
+//! only the blocks of those, for the CPU backend with `--cpu-packed-weights`.
 
 use std::collections::HashMap;
 use std::io::Cursor;
@@ -65,6 +66,19 @@ fn open(path: &Path) -> Result<(memmap2::Mmap, Content)> {
 
 /// Loads and dequantizes the tensors `params` needs from a GGUF file as `dtype`, under Hugging Face names.
 pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weights> {
+    load(path, params, dtype, false)
+}
+
+/// As `load_gguf`, but a tensor the CPU backend keeps packed is not dequantized: its blocks are registered against a
+/// placeholder (`quant::placeholder`, no memory), so host memory holds the file's blocks instead of an f32 copy as
+/// well. For the CPU backend with packed weights only. A fused projection's parts (q/k/v, gate/up) are packed only
+/// when all of them can be (the backend stacks their blocks); models whose checkpoint fuses them (split at load)
+/// dequantize everything.
+pub fn load_gguf_packed(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weights> {
+    load(path, params, dtype, !super::names::has_fused_projections(params))
+}
+
+fn load(path: &Path, params: &ModelParams, dtype: DType, packed_only: bool) -> Result<Weights> {
     check_dtype(dtype)?;
     let (map, content) = open(path)?;
     let permuted = gguf_architecture(&content)? == "llama";
@@ -90,15 +104,33 @@ pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weig
         };
         jobs.push((spec.name, gguf_name, info, heads));
     }
+    let packable = |name: &str| {
+        let info = hf_to_gguf(name).and_then(|g| content.tensor_infos.get(&g));
+        info.is_some_and(|i| quant::Format::from_ggml(i.ggml_dtype).is_some() && i.shape.dims().len() == 2)
+    };
+    let blocks_only: Vec<bool> =
+        jobs.iter().map(|(name, ..)| packed_only && fused_siblings(name).iter().all(|n| packable(n))).collect();
     let data_offset = content.tensor_data_offset;
     let bar = super::progress::tensors(jobs.len(), "Loading GGUF tensors");
     let loaded: Vec<(String, Tensor, Option<PackedMatrix>)> = jobs
         .into_par_iter()
-        .map(|(name, gguf_name, info, heads)| {
+        .zip(blocks_only)
+        .map(|((name, gguf_name, info, heads), blocks_only)| {
             let _advance = super::progress::AdvanceOnDrop(&bar);
             let q = info
                 .read(&mut Cursor::new(&map[..]), data_offset, &Device::Cpu)
                 .map_err(|e| EngineError::Weights(format!("reading GGUF tensor `{gguf_name}`: {e}")))?;
+            if let (true, Some(format), &[rows, cols]) =
+                (blocks_only, quant::Format::from_ggml(info.ggml_dtype), q.shape().dims())
+            {
+                let bytes = q.data().map_err(|e| EngineError::Weights(format!("GGUF tensor `{gguf_name}`: {e}")))?;
+                let p = PackedMatrix::new(format, rows, cols, bytes.into_owned())?;
+                let p = match heads {
+                    Some(n) => p.select_rows(&unpermuted_order(rows, n)),
+                    None => p,
+                };
+                return Ok((name, quant::placeholder(rows, cols, dtype)?, Some(p)));
+            }
             let t = q.dequantize(&Device::Cpu).map_err(|e| {
                 EngineError::Weights(format!("dequantizing `{gguf_name}` ({:?}): {e}", info.ggml_dtype))
             })?;
@@ -132,6 +164,21 @@ pub fn load_gguf(path: &Path, params: &ModelParams, dtype: DType) -> Result<Weig
         tensors.insert(name, t);
     }
     Ok(Weights::from_tensors(tensors, params, dtype)?.with_packed(keep))
+}
+
+/// The weights stacked with `name` into one matrix at upload (its fused q/k/v or gate/up projection), itself
+/// included; just `name` for any other tensor.
+fn fused_siblings(name: &str) -> Vec<String> {
+    const GROUPS: [&[&str]; 2] =
+        [&["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], &["mlp.gate_proj", "mlp.up_proj"]];
+    for group in GROUPS {
+        for part in group {
+            if let Some(layer) = name.strip_suffix(&format!(".{part}.weight")) {
+                return group.iter().map(|p| format!("{layer}.{p}.weight")).collect();
+            }
+        }
+    }
+    vec![name.to_string()]
 }
 
 /// For each row in Hugging Face order, the llama.cpp-permuted row it is stored at (`unpermute_rows` on row indices).

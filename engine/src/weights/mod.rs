@@ -129,9 +129,15 @@ impl Weights {
         names
     }
 
-    /// Bytes held by all tensors.
+    /// Bytes held by all tensors (a tensor kept only as GGUF blocks counts what the CPU backend holds of it:
+    /// `PackedMatrix::resident_bytes`).
     pub fn total_bytes(&self) -> usize {
-        self.tensors.values().map(|t| t.elem_count() * t.dtype().size_in_bytes()).sum()
+        use crate::backend::cpu::quant;
+        let bytes = |t: &Tensor| match quant::is_placeholder(t) {
+            true => quant::lookup(t).map_or(0, |p| p.resident_bytes()),
+            false => t.elem_count() * t.dtype().size_in_bytes(),
+        };
+        self.tensors.values().map(bytes).sum()
     }
 
     /// Number of parameters (elements) held.
@@ -155,6 +161,15 @@ pub fn load(resolved: &ResolvedModel, params: &ModelParams, dtype: DType) -> Res
     match resolved {
         ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype),
         ResolvedModel::Gguf(m) => gguf::load_gguf(&m.file, params, dtype),
+    }
+}
+
+/// As `load`, but GGUF tensors the CPU backend multiplies packed keep only their blocks (`gguf::load_gguf_packed`):
+/// for the CPU backend with `--cpu-packed-weights`, whose host memory then holds the file's blocks, not an f32 copy.
+pub fn load_packed(resolved: &ResolvedModel, params: &ModelParams, dtype: DType) -> Result<Weights> {
+    match resolved {
+        ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype),
+        ResolvedModel::Gguf(m) => gguf::load_gguf_packed(&m.file, params, dtype),
     }
 }
 

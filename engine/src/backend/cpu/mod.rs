@@ -182,6 +182,11 @@ impl Backend for CpuBackend {
             1 => Ok(CpuBuffer::F32(RefCell::new(t.to_dtype(DType::F32)?.to_vec1::<f32>()?))),
             2 => match self.packed_twin(t) {
                 Some(p) => Ok(CpuBuffer::Packed(p)),
+                None if quant::is_placeholder(t) => Err(be(format!(
+                    "a {:?} weight was loaded as GGUF blocks only but reached the backend without them (changed after \
+                     loading, or the backend keeps no packed weights)",
+                    t.dims()
+                ))),
                 None => Ok(CpuBuffer::Matrix(t.contiguous()?)),
             },
             r => Err(be(format!("weights must be 1-D or 2-D, got rank {r}"))),
@@ -196,6 +201,14 @@ impl Backend for CpuBackend {
         if let Some(p) = twins.and_then(|t| quant::PackedMatrix::cat_rows(&t.iter().map(|p| &**p).collect::<Vec<_>>()))
         {
             return Ok(CpuBuffer::Packed(Arc::new(p)));
+        }
+        if let Some(t) = parts.iter().find(|t| quant::is_placeholder(t)) {
+            // Its twin cannot join the others' (a part without one): it must not become zeros.
+            return Err(be(format!(
+                "a {:?} weight loaded as GGUF blocks only is stacked with parts that are not (the loader keeps a \
+                 fused projection's parts all packed or all dequantized)",
+                t.dims()
+            )));
         }
         // A dense model's fused projections (q/k/v, gate/up) keep their parts; the many experts of a mixture are
         // stacked once (their op takes one matrix).

@@ -24,7 +24,7 @@ pub use act::QuantActs;
 pub use dot::Kernel;
 pub use kact::KQuantActs;
 pub use matmul::{embedding, matmul, matmul_with, INTEGER_ROWS};
-pub use registry::{lookup, register, Keep};
+pub use registry::{is_placeholder, lookup, placeholder, register, Keep};
 
 use std::sync::OnceLock;
 
@@ -262,6 +262,16 @@ impl PackedMatrix {
     /// Bytes held (what a matmul streams).
     pub fn byte_len(&self) -> usize {
         self.parts.iter().map(|p| p.data.len()).sum()
+    }
+
+    /// Bytes the matrix takes once in use: its blocks, plus the interleaved copy `Kernel::Avx512Rows16` makes of the
+    /// parts it takes, where that kernel runs.
+    pub fn resident_bytes(&self) -> usize {
+        let copy = |p: &Part| match Kernel::detect() == Kernel::Avx512Rows16 && rows16::Rows16::takes(p.format) {
+            true => rows16::Rows16::bytes(p.format, p.rows, self.cols),
+            false => 0,
+        };
+        self.parts.iter().map(|p| p.data.len() + copy(p)).sum()
     }
 
     /// Row `r`'s format and blocks.

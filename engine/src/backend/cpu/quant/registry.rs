@@ -2,6 +2,11 @@
 //! packed format under candle's tensor id (unique for the process's life; clones share it), and the CPU backend looks
 //! it up at upload. The registry holds weak references: the loaded `Weights` own the packed matrices (`Keep`), so
 //! dropping the weights frees them and a tensor the model changed (cut to a shard, converted) has no twin.
+//!
+//! A loader that keeps only the blocks (`weights::load_packed`) registers a placeholder in the tensor's place: the
+//! right shape and dtype, one NaN broadcast (no memory). `is_placeholder` tells it apart from a real weight, so the
+//! CPU backend refuses one that lost its twin; a copy made of one anyway (which has no twin either) is all NaN, so
+//! whatever uses it shows it rather than computing with zeros.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -50,6 +55,17 @@ pub fn register(t: &Tensor, packed: PackedMatrix, keep: &mut Keep) {
     m.retain(|_, w| w.strong_count() > 0);
     m.insert(t.id(), Arc::downgrade(&packed));
     keep.0.push(packed);
+}
+
+/// A `[rows, cols]` stand-in for a weight kept only in its blocks: one NaN broadcast, holding no memory.
+pub fn placeholder(rows: usize, cols: usize, dtype: candle_core::DType) -> candle_core::Result<Tensor> {
+    Tensor::new(f32::NAN, &candle_core::Device::Cpu)?.to_dtype(dtype)?.broadcast_as((rows, cols))
+}
+
+/// Whether `t` is a `placeholder` (or a view of one): every stride zero over more than one element, which no loaded
+/// weight has.
+pub fn is_placeholder(t: &Tensor) -> bool {
+    t.elem_count() > 1 && t.stride().iter().all(|&s| s == 0)
 }
 
 /// The packed twin of `t`, if it has one and its owner is alive.

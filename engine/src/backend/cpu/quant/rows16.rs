@@ -96,10 +96,23 @@ impl Rows16 {
         Some(t)
     }
 
+    /// Bytes of the interleaved copy of `rows` x `cols` values of `format` (what `new` allocates).
+    pub(super) fn bytes(format: Format, rows: usize, cols: usize) -> usize {
+        let nibbles = matches!(format, Format::Q4_0 | Format::Q4_1 | Format::Q4_K);
+        let scales = if format.has_min() || format.is_k_quant() { 2 } else { 1 };
+        rows.div_ceil(LANES) * (cols / BLOCK) * (if nibbles { 256 } else { 512 } + scales * 4 * LANES)
+    }
+
     /// Whether `format` has an interleaved form: the 32-value formats, and `Q4_K` / `Q5_K` (a scale and minimum
     /// per 32 values); not `Q6_K`, whose scales cover 16.
     pub(super) fn takes(format: Format) -> bool {
         format != Format::Q6_K
+    }
+
+    /// Bytes allocated (what `bytes` must predict).
+    #[cfg(test)]
+    pub(super) fn allocated(&self) -> usize {
+        self.u.len() + 4 * (self.d.len() + self.m.len())
     }
 
     /// Value `i` of row `j` of group `g`, block `b`.

@@ -214,6 +214,7 @@ fn the_interleaved_layout_holds_the_same_products() {
         let x = random(&mut rng, m * k, 2.0);
         let acts = QuantActs::new(&x, m, k);
         let t = p.parts[0].rows16(k).expect("every format but Q6_K interleaves");
+        assert_eq!(t.allocated(), rows16::Rows16::bytes(p.format(), n, k), "{dtype:?}: the counted bytes");
         let mut got = vec![0f32; m * n];
         for g in 0..n.div_ceil(rows16::LANES) {
             let mut tile = [[f32::NAN; rows16::LANES]; 3];
