@@ -24,7 +24,6 @@ use rserve_engine::config::ModelParams;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::sampling::argmax;
-use rserve_engine::sampling::logprobs::log_softmax;
 use rserve_engine::source::{resolve_model, ResolveOptions, ResolvedModel};
 use rserve_engine::weights::Weights;
 use serde_json::Value;
@@ -175,35 +174,7 @@ fn smollm2_q8_0_packed_greedy_against_the_dequantized_path() {
     let want = run(CpuBackend::with_packed_weights(false), load(&q8), &golden, None);
     let greedy: Vec<Vec<u32>> = want.iter().map(|steps| steps.iter().map(|l| argmax(l)).collect()).collect();
     let got = run(CpuBackend::with_packed_weights(true), load(&q8), &golden, Some(&greedy));
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let (a, b) = (log_softmax(&g[0]), log_softmax(&w[0]));
-        let mut top: Vec<usize> = (0..b.len()).collect();
-        top.sort_by(|&x, &y| b[y].total_cmp(&b[x]));
-        let d = top[..20].iter().map(|&t| (a[t] - b[t]).abs()).fold(0f32, f32::max);
-        let (mut checked, mut same) = (0, 0);
-        for (step, (gl, wl)) in g.iter().zip(w).enumerate() {
-            let lp = log_softmax(wl);
-            let mut order: Vec<usize> = (0..lp.len()).collect();
-            order.sort_by(|&x, &y| lp[y].total_cmp(&lp[x]));
-            let margin = lp[order[0]] - lp[order[1]];
-            let equal = argmax(gl) == argmax(wl);
-            same += equal as usize;
-            if margin > MARGIN {
-                checked += 1;
-                assert!(
-                    equal,
-                    "prompt {i} step {step}: packed Q8_0 picks another token at a reference margin of {margin}"
-                );
-            }
-        }
-        eprintln!(
-            "prompt {i}: top-20 first-token logprob difference {d:.4}; {same} of {} greedy tokens equal, {checked} \
-             with a margin over {MARGIN}",
-            w.len()
-        );
-        assert!(d < LOGPROB_TOL, "prompt {i}: packed Q8_0 moved a top-20 first-token logprob by {d}");
-        assert!(checked >= w.len() / 4, "prompt {i}: only {checked} steps had a margin to check");
-    }
+    common::teacher::compare(&got, &want, MARGIN, LOGPROB_TOL, "packed Q8_0");
 }
 
 #[test]

@@ -24,7 +24,6 @@ use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::sampling::argmax;
-use rserve_engine::sampling::logprobs::log_softmax;
 use rserve_engine::source::{resolve_model, ResolveOptions};
 use serde_json::Value;
 
@@ -148,29 +147,5 @@ fn smollm2_q4_k_m_like_stays_packed_and_close_to_the_dequantized_path() {
     let want = run(CpuBackend::with_packed_weights(false), &path, &prompts, None);
     let greedy: Vec<Vec<u32>> = want.iter().map(|steps| steps.iter().map(|l| argmax(l)).collect()).collect();
     let got = run(CpuBackend::with_packed_weights(true), &path, &prompts, Some(&greedy));
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        let (a, b) = (log_softmax(&g[0]), log_softmax(&w[0]));
-        let mut top: Vec<usize> = (0..b.len()).collect();
-        top.sort_by(|&x, &y| b[y].total_cmp(&b[x]));
-        let d = top[..20].iter().map(|&t| (a[t] - b[t]).abs()).fold(0f32, f32::max);
-        let (mut checked, mut same) = (0, 0);
-        for (step, (gl, wl)) in g.iter().zip(w).enumerate() {
-            let lp = log_softmax(wl);
-            let mut order: Vec<usize> = (0..lp.len()).collect();
-            order.sort_by(|&x, &y| lp[y].total_cmp(&lp[x]));
-            let margin = lp[order[0]] - lp[order[1]];
-            let equal = argmax(gl) == argmax(wl);
-            same += equal as usize;
-            if margin > MARGIN {
-                checked += 1;
-                assert!(equal, "prompt {i} step {step}: packed picks another token at a reference margin of {margin}");
-            }
-        }
-        eprintln!(
-            "prompt {i}: top-20 first-token logprob difference {d:.4}; {same} of {STEPS} greedy tokens equal, \
-             {checked} with a margin over {MARGIN}"
-        );
-        assert!(d < LOGPROB_TOL, "prompt {i}: packed k-quants moved a top-20 first-token logprob by {d}");
-        assert!(checked >= STEPS / 4, "prompt {i}: only {checked} steps had a margin to check");
-    }
+    common::teacher::compare(&got, &want, MARGIN, LOGPROB_TOL, "packed k-quants");
 }

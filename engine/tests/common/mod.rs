@@ -1,5 +1,8 @@
-//! Helpers shared by the engine's integration tests: locating the test models and fixtures.
+//! Helpers shared by the engine's integration tests: locating the test models and fixtures; `teacher` compares two
+//! paths' logits teacher-forced.
 #![allow(dead_code)]
+
+pub mod teacher;
 
 use std::path::PathBuf;
 
