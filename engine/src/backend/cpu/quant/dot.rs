@@ -97,16 +97,7 @@ pub(super) fn block_isum(format: Format, blk: &[u8], x: &[i8]) -> (i32, f32, f32
     let d = f16_at(blk, 0);
     match format {
         Format::Q8_0 => (blk[2..34].iter().zip(x).map(|(&w, &x)| w as i8 as i32 * x as i32).sum(), d, 0.0),
-        Format::Q4_0 | Format::Q4_1 => {
-            let (qs, bias, m) =
-                if format == Format::Q4_0 { (&blk[2..18], 8, 0.0) } else { (&blk[4..20], 0, f16_at(blk, 2)) };
-            let mut s = 0i32;
-            for (j, &b) in qs.iter().enumerate() {
-                s += ((b & 0x0f) as i32 - bias) * x[j] as i32 + ((b >> 4) as i32 - bias) * x[j + 16] as i32;
-            }
-            (s, d, m)
-        }
-        Format::Q5_0 | Format::Q5_1 => {
+        Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 => {
             let (u, z) = (format.unsigned_values(blk), format.shift() as i32);
             let m = if format.has_min() { f16_at(blk, 2) } else { 0.0 };
             (u.iter().zip(x).map(|(&u, &x)| (u as i32 - z) * x as i32).sum(), d, m)

@@ -168,15 +168,7 @@ impl Format {
         let d = f16_at(blk, 0);
         match self {
             Format::Q8_0 => o.iter_mut().zip(&blk[2..]).for_each(|(o, &q)| *o = d * q as i8 as f32),
-            Format::Q4_0 | Format::Q4_1 => {
-                let (m, qs, bias) =
-                    if self == Format::Q4_0 { (0.0, &blk[2..18], 8) } else { (f16_at(blk, 2), &blk[4..20], 0) };
-                for (j, &b) in qs.iter().enumerate() {
-                    o[j] = d * ((b & 0x0f) as i32 - bias) as f32 + m;
-                    o[j + 16] = d * ((b >> 4) as i32 - bias) as f32 + m;
-                }
-            }
-            Format::Q5_0 | Format::Q5_1 => {
+            Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 => {
                 // As candle (ggml) orders it: the signed integer times d, then plus the minimum.
                 let (u, m) = (self.unsigned_values(blk), if self.has_min() { f16_at(blk, 2) } else { 0.0 });
                 for (o, &u) in o.iter_mut().zip(&u) {
