@@ -1,6 +1,11 @@
 //! Activations quantized per 32-value block to int8 (llama.cpp's `Q8_0` for activations, with an f32 scale):
 //! `d = max|x| / 127`, `q = round(x / d)`. The per-block `d * sum(q)` is kept too, for formats with a minimum
 //! (`Q4_1`: `sum(w * x) = d_w d_x sum(q_w q_x) + m_w d_x sum(q_x)`).
+//!
+//! `two_term` adds a second set of rows holding the first quantization's residual `x - d q`, quantized the same way
+//! (its scale about `d / 254`), for the formats whose weights are precise enough to want it
+//! (`Format::two_term_activations`): a kernel dots the weights with both sets as ordinary rows, so every kernel
+//! takes them, and the two outputs are added.
 
 use rayon::prelude::*;
 
@@ -66,6 +71,21 @@ impl QuantActs {
         QuantActs { k, q, d, s }
     }
 
+    /// `x[rows, k]` in two terms: rows `0 .. rows` are `QuantActs::new`'s, rows `rows .. 2 rows` the residual
+    /// `x - d q` of each value, quantized per block in the same way. `x . w` is then the sum of the two rows' dots
+    /// within about `max|x| / 64516` a value (half the residual's step), where one term leaves `max|x| / 254`.
+    pub fn two_term(x: &[f32], rows: usize, k: usize) -> Self {
+        let first = Self::new(x, rows, k);
+        let mut x2: Vec<f32> = (0..rows).flat_map(|r| first.dequantize_row(r)).collect();
+        x2.iter_mut().zip(&x[..rows * k]).for_each(|(r, &v)| *r = v - *r);
+        let second = Self::new(&x2, rows, k);
+        fn join<T: Copy>(mut a: Vec<T>, b: &[T]) -> Vec<T> {
+            a.extend_from_slice(b);
+            a
+        }
+        QuantActs { k, q: join(first.q, &second.q), d: join(first.d, &second.d), s: join(first.s, &second.s) }
+    }
+
     /// Number of rows.
     pub fn rows(&self) -> usize {
         self.q.len().checked_div(self.k).unwrap_or(0)
@@ -76,7 +96,7 @@ impl QuantActs {
         self.d[r * (self.k / BLOCK) + b]
     }
 
-    /// Row `r` as f32 (`d * q`), for error bounds in tests.
+    /// Row `r` as f32 (`d * q`): the residual of `two_term`, and error bounds in tests.
     pub fn dequantize_row(&self, r: usize) -> Vec<f32> {
         let nb = self.k / BLOCK;
         (0..self.k).map(|i| self.d[r * nb + i / BLOCK] * self.q[r * self.k + i] as f32).collect()
@@ -85,6 +105,35 @@ impl QuantActs {
 
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng};
+
+    use super::{QuantActs, BLOCK};
+
+    #[test]
+    fn two_terms_hold_each_value_within_half_the_residual_step() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let (m, k) = (3, 4 * BLOCK);
+        let mut x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-4.0f32..4.0) * rng.gen_range(0.0f32..1.0)).collect();
+        x[..BLOCK].iter_mut().for_each(|v| *v = 0.0);
+        let (one, two) = (QuantActs::new(&x, m, k), QuantActs::two_term(&x, m, k));
+        assert_eq!((one.rows(), two.rows()), (m, 2 * m));
+        let (mut worst_one, mut worst_two) = (0f32, 0f32);
+        for i in 0..m {
+            let (a, r, single) = (two.dequantize_row(i), two.dequantize_row(m + i), one.dequantize_row(i));
+            assert_eq!(a, single, "the first term is the one-term quantization");
+            for (c, &v) in x[i * k..(i + 1) * k].iter().enumerate() {
+                let amax = x[i * k + c / BLOCK * BLOCK..][..BLOCK].iter().fold(0f32, |a, v| a.max(v.abs()));
+                // Half the residual's step (its block maximum is at most half the first step), plus f32 rounding.
+                let bound = amax / 127.0 / 2.0 / 127.0 / 2.0 + 4.0 * f32::EPSILON * v.abs();
+                let err = (v - (a[c] + r[c])).abs();
+                assert!(err <= bound, "row {i} value {c}: {v} held as {} + {} (bound {bound})", a[c], r[c]);
+                worst_one = worst_one.max((v - single[c]).abs() / amax.max(f32::MIN_POSITIVE));
+                worst_two = worst_two.max(err / amax.max(f32::MIN_POSITIVE));
+            }
+        }
+        assert!(worst_two * 100.0 < worst_one, "two terms {worst_two} against one {worst_one}, relative to max|x|");
+    }
+
     #[test]
     fn rounding_equals_f32_round_on_ties_and_neighbours() {
         let mut xs: Vec<f32> = (-255..=255).map(|h| h as f32 * 0.5).collect();

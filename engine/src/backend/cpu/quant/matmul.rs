@@ -11,7 +11,7 @@ use std::cell::OnceCell;
 
 use super::dot::{dot_rows, MAX_ROWS};
 use super::rows16::{Rows16, LANES};
-use super::{kdot, KQuantActs, Kernel, PackedMatrix, QuantActs, BLOCK};
+use super::{kdot, Format, KQuantActs, Kernel, PackedMatrix, QuantActs, BLOCK};
 use crate::backend::cpu::be;
 use crate::error::Result;
 
@@ -127,43 +127,60 @@ pub fn matmul_with(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let (acts, kacts) = (OnceCell::new(), OnceCell::new());
-    // Each part's columns are computed into `t` (`part.rows * m` values) and then placed in `out`.
+    let (acts, two_term, kacts) = (OnceCell::new(), OnceCell::new(), OnceCell::new());
+    // Per 32 values, in one term or two (`Format::two_term_activations`), with the number of rows they make.
+    // Quantized on the first part that needs them, before the parallel loop (a `OnceCell` is not `Sync`).
+    let per_block = |format: Format| match format.two_term_activations() {
+        true => (two_term.get_or_init(|| QuantActs::two_term(x, m, k)), 2 * m),
+        false => (acts.get_or_init(|| QuantActs::new(x, m, k)), m),
+    };
+    // Each part's columns are computed into `t` (`part.rows * rows` values) and then placed in `out`, the second
+    // term's rows (rows `m ..`) added to the first's.
     let mut t = Vec::new();
     let mut c0 = 0;
     for part in w.parts() {
         let (format, rb) = (part.format, part.format.row_bytes(k));
-        t.clear();
-        t.resize(part.rows * m, 0f32);
         // The interleaved layout (made on first use) takes activations quantized per 32 values, k-quants included.
         #[cfg(target_arch = "x86_64")]
         if kernel == Kernel::Avx512Rows16 {
             if let Some(r16) = part.rows16(k) {
-                let a = acts.get_or_init(|| QuantActs::new(x, m, k));
+                let (a, rows) = per_block(format);
+                t.clear();
+                t.resize(part.rows * rows, 0f32);
                 // Group-major: group g's chunk is its rows' outputs for activation row 0, then row 1, ...
                 // SAFETY: `Avx512Rows16` was checked to be among `Kernel::available()` above; the part's width is
                 // `k`, the activations'; `t` has `part.rows` columns, so every chunk's group exists.
-                t.par_chunks_mut(m * LANES).enumerate().for_each(|(g, chunk)| unsafe { group(r16, g, a, chunk, m) });
-                for (g, chunk) in t.chunks(m * LANES).enumerate() {
-                    let lanes = chunk.len() / m;
-                    for (i, o) in chunk.chunks_exact(lanes).enumerate() {
+                t.par_chunks_mut(rows * LANES)
+                    .enumerate()
+                    .for_each(|(g, chunk)| unsafe { group(r16, g, a, chunk, rows) });
+                for (g, chunk) in t.chunks(rows * LANES).enumerate() {
+                    let lanes = chunk.len() / rows;
+                    let (first, second) = chunk.split_at(m * lanes);
+                    for (i, o) in first.chunks_exact(lanes).enumerate() {
                         let at = i * n + c0 + g * LANES;
                         out[at..at + lanes].copy_from_slice(o);
+                        if rows > m {
+                            let r = &second[i * lanes..(i + 1) * lanes];
+                            out[at..at + lanes].iter_mut().zip(r).for_each(|(o, r)| *o += r);
+                        }
                     }
                 }
                 c0 += part.rows;
                 continue;
             }
         }
-        // Quantized on the first part that needs it, before the parallel loop (a `OnceCell` is not `Sync`).
-        let acts = if format.is_k_quant() {
-            Acts::Super(kacts.get_or_init(|| KQuantActs::new(x, m, k)))
-        } else {
-            Acts::Block(acts.get_or_init(|| QuantActs::new(x, m, k)))
+        let (acts, rows) = match format.is_k_quant() {
+            true => (Acts::Super(kacts.get_or_init(|| KQuantActs::new(x, m, k))), m),
+            false => {
+                let (a, rows) = per_block(format);
+                (Acts::Block(a), rows)
+            }
         };
-        // Column-major: m values per weight row.
-        t.par_chunks_mut(m * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
-            for (jj, col) in chunk.chunks_exact_mut(m).enumerate() {
+        t.clear();
+        t.resize(part.rows * rows, 0f32);
+        // Column-major: `rows` values per weight row.
+        t.par_chunks_mut(rows * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
+            for (jj, col) in chunk.chunks_exact_mut(rows).enumerate() {
                 let r = task * ROWS_PER_TASK + jj;
                 let row = &part.data[r * rb..(r + 1) * rb];
                 for (g, o) in col.chunks_mut(MAX_ROWS).enumerate() {
@@ -174,9 +191,10 @@ pub fn matmul_with(
                 }
             }
         });
-        for (j, col) in t.chunks_exact(m).enumerate() {
-            for (i, v) in col.iter().enumerate() {
-                out[i * n + c0 + j] = *v;
+        for (j, col) in t.chunks_exact(rows).enumerate() {
+            let (first, second) = col.split_at(m);
+            for (i, v) in first.iter().enumerate() {
+                out[i * n + c0 + j] = if rows > m { v + second[i] } else { *v };
             }
         }
         c0 += part.rows;

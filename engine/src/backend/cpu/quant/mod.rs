@@ -119,6 +119,16 @@ impl Format {
         }
     }
 
+    /// Whether the activations this format's weights multiply are quantized in two terms (`QuantActs::two_term`:
+    /// int8 values and their int8 residual, about 15 bits), not one. `Q8_0` is the format chosen to stay next to
+    /// the unquantized model: its weights' own rounding is about that of one int8 activation term, so with one term
+    /// the activations would double the error, and greedy choices near a tie would differ from the dequantized f32
+    /// path. The 4- and 5-bit formats' weight error is ten times that of an int8 activation, so a second term would
+    /// buy them nothing.
+    pub const fn two_term_activations(self) -> bool {
+        matches!(self, Format::Q8_0)
+    }
+
     /// Whether a 32-value block keeps a minimum (`x = d * q + m`) rather than a signed value (`Q4_1`, `Q5_1`).
     pub const fn has_min(self) -> bool {
         matches!(self, Format::Q4_1 | Format::Q5_1)

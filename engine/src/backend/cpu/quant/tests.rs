@@ -6,6 +6,14 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 
+/// The activations a packed matmul of `format` quantizes `x[m, k]` into (one term, or two for `Q8_0`).
+pub(super) fn acts_for(format: Format, x: &[f32], m: usize, k: usize) -> QuantActs {
+    match format.two_term_activations() {
+        true => QuantActs::two_term(x, m, k),
+        false => QuantActs::new(x, m, k),
+    }
+}
+
 fn random(rng: &mut rand::rngs::StdRng, len: usize, amp: f32) -> Vec<f32> {
     (0..len).map(|_| rng.gen_range(-amp..amp)).collect()
 }
@@ -38,22 +46,29 @@ pub(super) fn check(
     what: &str,
 ) {
     let nb = k / BLOCK;
+    // Two terms (`QuantActs::two_term`: rows `m ..` the residual): `x^` is their sum, each term's dot rounds on its
+    // own, and the last term's step bounds the error against `x`.
+    let terms = acts.rows() / m;
     for i in 0..m {
-        let xq = acts.dequantize_row(i);
+        let term_rows: Vec<Vec<f32>> = (0..terms).map(|t| acts.dequantize_row(t * m + i)).collect();
         for j in 0..n {
             let w = &wd[j * k..(j + 1) * k];
-            let exact_q: f64 = w.iter().zip(&xq).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let exact_q: f64 = term_rows.iter().flat_map(|r| w.iter().zip(r)).map(|(&a, &b)| a as f64 * b as f64).sum();
             let exact: f64 = w.iter().zip(&x[i * k..]).map(|(&a, &b)| a as f64 * b as f64).sum();
-            let mut mag: f64 = w.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
-            if offsets {
-                for (wb, xb) in w.chunks_exact(BLOCK).zip(xq.chunks_exact(BLOCK)) {
-                    let wmax = wb.iter().fold(0f64, |a, v| a.max(v.abs() as f64));
-                    mag += 2.0 * 1.01 * wmax * xb.iter().map(|v| v.abs() as f64).sum::<f64>();
+            let mut mag = 0f64;
+            for r in &term_rows {
+                mag += w.iter().zip(r).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum::<f64>();
+                if offsets {
+                    for (wb, xb) in w.chunks_exact(BLOCK).zip(r.chunks_exact(BLOCK)) {
+                        let wmax = wb.iter().fold(0f64, |a, v| a.max(v.abs() as f64));
+                        mag += 2.0 * 1.01 * wmax * xb.iter().map(|v| v.abs() as f64).sum::<f64>();
+                    }
                 }
             }
             let round = (nb as f64 + 4.0) * f32::EPSILON as f64 * mag + 1e-30;
+            let last = (terms - 1) * m + i;
             let step: f64 =
-                w.iter().enumerate().map(|(t, &a)| a.abs() as f64 * acts.d[i * nb + t / BLOCK] as f64 / 2.0).sum();
+                w.iter().enumerate().map(|(t, &a)| a.abs() as f64 * acts.d[last * nb + t / BLOCK] as f64 / 2.0).sum();
             let g = got[i * n + j] as f64;
             assert!((g - exact_q).abs() <= round, "{what} [{i},{j}]: {g} vs {exact_q} (quantized x), bound {round}");
             assert!((g - exact).abs() <= step + round, "{what} [{i},{j}]: {g} vs {exact}, bound {}", step + round);
@@ -81,7 +96,7 @@ fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
         for m in [1, 3, 4, 5, 16, 37] {
             let mut x = random(&mut rng, m * k, 3.0);
             x[..BLOCK].iter_mut().for_each(|v| *v = 0.0); // an all-zero block (scale 0)
-            let acts = QuantActs::new(&x, m, k);
+            let acts = acts_for(p.format(), &x, m, k);
             for kernel in Kernel::available() {
                 let mut out = vec![f32::NAN; m * n];
                 matmul_with(kernel, &x, &p, &mut out, m, k, n).unwrap();
@@ -103,7 +118,8 @@ fn simd_kernels_equal_the_scalar_kernel() {
             p.parts[0].data.iter_mut().skip(2).step_by(34).for_each(|b| *b = 0x80);
         }
         let x = random(&mut rng, m * k, 1.0);
-        let acts = QuantActs::new(&x, m, k);
+        let acts = acts_for(p.format(), &x, m, k);
+        let terms = acts.rows() / m;
         let mut want = vec![0f32; m * n];
         matmul_with(Kernel::Scalar, &x, &p, &mut want, m, k, n).unwrap();
         // The exact integer sums, block by block, give each output's magnitude for the rounding bound.
@@ -113,15 +129,16 @@ fn simd_kernels_equal_the_scalar_kernel() {
             for i in 0..m {
                 for j in 0..n {
                     let mut mag = 0f64;
-                    for (b, blk) in p.row(j).1.chunks_exact(p.format().block_bytes()).enumerate() {
-                        let (isum, d, mn) = dot::block_isum(p.format(), blk, &acts.q[i * k + b * BLOCK..]);
-                        let (xd, xs) = (acts.d[i * (k / BLOCK) + b] as f64, acts.s[i * (k / BLOCK) + b] as f64);
+                    let blocks = p.row(j).1.chunks_exact(p.format().block_bytes()).enumerate();
+                    for ((b, blk), r) in blocks.flat_map(|b| (0..terms).map(move |t| (b, t * m + i))) {
+                        let (isum, d, mn) = dot::block_isum(p.format(), blk, &acts.q[r * k + b * BLOCK..]);
+                        let (xd, xs) = (acts.d[r * (k / BLOCK) + b] as f64, acts.s[r * (k / BLOCK) + b] as f64);
                         mag += (d as f64 * xd * isum as f64).abs() + (mn as f64 * xs).abs();
                         // The unsigned layouts' shift (128 or 8 steps of d) is added and taken away.
                         if unsigned(kernel) {
                             let zero = p.format().shift() as f64;
                             let xabs: f64 =
-                                acts.q[i * k + b * BLOCK..][..BLOCK].iter().map(|&q| q.unsigned_abs() as f64).sum();
+                                acts.q[r * k + b * BLOCK..][..BLOCK].iter().map(|&q| q.unsigned_abs() as f64).sum();
                             mag += 2.0 * zero * (d as f64).abs() * xd * xabs;
                         }
                     }
@@ -182,7 +199,7 @@ fn prefill_sized_batches_of_32_value_formats_take_the_fastest_kernel() {
     let mut out = vec![f32::NAN; m * n];
     super::matmul(&x, &p, None, &mut out, m, k, n).unwrap();
     if Kernel::detect() == Kernel::Avx512Rows16 {
-        check(&out, &wd, &x, &QuantActs::new(&x, m, k), [m, k, n], true, "Q8_0 prefill rows16");
+        check(&out, &wd, &x, &acts_for(Format::Q8_0, &x, m, k), [m, k, n], true, "Q8_0 prefill rows16");
     } else {
         let mut want = vec![0f32; m * n];
         matmul::dense_tiles(&x, &p, &mut want, m, k, n).unwrap();
