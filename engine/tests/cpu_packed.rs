@@ -4,10 +4,11 @@
 //! model gives the dequantized path's greedy tokens on the golden prompts; loaded as blocks only
 //! (`weights::load_packed`, what the server does with `--cpu-packed-weights`) it computes what the twins do.
 //!
-//! The Q8_0 comparison holds because `Q8_0` weights multiply activations quantized in two terms (about 15 bits,
-//! `QuantActs::two_term`). With one int8 term (llama.cpp's scheme, which the 4-bit formats keep) the first-token
-//! log-probs moved by 0.07-0.40 and free-running runs parted at the first near-tie; the 4-bit paths are held to a
-//! teacher-forced comparison instead (`cpu_packed_kquant.rs`, `tests/python/test_cpu_packed.py`).
+//! The Q8_0 comparison holds because an all-`Q8_0` file's matrices multiply activations quantized in two terms
+//! (about 15 bits, `QuantActs::two_term`). With one int8 term (llama.cpp's scheme, which files of 4- and 5-bit
+//! matrices keep) the first-token log-probs moved by 0.07-0.40 and free-running runs parted at the first near-tie; the
+//! 4-bit paths are held to a teacher-forced comparison instead (`cpu_packed_kquant.rs`,
+//! `tests/python/test_cpu_packed.py`).
 
 mod common;
 
@@ -62,6 +63,8 @@ fn smollm2_twins_decode_to_the_loaded_tensors_and_multiply_within_the_bound() {
         let t = w.get(name).unwrap();
         let p = quant::lookup(t).unwrap_or_else(|| panic!("{name} has no packed twin"));
         assert_eq!(p.format(), format, "{name}");
+        // A Q4_1 file (its head Q8_0): one activation term everywhere.
+        assert!(!p.two_term_activations(), "{name}");
         let dense = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
         assert!(p.dequantize() == dense, "{name}: the twin does not decode to the loaded tensor");
         let [n, k] = p.dims();
@@ -161,7 +164,12 @@ fn smollm2_q8_0_packed_greedy_equals_the_dequantized_path() {
     let dir = tempfile::tempdir().unwrap();
     let q8 = write_q8_0_copy(dir.path());
     let want = run(CpuBackend::with_packed_weights(false), load(&q8), &golden, prompts);
-    let got = run(CpuBackend::with_packed_weights(true), load(&q8), &golden, prompts);
+    let loaded = load(&q8);
+    for name in ["model.layers.7.mlp.up_proj.weight", "model.embed_tokens.weight"] {
+        let p = quant::lookup(loaded.1.get(name).unwrap()).unwrap();
+        assert!(p.format() == quant::Format::Q8_0 && p.two_term_activations(), "{name}: an all-Q8_0 file");
+    }
+    let got = run(CpuBackend::with_packed_weights(true), loaded, &golden, prompts);
     for (p, (g, w)) in got.iter().zip(&want).enumerate() {
         let tokens = |steps: &[Vec<f32>]| steps.iter().map(|l| argmax(l)).collect::<Vec<u32>>();
         assert_eq!(tokens(g), tokens(w), "prompt {p}: the packed Q8_0 greedy tokens differ");

@@ -110,6 +110,15 @@ fn load(path: &Path, params: &ModelParams, dtype: DType, packed_only: bool) -> R
     };
     let blocks_only: Vec<bool> =
         jobs.iter().map(|(name, ..)| packed_only && fused_siblings(name).iter().all(|n| packable(n))).collect();
+    // A model whose quantized matrices are all Q8_0 multiplies two-term activations on the CPU
+    // (`PackedMatrix::with_two_term_activations`); a mixed file's error is set by its coarser formats.
+    let formats: Vec<quant::Format> = content
+        .tensor_infos
+        .values()
+        .filter(|i| i.shape.dims().len() == 2)
+        .filter_map(|i| quant::Format::from_ggml(i.ggml_dtype))
+        .collect();
+    let two_term = !formats.is_empty() && formats.iter().all(|&f| f == quant::Format::Q8_0);
     let data_offset = content.tensor_data_offset;
     let bar = super::progress::tensors(jobs.len(), "Loading GGUF tensors");
     let loaded: Vec<(String, Tensor, Option<PackedMatrix>)> = jobs
@@ -124,7 +133,7 @@ fn load(path: &Path, params: &ModelParams, dtype: DType, packed_only: bool) -> R
                 (blocks_only, quant::Format::from_ggml(info.ggml_dtype), q.shape().dims())
             {
                 let bytes = q.data().map_err(|e| EngineError::Weights(format!("GGUF tensor `{gguf_name}`: {e}")))?;
-                let p = PackedMatrix::new(format, rows, cols, bytes.into_owned())?;
+                let p = PackedMatrix::new(format, rows, cols, bytes.into_owned())?.with_two_term_activations(two_term);
                 let p = match heads {
                     Some(n) => p.select_rows(&unpermuted_order(rows, n)),
                     None => p,
@@ -143,7 +152,8 @@ fn load(path: &Path, params: &ModelParams, dtype: DType, packed_only: bool) -> R
                 (Some(format), &[rows, cols]) => {
                     let bytes =
                         q.data().map_err(|e| EngineError::Weights(format!("GGUF tensor `{gguf_name}`: {e}")))?;
-                    let p = PackedMatrix::new(format, rows, cols, bytes.into_owned())?;
+                    let p =
+                        PackedMatrix::new(format, rows, cols, bytes.into_owned())?.with_two_term_activations(two_term);
                     Some(match heads {
                         Some(n) => p.select_rows(&unpermuted_order(rows, n)),
                         None => p,

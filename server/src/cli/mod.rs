@@ -263,7 +263,7 @@ pub struct DeviceArgs {
     pub opencl_device: Option<usize>,
     /// On the CPU: keep GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights in their blocks and
     /// multiply them with integer dot products against activations quantized to 8 bits per block, in two terms for
-    /// Q8_0 (faster; 4-bit log-probs move by up to ~0.4, Q8_0's by ~0.002).
+    /// a Q8_0 file (faster; 4-bit log-probs move by up to ~0.4, Q8_0's by ~0.002).
     #[arg(long)]
     pub cpu_packed_weights: bool,
     /// On the CPU: threads of the compute pool (matmuls, attention, elementwise ops). Default: one per physical core.

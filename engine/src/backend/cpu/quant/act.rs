@@ -3,8 +3,8 @@
 //! (`Q4_1`: `sum(w * x) = d_w d_x sum(q_w q_x) + m_w d_x sum(q_x)`).
 //!
 //! `two_term` adds a second set of rows holding the first quantization's residual `x - d q`, quantized the same way
-//! (its scale about `d / 254`), for the formats whose weights are precise enough to want it
-//! (`Format::two_term_activations`): a kernel dots the weights with both sets as ordinary rows, so every kernel
+//! (its scale about `d / 254`), for weights precise enough to want it (`PackedMatrix::with_two_term_activations`):
+//! a kernel dots the weights with both sets as ordinary rows, so every kernel
 //! takes them, and the two outputs are added.
 
 use rayon::prelude::*;

@@ -11,7 +11,7 @@ use std::cell::OnceCell;
 
 use super::dot::{dot_rows, MAX_ROWS};
 use super::rows16::{Rows16, LANES};
-use super::{kdot, Format, KQuantActs, Kernel, PackedMatrix, QuantActs, BLOCK};
+use super::{kdot, KQuantActs, Kernel, PackedMatrix, QuantActs, BLOCK};
 use crate::backend::cpu::be;
 use crate::error::Result;
 
@@ -128,9 +128,9 @@ pub fn matmul_with(
         return Ok(());
     }
     let (acts, two_term, kacts) = (OnceCell::new(), OnceCell::new(), OnceCell::new());
-    // Per 32 values, in one term or two (`Format::two_term_activations`), with the number of rows they make.
-    // Quantized on the first part that needs them, before the parallel loop (a `OnceCell` is not `Sync`).
-    let per_block = |format: Format| match format.two_term_activations() {
+    // Per 32 values, in one term or two (`PackedMatrix::with_two_term_activations`), with the number of rows they
+    // make. Quantized on the first part that needs them, before the parallel loop (a `OnceCell` is not `Sync`).
+    let per_block = || match w.two_term_activations() {
         true => (two_term.get_or_init(|| QuantActs::two_term(x, m, k)), 2 * m),
         false => (acts.get_or_init(|| QuantActs::new(x, m, k)), m),
     };
@@ -144,7 +144,7 @@ pub fn matmul_with(
         #[cfg(target_arch = "x86_64")]
         if kernel == Kernel::Avx512Rows16 {
             if let Some(r16) = part.rows16(k) {
-                let (a, rows) = per_block(format);
+                let (a, rows) = per_block();
                 t.clear();
                 t.resize(part.rows * rows, 0f32);
                 // Group-major: group g's chunk is its rows' outputs for activation row 0, then row 1, ...
@@ -172,7 +172,7 @@ pub fn matmul_with(
         let (acts, rows) = match format.is_k_quant() {
             true => (Acts::Super(kacts.get_or_init(|| KQuantActs::new(x, m, k))), m),
             false => {
-                let (a, rows) = per_block(format);
+                let (a, rows) = per_block();
                 (Acts::Block(a), rows)
             }
         };

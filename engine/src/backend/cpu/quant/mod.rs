@@ -119,16 +119,6 @@ impl Format {
         }
     }
 
-    /// Whether the activations this format's weights multiply are quantized in two terms (`QuantActs::two_term`:
-    /// int8 values and their int8 residual, about 15 bits), not one. `Q8_0` is the format chosen to stay next to
-    /// the unquantized model: its weights' own rounding is about that of one int8 activation term, so with one term
-    /// the activations would double the error, and greedy choices near a tie would differ from the dequantized f32
-    /// path. The 4- and 5-bit formats' weight error is ten times that of an int8 activation, so a second term would
-    /// buy them nothing.
-    pub const fn two_term_activations(self) -> bool {
-        matches!(self, Format::Q8_0)
-    }
-
     /// Whether a 32-value block keeps a minimum (`x = d * q + m`) rather than a signed value (`Q4_1`, `Q5_1`).
     pub const fn has_min(self) -> bool {
         matches!(self, Format::Q4_1 | Format::Q5_1)
@@ -220,6 +210,8 @@ pub struct PackedMatrix {
     rows: usize,
     cols: usize,
     parts: Vec<Part>,
+    /// Activations quantized in two terms (`with_two_term_activations`).
+    two_term: bool,
 }
 
 impl PackedMatrix {
@@ -240,7 +232,23 @@ impl PackedMatrix {
                 data.len()
             )));
         }
-        Ok(PackedMatrix { rows, cols, parts: vec![Part::new(format, rows, data)] })
+        Ok(PackedMatrix { rows, cols, parts: vec![Part::new(format, rows, data)], two_term: false })
+    }
+
+    /// The matrix multiplying activations quantized in two terms (`QuantActs::two_term`: the int8 values, then
+    /// their residual, about 15 bits) when `on`, else in one. For a model whose matrices are all `Q8_0` (the loader
+    /// decides, `weights::gguf`): such weights are about as precise as one int8 activation term, so one term doubles
+    /// the error of the dequantized f32 path and greedy runs part from it at near-ties. Where 4- or 5-bit matrices
+    /// set the model's error (a `Q4_1` file with a `Q8_0` head), a second term costs twice the integer work and buys
+    /// nothing visible.
+    pub fn with_two_term_activations(mut self, on: bool) -> Self {
+        self.two_term = on;
+        self
+    }
+
+    /// Whether the activations are quantized in two terms (`with_two_term_activations`).
+    pub fn two_term_activations(&self) -> bool {
+        self.two_term
     }
 
     /// The format of the first rows: the only one unless stacked from several formats (`formats`).
@@ -320,7 +328,7 @@ impl PackedMatrix {
 
     /// The matrix with row `i` taken from row `from[i]` (rows are whole blocks, so a row permutation moves bytes).
     pub fn select_rows(&self, from: &[usize]) -> Self {
-        let mut out = PackedMatrix { rows: 0, cols: self.cols, parts: Vec::new() };
+        let mut out = PackedMatrix { rows: 0, cols: self.cols, parts: Vec::new(), two_term: self.two_term };
         for &r in from {
             let (format, row) = self.row(r);
             out.push(format, 1, row);
@@ -335,7 +343,8 @@ impl PackedMatrix {
         if parts.iter().any(|p| p.cols != first.cols) {
             return None;
         }
-        let mut out = PackedMatrix { rows: 0, cols: first.cols, parts: Vec::new() };
+        let two_term = parts.iter().all(|m| m.two_term);
+        let mut out = PackedMatrix { rows: 0, cols: first.cols, parts: Vec::new(), two_term };
         for p in parts.iter().flat_map(|m| &m.parts) {
             out.push(p.format, p.rows, &p.data);
         }

@@ -6,9 +6,9 @@ use rand::{Rng, SeedableRng};
 
 use super::*;
 
-/// The activations a packed matmul of `format` quantizes `x[m, k]` into (one term, or two for `Q8_0`).
-pub(super) fn acts_for(format: Format, x: &[f32], m: usize, k: usize) -> QuantActs {
-    match format.two_term_activations() {
+/// The activations a packed matmul of `p` quantizes `x[m, k]` into (one term, or two).
+pub(super) fn acts_for(p: &PackedMatrix, x: &[f32], m: usize, k: usize) -> QuantActs {
+    match p.two_term_activations() {
         true => QuantActs::two_term(x, m, k),
         false => QuantActs::new(x, m, k),
     }
@@ -93,15 +93,17 @@ fn packed_matmul_matches_dequantized_f32_for_every_format_and_kernel() {
         }
         let (p, wd) = pack(&w, n, k, dtype);
         assert_eq!(p.dequantize(), wd, "{dtype:?}: block decoding differs from candle's");
-        for m in [1, 3, 4, 5, 16, 37] {
+        for (m, two_term) in [1, 3, 4, 5, 16, 37].into_iter().flat_map(|m| [(m, false), (m, true)]) {
+            let p = p.clone().with_two_term_activations(two_term);
             let mut x = random(&mut rng, m * k, 3.0);
             x[..BLOCK].iter_mut().for_each(|v| *v = 0.0); // an all-zero block (scale 0)
-            let acts = acts_for(p.format(), &x, m, k);
+            let acts = acts_for(&p, &x, m, k);
             for kernel in Kernel::available() {
                 let mut out = vec![f32::NAN; m * n];
                 matmul_with(kernel, &x, &p, &mut out, m, k, n).unwrap();
                 let offsets = unsigned(kernel) && p.format().shift() != 0;
-                check(&out, &wd, &x, &acts, [m, k, n], offsets, &format!("{dtype:?} {kernel:?} m={m}"));
+                let what = format!("{dtype:?} {kernel:?} m={m} two terms {two_term}");
+                check(&out, &wd, &x, &acts, [m, k, n], offsets, &what);
             }
         }
     }
@@ -118,7 +120,9 @@ fn simd_kernels_equal_the_scalar_kernel() {
             p.parts[0].data.iter_mut().skip(2).step_by(34).for_each(|b| *b = 0x80);
         }
         let x = random(&mut rng, m * k, 1.0);
-        let acts = acts_for(p.format(), &x, m, k);
+        // Q8_0 in two terms (as a Q8_0 model loads), the others in one.
+        let p = p.with_two_term_activations(dtype == GgmlDType::Q8_0);
+        let acts = acts_for(&p, &x, m, k);
         let terms = acts.rows() / m;
         let mut want = vec![0f32; m * n];
         matmul_with(Kernel::Scalar, &x, &p, &mut want, m, k, n).unwrap();
@@ -161,6 +165,11 @@ fn rows_permute_and_stack_as_blocks() {
     let sel = a.select_rows(&[2, 0, 3, 1]);
     let want: Vec<f32> = [2, 0, 3, 1].iter().flat_map(|&r| da[r * 64..(r + 1) * 64].to_vec()).collect();
     assert_eq!(sel.dequantize(), want);
+    // Two-term activations survive a permutation, and a stack takes them only when every matrix has them.
+    let (a2, b2) = (a.clone().with_two_term_activations(true), b.clone().with_two_term_activations(true));
+    assert!(a2.select_rows(&[1, 0, 2, 3]).two_term_activations());
+    assert!(PackedMatrix::cat_rows(&[&a2, &b2]).unwrap().two_term_activations());
+    assert!(!PackedMatrix::cat_rows(&[&a2, &b]).unwrap().two_term_activations());
     let (c, _) = pack(&random(&mut rng, 2 * 32, 1.0), 2, 32, GgmlDType::Q8_0);
     assert!(PackedMatrix::cat_rows(&[&a, &c]).is_none(), "widths must not mix");
 }
@@ -195,11 +204,12 @@ fn prefill_sized_batches_of_32_value_formats_take_the_fastest_kernel() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
     let (m, k, n) = (matmul::INTEGER_ROWS + 5, 96, 70);
     let (p, wd) = pack(&random(&mut rng, n * k, 1.0), n, k, GgmlDType::Q8_0);
+    let p = p.with_two_term_activations(true);
     let x = random(&mut rng, m * k, 2.0);
     let mut out = vec![f32::NAN; m * n];
     super::matmul(&x, &p, None, &mut out, m, k, n).unwrap();
     if Kernel::detect() == Kernel::Avx512Rows16 {
-        check(&out, &wd, &x, &acts_for(Format::Q8_0, &x, m, k), [m, k, n], true, "Q8_0 prefill rows16");
+        check(&out, &wd, &x, &acts_for(&p, &x, m, k), [m, k, n], true, "Q8_0 prefill rows16");
     } else {
         let mut want = vec![0f32; m * n];
         matmul::dense_tiles(&x, &p, &mut want, m, k, n).unwrap();
