@@ -9,6 +9,9 @@
 //! count for every format but `Q6_K`; otherwise integer kernels up to `quant::INTEGER_ROWS` rows and dequantized
 //! tiles through the f32 GEMM above (so m = 128 times the tiles there).
 //!
+//! `Q8_0x2` is `Q8_0` with its activations in two terms (`PackedMatrix::with_two_term_activations`, what the GGUF
+//! loader sets for an all-`Q8_0` file).
+//!
 //! Throughput is weight bytes streamed per call (criterion's GB/s); GFLOP/s is `2 m n k / time`. `stream_copy` is the
 //! line to compare with: a 256 MiB copy, counted as bytes read plus bytes written.
 
@@ -53,11 +56,17 @@ fn bench_packed(c: &mut Criterion) {
             let q = QTensor::quantize(&wt, dtype).expect("quantize");
             let p = PackedMatrix::new(format, n, k, q.data().expect("bytes").into_owned()).expect("packed");
             g.throughput(Throughput::Bytes(p.byte_len() as u64));
-            for m in ROWS {
-                let mut out = vec![0f32; m * n];
-                g.bench_function(BenchmarkId::new(format!("{shape}/{}", format.as_str()), m), |b| {
-                    b.iter(|| quant::matmul(&xs[..m * k], &p, None, &mut out, m, k, n).expect("matmul"))
-                });
+            // Q8_0 also as an all-Q8_0 file loads it: activations in two terms.
+            let two_terms = if format == Format::Q8_0 { &[false, true][..] } else { &[false] };
+            for &two in two_terms {
+                let p = p.clone().with_two_term_activations(two);
+                let name = format!("{shape}/{}{}", format.as_str(), if two { "x2" } else { "" });
+                for m in ROWS {
+                    let mut out = vec![0f32; m * n];
+                    g.bench_function(BenchmarkId::new(&name, m), |b| {
+                        b.iter(|| quant::matmul(&xs[..m * k], &p, None, &mut out, m, k, n).expect("matmul"))
+                    });
+                }
             }
         }
         let wbuf = be.upload_weight(&wt).expect("upload");
