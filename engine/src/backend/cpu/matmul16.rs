@@ -46,6 +46,8 @@ unsafe impl Sync for SharedOut {}
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Isa {
     Avx512,
+    // Detected on x86-64 only.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Avx2,
     Portable,
 }
@@ -384,6 +386,7 @@ mod tests {
     }
 
     fn isas() -> Vec<Isa> {
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut v = vec![Isa::Portable];
         #[cfg(target_arch = "x86_64")]
         {

@@ -3,8 +3,9 @@
 //! with up to `MAX_ROWS` quantized activation rows. Each weight block is
 //! loaded and unpacked once and used for every activation row (the reuse that makes batched rows cheap).
 //!
-//! Three kernels give the same integer block sums: a portable scalar one (always compiled and tested), AVX2
-//! (`maddubs` on |w| and sign-adjusted x, then `madd` to i32), and AVX-512 VNNI (`vpdpbusd` on the same operands).
+//! Four kernels give the same integer block sums: a portable scalar one (always compiled and tested), AVX2
+//! (`maddubs` on |w| and sign-adjusted x, then `madd` to i32), AVX-512 VNNI (`vpdpbusd` on the same operands), and
+//! on aarch64 `SDOT` (`neon.rs`).
 //! They differ only in the order the scaled block sums are added in f32. The products never saturate the i16
 //! lanes of `maddubs`: |w| <= 128 and |x| <= 127, so a pair is at most 32,512.
 
@@ -22,6 +23,10 @@ pub enum Kernel {
     /// 512-bit VNNI on sixteen weight rows at a time (`rows16`) for every format but `Q6_K`, which takes
     /// `Avx512Vnni`'s kernel.
     Avx512Rows16,
+    /// aarch64 with the dot-product extension (`neon.rs`) for the 32-value formats; the k-quants take the portable
+    /// kernel.
+    #[cfg(target_arch = "aarch64")]
+    NeonDot,
 }
 
 impl Kernel {
@@ -46,6 +51,10 @@ impl Kernel {
                     }
                 }
             }
+        }
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            v.push(Kernel::NeonDot);
         }
         v
     }
@@ -85,6 +94,9 @@ pub(super) fn dot_rows(kernel: Kernel, format: Format, w: &[u8], acts: &QuantAct
                 (_, _) => rows!(vnni, x86::Q4_1),
             }
         },
+        // SAFETY: offered only where `dotprod` was detected; the caller checked the row against `acts.k`.
+        #[cfg(target_arch = "aarch64")]
+        Kernel::NeonDot => unsafe { super::neon::dot_rows(format, w, acts, r0, out) },
         #[cfg(not(target_arch = "x86_64"))]
         _ => scalar(format, w, acts, r0, out),
     }

@@ -10,7 +10,9 @@ use rayon::prelude::*;
 use std::cell::OnceCell;
 
 use super::dot::{dot_rows, MAX_ROWS};
-use super::rows16::{Rows16, LANES};
+use super::rows16::Rows16;
+#[cfg(target_arch = "x86_64")]
+use super::rows16::LANES;
 use super::{kdot, KQuantActs, Kernel, PackedMatrix, QuantActs, BLOCK};
 use crate::backend::cpu::be;
 use crate::error::Result;

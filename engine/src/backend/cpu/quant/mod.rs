@@ -17,6 +17,8 @@ mod kact;
 mod kblock;
 mod kdot;
 mod matmul;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod registry;
 mod rows16;
 
