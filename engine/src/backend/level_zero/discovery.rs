@@ -129,7 +129,7 @@ fn ip_version(api: &Api, device: sys::ze_device_handle_t) -> Result<u32> {
 }
 
 fn name_of(p: &sys::ze_device_properties_t) -> String {
-    let bytes: Vec<u8> = p.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = p.name.iter().take_while(|&&c| c != 0).map(|&c| c.to_ne_bytes()[0]).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 

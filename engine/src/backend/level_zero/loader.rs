@@ -157,7 +157,7 @@ pub fn loader_components() -> Result<Vec<String>, LzError> {
     Ok(v.iter()
         .take(n)
         .map(|c| {
-            let name: Vec<u8> = c.component_name.iter().take_while(|&&b| b != 0).map(|&b| b as u8).collect();
+            let name: Vec<u8> = c.component_name.iter().take_while(|&&b| b != 0).map(|&b| b.to_ne_bytes()[0]).collect();
             let l = &c.component_lib_version;
             format!("{} {}.{}.{}", String::from_utf8_lossy(&name), l.major, l.minor, l.patch)
         })

@@ -20,6 +20,8 @@ mod matmul;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod registry;
+// Its kernel is x86-64's (512-bit VNNI); elsewhere only `takes` and the portable test arithmetic are used.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 mod rows16;
 
 pub use act::QuantActs;
@@ -200,6 +202,7 @@ impl Part {
     }
 
     /// The interleaved copy (None for the k-quants).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn rows16(&self, cols: usize) -> Option<&rows16::Rows16> {
         self.rows16.get_or_init(|| rows16::Rows16::new(self.format, self.rows, cols, &self.data)).as_ref()
     }

@@ -41,8 +41,6 @@ pub(super) struct Rows16 {
     /// Bytes of values per group and block: 512 (a byte a value) or 256 (4-bit).
     value_bytes: usize,
     blocks_per_row: usize,
-    // Read by the x86-64 kernel's checks.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     groups: usize,
     u: Vec<u8>,
     d: Vec<f32>,
