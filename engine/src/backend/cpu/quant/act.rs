@@ -75,15 +75,11 @@ impl QuantActs {
     /// `x - d q` of each value, quantized per block in the same way. `x . w` is then the sum of the two rows' dots
     /// within about `max|x| / 64516` a value (half the residual's step), where one term leaves `max|x| / 254`.
     pub fn two_term(x: &[f32], rows: usize, k: usize) -> Self {
+        let x = &x[..rows * k];
         let first = Self::new(x, rows, k);
-        let mut x2: Vec<f32> = (0..rows).flat_map(|r| first.dequantize_row(r)).collect();
-        x2.iter_mut().zip(&x[..rows * k]).for_each(|(r, &v)| *r = v - *r);
-        let second = Self::new(&x2, rows, k);
-        fn join<T: Copy>(mut a: Vec<T>, b: &[T]) -> Vec<T> {
-            a.extend_from_slice(b);
-            a
-        }
-        QuantActs { k, q: join(first.q, &second.q), d: join(first.d, &second.d), s: join(first.s, &second.s) }
+        let residual = (0..rows).flat_map(|r| first.dequantize_row(r)).zip(x).map(|(q, &v)| v - q);
+        // Quantizing is per block, so the first rows come out as `first` again.
+        Self::new(&x.iter().copied().chain(residual).collect::<Vec<f32>>(), 2 * rows, k)
     }
 
     /// Number of rows.
