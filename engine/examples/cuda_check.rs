@@ -405,19 +405,6 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
                 },
             ));
         }
-        // A row split in chunks whose last one is shorter (the bulk GEMV's tiling), over few output rows.
-        specs.push((
-            format!("silu_mul->matmul_{dt:?} 1x10248x300"),
-            2e-2,
-            OpSpec::SiluMatMul {
-                gate_up: rand_vec(r, 2 * 10248, 4.0),
-                w: rand_vec(r, 300 * 10248, 0.05),
-                dtype: dt,
-                rows: 1,
-                width: 10248,
-                n: 300,
-            },
-        ));
         for rows in [1usize, 2] {
             specs.push((
                 format!("silu_mul->matmul_{dt:?} {rows}x14336x4096"),
@@ -504,16 +491,14 @@ fn kernel_checks(cpu: &CpuBackend, gpu: &CudaBackend) -> R<usize> {
             if ok { "PASS" } else { "FAIL" }
         );
     }
-    // Every check with the bulk-copy GEMV (sm_90+) taking up to GEMV_PDL_ROWS rows (the default is 1), then the checks
-    // whose matmuls read 16-bit activations again on the asynchronous-copy GEMV and on cuBLAS alone.
+    // Every check with the asynchronous-copy GEMV taking up to GEMV_PDL_ROWS rows (the default is 1), then the checks
+    // whose matmuls read 16-bit activations again on cuBLAS alone.
     let default = gpu.tuning_cell().get();
     let mut all_rows = default;
     all_rows.async_gemv_rows = if default.pdl { rserve_kernels::launch::GEMV_PDL_ROWS } else { 0 };
-    let mut pdla = all_rows;
-    pdla.bulk_gemv_groups = 0;
-    let mut cublas = pdla;
+    let mut cublas = default;
     cublas.async_gemv_rows = 0;
-    for (label, tuning, only_x16) in [("", all_rows, false), (" (pdla)", pdla, true), (" (cublas)", cublas, true)] {
+    for (label, tuning, only_x16) in [("", all_rows, false), (" (cublas)", cublas, true)] {
         gpu.tuning_cell().set(tuning)?;
         for (name, tol, spec) in &specs {
             let x16 = matches!(

@@ -23,18 +23,16 @@ fn every_portable_module_assembles_for_nvrtc_without_includes() {
         let body = src.split(&format!("#line 1 \"{name}\"\n")).nth(1).unwrap();
         assert_eq!(body.lines().count(), m.source.lines().count(), "{name}: line count changed");
     }
-    for m in host::CUDA_MODULES {
-        let src = host::assemble_source(m.name, m.source);
-        for e in m.kernels {
-            assert!(src.contains(&format!("{e}(")), "{}: kernel {e}", m.name);
-        }
+    let glue = host::assemble_source(host::GLUE_MODULE, host::GLUE_SOURCE);
+    for e in host::GLUE_KERNELS {
+        assert!(glue.contains(&format!("void {e}(")), "glue kernel {e}");
     }
 }
 
 #[test]
 fn nvrtc_options_carry_every_launch_constant_and_the_arch() {
     let o = host::nvrtc_options((9, 0));
-    for (k, v) in rserve_kernels::launch::DEFINES.iter().chain(rserve_kernels::launch::CUDA_DEFINES) {
+    for (k, v) in rserve_kernels::launch::DEFINES {
         assert!(o.contains(&format!("-D{k}={v}")), "missing -D{k}");
     }
     assert!(o.contains(&"--gpu-architecture=compute_90".to_string()));

@@ -306,9 +306,6 @@ fn every_launch_matches_its_kernel_signature() {
     // The XMX matmul's emulated form is the OpenCL tests' (a GPU-shaped tuning with `matmul = xmx-emulated`).
     let mut xmx_emulated = KernelTuning::opencl(false);
     xmx_emulated.set("matmul=xmx-emulated").unwrap();
-    // CUDA's asynchronous-copy GEMV where the bulk-copy one is off.
-    let mut cuda_pdla = KernelTuning::cuda((9, 0), 132);
-    cuda_pdla.set("bulk_gemv_groups=0").unwrap();
     let runs = [
         (KernelTuning::level_zero(), None),
         (KernelTuning::level_zero_xmx(), None),
@@ -319,11 +316,9 @@ fn every_launch_matches_its_kernel_signature() {
         (KernelTuning::level_zero(), Some(WeightDType::F16)),
         (KernelTuning::opencl(true), Some(WeightDType::BF16)),
         (KernelTuning::opencl(true), Some(WeightDType::F16)),
-        (KernelTuning::cuda((9, 0), 132), None),
-        (KernelTuning::cuda((9, 0), 132), Some(WeightDType::BF16)),
-        (KernelTuning::cuda((9, 0), 132), Some(WeightDType::F16)),
-        (cuda_pdla, Some(WeightDType::BF16)),
-        (cuda_pdla, Some(WeightDType::F16)),
+        (KernelTuning::cuda((9, 0)), None),
+        (KernelTuning::cuda((9, 0)), Some(WeightDType::BF16)),
+        (KernelTuning::cuda((9, 0)), Some(WeightDType::F16)),
     ];
     for (tuning, act) in runs {
         let d = Fake::new(tuning);
@@ -331,12 +326,6 @@ fn every_launch_matches_its_kernel_signature() {
         for (kernel, nargs, global, local) in d.launches.borrow().iter() {
             if ["f32_to_bf16", "f32_to_f16", "add_bias"].contains(&kernel.as_str()) {
                 continue; // CUDA's own glue, outside the SPIR-V modules
-            }
-            if kernel.starts_with("matmul_bulk") {
-                // CUDA-only (`kernels/src/cuda/gemv_bulk.cu`): the standard matmul arguments plus its tiling.
-                assert_eq!(*nargs, 12, "{kernel}: arguments");
-                assert_eq!(*local, rserve_kernels::launch::BULK_WG, "{kernel}: work-group size");
-                continue;
             }
             let want = params.get(kernel).unwrap_or_else(|| panic!("{kernel} is not an entry point of the SPIR-V"));
             assert_eq!(nargs, want, "{kernel}: arguments");
@@ -356,7 +345,7 @@ fn every_launch_matches_its_kernel_signature() {
 
 #[test]
 fn a_decode_plan_is_built_once_per_batch_shape_not_once_per_step() {
-    for tuning in [KernelTuning::level_zero(), KernelTuning::opencl(true), KernelTuning::cuda((9, 0), 132)] {
+    for tuning in [KernelTuning::level_zero(), KernelTuning::opencl(true), KernelTuning::cuda((9, 0))] {
         let d = Fake::new(tuning);
         let (q, kc, vc, out) = (f(4 * 4 * 16), f(64 * 16 * 2 * 16), f(64 * 16 * 2 * 16), f(4 * 4 * 16));
         let attend = |b: &Batch| {

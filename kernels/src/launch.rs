@@ -48,50 +48,6 @@ pub const GEMV_PDL_ROWS: usize = 4;
 pub const GEMV_ASYNC_WG: usize = 128;
 /// Steps of 16-byte copies (of each of its two rows) a work-item of `matmul_pdla_*` keeps in flight; a power of two.
 pub const GEMV_ASYNC_STAGES: usize = 4;
-/// Work-group size of the bulk-copy GEMV (`matmul_bulk_*`, CUDA sm_90+, `kernels/src/cuda/gemv_bulk.cu`): eight
-/// warps multiply, one streams the weights.
-pub const BULK_WG: usize = 288;
-/// Most bytes of one tile of `matmul_bulk_*`: whole rows while they fit, else one chunk of a row.
-pub const BULK_TILE_BYTES: usize = 24576;
-/// Bytes of tiles a work-group of `matmul_bulk_*` keeps in flight (its dynamic local memory), as whole tiles.
-pub const BULK_INFLIGHT_BYTES: usize = 98304;
-/// Most tiles in flight (the barriers a work-group declares).
-pub const BULK_MAX_STAGES: usize = 8;
-/// Work-groups of `matmul_bulk_*` per multiprocessor.
-pub const BULK_GROUPS_PER_SM: usize = 2;
-/// Most 16-byte pieces of a tile one lane of `matmul_bulk_*` multiplies (a tile over the eight multiplying warps);
-/// its activations for them stay in registers.
-pub const BULK_PIECES: usize = (BULK_TILE_BYTES / 16).div_ceil(32 * (BULK_WG / 32 - 1));
-
-/// The tiling of `matmul_bulk_*` for rows of `k` 16-bit values: `(rows a tile, values a chunk, tiles in flight)`.
-/// Rows that fit a tile go whole, as many as fit up to the eight multiplying warps (a power of two); a longer row
-/// is split into equal chunks (multiples of 8 values, 16-byte aligned) of at most a tile. As many tiles are in
-/// flight as `BULK_INFLIGHT_BYTES` holds.
-pub fn bulk_tiling(k: usize) -> (usize, usize, usize) {
-    let row = 2 * k;
-    let (rpt, chunk) = if row <= BULK_TILE_BYTES {
-        let mut rpt = 1;
-        while rpt * 2 <= BULK_WG / 32 - 1 && rpt * 2 * row <= BULK_TILE_BYTES {
-            rpt *= 2;
-        }
-        (rpt, k)
-    } else {
-        let chunks = row.div_ceil(BULK_TILE_BYTES);
-        (1, k.div_ceil(chunks).next_multiple_of(8))
-    };
-    let stages = (BULK_INFLIGHT_BYTES / (2 * rpt * chunk)).clamp(2, BULK_MAX_STAGES);
-    (rpt, chunk, stages)
-}
-
-/// Dynamic local memory of one `matmul_bulk_*` work-group for the tiling `(rpt, chunk, stages)`.
-pub fn bulk_local_bytes(rpt: usize, chunk: usize, stages: usize) -> usize {
-    stages * rpt * chunk * 2
-}
-
-/// The most dynamic local memory `bulk_local_bytes` asks for: the in-flight budget, or two tiles where one tile
-/// passes half of it (a chunk passes the tile by at most 7 rounded values).
-pub const BULK_MAX_LOCAL_BYTES: usize = BULK_INFLIGHT_BYTES + 2 * 16;
-
 /// Work-group size of `argmax_rows` (one work-group per row: a 128k-entry row of logits is a few loads per
 /// work-item).
 pub const ARGMAX_WG: usize = 1024;
@@ -117,15 +73,6 @@ pub const XMX_TILE_N: usize = 32;
 pub const MOE_TILE_M: usize = 8;
 /// Most experts a mixture-of-experts layer may have (`moe_align` counts them in local memory).
 pub const MOE_MAX_EXPERTS: usize = 512;
-
-/// The constants only the CUDA-only modules read (`kernels/src/cuda/*.cu`), passed to NVRTC after `DEFINES`; kept
-/// out of `DEFINES` so the SPIR-V and PVC builds do not change with them.
-pub const CUDA_DEFINES: &[(&str, usize)] = &[
-    ("BULK_WG", BULK_WG),
-    ("BULK_MAX_STAGES", BULK_MAX_STAGES),
-    ("BULK_GROUPS_PER_SM", BULK_GROUPS_PER_SM),
-    ("BULK_PIECES", BULK_PIECES),
-];
 
 /// Every constant above by name, as the kernel compiler receives them.
 pub const DEFINES: &[(&str, usize)] = &[

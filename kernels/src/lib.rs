@@ -193,8 +193,6 @@ pub mod names {
     pub const MATMUL_VEC: ByType = ["", "matmul_vec_bf16", "matmul_vec_f16"];
     /// By weight type (16-bit only): the asynchronous-copy GEMV of 16-bit activations (CUDA sm_90+).
     pub const MATMUL_PDLA: ByType = ["", "matmul_pdla_bf16", "matmul_pdla_f16"];
-    /// By weight type (16-bit only): the bulk-copy GEMV of the CUDA-only module `gemv_bulk` (sm_90+).
-    pub const MATMUL_BULK: ByType = ["", "matmul_bulk_bf16", "matmul_bulk_f16"];
     /// By weight type, with 16-bit activations in the weight's type (none for f32 weights).
     pub const MATMUL_ROWS_X16: ByType = ["", "matmul_rows_x16_bf16", "matmul_rows_x16_f16"];
     pub const MATMUL_TILED_X16: ByType = ["", "matmul_tiled_x16_bf16", "matmul_tiled_x16_f16"];
@@ -230,7 +228,6 @@ pub fn work_group(kernel: &str) -> usize {
         k if k.starts_with("matmul_rows") || k.starts_with("moe_matmul") || k == "moe_route" => GEMV_WG,
         k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_pdla") => GEMV_ASYNC_WG,
-        k if k.starts_with("matmul_bulk") => BULK_WG,
         k if k.starts_with("matmul_tiled") => GEMM_WG,
         k if k.starts_with("matmul_xmx") => XMX_WG,
         "argmax_rows" => ARGMAX_WG,
@@ -247,11 +244,6 @@ pub fn prefill_tiles_head(head_dim: usize) -> bool {
 /// The `-D NAME=value` flags every kernel source is compiled with (the launch constants).
 pub fn compile_defines() -> Vec<String> {
     launch::DEFINES.iter().map(|(k, v)| format!("-D{k}={v}")).collect()
-}
-
-/// The `-D NAME=value` flags of the CUDA-only modules' own constants (NVRTC takes them after `compile_defines`).
-pub fn cuda_defines() -> Vec<String> {
-    launch::CUDA_DEFINES.iter().map(|(k, v)| format!("-D{k}={v}")).collect()
 }
 
 /// The names of the entry points (`OpEntryPoint`) of a SPIR-V module, in module order; None if the bytes are not
@@ -304,10 +296,6 @@ const _: () = {
     // Work-group sizes are multiples of 64, so sub-groups are full.
     assert!(ROW_WG.is_multiple_of(64) && ELEM_WG.is_multiple_of(64) && ATTN_WG.is_multiple_of(64));
     assert!(PREFILL_WG.is_multiple_of(64) && GEMV_WG.is_multiple_of(64) && GEMM_WG.is_multiple_of(64));
-    // The bulk GEMV: whole warps, eight of them multiplying (rows a tile are a power of two that divides them), and
-    // BULK_GROUPS_PER_SM work-groups' local memory within a Hopper multiprocessor's 227 KiB.
-    assert!(BULK_WG == 32 * 9 && BULK_TILE_BYTES.is_multiple_of(16) && BULK_INFLIGHT_BYTES >= 2 * BULK_TILE_BYTES);
-    assert!(BULK_GROUPS_PER_SM * (BULK_MAX_LOCAL_BYTES + 1024 + 1024) <= 227 * 1024);
 };
 
 #[cfg(test)]
@@ -341,33 +329,5 @@ mod tests {
             assert!(defines.contains(&format!("-D{name}={value}")), "{name}");
         }
         assert!(defines.iter().any(|d| d == &format!("-DATTN_MAX_PARTITION={ATTN_MAX_PARTITION}")));
-        assert_eq!(cuda_defines().len(), launch::CUDA_DEFINES.len());
-        assert!(cuda_defines().contains(&format!("-DBULK_PIECES={BULK_PIECES}")));
-        assert_eq!(BULK_PIECES, 6);
-    }
-
-    #[test]
-    fn bulk_tiles_hold_whole_rows_or_equal_chunks_within_a_tile() {
-        // The decode shapes: 2 rows of 4096 (6 tiles of 16 KiB in flight), 4 of 2048, 8 of 1024 (never more than
-        // the eight warps), 1 of 12288 (4 of 24 KiB).
-        assert_eq!(bulk_tiling(4096), (2, 4096, 6));
-        assert_eq!(bulk_tiling(2048), (4, 2048, 6));
-        assert_eq!(bulk_tiling(512), (8, 512, 8));
-        assert_eq!(bulk_tiling(5120), (2, 5120, 4));
-        assert_eq!(bulk_tiling(12288), (1, 12288, 4));
-        // Long rows: equal chunks, multiples of 8 values, the last one shorter where k does not divide.
-        assert_eq!(bulk_tiling(14336), (1, 7168, 6));
-        assert_eq!(bulk_tiling(28672), (1, 9560, 5));
-        for k in (8..100_000).step_by(8) {
-            let (rpt, chunk, stages) = bulk_tiling(k);
-            assert!(rpt.is_power_of_two() && rpt <= BULK_WG / 32 - 1, "k {k}");
-            assert!(chunk.is_multiple_of(8) && chunk <= k && (rpt == 1 || chunk == k), "k {k}");
-            assert!((2..=BULK_MAX_STAGES).contains(&stages), "k {k}");
-            assert!(bulk_local_bytes(rpt, chunk, stages) <= BULK_MAX_LOCAL_BYTES, "k {k}");
-            // A lane's share of a tile row (its warp one of 8 / rpt on the row) fits its BULK_PIECES registers.
-            assert!((chunk / 8).div_ceil(32 * ((BULK_WG / 32 - 1) / rpt)) <= BULK_PIECES, "k {k}");
-            // Every chunk but the last is whole, and the last one is not empty.
-            assert!(k.div_ceil(chunk) * chunk - k < chunk, "k {k}");
-        }
     }
 }

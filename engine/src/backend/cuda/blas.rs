@@ -30,13 +30,7 @@ pub(super) fn gemm(b: &CudaBackend, c: &MatMulCall<'_, CuBuffer>) -> Result<()> 
             let (kernel, t) = half(d);
             let xs = CuBuffer::new(&b.pool, m * k * 2, Contents::Raw)?;
             let args = vec![Arg::Buf(c.x), Arg::Buf(&xs), u32_arg(m * k, kernel, "len")?];
-            b.launch(&Launch {
-                kernel,
-                args,
-                global: [(m * k).div_ceil(ELEM_WG) * ELEM_WG, 1, 1],
-                local: ELEM_WG,
-                local_bytes: 0,
-            })?;
+            b.launch(&Launch { kernel, args, global: [(m * k).div_ceil(ELEM_WG) * ELEM_WG, 1, 1], local: ELEM_WG })?;
             (t, xs.ptr(), Some(xs))
         }
     };
@@ -72,13 +66,7 @@ pub(super) fn gemm(b: &CudaBackend, c: &MatMulCall<'_, CuBuffer>) -> Result<()> 
     if let Some(bias) = c.bias {
         let kernel = "add_bias";
         let args = vec![Arg::Buf(c.out), Arg::Buf(bias), u32_arg(n, kernel, "n")?];
-        b.launch(&Launch {
-            kernel,
-            args,
-            global: [n.div_ceil(ELEM_WG) * ELEM_WG, m, 1],
-            local: ELEM_WG,
-            local_bytes: 0,
-        })?;
+        b.launch(&Launch { kernel, args, global: [n.div_ceil(ELEM_WG) * ELEM_WG, m, 1], local: ELEM_WG })?;
     }
     Ok(())
 }

@@ -7,26 +7,12 @@ use std::path::PathBuf;
 use crate::backend::cpu::be;
 use crate::error::Result;
 
-/// One CUDA-only module (`kernels/src/cuda/*.cu`), compiled like the portable modules.
-pub struct CudaModule {
-    pub name: &'static str,
-    pub source: &'static str,
-    pub kernels: &'static [&'static str],
-}
-
-/// The CUDA-only modules: the glue around cuBLAS (f32 -> bf16/f16, bias add) and the bulk-copy GEMV (sm_90+).
-pub const CUDA_MODULES: &[CudaModule] = &[
-    CudaModule {
-        name: "cublas_glue",
-        source: include_str!("../../../../kernels/src/cuda/cublas_glue.cu"),
-        kernels: &["f32_to_bf16", "f32_to_f16", "add_bias"],
-    },
-    CudaModule {
-        name: "gemv_bulk",
-        source: include_str!("../../../../kernels/src/cuda/gemv_bulk.cu"),
-        kernels: &["matmul_bulk_bf16", "matmul_bulk_f16"],
-    },
-];
+/// CUDA-only kernels (f32 -> bf16/f16 for cuBLAS, bias add), compiled like the portable modules.
+pub const GLUE_SOURCE: &str = include_str!("../../../../kernels/src/cuda/cublas_glue.cu");
+/// Name of the CUDA-only module.
+pub const GLUE_MODULE: &str = "cublas_glue";
+/// Entry points of the CUDA-only module.
+pub const GLUE_KERNELS: &[&str] = &["f32_to_bf16", "f32_to_f16", "add_bias"];
 
 /// The text NVRTC compiles for one module: the prelude, then the module's source with its `#include "prelude.h"`
 /// line dropped (NVRTC gets no include path; the prelude's guard makes the order safe). `#line` keeps compiler
@@ -52,7 +38,6 @@ pub fn assemble_source(module: &str, source: &str) -> String {
 /// virtual architecture, so the driver JIT-compiles the PTX for the exact GPU.
 pub fn nvrtc_options(cc: (i32, i32)) -> Vec<String> {
     let mut o = rserve_kernels::compile_defines();
-    o.extend(rserve_kernels::cuda_defines());
     o.push(format!("--gpu-architecture=compute_{}{}", cc.0, cc.1));
     o.push("--std=c++17".into());
     o

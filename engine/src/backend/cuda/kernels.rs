@@ -69,7 +69,7 @@ impl Kernels {
                 .ok_or_else(|| EngineError::Backend(format!("cuda: kernel module {name} is not embedded")))?;
             modules.push((name, m.source, entries));
         }
-        modules.extend(host::CUDA_MODULES.iter().map(|m| (m.name, m.source, m.kernels)));
+        modules.push((host::GLUE_MODULE, host::GLUE_SOURCE, host::GLUE_KERNELS));
         for (name, source, entries) in modules {
             let (ptx, fresh) = ptx_for(name, source, cc)?;
             compiled += fresh as usize;
@@ -78,12 +78,6 @@ impl Kernels {
                 .map_err(|e| be(format!("cuda: loading the PTX of {name}: {e:?}")))?;
             for &entry in entries {
                 let f = module.load_function(entry).map_err(|e| be(format!("cuda: kernel {entry}: {e:?}")))?;
-                if entry.starts_with("matmul_bulk") && cc.0 >= 9 {
-                    // Past the default 48 KiB of shared memory: opted into per kernel.
-                    let bytes = rserve_kernels::launch::BULK_MAX_LOCAL_BYTES as i32;
-                    f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
-                        .map_err(|e| be(format!("cuda: {entry}: {bytes} bytes of dynamic shared memory: {e:?}")))?;
-                }
                 funcs.insert(entry, f);
             }
         }
@@ -99,7 +93,6 @@ impl Kernels {
             return Ok(());
         }
         let (grid, block) = host::grid_dims(l.global, [l.local, 1, 1])?;
-        let shared = u32::try_from(l.local_bytes).map_err(|_| be(format!("cuda: {}: local memory", l.kernel)))?;
         let mut values: Vec<ArgValue> = l
             .args
             .iter()
@@ -120,10 +113,8 @@ impl Kernels {
         // SAFETY: the arguments match the kernel's parameters in order and type (the op layer builds them in the
         // order of the kernel source and checked every index they follow); they outlive the call, which copies them.
         if !pdl {
-            return unsafe {
-                result::launch_kernel(f.cu_function(), grid, block, shared, stream.cu_stream(), &mut params)
-            }
-            .map_err(|e| be(format!("cuda: launching {}: {e:?}", l.kernel)));
+            return unsafe { result::launch_kernel(f.cu_function(), grid, block, 0, stream.cu_stream(), &mut params) }
+                .map_err(|e| be(format!("cuda: launching {}: {e:?}", l.kernel)));
         }
         // SAFETY: all-zero is a valid bit pattern for this plain C union; the one field set is the one the
         // attribute id names.
@@ -137,7 +128,7 @@ impl Kernels {
             blockDimX: block.0,
             blockDimY: block.1,
             blockDimZ: block.2,
-            sharedMemBytes: shared,
+            sharedMemBytes: 0,
             hStream: stream.cu_stream(),
             attrs: &mut attr,
             numAttrs: 1,

@@ -81,9 +81,6 @@ impl CudaBackend {
         let name = ctx.name().map_err(|e| be(format!("cuda: device name: {e:?}")))?;
         let cc = ctx.compute_capability().map_err(|e| be(format!("cuda: compute capability: {e:?}")))?;
         let total_mem = ctx.total_mem().map_err(|e| be(format!("cuda: memory size: {e:?}")))? as u64;
-        let sms = ctx
-            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(|e| be(format!("cuda: multiprocessor count: {e:?}")))? as usize;
         let stream = ctx.new_stream().map_err(|e| be(format!("cuda: creating a stream: {e:?}")))?;
         let blas = std::panic::catch_unwind(cublas::create_handle)
             .map_err(|_| be("cuda: cuBLAS (libcublas.so) could not be loaded"))?
@@ -112,7 +109,7 @@ impl CudaBackend {
         Ok(Self {
             kernels,
             plans: PlanCache::default(),
-            tuning: TuningCell::new(KernelTuning::cuda(cc, sms)),
+            tuning: TuningCell::new(KernelTuning::cuda(cc)),
             profile: Mutex::new(None),
             workspace: RefCell::new(Some(workspace)),
             capturing: Cell::new(false),

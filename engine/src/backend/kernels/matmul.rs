@@ -2,13 +2,10 @@
 //! portable families which kernel by row count: `matmul_vec_*` (16-bit weights, k a multiple of 8) or
 //! `matmul_rows_*` for decode-sized rows, `matmul_tiled_*` above, `matmul_wi_*` on CPU devices; bf16 weights on the
 //! matrix engine (`matmul_xmx_bf16`, Level Zero on PVC) above decode-sized rows. One row of 16-bit activations under
-//! programmatic dependent launch takes the bulk-copy GEMV `matmul_bulk_*` (CUDA sm_90+, `KernelTuning::
-//! bulk_gemv_groups`) first, and up to `KernelTuning::async_gemv_rows` rows the asynchronous-copy GEMV
-//! `matmul_pdla_*`.
+//! programmatic dependent launch takes the asynchronous-copy GEMV `matmul_pdla_*` first.
 
 use rserve_kernels::launch::{
-    bulk_local_bytes, bulk_tiling, GEMM_TILE_M, GEMM_TILE_N, GEMV_COLS, GEMV_ROWS, GEMV_VEC_COLS, GEMV_WI_ROWS,
-    XMX_TILE_M, XMX_TILE_N, XMX_WG,
+    GEMM_TILE_M, GEMM_TILE_N, GEMV_COLS, GEMV_ROWS, GEMV_VEC_COLS, GEMV_WI_ROWS, XMX_TILE_M, XMX_TILE_N, XMX_WG,
 };
 use rserve_kernels::{names, ElemType};
 
@@ -97,20 +94,6 @@ pub(super) fn matmul<D: KernelDevice>(d: &D, c: &MatMulCall<'_, D::Buf>) -> Resu
     let t = d.tuning();
     let ty = elem_type(dtype);
     let (m, k, n) = (c.m, c.k, c.n);
-    if x16 && t.pdl && m == 1 && t.async_gemv_rows > 0 && k % 8 == 0 && t.bulk_gemv_groups > 0 {
-        // Each work-group streams one contiguous slice of the weight rows through the copy engine (one row of x).
-        let kernel = ty.pick(&names::MATMUL_BULK);
-        let (rpt, chunk, stages) = bulk_tiling(k);
-        let stages = if t.bulk_gemv_stages > 0 { stages.min(t.bulk_gemv_stages.max(2)) } else { stages };
-        let mut args = c.args(kernel)?;
-        args.push(u32_arg(rpt, kernel, "rows a tile")?);
-        args.push(u32_arg(chunk, kernel, "chunk")?);
-        args.push(u32_arg(stages, kernel, "stages")?);
-        args.push(u32_arg(t.bulk_gemv_prefetch.min(stages), kernel, "prefetch")?);
-        let groups = t.bulk_gemv_groups.min(n.div_ceil(rpt));
-        let local = bulk_local_bytes(rpt, chunk, stages);
-        return d.launch(&Launch::groups(kernel, args, groups, [1, 1]).with_local_bytes(local));
-    }
     if x16 && t.pdl && m <= t.async_gemv_rows && k % 8 == 0 {
         // Weights stream into local memory while the kernel before drains; two weight rows per 32-lane warp.
         let kernel = ty.pick(&names::MATMUL_PDLA);

@@ -39,15 +39,12 @@ pub enum Arg<'a, B> {
 
 /// One launch: `global` work-items per dimension (dimension 0 a multiple of `local`), work-groups of `local`
 /// work-items in dimension 0 (and 1 in the others). A grid with a zero dimension launches nothing.
-/// `local_bytes` is local memory sized at launch (CUDA's dynamic shared memory), which only the CUDA-only kernels
-/// use; the portable kernels size theirs at compile time and the other backends refuse a launch that asks.
 #[derive(Debug)]
 pub struct Launch<'a, B> {
     pub kernel: &'static str,
     pub args: Vec<Arg<'a, B>>,
     pub global: [usize; 3],
     pub local: usize,
-    pub local_bytes: usize,
 }
 
 impl<'a, B> Launch<'a, B> {
@@ -55,12 +52,7 @@ impl<'a, B> Launch<'a, B> {
     /// dimension 0 and `rest` in the others.
     pub fn groups(kernel: &'static str, args: Vec<Arg<'a, B>>, groups: usize, rest: [usize; 2]) -> Self {
         let local = rserve_kernels::work_group(kernel);
-        Self { kernel, args, global: [groups * local, rest[0], rest[1]], local, local_bytes: 0 }
-    }
-
-    /// The same launch with `bytes` of local memory sized at launch.
-    pub fn with_local_bytes(self, bytes: usize) -> Self {
-        Self { local_bytes: bytes, ..self }
+        Self { kernel, args, global: [groups * local, rest[0], rest[1]], local }
     }
 
     /// A launch of `kernel` over at least `items` work-items in dimension 0 (rounded up to whole work-groups).

@@ -5,7 +5,7 @@
 //! Tools that compare variants (`engine/examples/cuda_check.rs`) change a field through `set("key=value")`, which
 //! refuses an unknown key or a bad value.
 
-use rserve_kernels::launch::{ATTN_MAX_PARTITION, BULK_GROUPS_PER_SM, GEMV_PDL_ROWS};
+use rserve_kernels::launch::{ATTN_MAX_PARTITION, GEMV_PDL_ROWS};
 
 use crate::backend::cpu::be;
 use crate::error::Result;
@@ -68,14 +68,6 @@ pub struct KernelTuning {
     /// Most rows of 16-bit activations a decode matmul may have to take the asynchronous-copy GEMV
     /// (`matmul_pdla_*`, needs `pdl`); 0: never.
     pub async_gemv_rows: usize,
-    /// Work-groups of the bulk-copy GEMV (`matmul_bulk_*`, CUDA sm_90+), which then replaces `matmul_pdla_*` at one
-    /// row: `BULK_GROUPS_PER_SM` a multiprocessor; 0: never.
-    pub bulk_gemv_groups: usize,
-    /// Tiles each work-group of the bulk-copy GEMV copies before it waits for the kernel before it (the rest of
-    /// its `BULK_MAX_STAGES` after): streaming more early competes with that kernel's own reads.
-    pub bulk_gemv_prefetch: usize,
-    /// Most tiles in flight per work-group of the bulk-copy GEMV (0: as many as `BULK_INFLIGHT_BYTES` holds).
-    pub bulk_gemv_stages: usize,
     pub partition: Partition,
     /// Above this many decode rows the decode kernel combines its own split-KV partitions (CUDA); None: always the
     /// separate `paged_attention_reduce` launch.
@@ -100,18 +92,15 @@ impl KernelTuning {
         Self { matmul: MatmulPath::Xmx, ..Self::portable() }
     }
 
-    /// CUDA on a device of compute capability `cc` with `sms` multiprocessors: cuBLAS, and on sm_90+ programmatic
-    /// dependent launch with the bulk-copy GEMV at one row; short split-KV partitions, the fused reduce above 16
-    /// rows, the latency attention up to 16.
-    pub fn cuda(cc: (i32, i32), sms: usize) -> Self {
+    /// CUDA on a device of compute capability `cc`: cuBLAS, and on sm_90+ programmatic dependent launch with the
+    /// asynchronous-copy GEMV at one row; short split-KV partitions, the fused reduce above 16 rows, the latency
+    /// attention up to 16.
+    pub fn cuda(cc: (i32, i32)) -> Self {
         let pdl = cc.0 >= 9;
         Self {
             matmul: MatmulPath::Vendor,
             pdl,
             async_gemv_rows: if pdl { 1 } else { 0 },
-            bulk_gemv_groups: if pdl { BULK_GROUPS_PER_SM * sms } else { 0 },
-            bulk_gemv_prefetch: 1,
-            bulk_gemv_stages: 0,
             partition: Partition::ByRows,
             fused_reduce_above: Some(16),
             latency_rows: 16,
@@ -123,9 +112,6 @@ impl KernelTuning {
             matmul: MatmulPath::SubGroup,
             pdl: false,
             async_gemv_rows: 0,
-            bulk_gemv_groups: 0,
-            bulk_gemv_prefetch: 0,
-            bulk_gemv_stages: 0,
             partition: Partition::Fixed(ATTN_MAX_PARTITION),
             fused_reduce_above: None,
             latency_rows: 0,
@@ -177,14 +163,11 @@ impl KernelTuning {
         if self.async_gemv_rows > 0 && !self.pdl {
             return Err(be("kernel tuning: async_gemv_rows needs pdl=on"));
         }
-        if self.bulk_gemv_groups > 0 && !self.pdl {
-            return Err(be("kernel tuning: bulk_gemv_groups needs pdl=on"));
-        }
         Ok(())
     }
 
     /// Changes one field from `key=value` (`matmul=work-item|sub-group|vendor|xmx|xmx-emulated`, `pdl=on|off`,
-    /// `async_gemv_rows=N`, `bulk_gemv_groups=N`, `bulk_gemv_prefetch=N`, `partition=by-rows|N`, `fused_reduce_above=N|off`, `latency_rows=N`), then validates.
+    /// `async_gemv_rows=N`, `partition=by-rows|N`, `fused_reduce_above=N|off`, `latency_rows=N`), then validates.
     pub fn set(&mut self, setting: &str) -> Result<()> {
         let (key, value) =
             setting.split_once('=').ok_or_else(|| be(format!("kernel tuning: '{setting}' is not key=value")))?;
@@ -210,9 +193,6 @@ impl KernelTuning {
                 }
             }
             "async_gemv_rows" => next.async_gemv_rows = num()?,
-            "bulk_gemv_groups" => next.bulk_gemv_groups = num()?,
-            "bulk_gemv_prefetch" => next.bulk_gemv_prefetch = num()?,
-            "bulk_gemv_stages" => next.bulk_gemv_stages = num()?,
             "partition" => {
                 next.partition = if value == "by-rows" { Partition::ByRows } else { Partition::Fixed(num()?) }
             }
@@ -232,7 +212,7 @@ mod tests {
 
     #[test]
     fn decode_parts_follow_rows_and_round_to_powers_of_two() {
-        let cuda = KernelTuning::cuda((9, 0), 132);
+        let cuda = KernelTuning::cuda((9, 0));
         assert_eq!(cuda.decode_parts(0, 1), 0);
         assert_eq!(cuda.decode_parts(17, 1), 2);
         assert_eq!(cuda.decode_parts(33, 1), 4);
@@ -248,7 +228,7 @@ mod tests {
 
     #[test]
     fn settings_are_validated() {
-        let mut t = KernelTuning::cuda((9, 0), 132);
+        let mut t = KernelTuning::cuda((9, 0));
         t.set("partition=32").unwrap();
         assert_eq!(t.partition, Partition::Fixed(32));
         assert!(t.set("partition=48").is_err());
@@ -258,15 +238,11 @@ mod tests {
         t.set("fused_reduce_above=off").unwrap();
         assert_eq!(t.fused_reduce_above, None);
         assert!(t.set("async_gemv_rows=5").is_err());
-        assert_eq!(t.bulk_gemv_groups, 264);
         t.set("pdl=off").map(drop).unwrap_err(); // async GEMV rows still 1: needs pdl
         t.set("async_gemv_rows=0").unwrap();
-        t.set("pdl=off").map(drop).unwrap_err(); // bulk GEMV groups still set: needs pdl
-        t.set("bulk_gemv_groups=0").unwrap();
         t.set("pdl=off").unwrap();
         assert_eq!(t.partition, Partition::Fixed(32), "a refused setting changes nothing");
         assert_eq!(KernelTuning::opencl(true).matmul, MatmulPath::WorkItem);
-        assert_eq!(KernelTuning::cuda((8, 0), 108).async_gemv_rows, 0);
-        assert_eq!(KernelTuning::cuda((8, 0), 108).bulk_gemv_groups, 0);
+        assert_eq!(KernelTuning::cuda((8, 0)).async_gemv_rows, 0);
     }
 }

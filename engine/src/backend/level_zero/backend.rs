@@ -176,9 +176,6 @@ impl LevelZeroBackend {
         if l.global.contains(&0) {
             return Ok(());
         }
-        if l.local_bytes != 0 {
-            return Err(LzError::Invalid(format!("{}: local memory sized at launch is CUDA's only", l.kernel)));
-        }
         if l.local == 0 || !l.global[0].is_multiple_of(l.local) {
             return Err(LzError::Invalid(format!(
                 "{}: {} work-items are not a multiple of the group size {}",

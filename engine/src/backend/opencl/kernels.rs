@@ -65,12 +65,6 @@ impl Kernels {
             .kernels
             .get(l.kernel)
             .ok_or_else(|| EngineError::Backend(format!("opencl: kernel {} is not built", l.kernel)))?;
-        if l.local_bytes != 0 {
-            return Err(EngineError::Backend(format!(
-                "opencl: {}: local memory sized at launch is CUDA's only",
-                l.kernel
-            )));
-        }
         for (i, a) in l.args.iter().enumerate() {
             // SAFETY: each value is a cl_mem, u32 or f32 matching the kernel's parameter at this index (the op layer
             // builds arguments in the order of the kernel source; a count mismatch is caught by the runtime).
