@@ -8,7 +8,7 @@ use level_zero_sys as sys;
 
 use super::error::LzError;
 use super::hierarchy::{candidates, pick, AffinityMask, Candidate, Hierarchy};
-use super::loader::{api, consulted_vars, ze, Api};
+use super::loader::{api, c_name, consulted_vars, ze, Api};
 
 type Result<T> = std::result::Result<T, LzError>;
 
@@ -128,11 +128,6 @@ fn ip_version(api: &Api, device: sys::ze_device_handle_t) -> Result<u32> {
     Ok(ext.ip_version)
 }
 
-fn name_of(p: &sys::ze_device_properties_t) -> String {
-    let bytes: Vec<u8> = p.name.iter().take_while(|&&c| c != 0).map(|&c| c.to_ne_bytes()[0]).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
 fn memory_bytes(api: &Api, device: sys::ze_device_handle_t) -> Result<u64> {
     let mut n = 0u32;
     // SAFETY: a null array asks for the count.
@@ -201,7 +196,7 @@ fn gpu_roots(api: &Api) -> Result<(usize, Vec<Root>, Vec<String>)> {
         for device in devices(api, driver)? {
             let props = properties(api, device)?;
             if props.type_ != sys::ZE_DEVICE_TYPE_GPU {
-                others.push(name_of(&props));
+                others.push(c_name(&props.name));
                 continue;
             }
             let subs = sub_devices(api, device)?;
@@ -244,7 +239,7 @@ pub fn select(index: Option<usize>) -> Result<Selected> {
         None => (r.device, r.props),
     };
     let info = DeviceInfo {
-        name: name_of(&props),
+        name: c_name(&props.name),
         vendor_id: props.vendorId,
         device_id: props.deviceId,
         ip_version: ip_version(api, device)?,
@@ -262,13 +257,13 @@ pub fn intel_gpu() -> std::result::Result<String, String> {
     let api = api().map_err(|e| e.to_string())?;
     let (_, roots, _) = gpu_roots(api).map_err(|e| e.to_string())?;
     match roots.iter().find(|r| r.props.vendorId == INTEL_VENDOR_ID) {
-        Some(r) => Ok(name_of(&r.props)),
+        Some(r) => Ok(c_name(&r.props.name)),
         None if roots.is_empty() => Err("Level Zero lists no GPU".into()),
         None => Err(format!(
             "Level Zero lists no Intel GPU (found {})",
             roots
                 .iter()
-                .map(|r| format!("{} vendor 0x{:04x}", name_of(&r.props), r.props.vendorId))
+                .map(|r| format!("{} vendor 0x{:04x}", c_name(&r.props.name), r.props.vendorId))
                 .collect::<Vec<_>>()
                 .join(", ")
         )),

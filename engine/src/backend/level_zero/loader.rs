@@ -50,6 +50,13 @@ macro_rules! ze {
 }
 pub(crate) use ze;
 
+/// A NUL-terminated name from a fixed-size C `char` array of the loader's structs (`c_char` is `i8` on x86-64 and
+/// `u8` on aarch64, so each is read as its byte).
+pub(super) fn c_name(chars: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c.to_ne_bytes()[0]).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// Fails with the first function of the list the loader lacks.
 macro_rules! require {
     ($lib:expr, $($f:ident),* $(,)?) => {{
@@ -157,9 +164,8 @@ pub fn loader_components() -> Result<Vec<String>, LzError> {
     Ok(v.iter()
         .take(n)
         .map(|c| {
-            let name: Vec<u8> = c.component_name.iter().take_while(|&&b| b != 0).map(|&b| b.to_ne_bytes()[0]).collect();
             let l = &c.component_lib_version;
-            format!("{} {}.{}.{}", String::from_utf8_lossy(&name), l.major, l.minor, l.patch)
+            format!("{} {}.{}.{}", c_name(&c.component_name), l.major, l.minor, l.patch)
         })
         .collect())
 }
