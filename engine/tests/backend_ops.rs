@@ -564,14 +564,14 @@ fn out_of_range_indices_are_errors() {
 // ------------------------------------------------------------------------------------------------ routed experts
 
 /// One mixture-of-experts MLP through the four ops (route, group, gate/up multiply, activation, down multiply,
-/// combine): one token (each pair alone in a tile), decode-sized batches, routing skewed so one expert's pairs fill
+/// combine), and through the two ungrouped ones after the same routing (equal to the grouped result): one token (each pair alone in a tile), decode-sized batches, routing skewed so one expert's pairs fill
 /// several tiles, a prefill-sized batch (the tiled multiply), widths that do not split into 8-value pieces,
 /// renormalised and plain top-k weights, f32 and 16-bit expert weights, with and without gpt-oss's per-expert
 /// biases (`MoeBias` after each multiply). Each case also runs as expert parallelism
 /// would, over two disjoint shares of the experts (the skewed expert inside one and outside the other): the two
 /// partial outputs must add up to the whole layer's on the same backend.
 fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Output> {
-    use rserve_engine::backend::{moe_max_tiles, MoeInput, MoeTiles};
+    use rserve_engine::backend::{moe_max_tiles, HeldExperts, MoeInput, MoeTiles};
     let mut outs = Vec::new();
     for (tokens, experts, top_k, hidden, inter, renormalize, skew, cut, with_bias) in [
         (1, 8, 2, 64, 48, true, 0.0, 3, false),
@@ -651,17 +651,58 @@ fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Outpu
                 width: hidden,
             })
             .unwrap();
-            b.download_f32(&out).unwrap()
+            // The same layer without grouping (`MoePairGateUp`, `MoePairDown`): poisoned buffers, so a pair routed
+            // to experts not held here must be neither written nor read.
+            let held = HeldExperts { first, count: held };
+            let (gu_bias, d_bias) =
+                (with_bias.then(|| rows_of(&gate_up_bias, 2 * inter)), with_bias.then(|| rows_of(&down_bias, hidden)));
+            let pair_act = poisoned(b, pairs * inter);
+            b.run(Op::MoePairGateUp {
+                x: &x,
+                w: &gate_up,
+                bias: gu_bias.as_ref(),
+                ids: &ids,
+                out: &pair_act,
+                tokens,
+                top_k,
+                k: hidden,
+                width: inter,
+                held,
+                act: act_kind,
+            })
+            .unwrap();
+            let pair_out = poisoned(b, tokens * hidden);
+            b.run(Op::MoePairDown {
+                x: &pair_act,
+                w: &down,
+                bias: d_bias.as_ref(),
+                ids: &ids,
+                weights: &weights,
+                out: &pair_out,
+                tokens,
+                top_k,
+                k: inter,
+                n: hidden,
+                held,
+            })
+            .unwrap();
+            (b.download_f32(&out).unwrap(), b.download_f32(&pair_out).unwrap())
         };
-        let whole = layer(0, experts);
-        let (low, high) = (layer(0, cut), layer(cut, experts - cut));
+        let (whole, whole_pairs) = layer(0, experts);
+        let ((low, low_pairs), (high, high_pairs)) = (layer(0, cut), layer(cut, experts - cut));
         for (i, w) in whole.iter().enumerate() {
             let sum = low[i] + high[i];
             assert!((sum - w).abs() <= 1e-4 * (1.0 + w.abs()), "shares {cut}/{}: {sum} vs {w} at {i}", experts - cut);
+            let pair_sum = low_pairs[i] + high_pairs[i];
+            for (v, what) in [(whole_pairs[i], "ungrouped"), (pair_sum, "ungrouped shares")] {
+                assert!((v - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: {v} vs grouped {w} at {i}");
+            }
         }
         outs.push(("weights", b.download_f32(&weights).unwrap(), top_k));
         outs.push(("out", whole, hidden));
         outs.push(("out of the second share", high, hidden));
+        outs.push(("ungrouped out", whole_pairs, hidden));
+        outs.push(("ungrouped out of the second share", high_pairs, hidden));
     }
     outs
 }

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use rserve_engine::backend::kernels::{
     self, split_work, Contents, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache,
 };
-use rserve_engine::backend::{Activation, AttentionMeta, MoeInput, MoeTiles, Op, RopeIo, WeightDType};
+use rserve_engine::backend::{Activation, AttentionMeta, HeldExperts, MoeInput, MoeTiles, Op, RopeIo, WeightDType};
 use rserve_kernels::launch::{ATTN_MAX_PARTITION, PREFILL_ROWS};
 
 type FakeBuf = Contents;
@@ -226,6 +226,49 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
             Op::MoeCombine { y: &y, tiles: &tiles, weights: &ew, out: &f(40 * h), rows: 40, top_k, width: h },
         )
         .unwrap();
+        // Ungrouped (decode): 3 tokens' pairs, with and without biases, all experts held or a share of them.
+        for (bias, held) in
+            [(false, HeldExperts { first: 0, count: experts }), (true, HeldExperts { first: 3, count: 4 })]
+        {
+            let (gate_up, down) = (mat(dtype, held.count * 2 * inter, h), mat(dtype, held.count * h, inter));
+            let (gb, db) = (f(held.count * 2 * inter), f(held.count * h));
+            let (act, out) = (f(6 * inter), f(3 * h));
+            let (tokens, act_kind) = (3, Activation::Silu);
+            kernels::run(
+                d,
+                Op::MoePairGateUp {
+                    x: &x,
+                    w: &gate_up,
+                    bias: bias.then_some(&gb),
+                    ids: &eids,
+                    out: &act,
+                    tokens,
+                    top_k,
+                    k: h,
+                    width: inter,
+                    held,
+                    act: act_kind,
+                },
+            )
+            .unwrap();
+            kernels::run(
+                d,
+                Op::MoePairDown {
+                    x: &act,
+                    w: &down,
+                    bias: bias.then_some(&db),
+                    ids: &eids,
+                    weights: &ew,
+                    out: &out,
+                    tokens,
+                    top_k,
+                    k: inter,
+                    n: h,
+                    held,
+                },
+            )
+            .unwrap();
+        }
         let w = mat(dtype, inter, h);
         let o = f(40 * inter);
         for m in [1, 4, 16, 17, 40] {

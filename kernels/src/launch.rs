@@ -73,6 +73,15 @@ pub const XMX_TILE_N: usize = 32;
 pub const MOE_TILE_M: usize = 8;
 /// Most experts a mixture-of-experts layer may have (`moe_align` counts them in local memory).
 pub const MOE_MAX_EXPERTS: usize = 512;
+/// Most experts a token may be routed to (`moe_route` keeps its picks in private arrays).
+pub const MOE_MAX_TOP_K: usize = 32;
+/// Work-group size of the ungrouped routed-experts kernels (`moe_pair_*`, decode).
+pub const MOE_PAIR_WG: usize = 128;
+/// Output columns of one work-group of `moe_pair_gate_up_*` (two per sub-group: their gate and up rows).
+pub const MOE_PAIR_COLS: usize = 8;
+/// Weight rows a sub-group of `moe_pair_*` reads side by side; output columns of one work-group of
+/// `moe_pair_down_*`.
+pub const MOE_PAIR_ROWS: usize = 4;
 
 /// Every constant above by name, as the kernel compiler receives them.
 pub const DEFINES: &[(&str, usize)] = &[
@@ -106,4 +115,8 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("XMX_TILE_N", XMX_TILE_N),
     ("MOE_TILE_M", MOE_TILE_M),
     ("MOE_MAX_EXPERTS", MOE_MAX_EXPERTS),
+    ("MOE_MAX_TOP_K", MOE_MAX_TOP_K),
+    ("MOE_PAIR_WG", MOE_PAIR_WG),
+    ("MOE_PAIR_COLS", MOE_PAIR_COLS),
+    ("MOE_PAIR_ROWS", MOE_PAIR_ROWS),
 ];

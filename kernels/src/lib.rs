@@ -89,6 +89,12 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "moe_matmul_tiled_f16",
             "moe_combine",
             "moe_bias",
+            "moe_pair_gate_up_f32",
+            "moe_pair_gate_up_bf16",
+            "moe_pair_gate_up_f16",
+            "moe_pair_down_f32",
+            "moe_pair_down_bf16",
+            "moe_pair_down_f16",
         ],
     ),
     (
@@ -211,6 +217,10 @@ pub mod names {
     pub const MOE_MATMUL_TILED: ByType = ["moe_matmul_tiled_f32", "moe_matmul_tiled_bf16", "moe_matmul_tiled_f16"];
     pub const MOE_COMBINE: &str = "moe_combine";
     pub const MOE_BIAS: &str = "moe_bias";
+    /// By weight type: a few tokens' pairs without grouping (decode), gate/up with the activation, then down with
+    /// the weighted sum.
+    pub const MOE_PAIR_GATE_UP: ByType = ["moe_pair_gate_up_f32", "moe_pair_gate_up_bf16", "moe_pair_gate_up_f16"];
+    pub const MOE_PAIR_DOWN: ByType = ["moe_pair_down_f32", "moe_pair_down_bf16", "moe_pair_down_f16"];
     /// bf16 weights on the matrix engine (`xmx.cl`, PVC).
     pub const MATMUL_XMX: &str = "matmul_xmx_bf16";
     /// The same kernel with the matrix built-in emulated (OpenCL, the CPU runtime in CI).
@@ -226,6 +236,7 @@ pub fn work_group(kernel: &str) -> usize {
         k if k.starts_with("paged_attention_prefill") => PREFILL_WG,
         k if k.starts_with("moe_matmul_tiled") => GEMM_WG,
         k if k.starts_with("matmul_rows") || k.starts_with("moe_matmul") || k == "moe_route" => GEMV_WG,
+        k if k.starts_with("moe_pair") => MOE_PAIR_WG,
         k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_pdla") => GEMV_ASYNC_WG,
         k if k.starts_with("matmul_tiled") => GEMM_WG,
@@ -289,6 +300,8 @@ const _: () = {
     assert!(ATTN_HEAD_CHUNK <= ATTN_WG);
     // moe_align stages one pair per work-item of its single work-group.
     assert!(MOE_TILE_M > 0 && MOE_MAX_EXPERTS > 0);
+    // moe_pair_*: four weight rows a sub-group (gate and up of two columns), two gate/up columns a sub-group.
+    assert!(MOE_PAIR_ROWS == 4 && MOE_PAIR_COLS.is_multiple_of(2) && MOE_PAIR_WG.is_multiple_of(64));
     // moe_matmul_tiled: a GEMM tile covers whole routed-experts tiles.
     assert!(GEMM_TILE_M.is_multiple_of(MOE_TILE_M));
     // The XMX matmul: whole calls of the matrix built-in (M = 8, N = 16) per sub-group tile, sub-groups of 16.

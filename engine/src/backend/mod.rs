@@ -14,7 +14,9 @@ pub mod level_zero;
 pub mod opencl;
 mod ops;
 
-pub use ops::{moe_max_tiles, Activation, AttentionMeta, MoeInput, MoeTiles, Op, RopeIo};
+pub use ops::{
+    moe_max_tiles, moe_pairs_ungrouped, Activation, AttentionMeta, HeldExperts, MoeInput, MoeTiles, Op, RopeIo,
+};
 
 use crate::error::Result;
 

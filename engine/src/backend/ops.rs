@@ -145,7 +145,7 @@ pub enum Activation {
 }
 
 impl Activation {
-    /// The kernels' `act` argument (`ACT_*` in `kernels/src/cl/elementwise.cl`).
+    /// The kernels' `act` argument (`ACT_*` in `kernels/src/cl/prelude.h`).
     pub fn kernel_id(self) -> u32 {
         match self {
             Activation::Silu => 0,
@@ -173,6 +173,22 @@ pub struct MoeTiles<'a, B> {
     pub tile_expert: &'a B,
     pub slot: &'a B,
     pub max_tiles: usize,
+}
+
+/// Whether a routed-experts layer runs its `pairs` (token, expert) pairs over `experts` experts ungrouped
+/// (`Op::MoePairGateUp`, `Op::MoePairDown`): when there are few enough that they are mostly of distinct experts
+/// (at most a quarter of the experts, and always at one token), grouping them saves no weight reads and costs
+/// three more ops.
+pub fn moe_pairs_ungrouped(pairs: usize, top_k: usize, experts: usize) -> bool {
+    pairs <= top_k.max(experts / 4)
+}
+
+/// The experts a rank holds of a routed-experts layer: `first .. first + count` (all of them, or one share under
+/// expert parallelism).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldExperts {
+    pub first: usize,
+    pub count: usize,
 }
 
 /// The tiles `pairs` (token, expert) pairs over `experts` experts may need: one per `MOE_TILE_M` pairs, plus a
@@ -271,6 +287,42 @@ pub enum Op<'a, B> {
         rows: usize,
         top_k: usize,
         width: usize,
+    },
+    /// The first half of a routed-experts MLP without grouping (a few tokens: decode): for each pair `p` of
+    /// `ids[tokens * top_k]` whose expert `e = ids[p] - held.first` is held here,
+    /// `out[p, j] = act(g + bias[e, j]) * (u + bias[e, width + j])` with `g = x[p / top_k] . w[e * 2 * width + j]`
+    /// and `u = x[p / top_k] . w[e * 2 * width + width + j]`: `w` the held experts' fused gate/up matrices stacked
+    /// `[held.count * 2 * width, k]` (gate rows first), `bias` `[held.count, 2 * width]` (f32). `out` is
+    /// `[tokens * top_k, width]`; the rows of pairs routed to other experts are left as they were.
+    MoePairGateUp {
+        x: &'a B,
+        w: &'a B,
+        bias: Option<&'a B>,
+        ids: &'a B,
+        out: &'a B,
+        tokens: usize,
+        top_k: usize,
+        k: usize,
+        width: usize,
+        held: HeldExperts,
+        act: Activation,
+    },
+    /// The second half: `out[t, c] = sum over j of weights[p] * (x[p] . w[e * n + c] + bias[e, c])` over the pairs
+    /// `p = t * top_k + j` of token `t` whose expert `e = ids[p] - held.first` is held here (the others add nothing):
+    /// `x` the activated pairs `[tokens * top_k, k]` of `MoePairGateUp`, `w` the held experts' down matrices stacked
+    /// `[held.count * n, k]`, `bias` `[held.count, n]`; `out` is `[tokens, n]`.
+    MoePairDown {
+        x: &'a B,
+        w: &'a B,
+        bias: Option<&'a B>,
+        ids: &'a B,
+        weights: &'a B,
+        out: &'a B,
+        tokens: usize,
+        top_k: usize,
+        k: usize,
+        n: usize,
+        held: HeldExperts,
     },
     /// `logits[r, t] = -inf` where bit `t % 32` of `mask[r * words + t / 32]` is clear (`words = ceil(vocab / 32)`):
     /// the grammar masks of a step's rows (structured outputs), applied before the logits are read or picked from.

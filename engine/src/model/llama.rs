@@ -5,7 +5,7 @@
 //! after attention and MLP and its scaled embeddings, sliding-window layers and their own RoPE (Gemma 3),
 //! soft-capping (Gemma 2), GELU-tanh, LongRoPE, and which layers route each token to its top-k experts.
 
-use crate::backend::{moe_max_tiles, Backend, MoeInput, MoeTiles, Op, RopeIo};
+use crate::backend::{moe_max_tiles, moe_pairs_ungrouped, Backend, HeldExperts, MoeInput, MoeTiles, Op, RopeIo};
 use crate::config::{Architecture, ModelParams};
 use crate::error::{EngineError, Result};
 use crate::model::flat::{DeviceBatch, FlatBatch};
@@ -361,7 +361,8 @@ impl<B: Backend> LlamaModel<B> {
     }
 
     /// One routed-experts MLP over `n` normed rows: route, group the pairs by expert, the grouped gate/up multiply,
-    /// the activation over the tiles' rows, the grouped down multiply and the weighted combine into `[n, hidden]`
+    /// the activation over the tiles' rows, the grouped down multiply and the weighted combine into `[n, hidden]`;
+    /// or, for pairs few enough to be mostly of distinct experts (decode), route and the two ungrouped ops
     /// (this shard's partial sum under TP: its slice of every expert, or under expert parallelism its `held` experts
     /// `first .. first + held` whole, the pairs routed elsewhere adding nothing here). Every size here depends on `n`
     /// alone, so a CUDA graph captures it.
@@ -381,6 +382,41 @@ impl<B: Backend> LlamaModel<B> {
         let (ids, weights) = (b.alloc_u32_output(pairs)?, b.alloc_f32_scratch(pairs)?);
         let renormalize = m.renormalize;
         b.run(Op::MoeRoute { logits: &logits, ids: &ids, weights: &weights, rows: n, experts, top_k, renormalize })?;
+        if moe_pairs_ungrouped(pairs, top_k, experts) {
+            let held = HeldExperts { first, count: held };
+            let act = b.alloc_f32_scratch(pairs * width)?;
+            let (gate_up_bias, down_bias) = bias.map_or((None, None), |(g, d)| (Some(g), d.as_ref()));
+            let (tokens, k) = (n, h);
+            let act_kind = p.activation;
+            b.run(Op::MoePairGateUp {
+                x: normed,
+                w: gate_up,
+                bias: gate_up_bias,
+                ids: &ids,
+                out: &act,
+                tokens,
+                top_k,
+                k,
+                width,
+                held,
+                act: act_kind,
+            })?;
+            let out = b.alloc_f32_scratch(n * h)?;
+            b.run(Op::MoePairDown {
+                x: &act,
+                w: down,
+                bias: down_bias,
+                ids: &ids,
+                weights: &weights,
+                out: &out,
+                tokens,
+                top_k,
+                k: width,
+                n: h,
+                held,
+            })?;
+            return Ok(out);
+        }
         let max_tiles = moe_max_tiles(pairs, held);
         let rows = max_tiles * rserve_kernels::launch::MOE_TILE_M;
         let (sorted, tile_expert, slot) =

@@ -3,17 +3,9 @@
 // logit soft-capping (`x = cap * tanh(x / cap)`) and the row gather (`out[i] = x[rows[i]]`).
 #include "prelude.h"
 
-// Activations of `gated_act*` (`act` argument).
-#define ACT_SILU 0u
-#define ACT_GELU_TANH 1u
-#define ACT_SWIGLU_OAI 2u
-// gpt-oss's SwiGLU: g = min(gate, LIMIT), u = clamp(up, -LIMIT, LIMIT), out = g * sigmoid(ALPHA g) * (u + 1).
-#define SWIGLU_ALPHA 1.702f
-#define SWIGLU_LIMIT 7.0f
-
 // Fused gate/up rows gate_up[rows, 2 * width] (gate columns first). Grid: (ceil(width / ELEM_WG) groups, rows). The
 // `_bf16` / `_f16` entry points write `out` rounded to that 16-bit type (the input of a 16-bit matrix multiply).
-// GELU-tanh is PyTorch's `gelu(approximate="tanh")` (Gemma's `gelu_pytorch_tanh`).
+// The activations (`act`): `gated` in prelude.h.
 INLINE void gated_act_body(GLOBAL const float* gate_up, GLOBAL float* out, GLOBAL ushort* out16, uint width, uint act,
                            uint kind) {
     uint i = global_id0();
@@ -21,15 +13,7 @@ INLINE void gated_act_body(GLOBAL const float* gate_up, GLOBAL float* out, GLOBA
     if (i < width) {
         float g = gate_up[r * 2 * width + i];
         float u = gate_up[r * 2 * width + width + i];
-        float a;
-        if (act == ACT_GELU_TANH) {
-            a = 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
-        } else if (act == ACT_SWIGLU_OAI) {
-            g = fmin(g, SWIGLU_LIMIT);
-            a = g / (1.0f + exp(-SWIGLU_ALPHA * g)) * (fmin(fmax(u, -SWIGLU_LIMIT), SWIGLU_LIMIT) + 1.0f);
-        } else {
-            a = g / (1.0f + exp(-g)) * u;
-        }
+        float a = gated(g, u, act);
         store_act(out, out16, r * width + i, a, kind);
     }
 }

@@ -17,7 +17,9 @@
 // chosen ones when `renormalize` (Mixtral, Qwen3-MoE's norm_topk_prob). One sub-group per row (the first of its
 // work-group; the others leave): lanes stride over the experts, the softmax's max and sum are sub-group reductions,
 // and each of the top_k picks is two more (the best probability after the previous pick in (probability desc,
-// index asc) order, then the lowest index holding it, as a max over -index; exact below 2^24 experts).
+// index asc) order, then the lowest index holding it, as a max over -index; exact below 2^24 experts). The picks
+// are uniform over the sub-group and kept in private arrays (top_k <= MOE_MAX_TOP_K), so the outputs are written
+// once at the end, spread over the lanes, rather than stored and read back for the renormalisation.
 // Grid: (rows groups of GEMV_WG).
 KERNEL void moe_route(GLOBAL const float* logits, GLOBAL uint* ids, GLOBAL float* weights, uint rows, uint experts,
                       uint top_k, uint renormalize) {
@@ -36,6 +38,8 @@ KERNEL void moe_route(GLOBAL const float* logits, GLOBAL uint* ids, GLOBAL float
     float prev = 0.0f;
     uint prev_e = MOE_NONE;
     float chosen = 0.0f;
+    uint pick_e[MOE_MAX_TOP_K];
+    float pick_w[MOE_MAX_TOP_K];
     for (uint j = 0; j < top_k; j++) {
         float best = NEG_INF;
         float best_neg_e = NEG_INF;
@@ -50,16 +54,16 @@ KERNEL void moe_route(GLOBAL const float* logits, GLOBAL uint* ids, GLOBAL float
         float m = sub_reduce_max(best);
         uint be = (uint)(-sub_reduce_max(best == m ? best_neg_e : NEG_INF));
         float w = exp(m - mx) / sum;
-        if (lane == 0) {
-            ids[(ulong)r * top_k + j] = be;
-            weights[(ulong)r * top_k + j] = w;
-        }
+        pick_e[j] = be;
+        pick_w[j] = w;
         chosen += w;
         prev = m;
         prev_e = be;
     }
-    if (renormalize && lane == 0)
-        for (uint j = 0; j < top_k; j++) weights[(ulong)r * top_k + j] /= chosen;
+    for (uint j = lane; j < top_k; j += step) {
+        ids[(ulong)r * top_k + j] = pick_e[j];
+        weights[(ulong)r * top_k + j] = renormalize ? pick_w[j] / chosen : pick_w[j];
+    }
 }
 
 // moe_align: groups the pairs by expert (layout at the top): sorted[s] = the pair in row s of the tiles or MOE_NONE,
@@ -359,3 +363,160 @@ KERNEL void moe_bias(GLOBAL float* x, GLOBAL const float* bias, GLOBAL const uin
     if (c >= width || e == MOE_NONE) return;
     x[s * width + c] += bias[(ulong)e * width + c];
 }
+
+// ---------------------------------------------------------------- a few tokens, without grouping (decode)
+// At a few tokens per step the pairs are few and mostly of distinct experts, so grouping them buys nothing and
+// costs launches: moe_pair_gate_up_* multiplies each pair's token by its expert's gate and up rows and applies the
+// activation in one kernel, and moe_pair_down_* multiplies each token's activated pairs by their experts' down rows
+// and sums them with the routing weights in another (route, gate/up, down: three launches for the whole MLP, where
+// the tiles take six). A pair whose expert is not one of the `experts` held from `first_expert` (expert
+// parallelism: another rank's) is skipped by both, so its activation row is never written or read.
+//
+// Weights of any type, read eight at a time: `wt` 0 f32, 1 bf16, 2 f16 (a constant per entry point). The 8-value
+// pieces need k a multiple of 8 (so every row starts 16-byte aligned); otherwise `k8` is 0 and the rows are read one
+// value per lane.
+INLINE f32x8 moe_load8(GLOBAL const ushort* w, ulong i, uint wt) {
+    if (wt == 0) {
+        f32x8 r;
+        r.lo = load4a_f32((GLOBAL const float*)w, i);
+        r.hi = load4a_f32((GLOBAL const float*)w, i + 4);
+        return r;
+    }
+    return wt == 1 ? load8_bf16(w, i) : load8_f16(w, i);
+}
+
+INLINE float moe_load1(GLOBAL const ushort* w, ulong i, uint wt) {
+    return wt == 0 ? ((GLOBAL const float*)w)[i] : wt == 1 ? load_bf16(w, i) : load_f16(w, i);
+}
+
+// acc[q] += the sub-group lane's share of x[0 .. k) . w[rows[q] ..] for q < MOE_PAIR_ROWS (4: moe_pair_gate_up's
+// rows), rows[q] the offset of a weight row; all loads of a step are independent, so each lane has MOE_PAIR_ROWS
+// 16-byte loads in flight per step.
+INLINE void moe_pair_dots(GLOBAL const float* x, GLOBAL const ushort* w, const ulong* rows, float* acc, uint k,
+                          uint wt) {
+    uint lane = sub_lane();
+    uint step = sub_size();
+    uint k8 = (k & 7u) == 0 ? k : 0u;
+#pragma unroll 2
+    for (uint kk = lane * 8; kk < k8; kk += step * 8) {
+        f32x8 a[MOE_PAIR_ROWS];
+        for (uint q = 0; q < MOE_PAIR_ROWS; q++) a[q] = moe_load8(w, rows[q] + kk, wt);
+        float4 x0 = load4a_f32(x, kk);
+        float4 x1 = load4a_f32(x, kk + 4);
+        for (uint q = 0; q < MOE_PAIR_ROWS; q++) acc[q] += dot8(a[q], x0, x1);
+    }
+    for (uint kk = k8 + lane; kk < k; kk += step) {
+        float xv = x[kk];
+        for (uint q = 0; q < MOE_PAIR_ROWS; q++) acc[q] += moe_load1(w, rows[q] + kk, wt) * xv;
+    }
+}
+
+// moe_pair_gate_up_*: out[p, j] = act(x[t] . w[e, j] + bias[e, j]) * (x[t] . w[e, width + j] + bias[e, width + j])
+// for pair p = group_id(1) (token t = p / top_k, expert e = ids[p] - first_expert), w the experts' fused gate/up
+// matrices stacked `[experts * 2 * width, k]` (gate rows first), bias `[experts, 2 * width]` when has_bias. A
+// work-group owns MOE_PAIR_COLS columns; a sub-group two of them at a time (their gate and up rows: MOE_PAIR_ROWS
+// rows, each activation load serving all four). Grid: (ceil(width / MOE_PAIR_COLS) x MOE_PAIR_WG, pairs).
+INLINE void moe_pair_gate_up(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias,
+                             GLOBAL const uint* ids, GLOBAL float* out, uint k, uint width, uint top_k,
+                             uint first_expert, uint experts, uint act, uint has_bias, uint wt) {
+    uint p = group_id(1);
+    uint e = ids[p] - first_expert;  // another rank's expert wraps past `experts`
+    if (e >= experts) return;
+    GLOBAL const float* xt = x + (ulong)(p / top_k) * k;
+    ulong base = (ulong)e * 2 * width;
+    for (uint c = sub_id() * 2; c < MOE_PAIR_COLS; c += num_subs() * 2) {
+        uint j = group_id(0) * MOE_PAIR_COLS + c;
+        if (j >= width) break;  // uniform per sub-group
+        uint j1 = min(j + 1, width - 1);  // a last odd column re-reads column j and stores nothing
+        ulong rows[MOE_PAIR_ROWS];
+        float acc[MOE_PAIR_ROWS];
+        rows[0] = (base + j) * k;
+        rows[1] = (base + j1) * k;
+        rows[2] = (base + width + j) * k;
+        rows[3] = (base + width + j1) * k;
+        for (uint i = 0; i < MOE_PAIR_ROWS; i++) acc[i] = 0.0f;
+        moe_pair_dots(xt, w, rows, acc, k, wt);
+        float g0 = sub_reduce_add(acc[0]);
+        float g1 = sub_reduce_add(acc[1]);
+        float u0 = sub_reduce_add(acc[2]);
+        float u1 = sub_reduce_add(acc[3]);
+        if (sub_lane() == 0) {
+            if (has_bias) {
+                g0 += bias[base + j];
+                g1 += bias[base + j1];
+                u0 += bias[base + width + j];
+                u1 += bias[base + width + j1];
+            }
+            out[(ulong)p * width + j] = gated(g0, u0, act);
+            if (j + 1 < width) out[(ulong)p * width + j + 1] = gated(g1, u1, act);
+        }
+    }
+}
+
+// moe_pair_down_*: out[t, j] = sum over q < top_k of weights[p] * (a[p] . w[e, j] + bias[e, j]) for token t =
+// group_id(1), p = t * top_k + q its pairs (those of held experts; e = ids[p] - first_expert), a the activated pairs
+// `[pairs, k]` of moe_pair_gate_up, w the experts' down matrices stacked `[experts * n, k]`, bias `[experts, n]`
+// when has_bias. A work-group owns MOE_PAIR_ROWS output columns, and its sub-groups share the token's experts (sub-group
+// s takes experts s, s + num_subs(), ...; the routing weight applied to its lanes' partial sums): so the short
+// rows of a down projection (k = the expert width) are read by all sub-groups at once, not one expert after another.
+// The sub-groups' sums meet in `part` (MOE_PAIR_WG x MOE_PAIR_ROWS floats of local memory).
+// Grid: (ceil(n / MOE_PAIR_ROWS) x MOE_PAIR_WG, tokens).
+INLINE void moe_pair_down(GLOBAL const float* a, GLOBAL const ushort* w, GLOBAL const float* bias,
+                          GLOBAL const uint* ids, GLOBAL const float* weights, GLOBAL float* out, uint k, uint n,
+                          uint top_k, uint first_expert, uint experts, uint has_bias, uint wt, LOCAL_PTR float* part) {
+    uint t = group_id(1);
+    uint j = group_id(0) * MOE_PAIR_ROWS;
+    float acc[MOE_PAIR_ROWS];
+    float b[MOE_PAIR_ROWS];
+    for (uint i = 0; i < MOE_PAIR_ROWS; i++) {
+        acc[i] = 0.0f;
+        b[i] = 0.0f;
+    }
+    for (uint q = sub_id(); q < top_k; q += num_subs()) {
+        uint p = t * top_k + q;
+        uint e = ids[p] - first_expert;
+        if (e >= experts) continue;  // uniform per sub-group: another rank's expert
+        float s = weights[p];
+        ulong rows[MOE_PAIR_ROWS];
+        float d[MOE_PAIR_ROWS];
+        for (uint i = 0; i < MOE_PAIR_ROWS; i++) {
+            rows[i] = ((ulong)e * n + min(j + i, n - 1)) * k;
+            d[i] = 0.0f;
+        }
+        moe_pair_dots(a + (ulong)p * k, w, rows, d, k, wt);
+        for (uint i = 0; i < MOE_PAIR_ROWS; i++) {
+            acc[i] += s * d[i];
+            if (has_bias) b[i] += s * bias[(ulong)e * n + min(j + i, n - 1)];
+        }
+    }
+    for (uint i = 0; i < MOE_PAIR_ROWS; i++) {
+        float sum = sub_reduce_add(acc[i]);
+        if (sub_lane() == 0) part[sub_id() * MOE_PAIR_ROWS + i] = sum + b[i];
+    }
+    barrier_local();
+    uint i = local_id();
+    if (i < MOE_PAIR_ROWS && j + i < n) {
+        float sum = 0.0f;
+        for (uint g = 0; g < num_subs(); g++) sum += part[g * MOE_PAIR_ROWS + i];
+        out[(ulong)t * n + j + i] = sum;
+    }
+}
+
+#define MOE_PAIR(SUFFIX, WT)                                                                                      \
+    KERNEL void moe_pair_gate_up_##SUFFIX(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, \
+                                          GLOBAL const uint* ids, GLOBAL float* out, uint k, uint width,          \
+                                          uint top_k, uint first_expert, uint experts, uint act, uint has_bias) { \
+        GRID_DEP_SYNC();                                                                                          \
+        moe_pair_gate_up(x, w, bias, ids, out, k, width, top_k, first_expert, experts, act, has_bias, WT);        \
+    }                                                                                                             \
+    KERNEL void moe_pair_down_##SUFFIX(GLOBAL const float* a, GLOBAL const ushort* w, GLOBAL const float* bias,    \
+                                       GLOBAL const uint* ids, GLOBAL const float* weights, GLOBAL float* out,    \
+                                       uint k, uint n, uint top_k, uint first_expert, uint experts,               \
+                                       uint has_bias) {                                                           \
+        LOCAL float part[MOE_PAIR_WG * MOE_PAIR_ROWS];                                                            \
+        GRID_DEP_SYNC();                                                                                          \
+        moe_pair_down(a, w, bias, ids, weights, out, k, n, top_k, first_expert, experts, has_bias, WT, part);     \
+    }
+MOE_PAIR(f32, 0u)
+MOE_PAIR(bf16, 1u)
+MOE_PAIR(f16, 2u)

@@ -308,6 +308,23 @@ INLINE float4 lload4(LOCAL_PTR const float* p, uint i) { return vload4(0, p + i)
 
 INLINE float dot8(f32x8 w, float4 a, float4 b) { return hsum4(mad4(a, w.lo, mad4(b, w.hi, zero4()))); }
 
+// Gated activations of a fused gate/up projection (`gated_act*`, the routed experts' `moe_pair_gate_up_*`): `act`
+// 0 SiLU, 1 GELU-tanh (PyTorch's `gelu(approximate="tanh")`, Gemma's `gelu_pytorch_tanh`), 2 gpt-oss's SwiGLU:
+// g = min(gate, LIMIT), u = clamp(up, -LIMIT, LIMIT), out = g * sigmoid(ALPHA g) * (u + 1).
+#define ACT_SILU 0u
+#define ACT_GELU_TANH 1u
+#define ACT_SWIGLU_OAI 2u
+#define SWIGLU_ALPHA 1.702f
+#define SWIGLU_LIMIT 7.0f
+INLINE float gated(float g, float u, uint act) {
+    if (act == ACT_GELU_TANH) return 0.5f * g * (1.0f + tanh(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+    if (act == ACT_SWIGLU_OAI) {
+        g = fmin(g, SWIGLU_LIMIT);
+        return g / (1.0f + exp(-SWIGLU_ALPHA * g)) * (fmin(fmax(u, -SWIGLU_LIMIT), SWIGLU_LIMIT) + 1.0f);
+    }
+    return g / (1.0f + exp(-g)) * u;
+}
+
 // Round to nearest even (finite values; NaN payloads are not preserved).
 INLINE void store_bf16(GLOBAL ushort* p, ulong i, float v) {
     uint u = f32_to_bits(v);

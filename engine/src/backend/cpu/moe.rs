@@ -1,12 +1,13 @@
 //! Routed experts on the CPU: the reference of `Op::MoeRoute`, `MoeAlign`, `MoeMatMul` and `MoeCombine`, with the
 //! same results and the same tile layout as `kernels/src/cl/moe.cl` (so the op tests compare every output), and one
-//! matrix multiply per used expert over all of its rows.
+//! matrix multiply per used expert over all of its rows; and of the ungrouped `MoePairGateUp` and `MoePairDown`, one
+//! multiply per pair.
 
 use candle_core::Tensor;
 use rserve_kernels::launch::MOE_TILE_M;
 
-use super::{be, matmul, CpuBuffer};
-use crate::backend::{MoeInput, MoeTiles};
+use super::{be, elementwise, matmul, CpuBuffer};
+use crate::backend::{Activation, HeldExperts, MoeInput, MoeTiles};
 use crate::error::Result;
 
 /// Marks a padding row, an unused tile or a pair without a slot (the kernels' `MOE_NONE`).
@@ -195,6 +196,88 @@ pub(super) fn bias(x: &mut [f32], bias: &[f32], tiles: &MoeTiles<'_, CpuBuffer>,
             .get(e as usize * width..(e as usize + 1) * width)
             .ok_or_else(|| be(format!("moe_bias: expert {e} outside the bias")))?;
         row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+    }
+    Ok(())
+}
+
+/// The held expert of pair `p` (`ids[p] - held.first`, if below `held.count`).
+fn held_expert(ids: &[u32], p: usize, held: HeldExperts) -> Option<usize> {
+    let e = (ids[p] as usize).wrapping_sub(held.first);
+    (e < held.count).then_some(e)
+}
+
+/// Checks one ungrouped op's weight (`held.count x [rows_per_expert, k]`), ids and bias.
+fn check_pairs(
+    what: &str,
+    w: &Tensor,
+    ids: &[u32],
+    bias: Option<&[f32]>,
+    [pairs, k, rows_per_expert]: [usize; 3],
+    held: HeldExperts,
+) -> Result<()> {
+    if w.rank() != 2 || w.dim(1)? != k || w.dim(0)? != held.count * rows_per_expert {
+        return Err(be(format!("{what}: weight {:?} is not {} x [{rows_per_expert}, {k}]", w.dims(), held.count)));
+    }
+    if ids.len() < pairs || bias.is_some_and(|b| b.len() < held.count * rows_per_expert) {
+        return Err(be(format!("{what}: ids or bias too small for {pairs} pairs")));
+    }
+    Ok(())
+}
+
+/// `Op::MoePairGateUp`: each held pair's gate and up rows, bias and activation.
+pub(super) fn pair_gate_up(
+    x: &[f32],
+    w: &Tensor,
+    bias: Option<&[f32]>,
+    ids: &[u32],
+    out: &mut [f32],
+    [tokens, top_k, k, width]: [usize; 4],
+    held: HeldExperts,
+    act: Activation,
+) -> Result<()> {
+    let pairs = tokens * top_k;
+    check_pairs("moe_pair_gate_up", w, ids, bias, [pairs, k, 2 * width], held)?;
+    if x.len() < tokens * k || out.len() < pairs * width {
+        return Err(be(format!("moe_pair_gate_up: buffers too small for {tokens} tokens of top {top_k}")));
+    }
+    let mut gu = vec![0f32; 2 * width];
+    for p in 0..pairs {
+        let Some(e) = held_expert(ids, p, held) else { continue };
+        let b = bias.map(|b| &b[e * 2 * width..(e + 1) * 2 * width]);
+        let xt = &x[p / top_k * k..(p / top_k + 1) * k];
+        matmul::matmul(xt, &w.narrow(0, e * 2 * width, 2 * width)?, b, &mut gu, 1, k, 2 * width)?;
+        elementwise::gated_act(&gu, &mut out[p * width..(p + 1) * width], 1, width, act)?;
+    }
+    Ok(())
+}
+
+/// `Op::MoePairDown`: each token's held pairs through their experts' down rows, summed with the routing weights.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pair_down(
+    x: &[f32],
+    w: &Tensor,
+    bias: Option<&[f32]>,
+    ids: &[u32],
+    weights: &[f32],
+    out: &mut [f32],
+    [tokens, top_k, k, n]: [usize; 4],
+    held: HeldExperts,
+) -> Result<()> {
+    let pairs = tokens * top_k;
+    check_pairs("moe_pair_down", w, ids, bias, [pairs, k, n], held)?;
+    if x.len() < pairs * k || weights.len() < pairs || out.len() < tokens * n {
+        return Err(be(format!("moe_pair_down: buffers too small for {tokens} tokens of top {top_k}")));
+    }
+    let mut y = vec![0f32; n];
+    for t in 0..tokens {
+        let o = &mut out[t * n..(t + 1) * n];
+        o.fill(0.0);
+        for p in t * top_k..(t + 1) * top_k {
+            let Some(e) = held_expert(ids, p, held) else { continue };
+            let b = bias.map(|b| &b[e * n..(e + 1) * n]);
+            matmul::matmul(&x[p * k..(p + 1) * k], &w.narrow(0, e * n, n)?, b, &mut y, 1, k, n)?;
+            o.iter_mut().zip(&y).for_each(|(o, v)| *o += weights[p] * v);
+        }
     }
     Ok(())
 }

@@ -415,6 +415,8 @@ fn op_name<B>(op: &Op<'_, B>) -> &'static str {
         Op::MoeMatMul { .. } => "moe_matmul",
         Op::MoeBias { .. } => "moe_bias",
         Op::MoeCombine { .. } => "moe_combine",
+        Op::MoePairGateUp { .. } => "moe_pair_gate_up",
+        Op::MoePairDown { .. } => "moe_pair_down",
     }
 }
 

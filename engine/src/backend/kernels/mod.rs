@@ -157,6 +157,12 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
         Op::MoeCombine { y, tiles, weights, out, rows, top_k, width } => {
             moe::combine(d, [y, weights, out], tiles, [rows, top_k, width])
         }
+        Op::MoePairGateUp { x, w, bias, ids, out, tokens, top_k, k, width, held, act } => {
+            moe::pair_gate_up(d, &moe::PairCall { x, w, bias, ids, out, tokens, top_k, k, n: width, held }, act)
+        }
+        Op::MoePairDown { x, w, bias, ids, weights, out, tokens, top_k, k, n, held } => {
+            moe::pair_down(d, &moe::PairCall { x, w, bias, ids, out, tokens, top_k, k, n, held }, weights)
+        }
         Op::PagedAttention {
             q,
             k_cache,

@@ -1,18 +1,20 @@
 //! Routed experts (`kernels/src/cl/moe.cl`): checks, entry points, arguments and grids of `Op::MoeRoute`,
-//! `MoeAlign`, `MoeMatMul` and `MoeCombine`.
+//! `MoeAlign`, `MoeMatMul`, `MoeCombine`, `MoeBias`, and the ungrouped `MoePairGateUp` and `MoePairDown`.
 //!
 //! The index buffers these ops pass between them are written on the device (`Contents::U32` with an unknown bound),
 //! so the host checks their lengths and the kernels bound what they follow: a row or tile marked `MOE_NONE` is
 //! skipped, an expert id outside the experts gets no slot, an input row past `x` and a slot past the tiles are
 //! skipped.
 
-use rserve_kernels::launch::{GEMM_TILE_M, GEMM_TILE_N, MOE_MAX_EXPERTS, MOE_TILE_M};
+use rserve_kernels::launch::{
+    GEMM_TILE_M, GEMM_TILE_N, MOE_MAX_EXPERTS, MOE_MAX_TOP_K, MOE_PAIR_COLS, MOE_PAIR_ROWS, MOE_TILE_M,
+};
 use rserve_kernels::names;
 
 use super::contents::elem_type;
 use super::{arg_list, u32_arg, Arg, KernelDevice, Launch};
 use crate::backend::cpu::be;
-use crate::backend::{MoeInput, MoeTiles};
+use crate::backend::{Activation, HeldExperts, MoeInput, MoeTiles};
 use crate::error::Result;
 
 pub(super) fn route<D: KernelDevice>(
@@ -21,8 +23,8 @@ pub(super) fn route<D: KernelDevice>(
     [rows, experts, top_k]: [usize; 3],
     renormalize: bool,
 ) -> Result<()> {
-    if experts == 0 || top_k == 0 || top_k > experts {
-        return Err(be(format!("moe_route: top {top_k} of {experts} experts")));
+    if experts == 0 || top_k == 0 || top_k > experts || top_k > MOE_MAX_TOP_K {
+        return Err(be(format!("moe_route: top {top_k} of {experts} experts (at most {MOE_MAX_TOP_K})")));
     }
     d.contents(logits).f32("moe_route logits", rows * experts)?;
     d.contents(ids).u32("moe_route ids", rows * top_k)?;
@@ -147,4 +149,85 @@ pub(super) fn bias<D: KernelDevice>(
     let kernel = names::MOE_BIAS;
     let args = arg_list(kernel, &[x, bias, tiles.tile_expert], &[(width, "width")])?;
     d.launch(&Launch::items(kernel, args, width, [rows, 1]))
+}
+
+/// The shapes of one ungrouped routed-experts op (`Op::MoePairGateUp`, `Op::MoePairDown`).
+pub(super) struct PairCall<'a, B> {
+    pub x: &'a B,
+    pub w: &'a B,
+    pub bias: Option<&'a B>,
+    pub ids: &'a B,
+    pub out: &'a B,
+    pub tokens: usize,
+    pub top_k: usize,
+    /// The input width of each weight row.
+    pub k: usize,
+    /// The output columns (gate/up: the activation's width; down: the hidden size).
+    pub n: usize,
+    pub held: HeldExperts,
+}
+
+impl<B> PairCall<'_, B> {
+    /// Checks the shared buffers (the weight as `held.count x [rows_per_expert, k]`, ids, x of `x_rows` rows, the
+    /// bias of `rows_per_expert` values an expert) and returns the weight's dtype.
+    fn check<D: KernelDevice<Buf = B>>(
+        &self,
+        d: &D,
+        what: &str,
+        rows_per_expert: usize,
+        x_rows: usize,
+    ) -> Result<rserve_kernels::ElemType> {
+        let HeldExperts { first, count } = self.held;
+        if self.top_k == 0 || count == 0 || self.n == 0 || self.k == 0 {
+            return Err(be(format!("{what}: top {} of {count} experts, {} x {}", self.top_k, self.n, self.k)));
+        }
+        let (dtype, w_rows, cols) = d.contents(self.w).matrix(&format!("{what} weight"))?;
+        if cols != self.k || w_rows != count * rows_per_expert {
+            return Err(be(format!(
+                "{what}: weight [{w_rows}, {cols}] is not {count} x [{rows_per_expert}, {}]",
+                self.k
+            )));
+        }
+        d.contents(self.ids).u32(&format!("{what} ids"), self.tokens * self.top_k)?;
+        d.contents(self.x).f32(&format!("{what} x"), x_rows * self.k)?;
+        if let Some(bias) = self.bias {
+            d.contents(bias).f32(&format!("{what} bias"), count * rows_per_expert)?;
+        }
+        u32_arg::<B>(first + count, what, "first expert + experts")?;
+        Ok(elem_type(dtype))
+    }
+
+    /// Buffers then numbers, as the `moe_pair_*` kernels take them (the bias, or the output in its place: never read
+    /// without one).
+    fn args<'b>(&'b self, kernel: &str, bufs: &[&'b B], nums: &[(usize, &str)]) -> Result<Vec<Arg<'b, B>>> {
+        let mut all = vec![self.x, self.w, self.bias.unwrap_or(self.out), self.ids];
+        all.extend_from_slice(bufs);
+        all.push(self.out);
+        let mut args = arg_list(kernel, &all, nums)?;
+        args.push(u32_arg(self.held.first, kernel, "first expert")?);
+        args.push(u32_arg(self.held.count, kernel, "experts")?);
+        Ok(args)
+    }
+}
+
+pub(super) fn pair_gate_up<D: KernelDevice>(d: &D, c: &PairCall<'_, D::Buf>, act: Activation) -> Result<()> {
+    let pairs = c.tokens * c.top_k;
+    let ty = c.check(d, "moe_pair_gate_up", 2 * c.n, c.tokens)?;
+    d.contents(c.out).f32("moe_pair_gate_up out", pairs * c.n)?;
+    let kernel = ty.pick(&names::MOE_PAIR_GATE_UP);
+    let mut args = c.args(kernel, &[], &[(c.k, "k"), (c.n, "width"), (c.top_k, "top_k")])?;
+    args.push(Arg::U32(act.kernel_id()));
+    args.push(Arg::U32(u32::from(c.bias.is_some())));
+    d.launch(&Launch::groups(kernel, args, c.n.div_ceil(MOE_PAIR_COLS), [pairs, 1]))
+}
+
+pub(super) fn pair_down<D: KernelDevice>(d: &D, c: &PairCall<'_, D::Buf>, weights: &D::Buf) -> Result<()> {
+    let pairs = c.tokens * c.top_k;
+    let ty = c.check(d, "moe_pair_down", c.n, pairs)?;
+    d.contents(weights).f32("moe_pair_down weights", pairs)?;
+    d.contents(c.out).f32("moe_pair_down out", c.tokens * c.n)?;
+    let kernel = ty.pick(&names::MOE_PAIR_DOWN);
+    let mut args = c.args(kernel, &[weights], &[(c.k, "k"), (c.n, "n"), (c.top_k, "top_k")])?;
+    args.push(Arg::U32(u32::from(c.bias.is_some())));
+    d.launch(&Launch::groups(kernel, args, c.n.div_ceil(MOE_PAIR_ROWS), [c.tokens, 1]))
 }
