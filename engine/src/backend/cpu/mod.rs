@@ -392,16 +392,14 @@ impl Backend for CpuBackend {
                 moe::combine(&y.f32()?, &tiles.slot.u32()?, &weights.f32()?, &mut out.f32_mut()?, [rows, top_k, width])
             }
             Op::MoePairGateUp { x, w, bias, ids, out, tokens, top_k, k, width, held, act } => {
-                let bias = bias.map(|b| b.f32()).transpose()?;
-                let (x, ids, w) = (x.f32()?, ids.u32()?, w.matrix()?);
-                let dims = [tokens, top_k, k, width];
-                moe::pair_gate_up(&x, w, bias.as_ref().map(|b| &b[..]), &ids, &mut out.f32_mut()?, dims, held, act)
+                let (x, bias, ids) = (x.f32()?, bias.map(|b| b.f32()).transpose()?, ids.u32()?);
+                let i = moe::PairInputs { x: &x, w: w.matrix()?, bias: bias.as_ref().map(|b| &b[..]), ids: &ids, held };
+                moe::pair_gate_up(&i, &mut out.f32_mut()?, [tokens, top_k, k, width], act)
             }
             Op::MoePairDown { x, w, bias, ids, weights, out, tokens, top_k, k, n, held } => {
-                let bias = bias.map(|b| b.f32()).transpose()?;
-                let (x, ids, weights, w) = (x.f32()?, ids.u32()?, weights.f32()?, w.matrix()?);
-                let dims = [tokens, top_k, k, n];
-                moe::pair_down(&x, w, bias.as_ref().map(|b| &b[..]), &ids, &weights, &mut out.f32_mut()?, dims, held)
+                let (x, bias, ids) = (x.f32()?, bias.map(|b| b.f32()).transpose()?, ids.u32()?);
+                let i = moe::PairInputs { x: &x, w: w.matrix()?, bias: bias.as_ref().map(|b| &b[..]), ids: &ids, held };
+                moe::pair_down(&i, &weights.f32()?, &mut out.f32_mut()?, [tokens, top_k, k, n])
             }
         }
     }

@@ -200,83 +200,80 @@ pub(super) fn bias(x: &mut [f32], bias: &[f32], tiles: &MoeTiles<'_, CpuBuffer>,
     Ok(())
 }
 
-/// The held expert of pair `p` (`ids[p] - held.first`, if below `held.count`).
-fn held_expert(ids: &[u32], p: usize, held: HeldExperts) -> Option<usize> {
-    let e = (ids[p] as usize).wrapping_sub(held.first);
-    (e < held.count).then_some(e)
+/// What both ungrouped ops read: the input rows, the held experts' stacked weights and biases, the routed ids.
+pub(super) struct PairInputs<'a> {
+    pub x: &'a [f32],
+    pub w: &'a Tensor,
+    pub bias: Option<&'a [f32]>,
+    pub ids: &'a [u32],
+    pub held: HeldExperts,
 }
 
-/// Checks one ungrouped op's weight (`held.count x [rows_per_expert, k]`), ids and bias.
-fn check_pairs(
-    what: &str,
-    w: &Tensor,
-    ids: &[u32],
-    bias: Option<&[f32]>,
-    [pairs, k, rows_per_expert]: [usize; 3],
-    held: HeldExperts,
-) -> Result<()> {
-    if w.rank() != 2 || w.dim(1)? != k || w.dim(0)? != held.count * rows_per_expert {
-        return Err(be(format!("{what}: weight {:?} is not {} x [{rows_per_expert}, {k}]", w.dims(), held.count)));
+impl PairInputs<'_> {
+    /// Checks the weight (`held.count x [rows_per_expert, k]`), ids, bias and `x_rows` rows of x.
+    fn check(&self, what: &str, [pairs, k, rows_per_expert, x_rows]: [usize; 4]) -> Result<()> {
+        let (w, count) = (self.w, self.held.count);
+        if w.rank() != 2 || w.dim(1)? != k || w.dim(0)? != count * rows_per_expert {
+            return Err(be(format!("{what}: weight {:?} is not {count} x [{rows_per_expert}, {k}]", w.dims())));
+        }
+        let short_bias = self.bias.is_some_and(|b| b.len() < count * rows_per_expert);
+        if self.ids.len() < pairs || short_bias || self.x.len() < x_rows * k {
+            return Err(be(format!("{what}: ids, bias or input too small for {pairs} pairs")));
+        }
+        Ok(())
     }
-    if ids.len() < pairs || bias.is_some_and(|b| b.len() < held.count * rows_per_expert) {
-        return Err(be(format!("{what}: ids or bias too small for {pairs} pairs")));
+
+    /// The held expert of pair `p` (`ids[p] - held.first`, if below `held.count`).
+    fn expert(&self, p: usize) -> Option<usize> {
+        let e = (self.ids[p] as usize).wrapping_sub(self.held.first);
+        (e < self.held.count).then_some(e)
     }
-    Ok(())
 }
 
 /// `Op::MoePairGateUp`: each held pair's gate and up rows, bias and activation.
 pub(super) fn pair_gate_up(
-    x: &[f32],
-    w: &Tensor,
-    bias: Option<&[f32]>,
-    ids: &[u32],
+    i: &PairInputs<'_>,
     out: &mut [f32],
     [tokens, top_k, k, width]: [usize; 4],
-    held: HeldExperts,
     act: Activation,
 ) -> Result<()> {
     let pairs = tokens * top_k;
-    check_pairs("moe_pair_gate_up", w, ids, bias, [pairs, k, 2 * width], held)?;
-    if x.len() < tokens * k || out.len() < pairs * width {
-        return Err(be(format!("moe_pair_gate_up: buffers too small for {tokens} tokens of top {top_k}")));
+    i.check("moe_pair_gate_up", [pairs, k, 2 * width, tokens])?;
+    if out.len() < pairs * width {
+        return Err(be(format!("moe_pair_gate_up: output too small for {pairs} pairs of {width}")));
     }
     let mut gu = vec![0f32; 2 * width];
     for p in 0..pairs {
-        let Some(e) = held_expert(ids, p, held) else { continue };
-        let b = bias.map(|b| &b[e * 2 * width..(e + 1) * 2 * width]);
-        let xt = &x[p / top_k * k..(p / top_k + 1) * k];
-        matmul::matmul(xt, &w.narrow(0, e * 2 * width, 2 * width)?, b, &mut gu, 1, k, 2 * width)?;
+        let Some(e) = i.expert(p) else { continue };
+        let b = i.bias.map(|b| &b[e * 2 * width..(e + 1) * 2 * width]);
+        let xt = &i.x[p / top_k * k..(p / top_k + 1) * k];
+        matmul::matmul(xt, &i.w.narrow(0, e * 2 * width, 2 * width)?, b, &mut gu, 1, k, 2 * width)?;
         elementwise::gated_act(&gu, &mut out[p * width..(p + 1) * width], 1, width, act)?;
     }
     Ok(())
 }
 
 /// `Op::MoePairDown`: each token's held pairs through their experts' down rows, summed with the routing weights.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn pair_down(
-    x: &[f32],
-    w: &Tensor,
-    bias: Option<&[f32]>,
-    ids: &[u32],
+    i: &PairInputs<'_>,
     weights: &[f32],
     out: &mut [f32],
     [tokens, top_k, k, n]: [usize; 4],
-    held: HeldExperts,
 ) -> Result<()> {
     let pairs = tokens * top_k;
-    check_pairs("moe_pair_down", w, ids, bias, [pairs, k, n], held)?;
-    if x.len() < pairs * k || weights.len() < pairs || out.len() < tokens * n {
+    i.check("moe_pair_down", [pairs, k, n, pairs])?;
+    if weights.len() < pairs || out.len() < tokens * n {
         return Err(be(format!("moe_pair_down: buffers too small for {tokens} tokens of top {top_k}")));
     }
     let mut y = vec![0f32; n];
     for t in 0..tokens {
         let o = &mut out[t * n..(t + 1) * n];
         o.fill(0.0);
-        for p in t * top_k..(t + 1) * top_k {
-            let Some(e) = held_expert(ids, p, held) else { continue };
-            let b = bias.map(|b| &b[e * n..(e + 1) * n]);
-            matmul::matmul(&x[p * k..(p + 1) * k], &w.narrow(0, e * n, n)?, b, &mut y, 1, k, n)?;
-            o.iter_mut().zip(&y).for_each(|(o, v)| *o += weights[p] * v);
+        for (p, &s) in weights.iter().enumerate().take((t + 1) * top_k).skip(t * top_k) {
+            let Some(e) = i.expert(p) else { continue };
+            let b = i.bias.map(|b| &b[e * n..(e + 1) * n]);
+            matmul::matmul(&i.x[p * k..(p + 1) * k], &i.w.narrow(0, e * n, n)?, b, &mut y, 1, k, n)?;
+            o.iter_mut().zip(&y).for_each(|(o, v)| *o += s * v);
         }
     }
     Ok(())
