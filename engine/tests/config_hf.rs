@@ -172,6 +172,11 @@ fn mixture_of_experts_configs_resolve() {
     assert_eq!(m.layers, vec![false, true, false, false, false, true]);
     assert!(parse_config_json(&base_moe(9)).unwrap_err().to_string().contains("`num_experts_per_tok` (9)"));
     assert!(parse_config_json(&base_moe(0)).unwrap_err().to_string().contains("num_experts_per_tok"));
+    // More experts a token than the routing kernel places (its picks live in local memory).
+    let mut many: Value = serde_json::from_str(&base_moe(33)).unwrap();
+    many["num_local_experts"] = 64.into();
+    let err = parse_config_json(&many.to_string()).unwrap_err().to_string();
+    assert!(err.contains("`num_experts_per_tok` (33): at most 32"), "{err}");
 }
 
 fn base_moe(top_k: usize) -> String {

@@ -73,8 +73,10 @@ pub const XMX_TILE_N: usize = 32;
 pub const MOE_TILE_M: usize = 8;
 /// Most experts a mixture-of-experts layer may have (`moe_align` counts them in local memory).
 pub const MOE_MAX_EXPERTS: usize = 512;
-/// Most experts a token may be routed to (`moe_route` keeps its picks in private arrays).
+/// Most experts a token may be routed to (`moe_route` places its picks in local memory).
 pub const MOE_MAX_TOP_K: usize = 32;
+/// Work-group size of `moe_route` (one row a work-group, at most MOE_MAX_EXPERTS / MOE_ROUTE_WG experts an item).
+pub const MOE_ROUTE_WG: usize = 128;
 /// Work-group size of the ungrouped routed-experts kernels (`moe_pair_*`, decode).
 pub const MOE_PAIR_WG: usize = 128;
 /// Output columns of one work-group of `moe_pair_gate_up_*` (two per sub-group: their gate and up rows).
@@ -116,6 +118,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("MOE_TILE_M", MOE_TILE_M),
     ("MOE_MAX_EXPERTS", MOE_MAX_EXPERTS),
     ("MOE_MAX_TOP_K", MOE_MAX_TOP_K),
+    ("MOE_ROUTE_WG", MOE_ROUTE_WG),
     ("MOE_PAIR_WG", MOE_PAIR_WG),
     ("MOE_PAIR_COLS", MOE_PAIR_COLS),
     ("MOE_PAIR_ROWS", MOE_PAIR_ROWS),

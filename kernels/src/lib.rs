@@ -235,7 +235,8 @@ pub fn work_group(kernel: &str) -> usize {
         k if k.starts_with("paged_attention_decode") => ATTN_WG,
         k if k.starts_with("paged_attention_prefill") => PREFILL_WG,
         k if k.starts_with("moe_matmul_tiled") => GEMM_WG,
-        k if k.starts_with("matmul_rows") || k.starts_with("moe_matmul") || k == "moe_route" => GEMV_WG,
+        k if k.starts_with("matmul_rows") || k.starts_with("moe_matmul") => GEMV_WG,
+        "moe_route" => MOE_ROUTE_WG,
         k if k.starts_with("moe_pair") => MOE_PAIR_WG,
         k if k.starts_with("matmul_vec") => GEMV_VEC_WG,
         k if k.starts_with("matmul_pdla") => GEMV_ASYNC_WG,
@@ -300,6 +301,8 @@ const _: () = {
     assert!(ATTN_HEAD_CHUNK <= ATTN_WG);
     // moe_align stages one pair per work-item of its single work-group.
     assert!(MOE_TILE_M > 0 && MOE_MAX_EXPERTS > 0);
+    // moe_route: a pick per work-item at the end, whole sub-groups.
+    assert!(MOE_MAX_TOP_K <= MOE_ROUTE_WG && MOE_ROUTE_WG.is_multiple_of(64));
     // moe_pair_*: four weight rows a sub-group (gate and up of two columns), two gate/up columns a sub-group.
     assert!(MOE_PAIR_ROWS == 4 && MOE_PAIR_COLS.is_multiple_of(2) && MOE_PAIR_WG.is_multiple_of(64));
     // moe_matmul_tiled: a GEMM tile covers whole routed-experts tiles.

@@ -666,6 +666,10 @@ fn moe_params(
     if experts > max {
         return config_err(format!("{experts} experts: at most {max} are supported"));
     }
+    let max_top_k = rserve_kernels::launch::MOE_MAX_TOP_K;
+    if top_k > max_top_k {
+        return config_err(format!("`num_experts_per_tok` ({top_k}): at most {max_top_k} are supported"));
+    }
     let bias = architecture == Architecture::GptOss;
     Ok(Some(MoeParams { num_experts: experts, top_k, expert_intermediate, renormalize, layers, bias }))
 }

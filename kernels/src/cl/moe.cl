@@ -14,55 +14,56 @@
 
 // moe_route: logits[rows, experts] -> each row's top_k experts, most probable first (the lowest index among equal
 // probabilities), into ids[r * top_k + j], and their weights: the softmax over all experts, divided by the sum of the
-// chosen ones when `renormalize` (Mixtral, Qwen3-MoE's norm_topk_prob). One sub-group per row (the first of its
-// work-group; the others leave): lanes stride over the experts, the softmax's max and sum are sub-group reductions,
-// and each of the top_k picks is two more (the best probability after the previous pick in (probability desc,
-// index asc) order, then the lowest index holding it, as a max over -index; exact below 2^24 experts). The picks
-// are uniform over the sub-group and kept in private arrays (top_k <= MOE_MAX_TOP_K), so the outputs are written
-// once at the end, spread over the lanes, rather than stored and read back for the renormalisation.
-// Grid: (rows groups of GEMV_WG).
+// chosen ones when `renormalize` (Mixtral, Qwen3-MoE's norm_topk_prob). One work-group per row: the logits staged in
+// local memory, the softmax's max and sum work-group reductions, and each expert's rank in (probability desc, index
+// asc) order counted by the work-item that owns it, so the experts of rank < top_k are the picks, each placed at its
+// rank: every pick at once, where top_k rounds of sub-group reductions one after another cost most of a decode
+// step's routing. (A NaN logit ranks nowhere; a pick it leaves empty is MOE_NONE, which every consumer skips.)
+// top_k <= MOE_MAX_TOP_K <= MOE_ROUTE_WG, experts <= MOE_MAX_EXPERTS. Grid: (rows groups of MOE_ROUTE_WG).
 KERNEL void moe_route(GLOBAL const float* logits, GLOBAL uint* ids, GLOBAL float* weights, uint rows, uint experts,
                       uint top_k, uint renormalize) {
+    LOCAL float lv[MOE_MAX_EXPERTS];
+    LOCAL float scratch[MOE_ROUTE_WG];
+    LOCAL uint pick_e[MOE_MAX_TOP_K];
+    LOCAL float pick_w[MOE_MAX_TOP_K];
     GRID_DEP_SYNC();
     uint r = group_id(0);
-    if (sub_id() != 0 || r >= rows) return;
+    if (r >= rows) return;  // uniform per work-group
     GLOBAL const float* l = logits + (ulong)r * experts;
-    uint lane = sub_lane();
-    uint step = sub_size();
-    float mx = NEG_INF;
-    for (uint e = lane; e < experts; e += step) mx = fmax(mx, l[e]);
-    mx = sub_reduce_max(mx);
-    float sum = 0.0f;
-    for (uint e = lane; e < experts; e += step) sum += exp(l[e] - mx);
-    sum = sub_reduce_add(sum);
-    float prev = 0.0f;
-    uint prev_e = MOE_NONE;
-    float chosen = 0.0f;
-    uint pick_e[MOE_MAX_TOP_K];
-    float pick_w[MOE_MAX_TOP_K];
-    for (uint j = 0; j < top_k; j++) {
-        float best = NEG_INF;
-        float best_neg_e = NEG_INF;
-        for (uint e = lane; e < experts; e += step) {
-            float v = l[e];
-            uint after = prev_e == MOE_NONE || v < prev || (v == prev && e > prev_e);
-            if (after && (best_neg_e == NEG_INF || v > best)) {
-                best = v;
-                best_neg_e = -(float)e;
-            }
-        }
-        float m = sub_reduce_max(best);
-        uint be = (uint)(-sub_reduce_max(best == m ? best_neg_e : NEG_INF));
-        float w = exp(m - mx) / sum;
-        pick_e[j] = be;
-        pick_w[j] = w;
-        chosen += w;
-        prev = m;
-        prev_e = be;
+    uint lid = local_id();
+    uint wg = local_size();
+    if (lid < top_k) {
+        pick_e[lid] = MOE_NONE;
+        pick_w[lid] = 0.0f;
     }
-    for (uint j = lane; j < top_k; j += step) {
-        ids[(ulong)r * top_k + j] = pick_e[j];
-        weights[(ulong)r * top_k + j] = renormalize ? pick_w[j] / chosen : pick_w[j];
+    float mx = NEG_INF;
+    for (uint e = lid; e < experts; e += wg) {
+        float v = l[e];
+        lv[e] = v;
+        mx = fmax(mx, v);
+    }
+    mx = wg_reduce_max(mx, scratch);  // its barriers also publish lv and the cleared picks
+    float sum = 0.0f;
+    for (uint e = lid; e < experts; e += wg) sum += exp(lv[e] - mx);
+    sum = wg_reduce_sum(sum, scratch);
+    for (uint e = lid; e < experts; e += wg) {
+        float v = lv[e];
+        uint rank = 0;
+        for (uint o = 0; o < experts; o++) {
+            float u = lv[o];
+            rank += (u > v || (u == v && o < e)) ? 1u : 0u;
+        }
+        if (rank < top_k) {
+            pick_e[rank] = e;
+            pick_w[rank] = exp(v - mx) / sum;
+        }
+    }
+    barrier_local();
+    if (lid < top_k) {
+        float chosen = 0.0f;
+        for (uint j = 0; j < top_k; j++) chosen += pick_w[j];
+        ids[(ulong)r * top_k + lid] = pick_e[lid];
+        weights[(ulong)r * top_k + lid] = renormalize ? pick_w[lid] / chosen : pick_w[lid];
     }
 }
 

@@ -422,4 +422,14 @@ INLINE float wg_reduce_sum(float v, LOCAL_PTR float* scratch) {
     return r;
 }
 
+INLINE float wg_reduce_max(float v, LOCAL_PTR float* scratch) {
+    v = sub_reduce_max(v);
+    if (sub_lane() == 0) scratch[sub_id()] = v;
+    barrier_local();
+    float r = NEG_INF;
+    for (uint i = 0; i < num_subs(); i++) r = fmax(r, scratch[i]);
+    barrier_local();
+    return r;
+}
+
 #endif

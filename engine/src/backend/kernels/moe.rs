@@ -23,8 +23,10 @@ pub(super) fn route<D: KernelDevice>(
     [rows, experts, top_k]: [usize; 3],
     renormalize: bool,
 ) -> Result<()> {
-    if experts == 0 || top_k == 0 || top_k > experts || top_k > MOE_MAX_TOP_K {
-        return Err(be(format!("moe_route: top {top_k} of {experts} experts (at most {MOE_MAX_TOP_K})")));
+    if experts == 0 || top_k == 0 || top_k > experts || top_k > MOE_MAX_TOP_K || experts > MOE_MAX_EXPERTS {
+        return Err(be(format!(
+            "moe_route: top {top_k} of {experts} experts (at most {MOE_MAX_TOP_K} of {MOE_MAX_EXPERTS})"
+        )));
     }
     d.contents(logits).f32("moe_route logits", rows * experts)?;
     d.contents(ids).u32("moe_route ids", rows * top_k)?;
