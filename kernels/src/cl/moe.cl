@@ -503,21 +503,20 @@ INLINE void moe_pair_down(GLOBAL const float* a, GLOBAL const ushort* w, GLOBAL 
     }
 }
 
-#define MOE_PAIR(SUFFIX, WT)                                                                                      \
-    KERNEL void moe_pair_gate_up_##SUFFIX(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, \
-                                          GLOBAL const uint* ids, GLOBAL float* out, uint k, uint width,          \
-                                          uint top_k, uint first_expert, uint experts, uint act, uint has_bias) { \
-        GRID_DEP_SYNC();                                                                                          \
-        moe_pair_gate_up(x, w, bias, ids, out, k, width, top_k, first_expert, experts, act, has_bias, WT);        \
-    }                                                                                                             \
-    KERNEL void moe_pair_down_##SUFFIX(GLOBAL const float* a, GLOBAL const ushort* w, GLOBAL const float* bias,    \
-                                       GLOBAL const uint* ids, GLOBAL const float* weights, GLOBAL float* out,    \
-                                       uint k, uint n, uint top_k, uint first_expert, uint experts,               \
-                                       uint has_bias) {                                                           \
-        LOCAL float part[MOE_PAIR_WG * MOE_PAIR_ROWS];                                                            \
-        GRID_DEP_SYNC();                                                                                          \
-        moe_pair_down(a, w, bias, ids, weights, out, k, n, top_k, first_expert, experts, has_bias, WT, part);     \
+#define MOE_PAIR(GATE_UP, DOWN, WT)                                                                                      \
+    KERNEL void GATE_UP(GLOBAL const float* x, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL const uint* ids, \
+                        GLOBAL float* out, uint k, uint width, uint top_k, uint first_expert, uint experts, uint act,    \
+                        uint has_bias) {                                                                                 \
+        GRID_DEP_SYNC();                                                                                                 \
+        moe_pair_gate_up(x, w, bias, ids, out, k, width, top_k, first_expert, experts, act, has_bias, WT);               \
+    }                                                                                                                    \
+    KERNEL void DOWN(GLOBAL const float* a, GLOBAL const ushort* w, GLOBAL const float* bias, GLOBAL const uint* ids,    \
+                     GLOBAL const float* weights, GLOBAL float* out, uint k, uint n, uint top_k, uint first_expert,      \
+                     uint experts, uint has_bias) {                                                                      \
+        LOCAL float part[MOE_PAIR_WG * MOE_PAIR_ROWS];                                                                   \
+        GRID_DEP_SYNC();                                                                                                 \
+        moe_pair_down(a, w, bias, ids, weights, out, k, n, top_k, first_expert, experts, has_bias, WT, part);            \
     }
-MOE_PAIR(f32, 0u)
-MOE_PAIR(bf16, 1u)
-MOE_PAIR(f16, 2u)
+MOE_PAIR(moe_pair_gate_up_f32, moe_pair_down_f32, 0u)
+MOE_PAIR(moe_pair_gate_up_bf16, moe_pair_down_bf16, 1u)
+MOE_PAIR(moe_pair_gate_up_f16, moe_pair_down_f16, 2u)
