@@ -227,6 +227,7 @@ fn run_attention<B: KvCaches>(b: &B, a: &AttnSpec) -> R<Vec<f32>> {
             v_cache: &vc,
             slot_mapping: &sb,
         },
+        qk_norm: None,
         num_tokens: n,
         num_heads: *heads,
         num_kv_heads: *kvh,

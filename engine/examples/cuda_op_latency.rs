@@ -94,6 +94,7 @@ impl Shape {
                 v_cache: vc,
                 slot_mapping: &t.slot_mapping,
             },
+            qk_norm: None,
             num_tokens: self.rows,
             num_heads: self.hq,
             num_kv_heads: self.hkv,

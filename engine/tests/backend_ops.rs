@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rserve_engine::backend::kernels::MatmulPath;
-use rserve_engine::backend::{Activation, AttentionMeta, Backend, Op, RopeIo};
+use rserve_engine::backend::{Activation, AttentionMeta, Backend, Op, QkNorm, RopeIo};
 
 use backends::{poisoned, random};
 
@@ -80,31 +80,6 @@ fn norm<B: Backend>(b: &B, rng: &mut StdRng, fused: bool) -> Vec<backends::Outpu
 
 op_parity!(rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, false) });
 
-op_parity!(head_rms_norm, tol = F32_TOL, |b, rng| {
-    let mut outs = Vec::new();
-    // Qwen3-8B's heads (32 q, 8 kv of 128), Gemma 3's 256-wide heads, and a small odd case.
-    for (n, heads, kv_heads, hd) in [(5, 32, 8, 128), (3, 8, 4, 256), (7, 3, 1, 36)] {
-        let width = (heads + 2 * kv_heads) * hd;
-        let qkv = b.upload_f32(&random(&mut rng, n * width, 3.0)).unwrap();
-        let w = |rng: &mut StdRng| {
-            b.upload_weight(&Tensor::from_vec(random(rng, hd, 1.5), hd, &Device::Cpu).unwrap()).unwrap()
-        };
-        let (wq, wk) = (w(&mut rng), w(&mut rng));
-        b.run(Op::HeadRmsNorm {
-            qkv: &qkv,
-            q_weight: &wq,
-            k_weight: &wk,
-            num_tokens: n,
-            num_heads: heads,
-            num_kv_heads: kv_heads,
-            head_dim: hd,
-            eps: 1e-6,
-        })
-        .unwrap();
-        outs.push(("qkv", b.download_f32(&qkv).unwrap(), hd));
-    }
-    outs
-});
 op_parity!(add_rms_norm, tol = F32_TOL, |b, rng| { norm(b, &mut rng, true) });
 
 // ------------------------------------------------------------------------------------------------ matmul
@@ -239,14 +214,17 @@ op_parity!(mask_logits, tol = 0.0, |b, rng| {
 
 // ------------------------------------------------------------------------------------------------ rope + KV store
 
-op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| { rope(b, &mut rng, false) });
-op_parity!(rope_write_kv_long_table_and_mscale, tol = F32_TOL, |b, rng| { rope(b, &mut rng, true) });
+op_parity!(rope_write_kv, tol = F32_TOL, |b, rng| { rope(b, &mut rng, false, false) });
+op_parity!(rope_write_kv_long_table_and_mscale, tol = F32_TOL, |b, rng| { rope(b, &mut rng, true, false) });
+op_parity!(rope_write_kv_qk_norm, tol = F32_TOL, |b, rng| { rope(b, &mut rng, false, true) });
 
 /// With `long`: cos/sin scaled (YaRN / LongRoPE attention factor) and half the positions reading the second table
-/// (bit 31, LongRoPE's long factors).
-fn rope<B: Backend>(b: &B, rng: &mut StdRng, long: bool) -> Vec<backends::Output> {
+/// (bit 31, LongRoPE's long factors). With `norm`: q and k heads RMS-normalised first (Qwen3, Gemma 3); the
+/// shapes include Gemma 3's 256-wide heads and a head narrower than a sub-group.
+fn rope<B: Backend>(b: &B, rng: &mut StdRng, long: bool, norm: bool) -> Vec<backends::Output> {
     let mut outs = Vec::new();
-    for (block_size, heads, kv_heads, head_dim) in [(16, 9, 3, 64), (32, 32, 8, 128), (64, 2, 1, 80), (1, 2, 2, 64)] {
+    let shapes = [(16, 9, 3, 64), (32, 32, 8, 128), (64, 2, 1, 80), (1, 2, 2, 64), (16, 8, 4, 256), (4, 3, 1, 36)];
+    for (block_size, heads, kv_heads, head_dim) in shapes {
         let num_blocks = 7;
         let row = kv_heads * head_dim;
         let len = num_blocks * block_size * row;
@@ -271,6 +249,10 @@ fn rope<B: Backend>(b: &B, rng: &mut StdRng, long: bool) -> Vec<backends::Output
             .collect();
         let (pos, freq, slots) =
             (b.upload_u32(&pos).unwrap(), b.upload_f32(&freq).unwrap(), b.upload_u32(&slots).unwrap());
+        let w = |rng: &mut StdRng| {
+            b.upload_weight(&Tensor::from_vec(random(rng, head_dim, 1.5), head_dim, &Device::Cpu).unwrap()).unwrap()
+        };
+        let (wq, wk) = (w(rng), w(rng));
         b.run(Op::RopeWriteKv {
             io: RopeIo {
                 qkv: &qkv,
@@ -281,6 +263,7 @@ fn rope<B: Backend>(b: &B, rng: &mut StdRng, long: bool) -> Vec<backends::Output
                 v_cache: &vc,
                 slot_mapping: &slots,
             },
+            qk_norm: norm.then_some(QkNorm { q_weight: &wq, k_weight: &wk, eps: 1e-6 }),
             num_tokens: n,
             num_heads: heads,
             num_kv_heads: kv_heads,
@@ -522,6 +505,7 @@ fn out_of_range_indices_are_errors() {
             v_cache: &cache,
             slot_mapping: &slots,
         },
+        qk_norm: None,
         num_tokens: 1,
         num_heads: 1,
         num_kv_heads: 1,

@@ -120,6 +120,7 @@ fn write_and_attend(b: &CpuBackend, dtype: WeightDType, seed: u64) -> Vec<f32> {
     };
     b.run(Op::RopeWriteKv {
         io,
+        qk_norm: None,
         num_tokens: n,
         num_heads: heads,
         num_kv_heads: kv_heads,

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use rserve_engine::backend::kernels::{
     self, split_work, Contents, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache,
 };
-use rserve_engine::backend::{Activation, AttentionMeta, HeldExperts, MoeInput, MoeTiles, Op, RopeIo, WeightDType};
+use rserve_engine::backend::{
+    Activation, AttentionMeta, HeldExperts, MoeInput, MoeTiles, Op, QkNorm, RopeIo, WeightDType,
+};
 use rserve_kernels::launch::{ATTN_MAX_PARTITION, PREFILL_ROWS};
 
 type FakeBuf = Contents;
@@ -294,6 +296,7 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
                 v_cache: &vc,
                 slot_mapping: &slots,
             },
+            qk_norm: Some(QkNorm { q_weight: &f(hd), k_weight: &f(hd), eps: 1e-6 }),
             num_tokens: 40,
             num_heads: heads,
             num_kv_heads: kvh,
@@ -311,20 +314,6 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
             rows: 40,
             width: inter,
             act: Activation::Silu,
-        },
-    )
-    .unwrap();
-    kernels::run(
-        d,
-        Op::HeadRmsNorm {
-            qkv: &f(40 * (heads + 2 * kvh) * hd),
-            q_weight: &f(hd),
-            k_weight: &f(hd),
-            num_tokens: 40,
-            num_heads: heads,
-            num_kv_heads: kvh,
-            head_dim: hd,
-            eps: 1e-6,
         },
     )
     .unwrap();
@@ -461,6 +450,7 @@ fn indices_outside_their_buffers_are_refused() {
             v_cache: &f(32),
             slot_mapping: &slots,
         },
+        qk_norm: None,
         num_tokens: 1,
         num_heads: 1,
         num_kv_heads: 1,

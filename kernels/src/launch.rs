@@ -9,6 +9,8 @@
 pub const ROW_WG: usize = 256;
 /// Work-group size of the 1-D / 2-D elementwise kernels (embedding, rope_write_kv, silu, gather).
 pub const ELEM_WG: usize = 256;
+/// Heads of a fused q/k/v row per work-group of `rope_write_kv` (one sub-group a head: ELEM_WG / 32 on CUDA).
+pub const ROPE_HEADS: usize = 8;
 /// Work-group size of the paged attention kernel that takes one query row per work-group (decode).
 pub const ATTN_WG: usize = 128;
 /// Query heads of one GQA group handled by one decode work-group (larger groups use more work-groups).
@@ -89,6 +91,7 @@ pub const MOE_PAIR_ROWS: usize = 4;
 pub const DEFINES: &[(&str, usize)] = &[
     ("ROW_WG", ROW_WG),
     ("ELEM_WG", ELEM_WG),
+    ("ROPE_HEADS", ROPE_HEADS),
     ("ATTN_WG", ATTN_WG),
     ("ATTN_HEAD_CHUNK", ATTN_HEAD_CHUNK),
     ("ATTN_MAX_PARTITION", ATTN_MAX_PARTITION),

@@ -97,18 +97,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
             "moe_pair_down_f16",
         ],
     ),
-    (
-        "norm",
-        &[
-            "rms_norm",
-            "rms_norm_bf16",
-            "rms_norm_f16",
-            "add_rms_norm",
-            "add_rms_norm_bf16",
-            "add_rms_norm_f16",
-            "head_rms_norm",
-        ],
-    ),
+    ("norm", &["rms_norm", "rms_norm_bf16", "rms_norm_f16", "add_rms_norm", "add_rms_norm_bf16", "add_rms_norm_f16"]),
     ("sampling", &["argmax_rows", "mask_logits"]),
     ("xmx", &["matmul_xmx_bf16"]),
     ("xmx_emu", &["matmul_xmx_bf16_emu"]),
@@ -175,7 +164,6 @@ pub mod names {
     /// By output type.
     pub const GATED_ACT: ByType = ["gated_act", "gated_act_bf16", "gated_act_f16"];
     pub const SOFT_CAP: &str = "soft_cap";
-    pub const HEAD_RMS_NORM: &str = "head_rms_norm";
     pub const GATHER_ROWS: &str = "gather_rows";
     /// By KV-cache type.
     pub const ROPE_WRITE_KV: ByType = ["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"];
@@ -231,7 +219,7 @@ pub mod names {
 pub fn work_group(kernel: &str) -> usize {
     use launch::*;
     match kernel {
-        k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") || k == "head_rms_norm" => ROW_WG,
+        k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") => ROW_WG,
         k if k.starts_with("paged_attention_decode") => ATTN_WG,
         k if k.starts_with("paged_attention_prefill") => PREFILL_WG,
         k if k.starts_with("moe_matmul_tiled") => GEMM_WG,

@@ -91,6 +91,7 @@ impl<B> RopeCase<B> {
                 v_cache,
                 slot_mapping: &self.slot_mapping,
             },
+            qk_norm: None,
             num_tokens: self.tokens,
             num_heads: HEADS,
             num_kv_heads: KV_HEADS,

@@ -15,7 +15,7 @@ pub mod opencl;
 mod ops;
 
 pub use ops::{
-    moe_max_tiles, moe_pairs_ungrouped, Activation, AttentionMeta, HeldExperts, MoeInput, MoeTiles, Op, RopeIo,
+    moe_max_tiles, moe_pairs_ungrouped, Activation, AttentionMeta, HeldExperts, MoeInput, MoeTiles, Op, QkNorm, RopeIo,
 };
 
 use crate::error::Result;

@@ -133,6 +133,14 @@ pub struct RopeIo<'a, B> {
     pub slot_mapping: &'a B,
 }
 
+/// The per-head RMSNorm that `Op::RopeWriteKv` applies to each q head (weight `q_weight[head_dim]`) and k head
+/// (`k_weight`) before rotating them (Qwen3's and Gemma 3's q_norm / k_norm).
+pub struct QkNorm<'a, B> {
+    pub q_weight: &'a B,
+    pub k_weight: &'a B,
+    pub eps: f32,
+}
+
 /// The activation of a gated MLP (`Op::GatedAct`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activation {
@@ -212,28 +220,17 @@ pub enum Op<'a, B> {
     /// `inv_freq[head_dim / 2]` already holds the checkpoint's frequency scaling) of q into
     /// `q_out[tokens, num_heads, head_dim]`, and of k, with cos and sin multiplied by `mscale` (YaRN's / LongRoPE's
     /// attention factor, else 1); k and v are stored into the paged cache at `slot_mapping[t]`. A position with bit
-    /// 31 set reads a second table at `inv_freq[head_dim / 2..head_dim]` (LongRoPE's long factors).
+    /// 31 set reads a second table at `inv_freq[head_dim / 2..head_dim]` (LongRoPE's long factors). With
+    /// `qk_norm`, each q and k head is RMS-normalised first (`qkv` itself is left unchanged).
     RopeWriteKv {
         io: RopeIo<'a, B>,
+        qk_norm: Option<QkNorm<'a, B>>,
         num_tokens: usize,
         num_heads: usize,
         num_kv_heads: usize,
         head_dim: usize,
         block_size: usize,
         mscale: f32,
-    },
-    /// Per-head RMSNorm, in place, of the q heads (weight `q_weight[head_dim]`) and k heads (`k_weight`) of the fused
-    /// projection `qkv[tokens, (num_heads + 2 * num_kv_heads) * head_dim]` (Qwen3's and Gemma 3's q/k norms, before
-    /// `RopeWriteKv`); the v heads are left alone.
-    HeadRmsNorm {
-        qkv: &'a B,
-        q_weight: &'a B,
-        k_weight: &'a B,
-        num_tokens: usize,
-        num_heads: usize,
-        num_kv_heads: usize,
-        head_dim: usize,
-        eps: f32,
     },
     /// `out[r, j] = act(gate_up[r, j]) * gate_up[r, width + j]` over the fused gate/up projection
     /// `gate_up[rows, 2 * width]` (gate columns first).

@@ -5,7 +5,9 @@
 //! after attention and MLP and its scaled embeddings, sliding-window layers and their own RoPE (Gemma 3),
 //! soft-capping (Gemma 2), GELU-tanh, LongRoPE, and which layers route each token to its top-k experts.
 
-use crate::backend::{moe_max_tiles, moe_pairs_ungrouped, Backend, HeldExperts, MoeInput, MoeTiles, Op, RopeIo};
+use crate::backend::{
+    moe_max_tiles, moe_pairs_ungrouped, Backend, HeldExperts, MoeInput, MoeTiles, Op, QkNorm, RopeIo,
+};
 use crate::config::{Architecture, ModelParams};
 use crate::error::{EngineError, Result};
 use crate::model::flat::{DeviceBatch, FlatBatch};
@@ -583,18 +585,6 @@ impl<B: Backend> LlamaModel<B> {
                 eps,
             })?;
             let qkv = self.project(b, &l.qkv, &normed, n, h)?;
-            if let Some((q_weight, k_weight)) = &l.qk_norm {
-                b.run(Op::HeadRmsNorm {
-                    qkv: &qkv,
-                    q_weight,
-                    k_weight,
-                    num_tokens: n,
-                    num_heads: hq,
-                    num_kv_heads: hkv,
-                    head_dim: hd,
-                    eps,
-                })?;
-            }
             let q = b.alloc_f32_scratch(n * hq * hd)?;
             let (group, kc, vc) = cache.layer(li)?;
             let rope = &self.ropes[l.rope];
@@ -608,6 +598,7 @@ impl<B: Backend> LlamaModel<B> {
                     v_cache: vc,
                     slot_mapping: &dev.slots[group],
                 },
+                qk_norm: l.qk_norm.as_ref().map(|(q_weight, k_weight)| QkNorm { q_weight, k_weight, eps }),
                 num_tokens: n,
                 num_heads: hq,
                 num_kv_heads: hkv,

@@ -1,5 +1,5 @@
-// norm.cl — RMSNorm per row, RMSNorm fused with the residual add (`residual += x; out = norm(residual) * w`), and
-// the per-head RMSNorm of the q and k heads of a fused q/k/v projection (Qwen3's and Gemma 3's q_norm / k_norm).
+// norm.cl — RMSNorm per row, and RMSNorm fused with the residual add (`residual += x; out = norm(residual) * w`).
+// (The per-head q/k norms of Qwen3 and Gemma 3 are part of `rope_write_kv`, kv_cache.cl.)
 // One work-group of ROW_WG work-items per row; the sum of squares is a sub-group + local-memory reduction. The
 // `_bf16` / `_f16` entry points write `out` rounded to that 16-bit type (the input of a 16-bit matrix multiply).
 #include "prelude.h"
@@ -120,24 +120,4 @@ KERNEL void add_rms_norm_f16(GLOBAL const float* x, GLOBAL float* residual, GLOB
     GRID_DEP_SYNC();
     LOCAL float scratch[ROW_WG];
     add_rms_norm_body(x, residual, w, (GLOBAL float*)out, out, hidden, eps, 2, scratch);
-}
-
-// RMSNorm of every q head (weight wq) and k head (weight wk) of the fused projection qkv[tokens, (num_heads + 2 *
-// num_kv_heads) * head_dim], in place; the v heads are left alone. One work-group per (token, q or k head): grid
-// (tokens x (num_heads + num_kv_heads)) work-groups. Each work-item rescales only the elements it read.
-KERNEL void head_rms_norm(GLOBAL float* qkv, GLOBAL const float* wq, GLOBAL const float* wk, uint num_heads,
-                          uint num_kv_heads, uint head_dim, float eps) {
-    GRID_DEP_SYNC();
-    LOCAL float scratch[ROW_WG];
-    uint normed = num_heads + num_kv_heads;
-    uint row = group_id(0);
-    uint t = row / normed;
-    uint h = row - t * normed;
-    GLOBAL float* x = qkv + ((ulong)t * (normed + num_kv_heads) + h) * head_dim;
-    GLOBAL const float* w = h < num_heads ? wq : wk;
-    float ss = 0.0f;
-    for (uint i = local_id(); i < head_dim; i += local_size()) ss += x[i] * x[i];
-    ss = wg_reduce_sum(ss, scratch);
-    float r = 1.0f / sqrt(ss / (float)head_dim + eps);
-    for (uint i = local_id(); i < head_dim; i += local_size()) x[i] = w[i] * (x[i] * r);
 }

@@ -1,5 +1,5 @@
-//! CPU elementwise and row-wise ops: embedding gather, RMSNorm (per row and per q/k head), residual add, rotary
-//! embedding with the KV-cache store of a fused q/k/v row, gated activations, soft-capping, row gather. Bounds are checked once per op so a malformed batch is an error, never a panic.
+//! CPU elementwise and row-wise ops: embedding gather, RMSNorm, residual add, rotary embedding (after the
+//! optional per-head q/k RMSNorm) with the KV-cache store of a fused q/k/v row, gated activations, soft-capping, row gather. Bounds are checked once per op so a malformed batch is an error, never a panic.
 
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
@@ -58,24 +58,28 @@ pub(super) fn rms_norm(x: &[f32], w: &[f32], out: &mut [f32], rows: usize, hidde
     Ok(())
 }
 
-/// `Op::HeadRmsNorm`: RMSNorm of each q head (weight `wq`) and k head (`wk`) of the fused rows, in place.
-pub(super) fn head_rms_norm(qkv: &mut [f32], wq: &[f32], wk: &[f32], n: usize, s: &QkvShape, eps: f32) -> Result<()> {
-    let hd = s.head_dim;
-    let width = (s.heads + 2 * s.kv_heads) * hd;
-    check_len("head_rms_norm qkv", qkv.len(), n * width)?;
-    check_len("head_rms_norm q weight", wq.len(), hd)?;
-    check_len("head_rms_norm k weight", wk.len(), hd)?;
-    if hd == 0 {
-        return Ok(());
-    }
-    qkv[..n * width].par_chunks_mut(width).for_each(|row| {
-        for (h, x) in row[..(s.heads + s.kv_heads) * hd].chunks_mut(hd).enumerate() {
-            let w = if h < s.heads { wq } else { wk };
-            let r = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() / hd as f32 + eps).sqrt();
-            x.iter_mut().zip(w).for_each(|(v, &wv)| *v = wv * (*v * r));
+/// The per-head RMSNorm weights of `Op::RopeWriteKv` (`QkNorm`), read on the host.
+pub(super) struct HeadNorm<'a> {
+    pub wq: &'a [f32],
+    pub wk: &'a [f32],
+    pub eps: f32,
+}
+
+/// `w * (x * r)` with `r` the reciprocal RMS of `x`: one q or k head normalised into `out`.
+fn norm_head(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let r = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32 + eps).sqrt();
+    out.iter_mut().zip(x).zip(w).for_each(|((o, &v), &wv)| *o = wv * (v * r));
+}
+
+/// The head to rotate: `src` itself, or (with a norm's weight and epsilon) its normalised copy in `buf`.
+fn prepared<'b>(src: &'b [f32], norm: Option<(&[f32], f32)>, buf: &'b mut [f32]) -> &'b [f32] {
+    match norm {
+        Some((w, eps)) => {
+            norm_head(src, w, eps, buf);
+            buf
         }
-    });
-    Ok(())
+        None => src,
+    }
 }
 
 /// Heads of a fused q/k/v row.
@@ -96,7 +100,7 @@ fn rotate(src: &[f32], dst: &mut [f32], cos: &[f32], sin: &[f32]) {
 }
 
 /// `Op::RopeWriteKv`: q roped into `q_out`, k roped and v copied into the paged cache rows `slots[t]` (in the
-/// cache's element type).
+/// cache's element type); with `norm`, each q and k head is RMS-normalised before it is rotated.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn rope_write_kv<T: KvElem>(
     qkv: &[f32],
@@ -109,6 +113,7 @@ pub(super) fn rope_write_kv<T: KvElem>(
     n: usize,
     s: &QkvShape,
     mscale: f32,
+    norm: Option<&HeadNorm<'_>>,
 ) -> Result<()> {
     let (hd, half) = (s.head_dim, s.head_dim / 2);
     let (q_w, kv_w) = (s.heads * hd, s.kv_heads * hd);
@@ -123,8 +128,13 @@ pub(super) fn rope_write_kv<T: KvElem>(
     if let Some(bad) = slots[..n].iter().find(|&&slot| (slot as usize + 1) * kv_w > cache_len) {
         return Err(be(format!("rope_write_kv: slot {bad} outside the cache")));
     }
-    // One roped key head before it is stored in the cache's type.
-    let mut head = vec![0f32; hd];
+    if let Some(norm) = norm {
+        check_len("rope_write_kv q norm weight", norm.wq.len(), hd)?;
+        check_len("rope_write_kv k norm weight", norm.wk.len(), hd)?;
+    }
+    // One roped key head before it is stored in the cache's type, and one normalised head before it is rotated.
+    let (mut head, mut normed) = (vec![0f32; hd], vec![0f32; hd]);
+    let (qn, kn) = (norm.map(|nw| (nw.wq, nw.eps)), norm.map(|nw| (nw.wk, nw.eps)));
     for t in 0..n {
         // Bit 31 of a position selects the second table (LongRoPE's long factors).
         let (pos, table) = ((positions[t] & 0x7fff_ffff) as f32, (positions[t] >> 31) as usize * half);
@@ -135,11 +145,11 @@ pub(super) fn rope_write_kv<T: KvElem>(
         let (q, kv) = row.split_at(q_w);
         let (k, v) = kv.split_at(kv_w);
         for (src, dst) in q.chunks(hd).zip(q_out[t * q_w..(t + 1) * q_w].chunks_mut(hd)) {
-            rotate(src, dst, &cos, &sin);
+            rotate(prepared(src, qn, &mut normed), dst, &cos, &sin);
         }
         let at = slots[t] as usize * kv_w;
         for (src, dst) in k.chunks(hd).zip(k_cache[at..at + kv_w].chunks_mut(hd)) {
-            rotate(src, &mut head, &cos, &sin);
+            rotate(prepared(src, kn, &mut normed), &mut head, &cos, &sin);
             dst.iter_mut().zip(&head).for_each(|(d, &v)| *d = T::from_f32(v));
         }
         v_cache[at..at + kv_w].iter_mut().zip(v).for_each(|(d, &v)| *d = T::from_f32(v));

@@ -294,14 +294,29 @@ impl Backend for CpuBackend {
                     n,
                 )
             }
-            Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _, mscale } => {
+            Op::RopeWriteKv { io, qk_norm, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _, mscale } => {
                 let shape = elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim };
                 let (qkv, pos, inv_freq) = (io.qkv.f32()?, io.positions.u32()?, io.inv_freq.f32()?);
                 let (mut q_out, slots) = (io.q_out.f32_mut()?, io.slot_mapping.u32()?);
+                let weights = match &qk_norm {
+                    Some(n) => Some((n.q_weight.f32()?, n.k_weight.f32()?, n.eps)),
+                    None => None,
+                };
+                let norm = weights.as_ref().map(|(wq, wk, eps)| elementwise::HeadNorm { wq, wk, eps: *eps });
                 macro_rules! write {
                     ($k:expr, $v:expr) => {
                         elementwise::rope_write_kv(
-                            &qkv, &pos, &inv_freq, &mut q_out, $k, $v, &slots, num_tokens, &shape, mscale,
+                            &qkv,
+                            &pos,
+                            &inv_freq,
+                            &mut q_out,
+                            $k,
+                            $v,
+                            &slots,
+                            num_tokens,
+                            &shape,
+                            mscale,
+                            norm.as_ref(),
                         )
                     };
                 }
@@ -310,16 +325,6 @@ impl Backend for CpuBackend {
                     (CpuBuffer::F16(k), CpuBuffer::F16(v)) => write!(&mut borrow_mut(k)?, &mut borrow_mut(v)?),
                     (k, v) => write!(&mut k.f32_mut()?, &mut v.f32_mut()?),
                 }
-            }
-            Op::HeadRmsNorm { qkv, q_weight, k_weight, num_tokens, num_heads, num_kv_heads, head_dim, eps } => {
-                elementwise::head_rms_norm(
-                    &mut qkv.f32_mut()?,
-                    &q_weight.f32()?,
-                    &k_weight.f32()?,
-                    num_tokens,
-                    &elementwise::QkvShape { heads: num_heads, kv_heads: num_kv_heads, head_dim },
-                    eps,
-                )
             }
             Op::GatedAct { gate_up, out, rows, width, act } => {
                 elementwise::gated_act(&gate_up.f32()?, &mut out.f32_mut()?, rows, width, act)

@@ -404,7 +404,6 @@ fn op_name<B>(op: &Op<'_, B>) -> &'static str {
         Op::AddRmsNorm { .. } => "add_rms_norm",
         Op::MatMul { .. } => "matmul",
         Op::RopeWriteKv { .. } => "rope_write_kv",
-        Op::HeadRmsNorm { .. } => "head_rms_norm",
         Op::GatedAct { .. } => "gated_act",
         Op::SoftCap { .. } => "soft_cap",
         Op::PagedAttention { .. } => "attention",

@@ -136,11 +136,8 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
             ops::rms_norm(d, x, Some(residual), weight, out, [rows, hidden], eps)
         }
         Op::MatMul { x, w, bias, out, m, k, n } => matmul::matmul(d, &MatMulCall { x, w, bias, out, m, k, n }),
-        Op::RopeWriteKv { io, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _, mscale } => {
-            ops::rope_write_kv(d, &io, num_tokens, [num_heads, num_kv_heads, head_dim], mscale)
-        }
-        Op::HeadRmsNorm { qkv, q_weight, k_weight, num_tokens, num_heads, num_kv_heads, head_dim, eps } => {
-            ops::head_rms_norm(d, [qkv, q_weight, k_weight], num_tokens, [num_heads, num_kv_heads, head_dim], eps)
+        Op::RopeWriteKv { io, qk_norm, num_tokens, num_heads, num_kv_heads, head_dim, block_size: _, mscale } => {
+            ops::rope_write_kv(d, &io, qk_norm.as_ref(), num_tokens, [num_heads, num_kv_heads, head_dim], mscale)
         }
         Op::GatedAct { gate_up, out, rows, width, act } => ops::gated_act(d, gate_up, out, [rows, width], act),
         Op::SoftCap { x, rows, width, cap } => ops::soft_cap(d, x, [rows, width], cap),

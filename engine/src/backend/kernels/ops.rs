@@ -1,12 +1,13 @@
 //! The row-wise and elementwise ops (`kernels/src/cl/{embedding,norm,kv_cache,elementwise}.cl`): checks, entry point
 //! by element type, arguments and grid.
 
+use rserve_kernels::launch::ROPE_HEADS;
 use rserve_kernels::names;
 
 use super::contents::{elem_type, kv_pair};
-use super::{arg_list, u32_arg, Arg, KernelDevice, Launch};
+use super::{u32_arg, Arg, KernelDevice, Launch};
 use crate::backend::cpu::be;
-use crate::backend::{Activation, RopeIo};
+use crate::backend::{Activation, QkNorm, RopeIo};
 use crate::error::Result;
 
 pub(super) fn embedding<D: KernelDevice>(
@@ -56,10 +57,12 @@ pub(super) fn rms_norm<D: KernelDevice>(
     d.launch(&Launch::groups(kernel, args, rows, [1, 1]))
 }
 
-/// Rotary embedding of q and k from the fused projection, k and v stored at each token's slot.
+/// Rotary embedding of q and k from the fused projection (each q / k head RMS-normalised first with `qk_norm`),
+/// k and v stored at each token's slot.
 pub(super) fn rope_write_kv<D: KernelDevice>(
     d: &D,
     io: &RopeIo<'_, D::Buf>,
+    qk_norm: Option<&QkNorm<'_, D::Buf>>,
     n: usize,
     [heads, kv_heads, hd]: [usize; 3],
     mscale: f32,
@@ -76,36 +79,28 @@ pub(super) fn rope_write_kv<D: KernelDevice>(
     if bound * kv_heads * hd > cache_len {
         return Err(be(format!("rope_write_kv: slot {} outside the cache", bound - 1)));
     }
+    if let Some(norm) = qk_norm {
+        d.contents(norm.q_weight).f32("rope_write_kv q norm weight", hd)?;
+        d.contents(norm.k_weight).f32("rope_write_kv k norm weight", hd)?;
+    }
+    if n == 0 {
+        return Ok(());
+    }
     let kernel = ty.pick(&names::ROPE_WRITE_KV);
     let mut args: Vec<_> = [io.qkv, io.positions, io.inv_freq, io.q_out, io.k_cache, io.v_cache, io.slot_mapping]
         .into_iter()
         .map(Arg::Buf)
         .collect();
     args.extend([
-        u32_arg(n, kernel, "tokens")?,
         u32_arg(heads, kernel, "heads")?,
         u32_arg(kv_heads, kernel, "kv_heads")?,
         u32_arg(hd, kernel, "head_dim")?,
         Arg::F32(mscale),
     ]);
-    d.launch(&Launch::items(kernel, args, n * all_heads * (hd / 2), [1, 1]))
-}
-
-/// Per-head RMSNorm of the q and k heads of the fused projection, in place.
-pub(super) fn head_rms_norm<D: KernelDevice>(
-    d: &D,
-    [qkv, wq, wk]: [&D::Buf; 3],
-    n: usize,
-    [heads, kv_heads, hd]: [usize; 3],
-    eps: f32,
-) -> Result<()> {
-    d.contents(qkv).f32("head_rms_norm qkv", n * (heads + 2 * kv_heads) * hd)?;
-    d.contents(wq).f32("head_rms_norm q weight", hd)?;
-    d.contents(wk).f32("head_rms_norm k weight", hd)?;
-    let kernel = names::HEAD_RMS_NORM;
-    let mut args = arg_list(kernel, &[qkv, wq, wk], &[(heads, "heads"), (kv_heads, "kv_heads"), (hd, "head_dim")])?;
-    args.push(Arg::F32(eps));
-    d.launch(&Launch::groups(kernel, args, n * (heads + kv_heads), [1, 1]))
+    // Without a norm the weights are never read; any buffer stands in for them.
+    let (wq, wk, eps) = qk_norm.map_or((io.qkv, io.qkv, 0.0), |q| (q.q_weight, q.k_weight, q.eps));
+    args.extend([Arg::Buf(wq), Arg::Buf(wk), Arg::F32(eps), Arg::U32(u32::from(qk_norm.is_some()))]);
+    d.launch(&Launch::groups(kernel, args, n * all_heads.div_ceil(ROPE_HEADS), [1, 1]))
 }
 
 /// `act(gate) * up` over the fused gate/up rows; `out` is f32 or the 16-bit input of the down projection.
