@@ -388,20 +388,18 @@ impl<B: Backend> LlamaModel<B> {
             let held = HeldExperts { first, count: held };
             let act = b.alloc_f32_scratch(pairs * width)?;
             let (gate_up_bias, down_bias) = bias.map_or((None, None), |(g, d)| (Some(g), d.as_ref()));
-            let (tokens, k) = (n, h);
-            let act_kind = p.activation;
             b.run(Op::MoePairGateUp {
                 x: normed,
                 w: gate_up,
                 bias: gate_up_bias,
                 ids: &ids,
                 out: &act,
-                tokens,
+                tokens: n,
                 top_k,
-                k,
+                k: h,
                 width,
                 held,
-                act: act_kind,
+                act: p.activation,
             })?;
             let out = b.alloc_f32_scratch(n * h)?;
             b.run(Op::MoePairDown {
@@ -411,7 +409,7 @@ impl<B: Backend> LlamaModel<B> {
                 ids: &ids,
                 weights: &weights,
                 out: &out,
-                tokens,
+                tokens: n,
                 top_k,
                 k: width,
                 n: h,
