@@ -106,8 +106,7 @@ pub fn plan_with_host(
     };
     let shape = ModelShape::from_params(p);
     // The activations of one engine step at the engine's default step sizes, on one device.
-    // Activations are f32 on every backend.
-    let activations = memory::activation_bytes(&shape, StepShape::default(), 1, 4);
+    let activations = memory::activation_bytes(&shape, StepShape::default(), 1);
     let pool = match (kv_cache_memory_bytes, device_memory) {
         (Some(_), _) => MemoryPool::Device(0),
         (None, Some(total)) => MemoryPool::Device(total),

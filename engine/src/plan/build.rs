@@ -197,7 +197,6 @@ pub fn plan(
         params: &counts,
         weights_bytes,
         kv_elem_bytes: kv_dtype.bytes(),
-        act_elem_bytes: dtype.bytes(),
         device: &device,
         utilization: opts.gpu_memory_utilization,
         block_size: opts.block_size,

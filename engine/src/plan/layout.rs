@@ -22,7 +22,6 @@ pub struct Sizing<'a> {
     /// Bytes of all weights (parameters x bytes per element).
     pub weights_bytes: u64,
     pub kv_elem_bytes: usize,
-    pub act_elem_bytes: usize,
     pub device: &'a DeviceProfile,
     pub utilization: f64,
     pub block_size: usize,
@@ -107,7 +106,7 @@ impl Sizing<'_> {
         let total = self.params.total.max(1);
         let stage_bytes = (self.weights_bytes as u128 * stage_max as u128 / total as u128) as u64;
         let weights = stage_bytes.div_ceil(tp as u64);
-        let activations = memory::activation_bytes(self.shape, self.step, tp, self.act_elem_bytes);
+        let activations = memory::activation_bytes(self.shape, self.step, tp);
         let mem = self.device.memory_bytes;
         let pool = if self.device.host { MemoryPool::Host(mem) } else { MemoryPool::Device(mem) };
         let reserve = match self.kv_cache_memory_bytes {

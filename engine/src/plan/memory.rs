@@ -163,11 +163,16 @@ pub fn activation_values_per_token(shape: &ModelShape, tp: usize) -> u64 {
     (3 * h + attn + 3 * mlp_width.div_ceil(tp)) as u64
 }
 
-/// Peak activation bytes of one step on one device: `tokens x values per token x bytes + seqs x vocab / TP x 4`.
-pub fn activation_bytes(shape: &ModelShape, step: StepShape, tp: usize, act_bytes: usize) -> u64 {
+/// Bytes of one activation value, for every weight dtype: most activations are f32 on every backend (the residual
+/// stream, the matmul outputs, the logits); the 16-bit matmul inputs of a 16-bit model are counted at 4 bytes too,
+/// on the safe side, so the plan and the start-up sizing agree whatever the dtype.
+pub const ACTIVATION_BYTES: u64 = 4;
+
+/// Peak activation bytes of one step on one device: `tokens x values per token x 4 + seqs x vocab / TP x 4`.
+pub fn activation_bytes(shape: &ModelShape, step: StepShape, tp: usize) -> u64 {
     let seqs = step.max_num_seqs.min(step.max_num_batched_tokens) as u64;
     let logits = seqs * shape.vocab_size.div_ceil(tp.max(1)) as u64 * 4;
-    step.max_num_batched_tokens as u64 * activation_values_per_token(shape, tp) * act_bytes as u64 + logits
+    step.max_num_batched_tokens as u64 * activation_values_per_token(shape, tp) * ACTIVATION_BYTES + logits
 }
 
 /// `utilization x memory`, rounded down to a byte.
