@@ -22,11 +22,19 @@ fn round(x: f32) -> i32 {
     (x + 0.49999997f32.copysign(x)) as i32
 }
 
+/// A block's scale, `max|x| / 127`; NaN when the block holds a NaN (`f32::max` would skip it and the block would
+/// quantize as if it were 0), so a NaN activation makes its row's products NaN, as on the f32 path.
+pub(super) fn block_scale(xb: &[f32]) -> f32 {
+    if xb.iter().any(|v| v.is_nan()) {
+        return f32::NAN;
+    }
+    xb.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0
+}
+
 /// Quantizes whole blocks of `x` into `q`, one scale `d` and one `d * sum(q)` per block.
 fn quantize(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
     for (b, (xb, qb)) in x.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK)).enumerate() {
-        let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let scale = amax / 127.0;
+        let scale = block_scale(xb);
         let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in qb.iter_mut().zip(xb) {

@@ -24,8 +24,7 @@ impl KQuantActs {
         let mut bsums = vec![0i16; rows * k / 16];
         let blocks = x[..rows * k].chunks_exact(SUPER_BLOCK).zip(q.chunks_exact_mut(SUPER_BLOCK));
         for (b, (xb, qb)) in blocks.enumerate() {
-            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let scale = amax / 127.0;
+            let scale = super::act::block_scale(xb);
             let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
             for (q, &v) in qb.iter_mut().zip(xb) {
                 // |v * inv| <= 127 up to rounding of inv; the clamp keeps it there (and `maddubs` from saturating).

@@ -255,3 +255,33 @@ fn the_interleaved_layout_holds_the_same_products() {
         check(&got, &wd, &x, &acts, [m, k, n], p.format().shift() != 0, &format!("{dtype:?} rows16"));
     }
 }
+
+#[test]
+fn a_nan_activation_makes_its_rows_outputs_nan_and_no_other_rows() {
+    // The f32 path's behaviour: the quantizers must not round a NaN to 0 and give finite logits for a broken row.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    let (k, n) = (512, 40);
+    let formats = [GgmlDType::Q8_0, GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q4K, GgmlDType::Q6K];
+    for dtype in formats {
+        let (p, _) = pack(&random(&mut rng, n * k, 1.0), n, k, dtype);
+        for two in [false, true] {
+            let p = p.clone().with_two_term_activations(two && dtype == GgmlDType::Q8_0);
+            for m in [1, 4, 16, matmul::INTEGER_ROWS + 1] {
+                let mut x = random(&mut rng, m * k, 2.0);
+                let bad = m / 2;
+                x[bad * k + 300] = f32::NAN;
+                for kernel in Kernel::available() {
+                    let mut out = vec![0f32; m * n];
+                    matmul_with(kernel, &x, &p, &mut out, m, k, n).unwrap();
+                    for (i, row) in out.chunks(n).enumerate() {
+                        let what = format!("{dtype:?} two={two} {kernel:?} m={m} row {i}");
+                        match i == bad {
+                            true => assert!(row.iter().all(|v| v.is_nan()), "{what}: {row:?}"),
+                            false => assert!(row.iter().all(|v| v.is_finite()), "{what}: {row:?}"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
