@@ -83,9 +83,6 @@ pub(super) fn rope_write_kv<D: KernelDevice>(
         d.contents(norm.q_weight).f32("rope_write_kv q norm weight", hd)?;
         d.contents(norm.k_weight).f32("rope_write_kv k norm weight", hd)?;
     }
-    if n == 0 {
-        return Ok(());
-    }
     let kernel = ty.pick(&names::ROPE_WRITE_KV);
     let mut args: Vec<_> = [io.qkv, io.positions, io.inv_freq, io.q_out, io.k_cache, io.v_cache, io.slot_mapping]
         .into_iter()

@@ -22,13 +22,12 @@ fn round(x: f32) -> i32 {
     (x + 0.49999997f32.copysign(x)) as i32
 }
 
-/// A block's scale, `max|x| / 127`; NaN when the block holds a NaN (`f32::max` would skip it and the block would
-/// quantize as if it were 0), so a NaN activation makes its row's products NaN, as on the f32 path.
+/// A block's scale, `max|x| / 127`; NaN when the block holds a NaN or an infinity (`f32::max` would skip a NaN and
+/// the block would quantize as if it were 0), so such an activation makes its row's products NaN, as on the f32
+/// path. One pass: `v * 0` is 0 for a finite value and NaN otherwise, and the sum keeps it.
 pub(super) fn block_scale(xb: &[f32]) -> f32 {
-    if xb.iter().any(|v| v.is_nan()) {
-        return f32::NAN;
-    }
-    xb.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0
+    let (amax, poison) = xb.iter().fold((0f32, 0f32), |(a, z), &v| (a.max(v.abs()), z + v * 0.0));
+    amax / 127.0 + poison
 }
 
 /// Quantizes whole blocks of `x` into `q`, one scale `d` and one `d * sum(q)` per block.
