@@ -23,6 +23,8 @@ use crate::error::{EngineError, Result};
 use crate::model::shard::NoComm;
 use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, KvLayout, LlamaModel, PagedKvCache, ScheduledSeq};
 use crate::runner::{StepMasks, StepOutput, StepRunner};
+use crate::sampling::device::sample_on;
+use crate::sampling::{SampledRows, StepSampling};
 use crate::weights::Weights;
 
 /// Batch sizes decode graphs are captured for (a batch takes the smallest bucket that holds it), up to
@@ -148,15 +150,17 @@ impl Inputs {
 }
 
 /// What a step reads back.
-enum Want {
+enum Want<'s> {
     Logits,
     Argmax,
+    /// The tokens the step's sampling settings choose, drawn on the device.
+    Sample(&'s StepSampling),
 }
 
 /// How a step is read: its result, and the grammar masks of a constrained step (computed once its forward pass is
 /// queued).
-struct Read<'m> {
-    want: Want,
+struct Read<'m, 's> {
+    want: Want<'s>,
     masks: Option<&'m mut dyn FnMut() -> StepMasks>,
 }
 
@@ -233,11 +237,12 @@ impl CudaGraphRunner {
     }
 
     /// Checks and flattens the step (once: a replayed graph checks nothing), then runs it through a graph or op by op.
-    fn run(&mut self, batch: &[ScheduledSeq], step: Read<'_>) -> Result<StepOutput> {
+    fn run(&mut self, batch: &[ScheduledSeq], step: Read<'_, '_>) -> Result<StepOutput> {
         if batch.is_empty() {
             return Ok(match step.want {
                 Want::Logits => StepOutput::Logits(Vec::new()),
                 Want::Argmax => StepOutput::Ids(Vec::new()),
+                Want::Sample(_) => StepOutput::Sampled(SampledRows::default()),
             });
         }
         let bucket = self.bucket_for(batch);
@@ -253,7 +258,7 @@ impl CudaGraphRunner {
         }
     }
 
-    fn run_eager(&mut self, flat: &FlatBatch, step: Read<'_>) -> Result<StepOutput> {
+    fn run_eager(&mut self, flat: &FlatBatch, step: Read<'_, '_>) -> Result<StepOutput> {
         let b = &self.backend;
         let dev = DeviceBatch::upload(b, flat)?;
         let DeviceOutput::Logits(logits) = self.model.forward_device(b, flat, &dev, &self.cache, &NoComm, None)? else {
@@ -271,10 +276,14 @@ impl CudaGraphRunner {
         ids: Option<&CuBuffer>,
         rows: usize,
         real: usize,
-        step: Read<'_>,
+        step: Read<'_, '_>,
     ) -> Result<StepOutput> {
         let b = &self.backend;
         let vocab = self.model.params().vocab_size;
+        if let Want::Sample(sampling) = step.want {
+            let grammar = step.masks.map(|m| m());
+            return sample_on(b, logits, real, vocab, sampling, grammar).map(StepOutput::Sampled);
+        }
         let masked = match step.masks {
             Some(masks) => {
                 masks().apply_on(b, logits, real, vocab)?;
@@ -303,10 +312,11 @@ impl CudaGraphRunner {
                 };
                 Ok(StepOutput::Ids(out))
             }
+            Want::Sample(_) => Err(EngineError::Backend("cuda: a sampled step reads no logits".into())),
         }
     }
 
-    fn run_graph(&mut self, mut flat: FlatBatch, bucket: usize, step: Read<'_>) -> Result<StepOutput> {
+    fn run_graph(&mut self, mut flat: FlatBatch, bucket: usize, step: Read<'_, '_>) -> Result<StepOutput> {
         let real = flat.num_seqs();
         flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
         let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
@@ -410,14 +420,14 @@ impl StepRunner for CudaGraphRunner {
     fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
         match self.run(batch, Read { want: Want::Logits, masks: None })? {
             StepOutput::Logits(l) => Ok(l),
-            StepOutput::Ids(_) => Err(EngineError::Backend("cuda: expected logits".into())),
+            _ => Err(EngineError::Backend("cuda: expected logits".into())),
         }
     }
 
     fn execute_greedy(&mut self, batch: &[ScheduledSeq]) -> Result<Option<Vec<u32>>> {
         match self.run(batch, Read { want: Want::Argmax, masks: None })? {
             StepOutput::Ids(ids) => Ok(Some(ids)),
-            StepOutput::Logits(_) => Err(EngineError::Backend("cuda: expected ids".into())),
+            _ => Err(EngineError::Backend("cuda: expected ids".into())),
         }
     }
 
@@ -429,6 +439,33 @@ impl StepRunner for CudaGraphRunner {
     ) -> Result<StepOutput> {
         let want = if greedy { Want::Argmax } else { Want::Logits };
         self.run(batch, Read { want, masks: Some(masks) })
+    }
+
+    fn execute_sampled(
+        &mut self,
+        batch: &[ScheduledSeq],
+        sampling: &StepSampling,
+        masks: Option<&mut dyn FnMut() -> StepMasks>,
+    ) -> Result<SampledRows> {
+        let rows = batch.len();
+        // Plain greedy steps keep the argmax captured in the decode graph.
+        let want = match sampling.is_plain_greedy() {
+            true => Want::Argmax,
+            false if sampling.logprobs_fit_device() => Want::Sample(sampling),
+            false => {
+                let vocab = self.vocab_size();
+                let mut logits = match self.run(batch, Read { want: Want::Logits, masks })? {
+                    StepOutput::Logits(l) => l,
+                    _ => return Err(EngineError::Backend("cuda: expected logits".into())),
+                };
+                return Ok(crate::sampling::step::sample_host(&mut logits, vocab, sampling));
+            }
+        };
+        match self.run(batch, Read { want, masks })? {
+            StepOutput::Ids(ids) => Ok(SampledRows { ids, logprobs: vec![None; rows] }),
+            StepOutput::Sampled(s) => Ok(s),
+            StepOutput::Logits(_) => Err(EngineError::Backend("cuda: expected ids".into())),
+        }
     }
 
     fn vocab_size(&self) -> usize {

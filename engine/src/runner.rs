@@ -7,6 +7,7 @@ use crate::config::ModelParams;
 use crate::engine::phase::Phase;
 use crate::error::Result;
 use crate::model::{KvLayout, LlamaModel, PagedKvCache, ScheduledSeq};
+use crate::sampling::{SampledRows, StepSampling};
 use crate::weights::Weights;
 
 /// The grammar masks of one step: a row per sequence of the batch, `words_per_row = ceil(vocab / 32)` u32 words
@@ -57,6 +58,8 @@ pub enum StepOutput {
     Logits(Vec<f32>),
     /// Each sequence's most likely allowed token, picked on the device.
     Ids(Vec<u32>),
+    /// The tokens (and log-probs) a step's sampling settings chose on the device.
+    Sampled(SampledRows),
 }
 
 /// What the engine thread needs from a runner.
@@ -86,6 +89,25 @@ pub trait StepRunner: Send {
         let mut logits = self.execute(batch)?;
         masks().apply_host(&mut logits, self.vocab_size());
         Ok(StepOutput::Logits(logits))
+    }
+    /// Runs one step and chooses each sequence's next token as `sampling` says (`masks`: the step's grammar masks,
+    /// called once the forward pass is under way). This default reads the logits back and chooses on the host
+    /// (`sampling::step::sample_host`, rows in parallel); runners that hold the logits on a device choose there.
+    fn execute_sampled(
+        &mut self,
+        batch: &[ScheduledSeq],
+        sampling: &StepSampling,
+        masks: Option<&mut dyn FnMut() -> StepMasks>,
+    ) -> Result<SampledRows> {
+        let vocab = self.vocab_size();
+        let mut logits = match masks {
+            Some(m) => match self.execute_masked(batch, false, m)? {
+                StepOutput::Logits(l) => l,
+                _ => return Err(crate::error::EngineError::Backend("expected logits".into())),
+            },
+            None => self.execute(batch)?,
+        };
+        Ok(crate::sampling::step::sample_host(&mut logits, vocab, sampling))
     }
     fn vocab_size(&self) -> usize;
     fn device_name(&self) -> String;
@@ -146,6 +168,24 @@ where
         masks: &mut dyn FnMut() -> StepMasks,
     ) -> Result<StepOutput> {
         self.model.forward_masked(&self.backend, batch, &self.cache, masks).map(StepOutput::Logits)
+    }
+
+    fn execute_sampled(
+        &mut self,
+        batch: &[ScheduledSeq],
+        sampling: &StepSampling,
+        masks: Option<&mut dyn FnMut() -> StepMasks>,
+    ) -> Result<SampledRows> {
+        if !sampling.logprobs_fit_device() {
+            // More alternatives than the device op reports (`--max-logprobs` above 20): the host sampler.
+            let vocab = self.vocab_size();
+            let mut logits = match masks {
+                Some(m) => self.model.forward_masked(&self.backend, batch, &self.cache, m)?,
+                None => self.model.forward(&self.backend, batch, &self.cache)?,
+            };
+            return Ok(crate::sampling::step::sample_host(&mut logits, vocab, sampling));
+        }
+        self.model.forward_sampled(&self.backend, batch, &self.cache, sampling, masks)
     }
 
     fn vocab_size(&self) -> usize {

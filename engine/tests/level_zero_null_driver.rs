@@ -3,7 +3,8 @@
 //! every SPIR-V module built, and one full forward step (a tiled-matmul prefill chunk, a decode token and a
 //! split-KV decode over a long context) appended without a single failed call; at shutdown every handle the wrapper
 //! created is destroyed. Decode steps of one batch at growing contexts build the attention work split once, not once
-//! a step. With the null driver nothing executes, so the logits are not checked.
+//! a step. A sampled decode step reads back one id per row. With the null driver nothing executes, so the logits
+//! are not checked.
 //!
 //! Modules: the forward step creates every module from its PVC native binary (`ZE_MODULE_FORMAT_NATIVE`), through
 //! `RSERVE_ZE_MODULE_FORMAT=native`, since the null driver's device (vendor 0, device 0, no IP version) is no PVC;
@@ -20,6 +21,8 @@ use rserve_engine::backend::level_zero::{handle_counts, loader_components, modul
 use rserve_engine::engine::device::Device;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
+use rserve_engine::sampling::adjust::Edit;
+use rserve_engine::sampling::{RowParams, StepSampling};
 use rserve_engine::source::{resolve_model, ResolveOptions};
 
 const BS: usize = 16;
@@ -58,6 +61,19 @@ fn forward_step_in_child() {
         runner.execute(&batch).unwrap();
     }
     println!("LZ-PLANS: {}", runner.backend().attention_plan_builds() - before);
+    // A sampled decode step (top-p, a penalised row, a greedy row) chooses its tokens on the device: it reads back
+    // one id per row, never the logits.
+    let rows = [
+        RowParams { temperature: 0.8, top_p: 0.9, seed: 1, ..RowParams::GREEDY },
+        RowParams { temperature: 1.0, top_k: 40, seed: 2, ..RowParams::GREEDY },
+        RowParams::GREEDY,
+    ];
+    let mut sampling = StepSampling { params: rows.iter().flat_map(|r| r.pack()).collect(), ..Default::default() };
+    sampling.edits.push(Edit { row: 1, token: 7, mul: 1.2, add: -0.5 });
+    let batch = [seq(vec![5], 40, 0), seq(vec![6], 60, 8), seq(vec![7], 100, 16)];
+    let read = runner.backend().bytes_read_back();
+    runner.execute_sampled(&batch, &sampling, None).unwrap();
+    println!("LZ-READBACK: {}", runner.backend().bytes_read_back() - read);
     drop(runner);
     drop(weights);
     println!("LZ-COMPONENTS: {}", loader_components().unwrap().join(", "));
@@ -99,6 +115,8 @@ fn forward_step_on_the_null_driver_with_validation() {
     // ... and what it rejects comes back as an error result: none may appear.
     assert!(!text.contains("ZE_RESULT_ERROR"), "a Level Zero call failed:\n{text}");
     assert_eq!(lz::reported(&text, "LZ-PLANS"), Some("1"), "attention plans of 10 decode steps:\n{text}");
+    // Three sampled rows: three u32 ids, nothing else.
+    assert_eq!(lz::reported(&text, "LZ-READBACK"), Some("12"), "bytes read back by a sampled step:\n{text}");
     let counts = lz::reported(&text, "LZ-COUNTS").unwrap_or_else(|| panic!("no counts in:\n{text}"));
     // `Kind created/destroyed` pairs, then `failed_calls N`.
     let words: Vec<&str> = counts.split_whitespace().collect();

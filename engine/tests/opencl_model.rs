@@ -117,3 +117,45 @@ fn smollm2_greedy_tokens_match_the_cpu_backend() {
         assert_eq!(got, want, "{prompt_name}: greedy tokens of the batched run differ from the CPU backend");
     }
 }
+
+/// A sampled step on OpenCL chooses its tokens on the device: it reads back one id per row (plus the log-probs a row
+/// asks for), and a seeded row draws the same token alone and inside a batch.
+#[test]
+fn sampled_steps_read_back_only_ids_and_seeded_rows_repeat() {
+    use rserve_engine::sampling::adjust::Edit;
+    use rserve_engine::sampling::{RowParams, StepSampling, NO_LOGPROBS};
+    let Some(cl) = backends::opencl() else { return };
+    let (params, weights) = load();
+    let mut gpu = ModelRunner::new(cl, &params, &weights, 64, 16).unwrap();
+    let prompts: [&[u32]; 3] = [&[1, 504, 3458, 282], &[1, 2683, 314, 260, 1345], &[1, 28, 29, 30, 31, 32]];
+    let seeded = RowParams { temperature: 0.9, top_p: 0.95, top_k: 50, seed: 1234, position: 3, ..RowParams::GREEDY };
+    let others = [
+        RowParams { temperature: 1.0, seed: 5, ..RowParams::GREEDY },
+        RowParams { temperature: 0.7, min_p: 0.1, seed: 6, ..RowParams::GREEDY },
+    ];
+    let step = |r: &mut ModelRunner<_>, rows: &[(usize, RowParams)], logprobs: bool| {
+        let batch: Vec<ScheduledSeq> =
+            rows.iter().map(|&(p, _)| seq(prompts[p], 0, 4 * p as u32, 1, 16)).collect();
+        let mut s = StepSampling { params: rows.iter().flat_map(|(_, p)| p.pack()).collect(), ..Default::default() };
+        s.edits.push(Edit { row: 0, token: 28, mul: 1.3, add: 0.5 });
+        if logprobs {
+            s.logprobs = (0..rows.len()).map(|i| if i == 0 { 5 } else { NO_LOGPROBS }).collect();
+        }
+        let before = r.backend().bytes_read_back();
+        let out = r.execute_sampled(&batch, &s, None).unwrap();
+        (out, r.backend().bytes_read_back() - before)
+    };
+    let (alone, read) = step(&mut gpu, &[(0, seeded)], false);
+    assert_eq!(read, 4, "one row: one u32 id");
+    let (batched, read) = step(&mut gpu, &[(1, others[0]), (0, seeded), (2, others[1])], false);
+    assert_eq!(read, 12, "three rows: three ids");
+    assert_eq!(batched.ids[1], alone.ids[0], "the seeded row draws the same token inside a batch");
+    assert!(batched.ids.iter().all(|&t| (t as usize) < params.vocab_size));
+    let (with_lp, read) = step(&mut gpu, &[(0, seeded), (1, others[0])], true);
+    let width = 1 + rserve_kernels::launch::LOGPROBS_MAX_TOP;
+    assert_eq!(read as usize, 4 * (2 + 2 * width + 2 * (width - 1)), "ids, then the log-prob rows' values and ids");
+    let lp = with_lp.logprobs[0].as_ref().unwrap();
+    assert_eq!(lp.top.len(), 5);
+    assert!(lp.top.windows(2).all(|w| w[0].1 >= w[1].1) && lp.chosen <= lp.top[0].1 + 1e-6);
+    assert!(with_lp.logprobs[1].is_none());
+}

@@ -53,6 +53,16 @@ pub const GEMV_ASYNC_STAGES: usize = 4;
 /// Work-group size of `argmax_rows` (one work-group per row: a 128k-entry row of logits is a few loads per
 /// work-item).
 pub const ARGMAX_WG: usize = 1024;
+/// Work-group size of `sample_rows` and `row_logprobs` (one work-group per row of logits).
+pub const SAMPLE_WG: usize = 1024;
+/// u32 words of one row's sampling parameters (`sample_rows`): temperature, top_p and min_p as f32 bits, top_k, the
+/// seed's low and high words, the output position's low and high words.
+pub const SAMPLE_PARAM_WORDS: usize = 8;
+/// Rejection rounds `sample_rows` tries before it takes the row's most likely token (each round removes the drawn
+/// token and every less likely one from the candidates, so a round past this is practically never reached).
+pub const SAMPLE_MAX_ROUNDS: usize = 64;
+/// Most top log-probs a row returns (OpenAI's limit on `top_logprobs`).
+pub const LOGPROBS_MAX_TOP: usize = 20;
 /// Input rows per work-item of the work-item matmul (CPU devices); its accumulators are named, not an array.
 pub const GEMV_WI_ROWS: usize = 4;
 /// Work-group size of the tiled matmul (16 x 16 work-items, 4 x 4 outputs each).
@@ -111,6 +121,10 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("GEMV_ASYNC_WG", GEMV_ASYNC_WG),
     ("GEMV_ASYNC_STAGES", GEMV_ASYNC_STAGES),
     ("ARGMAX_WG", ARGMAX_WG),
+    ("SAMPLE_WG", SAMPLE_WG),
+    ("SAMPLE_PARAM_WORDS", SAMPLE_PARAM_WORDS),
+    ("SAMPLE_MAX_ROUNDS", SAMPLE_MAX_ROUNDS),
+    ("LOGPROBS_MAX_TOP", LOGPROBS_MAX_TOP),
     ("GEMM_WG", GEMM_WG),
     ("GEMM_TILE_M", GEMM_TILE_M),
     ("GEMM_TILE_N", GEMM_TILE_N),

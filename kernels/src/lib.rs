@@ -98,7 +98,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
         ],
     ),
     ("norm", &["rms_norm", "rms_norm_bf16", "rms_norm_f16", "add_rms_norm", "add_rms_norm_bf16", "add_rms_norm_f16"]),
-    ("sampling", &["argmax_rows", "mask_logits"]),
+    ("sampling", &["argmax_rows", "mask_logits", "adjust_logits", "sample_rows", "row_logprobs"]),
     ("xmx", &["matmul_xmx_bf16"]),
     ("xmx_emu", &["matmul_xmx_bf16_emu"]),
 ];
@@ -194,6 +194,12 @@ pub mod names {
     pub const MATMUL_VEC_X16: ByType = ["", "matmul_vec_x16_bf16", "matmul_vec_x16_f16"];
     pub const ARGMAX_ROWS: &str = "argmax_rows";
     pub const MASK_LOGITS: &str = "mask_logits";
+    /// One work-item per logit edit (penalties, bias).
+    pub const ADJUST_LOGITS: &str = "adjust_logits";
+    /// One work-group (`SAMPLE_WG`) per row: the draw.
+    pub const SAMPLE_ROWS: &str = "sample_rows";
+    /// One work-group (`SAMPLE_WG`) per row: log-sum-exp, the chosen token's log-prob, the top alternatives.
+    pub const ROW_LOGPROBS: &str = "row_logprobs";
     pub const MOE_ROUTE: &str = "moe_route";
     /// One work-group (`ELEM_WG`) groups every pair of a step.
     pub const MOE_ALIGN: &str = "moe_align";
@@ -231,6 +237,7 @@ pub fn work_group(kernel: &str) -> usize {
         k if k.starts_with("matmul_tiled") => GEMM_WG,
         k if k.starts_with("matmul_xmx") => XMX_WG,
         "argmax_rows" => ARGMAX_WG,
+        "sample_rows" | "row_logprobs" => SAMPLE_WG,
         _ => ELEM_WG,
     }
 }

@@ -121,6 +121,13 @@ pub trait Backend {
     fn upload_u32(&self, data: &[u32]) -> Result<Self::Buffer>;
     /// Read an f32 buffer back to the host.
     fn download_f32(&self, buf: &Self::Buffer) -> Result<Vec<f32>>;
+    /// Read the first `len` values of a u32 buffer back to the host.
+    fn download_u32(&self, buf: &Self::Buffer, len: usize) -> Result<Vec<u32>>;
+    /// Bytes read back to the host so far (`download_f32`, `download_u32`): how tests see what a step reads back.
+    /// 0 on backends whose buffers are host memory.
+    fn bytes_read_back(&self) -> u64 {
+        0
+    }
     /// Run one op. Ops on one backend execute in submission order.
     fn run(&self, op: Op<'_, Self::Buffer>) -> Result<()>;
 }

@@ -324,6 +324,21 @@ pub enum Op<'a, B> {
     /// `logits[r, t] = -inf` where bit `t % 32` of `mask[r * words + t / 32]` is clear (`words = ceil(vocab / 32)`):
     /// the grammar masks of a step's rows (structured outputs), applied before the logits are read or picked from.
     MaskLogits { logits: &'a B, mask: &'a B, rows: usize, vocab: usize },
+    /// Penalties and logit bias as sparse edits (`sampling::adjust::Edit`): for each `e < count`, with
+    /// `(row, token) = (edits[2e], edits[2e + 1])` and `(mul, add) = (values[2e], values[2e + 1])`,
+    /// `x = logits[row, token]` becomes `(mul != 1 ? (x > 0 ? x / mul : x * mul) : x) + add`. No (row, token) appears
+    /// twice; rows below `rows`, tokens below `vocab`.
+    AdjustLogits { logits: &'a B, edits: &'a B, values: &'a B, count: usize, rows: usize, vocab: usize },
+    /// `ids[r]` = the token row `r` of `logits` draws under its parameters (`SAMPLE_PARAM_WORDS` u32 words a row of
+    /// `params`, `sampling::RowParams::pack`): `sampling::draw` is the algorithm and the CPU's implementation. `logits`
+    /// is left as it was.
+    SampleRows { logits: &'a B, params: &'a B, ids: &'a B, rows: usize, vocab: usize },
+    /// Log-probs of the (raw) `logits` of each row `r` whose `want[r]` is not `sampling::NO_LOGPROBS` (at most
+    /// `LOGPROBS_MAX_TOP`): with `lse` the row's log-sum-exp and `W = 1 + LOGPROBS_MAX_TOP`,
+    /// `values[r * W] = logits[r, ids[r]] - lse`, then the row's `want[r]` highest tokens, highest first (ties: lower
+    /// id), as `top_ids[r * LOGPROBS_MAX_TOP + j]` and `values[r * W + 1 + j] = logits[r, top_ids[..]] - lse`.
+    /// Other entries are left as they were.
+    RowLogprobs { logits: &'a B, ids: &'a B, want: &'a B, values: &'a B, top_ids: &'a B, rows: usize, vocab: usize },
 }
 
 #[cfg(test)]

@@ -8,8 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::rngs::StdRng;
-use rand::SeedableRng;
 use rserve_scheduler::{FinishStatus, NewRequest, RequestId, Scheduler, SchedulerOutput, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -19,8 +17,8 @@ use super::masks::GrammarState;
 use super::metrics::{EngineMetrics, Finished, RequestStats};
 use super::output::TextOutput;
 use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage};
-use crate::runner::{StepOutput, StepRunner};
-use crate::sampling;
+use crate::runner::StepRunner;
+use crate::sampling::{self, RowParams, SampledRows, StepSampling, NO_LOGPROBS};
 use crate::structured::Constraint;
 use crate::tokenizer::Tokenizer;
 
@@ -30,7 +28,8 @@ struct Live {
     prompt: Vec<TokenId>,
     output: Vec<TokenId>,
     sampling: SamplingParams,
-    rng: StdRng,
+    /// The key of the request's random stream: its `seed`, or one derived from the engine's seed and its id.
+    seed: u64,
     text: TextOutput,
     /// Timestamps and counts for the metrics (queue, prefill, decode times ...).
     stats: RequestStats,
@@ -261,7 +260,7 @@ impl EngineLoop {
                 prompt: prompt_token_ids,
                 output: Vec::new(),
                 sampling,
-                rng: StdRng::seed_from_u64(seed),
+                seed,
                 text,
                 stats: RequestStats::new(Instant::now(), stop.max_tokens),
                 cached_tokens: 0,
@@ -282,30 +281,18 @@ impl EngineLoop {
             self.publish_gauges();
             return;
         }
-        // Every sequence that samples this step is plain greedy (apart from a grammar mask): let the device pick the
-        // tokens when it can.
-        let greedy = out
-            .seqs
-            .iter()
-            .all(|s| !s.sample || self.live.get(&s.request_id).is_none_or(|l| l.sampling.is_plain_greedy()));
+        let sampling = self.step_sampling(&out);
         let constrained =
             out.seqs.iter().any(|s| s.sample && self.live.get(&s.request_id).is_some_and(|l| l.constraint.is_some()));
         let result = if let Err(e) = self.hooks.before_step() {
             Err(e)
         } else if constrained {
-            self.execute_constrained(&out, greedy)
-        } else if greedy {
-            match self.runner.execute_greedy(&out.seqs) {
-                Ok(Some(ids)) => Ok((StepOutput::Ids(ids), Vec::new())),
-                Ok(None) => self.runner.execute(&out.seqs).map(|l| (StepOutput::Logits(l), Vec::new())),
-                Err(e) => Err(e),
-            }
+            self.execute_constrained(&out, &sampling)
         } else {
-            self.runner.execute(&out.seqs).map(|l| (StepOutput::Logits(l), Vec::new()))
+            self.runner.execute_sampled(&out.seqs, &sampling, None).map(|r| (r, Vec::new()))
         };
         let sampled = match result {
-            Ok((StepOutput::Ids(ids), errors)) => self.take_ids(&out, &ids, &errors),
-            Ok((StepOutput::Logits(logits), errors)) => self.sample(&out, logits, &errors),
+            Ok((rows, errors)) => self.take_sampled(&out, rows, &errors),
             Err(e) => return self.fail_step(&out, &e.to_string()),
         };
         self.observe_step(&out);
@@ -318,13 +305,50 @@ impl EngineLoop {
         self.publish_gauges();
     }
 
-    /// The device's greedy picks (one id per sequence of the step) for the sequences that sample; each constrained
-    /// sequence's grammar is handed its pick (accepted while the next step runs). `errors`: the step's grammar
-    /// errors by row (empty: none).
-    fn take_ids(&mut self, out: &SchedulerOutput, ids: &[u32], errors: &[Option<String>]) -> Vec<(RequestId, TokenId)> {
+    /// The step's token choice: each sampling row's draw (its seed, and its output length as the place in its random
+    /// stream, so a recomputed request draws the same numbers), edits, bans and log-probs; rows that do not sample
+    /// this step (prefill chunks) are greedy and their ids ignored.
+    fn step_sampling(&self, out: &SchedulerOutput) -> StepSampling {
+        let vocab = self.runner.vocab_size();
+        let mut s = StepSampling { params: Vec::with_capacity(out.seqs.len() * 8), ..StepSampling::default() };
+        let mut logprobs = Vec::new();
+        let mut any_logprobs = false;
+        let rows = out.seqs.iter().map(|q| self.live.get(&q.request_id).filter(|_| q.sample));
+        for (r, live) in rows.enumerate() {
+            let Some(l) = live else {
+                s.params.extend(RowParams::GREEDY.pack());
+                logprobs.push(NO_LOGPROBS);
+                continue;
+            };
+            s.params.extend(RowParams::new(&l.sampling, l.seed, l.output.len() as u64).pack());
+            sampling::adjust::push_row(&mut s.edits, r as u32, &l.sampling, &l.prompt, &l.output, vocab);
+            let n = l.sampling.logprobs.map_or(NO_LOGPROBS, |n| n.min(u32::MAX as usize - 1) as u32);
+            any_logprobs |= n != NO_LOGPROBS;
+            logprobs.push(n);
+        }
+        if any_logprobs {
+            s.logprobs = logprobs;
+        }
+        let bans = out.seqs.iter().map(|q| {
+            self.live.get(&q.request_id).filter(|_| q.sample).map(|l| (&l.sampling, l.output.as_slice()))
+        });
+        s.bans = sampling::step::ban_masks(bans, vocab);
+        s
+    }
+
+    /// The step's chosen tokens for the sequences that sample, with their log-probs; each constrained sequence's
+    /// grammar is handed its token. `errors`: the step's grammar errors by row (empty: none).
+    fn take_sampled(
+        &mut self,
+        out: &SchedulerOutput,
+        rows: SampledRows,
+        errors: &[Option<String>],
+    ) -> Vec<(RequestId, TokenId)> {
         let mut sampled = Vec::new();
         let mut failed = Vec::new();
+        let mut logprobs = rows.logprobs.into_iter();
         for (i, s) in out.seqs.iter().enumerate() {
+            let lp = logprobs.next().flatten();
             let Some(live) = self.live.get_mut(&s.request_id) else { continue };
             live.cached_tokens = live.cached_tokens.max(s.num_cached_tokens);
             if !s.sample {
@@ -334,11 +358,21 @@ impl EngineLoop {
                 failed.push((s.request_id, format!("structured output: {e}")));
                 continue;
             }
-            let Some(&t) = ids.get(i) else { continue };
+            let Some(&t) = rows.ids.get(i) else { continue };
+            let token = TokenId(t);
             if let Some(g) = live.constraint.as_mut() {
-                g.sampled(TokenId(t));
+                g.sampled(token);
             }
-            sampled.push((s.request_id, TokenId(t)));
+            if let Some(lp) = lp {
+                let name = |id: TokenId| self.tokenizer.token_to_string(id).unwrap_or_default();
+                live.logprobs.push(TokenLogprob {
+                    token_id: token,
+                    token: name(token),
+                    logprob: lp.chosen,
+                    top: lp.top.into_iter().map(|(id, l)| (TokenId(id), name(TokenId(id)), l)).collect(),
+                });
+            }
+            sampled.push((s.request_id, token));
         }
         for (id, message) in failed {
             self.fail_request(id, message);
@@ -348,12 +382,12 @@ impl EngineLoop {
 
     /// Runs a step with constrained rows: their grammar masks are computed on other threads while the runner queues
     /// the forward pass, and the runner applies them to the logits (on its device where it has one). Returns the
-    /// step's output and its grammar errors by row.
+    /// step's choice and its grammar errors by row.
     fn execute_constrained(
         &mut self,
         out: &SchedulerOutput,
-        greedy: bool,
-    ) -> crate::Result<(StepOutput, Vec<Option<String>>)> {
+        sampling: &StepSampling,
+    ) -> crate::Result<(SampledRows, Vec<Option<String>>)> {
         let vocab = self.runner.vocab_size();
         let mut live: HashMap<RequestId, &mut GrammarState> =
             self.live.iter_mut().filter_map(|(id, l)| Some((*id, l.constraint.as_mut()?))).collect();
@@ -376,7 +410,7 @@ impl EngineLoop {
                     }
                 }
             };
-            let result = runner.execute_masked(&out.seqs, greedy, &mut join);
+            let result = runner.execute_sampled(&out.seqs, sampling, Some(&mut join));
             // A runner that failed before asking for the masks: the mask thread still ends inside this scope.
             if let Some(h) = pending.take() {
                 let _ = h.join();
@@ -384,50 +418,6 @@ impl EngineLoop {
             result
         });
         result.map(|o| (o, errors))
-    }
-
-    /// Samples each sequence that samples from its row of `logits` (grammar masks already applied by the runner).
-    /// `errors`: the step's grammar errors by row (empty: none).
-    fn sample(
-        &mut self,
-        out: &SchedulerOutput,
-        mut logits: Vec<f32>,
-        errors: &[Option<String>],
-    ) -> Vec<(RequestId, TokenId)> {
-        let vocab = self.runner.vocab_size();
-        let mut sampled = Vec::new();
-        let mut failed = Vec::new();
-        for (i, s) in out.seqs.iter().enumerate() {
-            let Some(live) = self.live.get_mut(&s.request_id) else { continue };
-            live.cached_tokens = live.cached_tokens.max(s.num_cached_tokens);
-            if !s.sample {
-                continue;
-            }
-            let Some(row) = logits.get_mut(i * vocab..(i + 1) * vocab) else { continue };
-            if let Some(Some(e)) = errors.get(i) {
-                failed.push((s.request_id, format!("structured output: {e}")));
-                continue;
-            }
-            sampling::masks::apply(row, &live.sampling, &live.output);
-            let r = sampling::sample(row, &live.sampling, &live.prompt, &live.output, &mut live.rng);
-            if let Some(g) = live.constraint.as_mut() {
-                g.sampled(r.token);
-            }
-            if let Some((lp, top)) = r.logprob {
-                let name = |id: TokenId| self.tokenizer.token_to_string(id).unwrap_or_default();
-                live.logprobs.push(TokenLogprob {
-                    token_id: r.token,
-                    token: name(r.token),
-                    logprob: lp,
-                    top: top.into_iter().map(|(id, l)| (id, name(id), l)).collect(),
-                });
-            }
-            sampled.push((s.request_id, r.token));
-        }
-        for (id, message) in failed {
-            self.fail_request(id, message);
-        }
-        sampled
     }
 
     /// Ends one request with an error event (its blocks are freed before the next step); the step goes on for the

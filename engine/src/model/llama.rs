@@ -474,6 +474,30 @@ impl<B: Backend> LlamaModel<B> {
         b.download_f32(&logits)
     }
 
+    /// Runs one step and chooses each sequence's next token on the device (`sampling::device::sample_on`): only
+    /// ids (and requested log-probs) are read back. `masks` (a step with constrained rows) is called once the step's
+    /// ops are queued.
+    pub fn forward_sampled(
+        &self,
+        b: &B,
+        batch: &[ScheduledSeq],
+        cache: &PagedKvCache<B>,
+        sampling: &crate::sampling::StepSampling,
+        masks: Option<&mut dyn FnMut() -> StepMasks>,
+    ) -> Result<crate::sampling::SampledRows> {
+        let num_seqs = batch.len();
+        if num_seqs == 0 {
+            return Ok(Default::default());
+        }
+        let flat = self.flatten(batch, cache, cache.num_blocks, 0)?;
+        let dev = DeviceBatch::upload(b, &flat)?;
+        let DeviceOutput::Logits(logits) = self.forward_device(b, &flat, &dev, cache, &NoComm, None)? else {
+            return Err(EngineError::Backend("forward_sampled() on a model shard without the LM head".into()));
+        };
+        let grammar = masks.map(|m| m());
+        crate::sampling::device::sample_on(b, &logits, num_seqs, self.params.vocab_size, sampling, grammar)
+    }
+
     /// Runs this shard's part of one step. `input` is the previous stage's hidden states (None on the first stage);
     /// TP partial sums are combined through `comm`.
     pub fn forward_stage(

@@ -27,6 +27,26 @@ pub fn apply(logits: &mut [f32], p: &SamplingParams, output: &[TokenId]) {
     }
 }
 
+/// Clears the bits of `row` (`ceil(vocab / 32)` words, bit `t % 32` of word `t / 32` for token `t`) that `apply`
+/// would set to -inf: the tokens outside `allowed_token_ids` and the completions of `bad_words`.
+pub fn ban_bits(row: &mut [u32], p: &SamplingParams, output: &[TokenId], vocab: usize) {
+    if let Some(allowed) = &p.allowed_token_ids {
+        let mut keep = vec![0u32; row.len()];
+        for &TokenId(t) in allowed {
+            if (t as usize) < vocab {
+                keep[t as usize / 32] |= 1 << (t % 32);
+            }
+        }
+        row.iter_mut().zip(keep).for_each(|(w, k)| *w &= k);
+    }
+    for word in &p.bad_words {
+        let Some((&TokenId(last), prefix)) = word.split_last() else { continue };
+        if output.ends_with(prefix) && (last as usize) < vocab {
+            row[last as usize / 32] &= !(1 << (last % 32));
+        }
+    }
+}
+
 /// Sets each logit of `row` whose bit is clear in `words` (bit `t % 32` of word `t / 32` for token `t`) to -inf;
 /// ids past the words are ruled out too.
 pub fn apply_bits(row: &mut [f32], words: &[u32]) {
@@ -51,6 +71,24 @@ mod tests {
 
     fn ids(v: &[u32]) -> Vec<TokenId> {
         v.iter().copied().map(TokenId).collect()
+    }
+
+    #[test]
+    fn ban_bits_rule_out_what_apply_rules_out() {
+        let p = SamplingParams {
+            allowed_token_ids: Some(ids(&[1, 3, 4, 40])),
+            bad_words: vec![ids(&[4]), ids(&[2, 3])],
+            ..Default::default()
+        };
+        for output in [ids(&[1]), ids(&[1, 2])] {
+            let mut row = vec![0.0; 37];
+            apply(&mut row, &p, &output);
+            let mut bits = vec![u32::MAX; 2];
+            ban_bits(&mut bits, &p, &output, 37);
+            let mut masked = vec![0.0; 37];
+            apply_bits(&mut masked, &bits);
+            assert_eq!(row, masked);
+        }
     }
 
     #[test]

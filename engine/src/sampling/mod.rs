@@ -1,11 +1,21 @@
-//! Turning one sequence's logits into its next token: `allowed_token_ids` and `bad_words` (`masks`), penalties and
-//! logit bias (`penalties`), then greedy or
-//! temperature / top-k / top-p / min-p sampling with a per-request RNG (`sampler`), and log-probs of the raw model
-//! distribution (`logprobs`).
+//! Turning logits into next tokens, the same pipeline on every backend: rows' bans and grammar masks (`masks`),
+//! log-probs of the raw distribution (`logprobs`), penalties and logit bias as sparse edits (`adjust`), then the draw
+//! (`draw`: temperature, top-k, top-p, min-p by rejection, no vocabulary sort) from each request's counter-based
+//! random stream (`philox`). `step` is one step's choice as runners take it (and its host form); `device` runs it
+//! as ops on a backend. `reference` (the exact distribution, chi-square) and `penalties` (dense penalties) are the
+//! slow references the tests hold the samplers to.
 
+pub mod adjust;
+pub mod device;
+pub mod draw;
 pub mod logprobs;
 pub mod masks;
+pub mod params;
 pub mod penalties;
-pub mod sampler;
+pub mod philox;
+pub mod reference;
+pub mod step;
 
-pub use sampler::{argmax, sample, Sampled};
+pub use draw::argmax;
+pub use params::RowParams;
+pub use step::{RowLogprobs, SampledRows, StepSampling, NO_LOGPROBS};

@@ -14,6 +14,7 @@ mod gemv;
 mod matmul;
 mod matmul16;
 mod moe;
+mod sampling;
 pub mod quant;
 
 use std::cell::{Ref, RefCell, RefMut};
@@ -252,6 +253,11 @@ impl Backend for CpuBackend {
         Ok(buf.f32()?.clone())
     }
 
+    fn download_u32(&self, buf: &CpuBuffer, len: usize) -> Result<Vec<u32>> {
+        let v = buf.u32()?;
+        v.get(..len).map(<[u32]>::to_vec).ok_or_else(|| be(format!("download_u32: {len} of {} values", v.len())))
+    }
+
     fn run(&self, op: Op<'_, CpuBuffer>) -> Result<()> {
         match op {
             Op::Embedding { table: CpuBuffer::Packed(p), ids, out, num_tokens, hidden, scale } => {
@@ -379,6 +385,20 @@ impl Backend for CpuBackend {
             Op::MaskLogits { logits, mask, rows, vocab } => {
                 elementwise::mask_logits(&mut logits.f32_mut()?, &mask.u32()?, rows, vocab)
             }
+            Op::AdjustLogits { logits, edits, values, count, rows, vocab } => {
+                sampling::adjust_logits(&mut logits.f32_mut()?, &edits.u32()?, &values.f32()?, [count, rows, vocab])
+            }
+            Op::SampleRows { logits, params, ids, rows, vocab } => {
+                sampling::sample_rows(&logits.f32()?, &params.u32()?, &mut ids.u32_mut()?, rows, vocab)
+            }
+            Op::RowLogprobs { logits, ids, want, values, top_ids, rows, vocab } => sampling::row_logprobs(
+                &logits.f32()?,
+                &ids.u32()?,
+                &want.u32()?,
+                &mut values.f32_mut()?,
+                &mut top_ids.u32_mut()?,
+                [rows, vocab],
+            ),
             Op::MoeRoute { logits, ids, weights, rows, experts, top_k, renormalize } => moe::route(
                 &logits.f32()?,
                 &mut ids.u32_mut()?,

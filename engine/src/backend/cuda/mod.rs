@@ -233,12 +233,6 @@ impl CudaBackend {
     }
 
     /// Reads the first `len` values of a u32 buffer back (waits for every earlier op).
-    pub fn download_u32(&self, buf: &CuBuffer, len: usize) -> Result<Vec<u32>> {
-        let mut out = vec![0u32; len];
-        self.copy_out(buf, &mut out)?;
-        Ok(out)
-    }
-
     /// `out[r] = argmax(x[r, ..width])` for `rows` rows on the device (lowest index among equal maxima, as the CPU
     /// sampler picks); `out` is a u32 buffer of at least `rows` values.
     pub fn argmax_rows(&self, x: &CuBuffer, rows: usize, width: usize, out: &CuBuffer) -> Result<()> {
@@ -409,6 +403,9 @@ fn op_name<B>(op: &Op<'_, B>) -> &'static str {
         Op::PagedAttention { .. } => "attention",
         Op::GatherRows { .. } => "gather_rows",
         Op::MaskLogits { .. } => "mask_logits",
+        Op::AdjustLogits { .. } => "adjust_logits",
+        Op::SampleRows { .. } => "sample_rows",
+        Op::RowLogprobs { .. } => "row_logprobs",
         Op::MoeRoute { .. } => "moe_route",
         Op::MoeAlign { .. } => "moe_align",
         Op::MoeMatMul { .. } => "moe_matmul",
@@ -501,6 +498,12 @@ impl Backend for CudaBackend {
     fn download_f32(&self, buf: &CuBuffer) -> Result<Vec<f32>> {
         let len = buf.contents().f32_len().ok_or_else(|| be("download_f32: expected an f32 buffer"))?;
         let mut out = vec![0f32; len];
+        self.copy_out(buf, &mut out)?;
+        Ok(out)
+    }
+
+    fn download_u32(&self, buf: &CuBuffer, len: usize) -> Result<Vec<u32>> {
+        let mut out = vec![0u32; len];
         self.copy_out(buf, &mut out)?;
         Ok(out)
     }

@@ -36,6 +36,14 @@ impl Contents {
         }
     }
 
+    /// Values in a u32 buffer.
+    pub fn u32_len(&self) -> Option<usize> {
+        match self {
+            Contents::U32 { len, .. } => Some(*len),
+            _ => None,
+        }
+    }
+
     /// Checks an f32 buffer of at least `need` values; returns its length.
     pub fn f32(&self, what: &str, need: usize) -> Result<usize> {
         match self {

@@ -16,6 +16,7 @@ mod contents;
 mod matmul;
 mod moe;
 mod ops;
+mod sampling;
 mod tuning;
 
 use std::cell::{Cell, RefCell};
@@ -143,6 +144,15 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
         Op::SoftCap { x, rows, width, cap } => ops::soft_cap(d, x, [rows, width], cap),
         Op::GatherRows { x, rows, out, num_rows, width } => ops::gather_rows(d, x, rows, out, num_rows, width),
         Op::MaskLogits { logits, mask, rows, vocab } => ops::mask_logits(d, logits, mask, rows, vocab),
+        Op::AdjustLogits { logits, edits, values, count, rows, vocab } => {
+            sampling::adjust_logits(d, [logits, edits, values], [count, rows, vocab])
+        }
+        Op::SampleRows { logits, params, ids, rows, vocab } => {
+            sampling::sample_rows(d, [logits, params, ids], [rows, vocab])
+        }
+        Op::RowLogprobs { logits, ids, want, values, top_ids, rows, vocab } => {
+            sampling::row_logprobs(d, [logits, ids, want, values, top_ids], [rows, vocab])
+        }
         Op::MoeRoute { logits, ids, weights, rows, experts, top_k, renormalize } => {
             moe::route(d, [logits, ids, weights], [rows, experts, top_k], renormalize)
         }

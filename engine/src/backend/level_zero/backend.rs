@@ -40,6 +40,8 @@ pub struct LevelZeroBackend {
     _ctx: Arc<Context>,
     info: DeviceInfo,
     label: String,
+    /// Bytes read back to the host (`Backend::bytes_read_back`).
+    read_back: Cell<u64>,
 }
 
 impl LevelZeroBackend {
@@ -126,6 +128,7 @@ impl LevelZeroBackend {
             _ctx: ctx,
             info: sel.info,
             label,
+            read_back: Cell::new(0),
         })
     }
 
@@ -287,6 +290,26 @@ impl KernelDevice for LevelZeroBackend {
     }
 }
 
+impl LevelZeroBackend {
+    /// Copies the first `out.len()` values of `buf` to the host once the stream has run every earlier op.
+    fn read<T: bytemuck::Pod>(&self, buf: &LzBuffer, out: &mut [T]) -> Result<()> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
+        {
+            let mut s = self.stream()?;
+            if !bytes.is_empty() {
+                s.copy(bytes.as_mut_ptr().cast(), buf.device_ptr(), bytes.len())?;
+            }
+            s.synchronize()?;
+        }
+        self.read_back.set(self.read_back.get() + bytes.len() as u64);
+        // The stream is idle: a good moment to give surplus cached memory back.
+        if self.pool.usage().1 > CACHE_KEEP_BYTES {
+            self.pool.trim(CACHE_KEEP_BYTES);
+        }
+        Ok(())
+    }
+}
+
 impl Backend for LevelZeroBackend {
     type Buffer = LzBuffer;
 
@@ -356,18 +379,24 @@ impl Backend for LevelZeroBackend {
             return Err(EngineError::Backend("download_f32: expected an f32 buffer".into()));
         };
         let mut out = vec![0f32; len];
-        {
-            let mut s = self.stream()?;
-            if len > 0 {
-                s.copy(out.as_mut_ptr().cast(), buf.device_ptr(), len * 4)?;
-            }
-            s.synchronize()?;
-        }
-        // The stream is idle: a good moment to give surplus cached memory back.
-        if self.pool.usage().1 > CACHE_KEEP_BYTES {
-            self.pool.trim(CACHE_KEEP_BYTES);
-        }
+        self.read(buf, &mut out)?;
         Ok(out)
+    }
+
+    fn download_u32(&self, buf: &LzBuffer, len: usize) -> Result<Vec<u32>> {
+        let Contents::U32 { len: have, .. } = buf.contents else {
+            return Err(EngineError::Backend("download_u32: expected a u32 buffer".into()));
+        };
+        if len > have {
+            return Err(EngineError::Backend(format!("download_u32: {len} values of a buffer of {have}")));
+        }
+        let mut out = vec![0u32; len];
+        self.read(buf, &mut out)?;
+        Ok(out)
+    }
+
+    fn bytes_read_back(&self) -> u64 {
+        self.read_back.get()
     }
 
     fn run(&self, op: Op<'_, LzBuffer>) -> Result<()> {

@@ -38,6 +38,8 @@ pub struct OpenClBackend {
     queue: CommandQueue,
     context: Context,
     info: OpenClDeviceInfo,
+    /// Bytes read back to the host (`Backend::bytes_read_back`).
+    read_back: std::cell::Cell<u64>,
 }
 
 impl OpenClBackend {
@@ -51,7 +53,7 @@ impl OpenClBackend {
         let kernels = Kernels::build(&context, &dev, &info.name)?;
         tracing::info!("OpenCL kernels built for {} in {:.1} s", info.name, t0.elapsed().as_secs_f64());
         let tuning = TuningCell::new(KernelTuning::opencl(info.is_cpu));
-        Ok(Self { kernels, plans: PlanCache::default(), tuning, queue, context, info })
+        Ok(Self { kernels, plans: PlanCache::default(), tuning, queue, context, info, read_back: Default::default() })
     }
 
     pub fn info(&self) -> &OpenClDeviceInfo {
@@ -155,13 +157,39 @@ impl Backend for OpenClBackend {
     fn download_f32(&self, buf: &ClBuffer) -> Result<Vec<f32>> {
         let len = buf.contents().f32_len().ok_or_else(|| be("download_f32: expected an f32 buffer"))?;
         let mut out = vec![0f32; len];
-        if len == 0 {
-            return Ok(out);
+        self.read(buf, &mut out)?;
+        Ok(out)
+    }
+
+    fn download_u32(&self, buf: &ClBuffer, len: usize) -> Result<Vec<u32>> {
+        let have = buf.contents().u32_len().ok_or_else(|| be("download_u32: expected a u32 buffer"))?;
+        if len > have {
+            return Err(be(format!("download_u32: {len} values of a buffer of {have}")));
         }
-        // SAFETY: a blocking read of exactly `len * 4` bytes into a vector of that size; the in-order queue runs
-        // every earlier op first.
+        let mut out = vec![0u32; len];
+        self.read(buf, &mut out)?;
+        Ok(out)
+    }
+
+    fn bytes_read_back(&self) -> u64 {
+        self.read_back.get()
+    }
+
+    fn run(&self, op: Op<'_, ClBuffer>) -> Result<()> {
+        super::kernels::run(self, op)
+    }
+}
+
+impl OpenClBackend {
+    /// A blocking read of the first `out.len()` values of `buf` (its in-order queue runs every earlier op first).
+    fn read<T: bytemuck::Pod>(&self, buf: &ClBuffer, out: &mut [T]) -> Result<()> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: a blocking read of exactly `bytes.len()` bytes (at most the buffer's: the callers check the
+        // length against its contents) into host memory of that size.
         unsafe {
-            let bytes = std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut u8, len * 4);
             opencl3::command_queue::enqueue_read_buffer(
                 self.queue.get(),
                 buf.mem(),
@@ -175,11 +203,8 @@ impl Backend for OpenClBackend {
             .map(|ev| opencl3::event::release_event(ev).ok())
             .map_err(|e| cl_err("reading a buffer back", opencl3::error_codes::ClError(e)))?;
         }
-        Ok(out)
-    }
-
-    fn run(&self, op: Op<'_, ClBuffer>) -> Result<()> {
-        super::kernels::run(self, op)
+        self.read_back.set(self.read_back.get() + bytes.len() as u64);
+        Ok(())
     }
 }
 
