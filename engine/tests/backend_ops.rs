@@ -15,6 +15,8 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use rserve_engine::backend::kernels::MatmulPath;
 use rserve_engine::backend::{Activation, AttentionMeta, Backend, Op, QkNorm, RopeIo};
+use rserve_engine::sampling::{reference, RowParams, NO_LOGPROBS};
+use rserve_kernels::launch::LOGPROBS_MAX_TOP;
 
 use backends::{poisoned, random};
 
@@ -694,3 +696,249 @@ fn moe<B: Backend>(b: &B, rng: &mut StdRng, dtype: DType) -> Vec<backends::Outpu
 op_parity!(moe_f32, tol = F32_TOL, |b, rng| { moe(b, &mut rng, DType::F32) });
 op_parity!(moe_bf16, tol = HALF_TOL, |b, rng| { moe(b, &mut rng, DType::BF16) });
 op_parity!(moe_f16, tol = HALF_TOL, |b, rng| { moe(b, &mut rng, DType::F16) });
+
+// ------------------------------------------------------------------------------------------------ sampling
+
+op_parity!(adjust_logits, tol = F32_TOL, |b, rng| {
+    // Distinct (row, token) pairs (every row's first and last token, random others): repetition penalties on
+    // positive and negative logits, additive edits alone, both; more edits than one work-group.
+    let (rows, vocab) = (5usize, 1000usize);
+    let logits = b.upload_f32(&random(&mut rng, rows * vocab, 4.0)).unwrap();
+    let mut pairs: Vec<(u32, u32)> = (0..rows as u32).flat_map(|r| [(r, 0), (r, vocab as u32 - 1)]).collect();
+    while pairs.len() < 300 {
+        let p = (rng.gen_range(0..rows as u32), rng.gen_range(0..vocab as u32));
+        if !pairs.contains(&p) {
+            pairs.push(p);
+        }
+    }
+    let (mut edits, mut values) = (Vec::new(), Vec::new());
+    for (i, &(r, t)) in pairs.iter().enumerate() {
+        edits.extend([r, t]);
+        let mul = if i % 3 == 0 { 1.0 } else { rng.gen_range(0.5..2.0) };
+        let add = if i % 3 == 1 { 0.0 } else { rng.gen_range(-2.0..2.0) };
+        values.extend([mul, add]);
+    }
+    let (edits, values) = (b.upload_u32(&edits).unwrap(), b.upload_f32(&values).unwrap());
+    let count = pairs.len();
+    b.run(Op::AdjustLogits { logits: &logits, edits: &edits, values: &values, count, rows, vocab }).unwrap();
+    vec![("logits", b.download_f32(&logits).unwrap(), vocab)]
+});
+
+op_parity!(row_logprobs, tol = 1e-4, |b, rng| {
+    // Logits in quarter steps (many ties: equal logits come lower id first), masked tokens in the wide rows, a
+    // constant row, rows that want nothing, no alternatives, some, the most; a vocabulary smaller than the request.
+    const W: usize = 1 + LOGPROBS_MAX_TOP;
+    let want = [NO_LOGPROBS, 0, 1, 5, LOGPROBS_MAX_TOP as u32, 3];
+    let rows = want.len();
+    let mut outs = Vec::new();
+    for vocab in [3000usize, 37, 7] {
+        let mut l: Vec<f32> = (0..rows * vocab).map(|_| rng.gen_range(-16..16) as f32 * 0.25).collect();
+        if vocab > 100 {
+            for _ in 0..rows * vocab / 10 {
+                let i = rng.gen_range(0..l.len());
+                l[i] = f32::NEG_INFINITY;
+            }
+        }
+        l[4 * vocab..5 * vocab].fill(1.5);
+        let ids: Vec<u32> = (0..rows).map(|_| rng.gen_range(0..vocab as u32)).collect();
+        for (r, &id) in ids.iter().enumerate() {
+            l[r * vocab + id as usize] = 0.75;
+        }
+        let logits = b.upload_f32(&l).unwrap();
+        let (ids, want) = (b.upload_u32(&ids).unwrap(), b.upload_u32(&want).unwrap());
+        // Finite markers where nothing is written, so both backends must leave the same entries alone.
+        let values = b.upload_f32(&vec![-99.0; rows * W]).unwrap();
+        let top_ids = b.upload_u32(&vec![0xdead; rows * LOGPROBS_MAX_TOP]).unwrap();
+        b.run(Op::RowLogprobs {
+            logits: &logits,
+            ids: &ids,
+            want: &want,
+            values: &values,
+            top_ids: &top_ids,
+            rows,
+            vocab,
+        })
+        .unwrap();
+        outs.push(("values", b.download_f32(&values).unwrap(), W));
+        // One id a vector: any difference is a relative error of at least 1 / vocab.
+        let top = b.download_u32(&top_ids, rows * LOGPROBS_MAX_TOP).unwrap();
+        outs.push(("top_ids", top.into_iter().map(|t| t as f32).collect(), 1));
+    }
+    outs
+});
+
+op_parity!(sample_rows_greedy, tol = 0.0, |b, rng| {
+    // Greedy rows (temperature 0, below 1e-5, top-k 1 at a high temperature) take the CPU's argmax exactly: ties
+    // to the lowest index, NaN never; rows with nothing finite give 0; a row with one finite token always draws it.
+    let vocab = 1000;
+    let greedy = RowParams::GREEDY;
+    let hot = RowParams { temperature: 1.0, seed: 5, ..greedy };
+    let plain = random(&mut rng, vocab, 4.0);
+    let mut tied = random(&mut rng, vocab, 4.0);
+    for i in [10, 500, 999] {
+        tied[i] = 9.0;
+    }
+    let mut holes = random(&mut rng, vocab, 4.0);
+    for i in [3, 77, 400] {
+        holes[i] = f32::NAN;
+    }
+    holes[5] = f32::NEG_INFINITY;
+    holes[6] = 8.0;
+    let mut one = vec![f32::NEG_INFINITY; vocab];
+    one[613] = -3.0;
+    let rows: Vec<(Vec<f32>, RowParams)> = vec![
+        (plain, greedy),
+        (tied.clone(), greedy),
+        (tied, RowParams { top_k: 1, temperature: 2.0, ..hot }),
+        (holes.clone(), greedy),
+        (holes, RowParams { temperature: 1e-6, ..hot }),
+        (vec![f32::NEG_INFINITY; vocab], greedy),
+        (vec![f32::NEG_INFINITY; vocab], hot),
+        (one.clone(), RowParams { top_p: 0.9, ..hot }),
+        (one, RowParams { top_k: 20, min_p: 0.1, ..hot }),
+    ];
+    let n = rows.len();
+    let logits = b.upload_f32(&rows.iter().flat_map(|(l, _)| l.clone()).collect::<Vec<_>>()).unwrap();
+    let params = b.upload_u32(&rows.iter().flat_map(|(_, p)| p.pack()).collect::<Vec<_>>()).unwrap();
+    let ids = b.upload_u32(&vec![u32::MAX; n]).unwrap();
+    b.run(Op::SampleRows { logits: &logits, params: &params, ids: &ids, rows: n, vocab }).unwrap();
+    vec![("ids", b.download_u32(&ids, n).unwrap().into_iter().map(|t| t as f32).collect(), 1)]
+});
+
+/// A sampling test on every backend present: `$body` runs with `$dev` the backend's name on the CPU reference,
+/// OpenCL and CUDA (where present) and checks its own results; on the Level Zero null driver (a child process, as
+/// `op_parity!`) it runs with `$dev` None: the call sequence only, nothing to check.
+macro_rules! every_backend {
+    ($name:ident, |$b:ident, $dev:ident| $body:block) => {
+        #[test]
+        fn $name() {
+            fn case<B: Backend>($b: &B, $dev: Option<&str>) $body
+            if level_zero_support::in_child() {
+                let lz = rserve_engine::backend::level_zero::open("level-zero").expect("the null driver's device");
+                case(&lz, None);
+                println!("LZ-OPS: ok");
+                return;
+            }
+            case(&rserve_engine::backend::cpu::CpuBackend::new(), Some("cpu"));
+            if let Some(cl) = backends::shared_opencl() {
+                case(&*cl, Some("opencl"));
+            }
+            if let Some(gpu) = backends::shared_cuda() {
+                case(&*gpu, Some("cuda"));
+            }
+            if std::env::var_os("RSERVE_ZE_NULL_DRIVER_DIR").is_some() {
+                let out = level_zero_support::run_child(stringify!($name), &level_zero_support::null_driver_env());
+                let text = level_zero_support::text(&out);
+                assert!(out.status.success(), "level zero (null driver) failed:\n{text}");
+                assert!(!text.contains("ZE_RESULT_ERROR"), "a Level Zero call failed:\n{text}");
+                assert_eq!(level_zero_support::reported(&text, "LZ-OPS"), Some("ok"), "{text}");
+            }
+        }
+    };
+}
+
+/// Token counts of `draws` draws from `logits` under `p` at output positions 0 .. draws: many rows of the same
+/// logits per launch.
+fn draw_counts<B: Backend>(b: &B, logits: &[f32], p: RowParams, draws: usize) -> Vec<u64> {
+    let vocab = logits.len();
+    let rows = draws.min(10_000);
+    let l = b.upload_f32(&logits.repeat(rows)).unwrap();
+    let ids = b.upload_u32(&vec![u32::MAX; rows]).unwrap();
+    let mut counts = vec![0u64; vocab];
+    for start in (0..draws).step_by(rows) {
+        let params: Vec<u32> = (0..rows).flat_map(|i| RowParams { position: (start + i) as u64, ..p }.pack()).collect();
+        let params = b.upload_u32(&params).unwrap();
+        b.run(Op::SampleRows { logits: &l, params: &params, ids: &ids, rows, vocab }).unwrap();
+        for id in b.download_u32(&ids, rows).unwrap() {
+            // (The null driver computes nothing.)
+            if let Some(c) = counts.get_mut(id as usize) {
+                *c += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// `draws` draws on the device fit the exact distribution (`sampling::reference`, chi-square at p = 0.001).
+fn check_distribution<B: Backend>(b: &B, dev: Option<&str>, logits: &[f32], p: RowParams, draws: usize) {
+    let counts = draw_counts(b, logits, p, draws);
+    let Some(dev) = dev else { return };
+    let probs = reference::distribution(logits, &p);
+    let (stat, dof) = reference::chi_square(&counts, &probs, draws as u64);
+    let limit = reference::chi_square_limit(dof);
+    assert!(stat < limit, "{dev}: {p:?}: chi-square {stat:.1} with {dof} dof (limit {limit:.1})");
+}
+
+/// The logits of the distribution tests: 300 tokens with ties (the sampler's own unit test uses the same).
+fn sampling_logits() -> Vec<f32> {
+    (0..300).map(|i| ((i * 37 % 101) as f32 * 0.05).sin() * 2.5).collect()
+}
+
+const DIST_BASE: RowParams = RowParams { temperature: 1.0, seed: 7, ..RowParams::GREEDY };
+
+every_backend!(sample_rows_temperature, |b, dev| {
+    check_distribution(b, dev, &sampling_logits(), DIST_BASE, 100_000);
+});
+every_backend!(sample_rows_cold, |b, dev| {
+    check_distribution(b, dev, &sampling_logits(), RowParams { temperature: 0.7, ..DIST_BASE }, 100_000);
+});
+every_backend!(sample_rows_top_k, |b, dev| {
+    check_distribution(b, dev, &sampling_logits(), RowParams { top_k: 20, ..DIST_BASE }, 100_000);
+});
+every_backend!(sample_rows_top_p, |b, dev| {
+    let p = RowParams { top_p: 0.9, temperature: 0.7, ..DIST_BASE };
+    check_distribution(b, dev, &sampling_logits(), p, 100_000);
+});
+every_backend!(sample_rows_min_p, |b, dev| {
+    check_distribution(b, dev, &sampling_logits(), RowParams { min_p: 0.1, ..DIST_BASE }, 100_000);
+});
+every_backend!(sample_rows_all_filters, |b, dev| {
+    let p = RowParams { top_k: 50, top_p: 0.8, min_p: 0.05, temperature: 1.3, ..DIST_BASE };
+    check_distribution(b, dev, &sampling_logits(), p, 100_000);
+});
+every_backend!(sample_rows_greedy_draws, |b, dev| {
+    check_distribution(b, dev, &sampling_logits(), RowParams { temperature: 0.0, ..DIST_BASE }, 100_000);
+});
+every_backend!(sample_rows_wide_vocabulary, |b, dev| {
+    // Several tokens per work-item of a draw (2500 over 1024 work-items, the last chunks short): the scan of chunk
+    // sums and the re-scan of one chunk.
+    let logits = random(&mut backends::rng(3), 2500, 3.0);
+    let p = RowParams { top_p: 0.95, top_k: 400, temperature: 0.8, ..DIST_BASE };
+    check_distribution(b, dev, &logits, p, 20_000);
+});
+
+every_backend!(sample_rows_seeded_row_in_any_batch, |b, dev| {
+    // A seeded row draws the same token alone, at any place of a batch of any size, among rows of other logits and
+    // parameters.
+    let vocab = 3000;
+    let mut rng = backends::rng(11);
+    let logits = random(&mut rng, vocab, 3.0);
+    let mut seen = Vec::new();
+    for position in 0..6u64 {
+        let p = RowParams { temperature: 0.8, top_p: 0.9, top_k: 100, seed: 42, position, ..RowParams::GREEDY };
+        let mut got = Vec::new();
+        for (batch, at) in [(1usize, 0usize), (5, 2), (37, 36), (64, 0)] {
+            let mut l = random(&mut rng, batch * vocab, 3.0);
+            l[at * vocab..(at + 1) * vocab].copy_from_slice(&logits);
+            let params: Vec<u32> = (0..batch)
+                .flat_map(|r| {
+                    let other =
+                        RowParams { temperature: rng.gen_range(0.5..1.5), seed: rng.gen(), ..RowParams::GREEDY };
+                    (if r == at { p } else { other }).pack()
+                })
+                .collect();
+            let (l, params) = (b.upload_f32(&l).unwrap(), b.upload_u32(&params).unwrap());
+            let ids = b.upload_u32(&vec![u32::MAX; batch]).unwrap();
+            b.run(Op::SampleRows { logits: &l, params: &params, ids: &ids, rows: batch, vocab }).unwrap();
+            got.push(b.download_u32(&ids, batch).unwrap()[at]);
+        }
+        if let Some(dev) = dev {
+            assert!(got.iter().all(|&t| t == got[0] && (t as usize) < vocab), "{dev}: position {position}: {got:?}");
+        }
+        seen.push(got[0]);
+    }
+    if let Some(dev) = dev {
+        // Different positions draw from the stream's different places (not all the same token).
+        assert!(seen.iter().any(|&t| t != seen[0]), "{dev}: {seen:?}");
+    }
+});

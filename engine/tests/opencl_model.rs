@@ -122,6 +122,7 @@ fn smollm2_greedy_tokens_match_the_cpu_backend() {
 /// asks for), and a seeded row draws the same token alone and inside a batch.
 #[test]
 fn sampled_steps_read_back_only_ids_and_seeded_rows_repeat() {
+    use rserve_engine::backend::opencl::OpenClBackend;
     use rserve_engine::sampling::adjust::Edit;
     use rserve_engine::sampling::{RowParams, StepSampling, NO_LOGPROBS};
     let Some(cl) = backends::opencl() else { return };
@@ -133,9 +134,8 @@ fn sampled_steps_read_back_only_ids_and_seeded_rows_repeat() {
         RowParams { temperature: 1.0, seed: 5, ..RowParams::GREEDY },
         RowParams { temperature: 0.7, min_p: 0.1, seed: 6, ..RowParams::GREEDY },
     ];
-    let step = |r: &mut ModelRunner<_>, rows: &[(usize, RowParams)], logprobs: bool| {
-        let batch: Vec<ScheduledSeq> =
-            rows.iter().map(|&(p, _)| seq(prompts[p], 0, 4 * p as u32, 1, 16)).collect();
+    let step = |r: &mut ModelRunner<OpenClBackend>, rows: &[(usize, RowParams)], logprobs: bool| {
+        let batch: Vec<ScheduledSeq> = rows.iter().map(|&(p, _)| seq(prompts[p], 0, 4 * p as u32, 1, 16)).collect();
         let mut s = StepSampling { params: rows.iter().flat_map(|(_, p)| p.pack()).collect(), ..Default::default() };
         s.edits.push(Edit { row: 0, token: 28, mul: 1.3, add: 0.5 });
         if logprobs {

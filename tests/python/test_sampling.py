@@ -24,6 +24,10 @@ OTHERS = [
 def _complete(client, prompt: str, kw: dict) -> str:
     kw = dict(kw)
     extra = {"ignore_eos": True, **kw.pop("extra_body", {})}
+    # vLLM's fields that the openai client does not know go in the body as they are.
+    for field in ("top_k", "min_p"):
+        if field in kw:
+            extra[field] = kw.pop(field)
     kw.setdefault("max_tokens", 24)
     r = client.completions.create(model=MODEL_NAME, prompt=prompt, extra_body=extra, **kw)
     return r.choices[0].text

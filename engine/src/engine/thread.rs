@@ -329,9 +329,10 @@ impl EngineLoop {
         if any_logprobs {
             s.logprobs = logprobs;
         }
-        let bans = out.seqs.iter().map(|q| {
-            self.live.get(&q.request_id).filter(|_| q.sample).map(|l| (&l.sampling, l.output.as_slice()))
-        });
+        let bans = out
+            .seqs
+            .iter()
+            .map(|q| self.live.get(&q.request_id).filter(|_| q.sample).map(|l| (&l.sampling, l.output.as_slice())));
         s.bans = sampling::step::ban_masks(bans, vocab);
         s
     }

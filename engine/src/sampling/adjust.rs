@@ -38,7 +38,14 @@ pub fn edits_any(p: &SamplingParams) -> bool {
 }
 
 /// Appends row `row`'s edits (sorted by token, ids outside `vocab` dropped) to `out`.
-pub fn push_row(out: &mut Vec<Edit>, row: u32, p: &SamplingParams, prompt: &[TokenId], output: &[TokenId], vocab: usize) {
+pub fn push_row(
+    out: &mut Vec<Edit>,
+    row: u32,
+    p: &SamplingParams,
+    prompt: &[TokenId],
+    output: &[TokenId],
+    vocab: usize,
+) {
     if !edits_any(p) {
         return;
     }
@@ -61,12 +68,12 @@ pub fn push_row(out: &mut Vec<Edit>, row: u32, p: &SamplingParams, prompt: &[Tok
         by_token.entry(t).or_insert((1.0, 0.0)).1 += b;
     }
     let start = out.len();
-    out.extend(
-        by_token
-            .into_iter()
-            .filter(|(t, _)| (*t as usize) < vocab)
-            .map(|(token, (mul, add))| Edit { row, token, mul, add }),
-    );
+    out.extend(by_token.into_iter().filter(|(t, _)| (*t as usize) < vocab).map(|(token, (mul, add))| Edit {
+        row,
+        token,
+        mul,
+        add,
+    }));
     out[start..].sort_unstable_by_key(|e| e.token);
 }
 

@@ -18,16 +18,59 @@ use rserve_kernels::launch::SAMPLE_MAX_ROUNDS;
 use super::params::RowParams;
 use super::philox;
 
-/// The greedy token: the lowest index among equal maxima (`argmax_rows` and `sample_rows` follow the same rule);
-/// NaN never wins; a row without a number above -inf gives 0.
-pub fn argmax(l: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, v) in l.iter().enumerate() {
-        if *v > l[best] {
-            best = i;
+/// Lanes of the passes below: independent accumulators, so a float sum (which may not be reordered) still runs
+/// as vector adds.
+const LANES: usize = 16;
+
+/// `sum(f(x))` over `xs` in `LANES` interleaved partial sums.
+#[inline(always)]
+fn lane_sum(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += f(x);
         }
     }
-    best as u32
+    acc.iter().sum::<f32>() + rest.iter().map(|&x| f(x)).sum::<f32>()
+}
+
+/// The greedy token: the lowest index among equal maxima (`argmax_rows` and `sample_rows` follow the same rule);
+/// NaN never wins; a row without a number above -inf gives 0.
+#[inline(always)]
+pub fn argmax(l: &[f32]) -> u32 {
+    // Lane j sees indices j, j + LANES, ... in ascending order, so strict `>` keeps each lane's lowest index of its
+    // maximum; the lanes are then merged by (value, lowest index).
+    let mut top = [f32::NEG_INFINITY; LANES];
+    let mut at = [u32::MAX; LANES];
+    let chunks = l.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for (c, chunk) in chunks.enumerate() {
+        for j in 0..LANES {
+            let v = chunk[j];
+            let better = v > top[j];
+            top[j] = if better { v } else { top[j] };
+            at[j] = if better { (c * LANES + j) as u32 } else { at[j] };
+        }
+    }
+    let (mut best, mut best_v) = (u32::MAX, f32::NEG_INFINITY);
+    for j in 0..LANES {
+        if top[j] > best_v || (top[j] == best_v && at[j] < best) {
+            (best, best_v) = (at[j], top[j]);
+        }
+    }
+    let base = l.len() - rest.len();
+    for (i, &v) in rest.iter().enumerate() {
+        if v > best_v {
+            (best, best_v) = ((base + i) as u32, v);
+        }
+    }
+    if best == u32::MAX {
+        0
+    } else {
+        best
+    }
 }
 
 /// `exp(x)` for `x <= 0` without a branch (so loops over it vectorise), relative error about 2e-7; below -87 (and
@@ -40,7 +83,10 @@ pub fn exp_nonpositive(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding and subtracting it rounds to an integer
     let keep = x >= -87.0;
     let xc = if keep { x } else { 0.0 };
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    let t = xc * LOG2E + ROUND;
+    // t's low mantissa bits hold round(xc * log2(e)) as an integer: no float-to-int conversion in the loop.
+    let ni = t.to_bits().wrapping_sub(ROUND.to_bits()) as i32;
+    let n = t - ROUND;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
     let p = 1.0 / 720.0;
     let p = p * r + 1.0 / 120.0;
@@ -49,7 +95,7 @@ pub fn exp_nonpositive(x: f32) -> f32 {
     let p = p * r + 0.5;
     let p = p * r + 1.0;
     let p = p * r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    let scale = f32::from_bits((ni.wrapping_add(127) as u32) << 23);
     if keep {
         p * scale
     } else {
@@ -57,20 +103,64 @@ pub fn exp_nonpositive(x: f32) -> f32 {
     }
 }
 
-/// The token row `l` draws under `p`. `w` is scratch (resized to the row).
+/// The token row `l` draws under `p`. `w` is scratch (resized to the row). The passes are compiled for AVX-512 and
+/// AVX2 too and chosen at run time (the portable build targets baseline x86-64).
 pub fn sample_row(l: &[f32], p: &RowParams, w: &mut Vec<f32>) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") {
+            // SAFETY: the CPU has the features the function is compiled for (checked above).
+            return unsafe { sample_row_avx512(l, p, w) };
+        }
+        if has!("avx2") && has!("fma") {
+            // SAFETY: as above.
+            return unsafe { sample_row_avx2(l, p, w) };
+        }
+    }
+    sample_row_portable(l, p, w)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn sample_row_avx512(l: &[f32], p: &RowParams, w: &mut Vec<f32>) -> u32 {
+    sample_row_portable(l, p, w)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sample_row_avx2(l: &[f32], p: &RowParams, w: &mut Vec<f32>) -> u32 {
+    sample_row_portable(l, p, w)
+}
+
+#[inline(always)]
+fn sample_row_portable(l: &[f32], p: &RowParams, w: &mut Vec<f32>) -> u32 {
     if p.is_greedy() || l.is_empty() {
         return argmax(l);
     }
-    let max = l.iter().copied().filter(|v| v.is_finite()).fold(f32::NEG_INFINITY, f32::max);
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = l.chunks_exact(LANES);
+    for v in chunks.remainder() {
+        lanes[0] = if v.is_finite() { lanes[0].max(*v) } else { lanes[0] };
+    }
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = if v.is_finite() && v > *m { v } else { *m };
+        }
+    }
+    let max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if max == f32::NEG_INFINITY {
         return argmax(l);
     }
     let inv_t = 1.0 / p.temperature;
-    w.clear();
-    w.extend(l.iter().map(|&v| if v.is_finite() { exp_nonpositive((v - max) * inv_t) } else { 0.0 }));
+    w.resize(l.len(), 0.0);
+    for (o, &v) in w.iter_mut().zip(l) {
+        // Non-finite logits weigh 0 (exp_nonpositive of -inf or NaN is 0; +inf is excluded here).
+        let z = if v.is_finite() { (v - max) * inv_t } else { f32::NEG_INFINITY };
+        *o = exp_nonpositive(z);
+    }
     // top-p is measured against the whole distribution, before min-p takes tokens out.
-    let total: f32 = w.iter().sum();
+    let total = lane_sum(w, |v| v);
     if p.min_p > 0.0 {
         // The most likely token weighs 1.
         let floor = p.min_p;
@@ -97,10 +187,22 @@ pub fn sample_row(l: &[f32], p: &RowParams, w: &mut Vec<f32>) -> u32 {
 
 /// The first index whose running sum of the weights above `pivot` (in index order) passes `u` times their total;
 /// None when no weight is above `pivot`.
+#[inline(always)]
 fn draw_above(w: &[f32], pivot: f32, u: f32) -> Option<usize> {
     const BLOCK: usize = 1024;
     let masked = |v: f32| if v > pivot { v } else { 0.0 };
-    let sums: Vec<f32> = w.chunks(BLOCK).map(|c| c.iter().map(|&v| masked(v)).sum()).collect();
+    let mut sums = [0.0f32; 256];
+    let blocks = w.len().div_ceil(BLOCK);
+    let mut sums_vec;
+    let sums: &mut [f32] = if blocks <= sums.len() {
+        &mut sums[..blocks]
+    } else {
+        sums_vec = vec![0.0f32; blocks];
+        &mut sums_vec
+    };
+    for (s, c) in sums.iter_mut().zip(w.chunks(BLOCK)) {
+        *s = lane_sum(c, masked);
+    }
     let total: f32 = sums.iter().sum();
     if total <= 0.0 {
         return None;
@@ -112,13 +214,13 @@ fn draw_above(w: &[f32], pivot: f32, u: f32) -> Option<usize> {
         if s <= 0.0 {
             continue;
         }
+        let block = &w[b * BLOCK..((b + 1) * BLOCK).min(w.len())];
         if acc + s > target {
-            let start = b * BLOCK;
-            for (i, &v) in w[start..(start + BLOCK).min(w.len())].iter().enumerate() {
+            for (i, &v) in block.iter().enumerate() {
                 let v = masked(v);
                 if v > 0.0 {
                     acc += v;
-                    last = Some(start + i);
+                    last = Some(b * BLOCK + i);
                     if acc > target {
                         return last;
                     }
@@ -128,21 +230,17 @@ fn draw_above(w: &[f32], pivot: f32, u: f32) -> Option<usize> {
             return last;
         }
         acc += s;
-        last = Some(b * BLOCK + w[b * BLOCK..(b * BLOCK + BLOCK).min(w.len())].iter().rposition(|&v| v > pivot)?);
+        last = block.iter().rposition(|&v| v > pivot).map(|i| b * BLOCK + i).or(last);
     }
     last
 }
 
 /// How many weights are above `ws`, and their sum.
+#[inline(always)]
 fn above(w: &[f32], ws: f32) -> (usize, f32) {
-    let mut count = 0usize;
-    let mut mass = 0.0f32;
-    for &v in w {
-        let a = v > ws;
-        count += a as usize;
-        mass += if a { v } else { 0.0 };
-    }
-    (count, mass)
+    let count = lane_sum(w, |v| if v > ws { 1.0 } else { 0.0 });
+    let mass = lane_sum(w, |v| if v > ws { v } else { 0.0 });
+    (count as usize, mass)
 }
 
 #[cfg(test)]
@@ -170,6 +268,8 @@ mod tests {
         let mut w = Vec::new();
         let l = [1.0, 3.0, 3.0, -1.0];
         assert_eq!(sample_row(&l, &params(0.0), &mut w), 1);
+        assert_eq!(argmax(&[f32::NAN, 1.0, f32::NAN, 2.0]), 3);
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 3]), 0);
         for seed in 0..50 {
             let p = RowParams { top_k: 1, seed, ..params(5.0) };
             assert_eq!(sample_row(&l, &p, &mut w), 1);
@@ -204,9 +304,7 @@ mod tests {
         let l: Vec<f32> = (0..5000).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
         let run = |seed, w: &mut Vec<f32>| {
             (0..20)
-                .map(|position| {
-                    sample_row(&l, &RowParams { seed, position, top_p: 0.9, ..params(0.8) }, w)
-                })
+                .map(|position| sample_row(&l, &RowParams { seed, position, top_p: 0.9, ..params(0.8) }, w))
                 .collect::<Vec<_>>()
         };
         assert_eq!(run(42, &mut w), run(42, &mut w));

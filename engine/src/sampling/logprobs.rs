@@ -26,10 +26,8 @@ pub fn top(x: &[f32], n: usize) -> Vec<(u32, f32)> {
         return best;
     }
     for (i, &v) in x.iter().enumerate() {
-        if best.len() == n && !(v > best[n - 1].1) {
-            continue;
-        }
-        if v.is_nan() {
+        // NaN never counts; a full list takes only values above its last.
+        if v.is_nan() || (best.len() == n && v <= best[n - 1].1) {
             continue;
         }
         // Later ids lose ties: insert after every value >= v.

@@ -28,7 +28,8 @@ pub struct RowParams {
 
 impl RowParams {
     /// The most likely token: what rows that do not sample this step (prefill chunks) are given.
-    pub const GREEDY: RowParams = RowParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0, position: 0 };
+    pub const GREEDY: RowParams =
+        RowParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0, position: 0 };
 
     pub fn new(p: &SamplingParams, seed: u64, position: u64) -> Self {
         Self {
@@ -79,7 +80,8 @@ mod tests {
 
     #[test]
     fn pack_round_trips() {
-        let p = RowParams { temperature: 0.7, top_k: 40, top_p: 0.9, min_p: 0.05, seed: u64::MAX - 5, position: 1 << 40 };
+        let p =
+            RowParams { temperature: 0.7, top_k: 40, top_p: 0.9, min_p: 0.05, seed: u64::MAX - 5, position: 1 << 40 };
         assert_eq!(RowParams::unpack(&p.pack()), p);
         assert!(RowParams::GREEDY.is_greedy() && RowParams { top_k: 1, temperature: 2.0, ..p }.is_greedy());
         assert!(!p.is_greedy());

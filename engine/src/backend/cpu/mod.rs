@@ -14,8 +14,8 @@ mod gemv;
 mod matmul;
 mod matmul16;
 mod moe;
-mod sampling;
 pub mod quant;
+mod sampling;
 
 use std::cell::{Ref, RefCell, RefMut};
 use std::sync::{Arc, OnceLock};

@@ -32,7 +32,11 @@ pub(super) fn adjust_logits<D: KernelDevice>(
 }
 
 /// `Op::SampleRows`: one work-group per row.
-pub(super) fn sample_rows<D: KernelDevice>(d: &D, [logits, params, ids]: [&D::Buf; 3], [rows, vocab]: [usize; 2]) -> Result<()> {
+pub(super) fn sample_rows<D: KernelDevice>(
+    d: &D,
+    [logits, params, ids]: [&D::Buf; 3],
+    [rows, vocab]: [usize; 2],
+) -> Result<()> {
     if rows == 0 {
         return Ok(());
     }
