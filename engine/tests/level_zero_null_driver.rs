@@ -18,6 +18,7 @@ mod level_zero_support;
 use candle_core::DType;
 use level_zero_support as lz;
 use rserve_engine::backend::level_zero::{handle_counts, loader_components, module_builds, HandleKind};
+use rserve_engine::backend::Backend;
 use rserve_engine::engine::device::Device;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
