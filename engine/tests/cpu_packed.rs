@@ -2,7 +2,7 @@
 //! loader's block twins decode to exactly the tensors it dequantized (q/k rows permuted back included), the packed
 //! matmul stays within the activation-quantization bound of the f32 matmul on real weights, and a Q8_0 copy of the
 //! model gives the dequantized path's greedy tokens on the golden prompts; loaded as blocks only
-//! (`weights::load_packed`, what the server does with `--cpu-packed-weights`) it computes what the twins do.
+//! (`weights::load_packed`, what the server does by default) it computes what the twins do.
 //!
 //! The Q8_0 comparison holds because an all-`Q8_0` file's matrices multiply activations quantized in two terms
 //! (about 15 bits, `QuantActs::two_term`). With one int8 term (llama.cpp's scheme, which files of 4- and 5-bit
@@ -184,7 +184,7 @@ fn smollm2_q8_0_packed_greedy_equals_the_dequantized_path() {
 
 #[test]
 fn smollm2_loaded_as_blocks_only_computes_what_the_twins_do() {
-    // `weights::load_packed` (what the server loads with `--cpu-packed-weights`): every tensor the twin loader packs
+    // `weights::load_packed` (what the server loads by default on the CPU): every tensor the twin loader packs
     // is a memory-free placeholder whose blocks equal the twin's, the rest is loaded as before, and the model's
     // logits through the packed backend are the twin path's, bit for bit.
     let path = common::smollm2_gguf();

@@ -15,6 +15,9 @@ fn config(max_model_len: usize, kv_tokens: u64, batched: usize) -> EngineConfig 
     c.kv_cache_memory_bytes = Some(kv_tokens * PER_TOKEN_KV_BYTES);
     c.max_num_batched_tokens = Some(batched);
     c.max_num_seqs = 8;
+    // The dequantized reference: which matmul path runs (packed kernels take some row counts, f32 tiles others) must
+    // not be what decides a near-tie between the schedules compared here.
+    c.cpu_packed_weights = false;
     c
 }
 

@@ -25,6 +25,10 @@ MODEL_NAME = "smollm2"
 MAX_MODEL_LEN = 1024
 STARTUP_TIMEOUT_S = float(os.environ.get("RSERVE_STARTUP_TIMEOUT", "300"))
 READY_LINE = "Application startup complete."
+# The dequantized reference the goldens hold the CPU to (transformers' float32 outputs): the CPU's default keeps GGUF
+# weights packed, whose activation quantization moves log-probs beyond the goldens' tolerance. No effect off the CPU or
+# on a safetensors model; a test of the packed path passes `--cpu-packed-weights` after it (the later flag wins).
+REFERENCE_ARGS = ["--cpu-dequantize-weights"]
 ADDRESS_RE = re.compile(r"Starting vLLM API server 0 on (https?)://(\S+):(\d+)")
 
 
@@ -68,6 +72,7 @@ class Server:
             "--max-model-len", str(MAX_MODEL_LEN),
             "--kv-cache-memory-bytes", "256M",
             "--shutdown-timeout", "60",
+            *REFERENCE_ARGS,
             *shlex.split(os.environ.get("RSERVE_E2E_ARGS", "")),
             *extra_args,
         ]

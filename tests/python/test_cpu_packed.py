@@ -1,5 +1,6 @@
-"""Packed GGUF weights over HTTP: SmolLM2's Q4_1 file served with `--cpu-packed-weights` (integer block dots against
-activations quantized per 32 values, llama.cpp's scheme) answers like the dequantized float32 server within the
+"""Packed GGUF weights over HTTP: SmolLM2's Q4_1 file served packed (the CPU's default, `--cpu-packed-weights`
+overriding the fixtures' `--cpu-dequantize-weights`; integer block dots against activations quantized per 32 values,
+llama.cpp's scheme) answers like the dequantized float32 server (`--cpu-dequantize-weights`) within the
 activation quantization: the same greedy first token where the reference is sure of it, its log-prob within 0.6
 (`engine/tests/cpu_packed.rs` measured up to 0.40), and a batch of concurrent requests gets one answer per prompt,
 equal to the same prompt's answer alone. CPU only: the device runs (`RSERVE_E2E_ARGS`) skip it."""
@@ -38,7 +39,7 @@ def _greedy(server: Server, prompt: str) -> str:
 
 
 def test_packed_weights_answer_like_the_dequantized_server_alone_and_batched():
-    reference = Server("--device", "cpu", name="rserve f32")
+    reference = Server("--device", "cpu", "--cpu-dequantize-weights", name="rserve f32")
     try:
         want = [_first(reference, p) for p in PROMPTS]
     finally:

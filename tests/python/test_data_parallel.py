@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from conftest import MODEL_NAME, REPO, Server, model_path, rserve_bin
+from conftest import MODEL_NAME, REFERENCE_ARGS, REPO, Server, model_path, rserve_bin
 
 GOLDEN = json.loads((REPO / "tests/fixtures/golden/smollm2_greedy.json").read_text())["prompts"]
 UNDER_MPI = bool(os.environ.get("RSERVE_E2E_LAUNCH")) or "-tp" in shlex.split(os.environ.get("RSERVE_E2E_ARGS", ""))
@@ -148,7 +148,7 @@ def test_run_batch_takes_dp_and_answers_as_one_replica(server, tmp_path):
         "skip_special_tokens": False}}) + "\n" for i, p in enumerate(prompts)))
     r = subprocess.run([str(rserve_bin()), "run-batch", "-i", str(inp), "-o", str(out), str(model_path()),
                         "--served-model-name", MODEL_NAME, "--max-model-len", "1024", "--kv-cache-memory-bytes", "256M",
-                        *shlex.split(os.environ.get("RSERVE_E2E_ARGS", "")), "-dp", "2"],
+                        *REFERENCE_ARGS, *shlex.split(os.environ.get("RSERVE_E2E_ARGS", "")), "-dp", "2"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Data-parallel replica 1" in r.stderr

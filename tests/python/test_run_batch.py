@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import MAX_MODEL_LEN, MODEL_NAME, model_path, rserve_bin
+from conftest import MAX_MODEL_LEN, MODEL_NAME, REFERENCE_ARGS, model_path, rserve_bin
 
 # Another device or a launcher (scripts/test.sh's OpenCL and -tp 3 passes) runs the batch again on fewer lines, and
 # leaves out the tests that do not depend on the device.
@@ -38,7 +38,7 @@ def batch_command(inp: Path | str, out: Path | str, *extra: str) -> list[str]:
     return [
         *launch(), str(rserve_bin()), "run-batch", "-i", str(inp), "-o", str(out), str(model_path()),
         "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory-bytes", "256M",
-        *shlex.split(os.environ.get("RSERVE_E2E_ARGS", "")), *extra,
+        *REFERENCE_ARGS, *shlex.split(os.environ.get("RSERVE_E2E_ARGS", "")), *extra,
     ]
 
 

@@ -123,9 +123,10 @@ pub struct EngineConfig {
     pub opencl_platform: Option<String>,
     /// `--opencl-device`: a device index within that platform; None: its first GPU, else device 0.
     pub opencl_device: Option<usize>,
-    /// `--cpu-packed-weights`: the CPU backend keeps GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K
-    /// weights packed
-    /// (`backend::cpu::quant`).
+    /// The CPU backend keeps GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights packed
+    /// (`backend::cpu::quant`; the default, what a llama.cpp user expects of a quantized file). False with
+    /// `--cpu-dequantize-weights`: every weight dequantized to the compute dtype, the reference the goldens hold the
+    /// CPU to.
     pub cpu_packed_weights: bool,
     /// `--load-format`: "auto" (the checkpoint's weights) or "dummy" (random weights of the config's shapes).
     pub load_format: String,
@@ -193,7 +194,7 @@ impl EngineConfig {
             launch_args: std::env::args().collect(),
             opencl_platform: None,
             opencl_device: None,
-            cpu_packed_weights: false,
+            cpu_packed_weights: true,
             load_format: "auto".into(),
             enforce_eager: false,
             profile: Default::default(),

@@ -38,7 +38,7 @@ impl Device {
         }
     }
 
-    /// The CPU backend with `--cpu-packed-weights` and `--kv-cache-dtype`.
+    /// The CPU backend with packed GGUF weights unless `--cpu-dequantize-weights`, and `--kv-cache-dtype`.
     fn cpu_for(cfg: &super::config::EngineConfig) -> Result<CpuBackend> {
         Ok(CpuBackend::with_packed_weights(cfg.cpu_packed_weights).with_kv_cache_dtype(cfg.kv_cache_dtype_choice()?))
     }

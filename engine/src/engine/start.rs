@@ -357,7 +357,7 @@ fn load_model(
             let shard = crate::model::shard::Shard::of(params, &cfg.layout(0))?;
             crate::weights::load_shard(resolved, params, dtype, &shard)?
         }
-        // The CPU backend keeping GGUF blocks never reads an f32 copy of those tensors: they are not made.
+        // The CPU backend keeping GGUF blocks (its default) never reads an f32 copy of those tensors: none is made.
         _ if cfg.cpu_packed_weights && matches!(device, Device::Cpu(_)) => {
             crate::weights::load_packed(resolved, params, dtype)?
         }

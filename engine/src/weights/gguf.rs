@@ -10,7 +10,7 @@
 //! 2-D tensors stored in a block format the CPU backend multiplies (`quant::Format`: `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`,
 //! `Q5_1`, `Q4_K`, `Q5_K`, `Q6_K`) also keep their blocks (rows put in the same order): the CPU backend multiplies
 //! those packed (`backend::cpu::quant`), the other backends take the dequantized tensors. `load_gguf_packed` keeps
-//! only the blocks of those, for the CPU backend with `--cpu-packed-weights`.
+//! only the blocks of those, for the CPU backend keeping them packed (its default; not `--cpu-dequantize-weights`).
 
 use std::collections::HashMap;
 use std::io::Cursor;

@@ -165,7 +165,8 @@ pub fn load(resolved: &ResolvedModel, params: &ModelParams, dtype: DType) -> Res
 }
 
 /// As `load`, but GGUF tensors the CPU backend multiplies packed keep only their blocks (`gguf::load_gguf_packed`):
-/// for the CPU backend with `--cpu-packed-weights`, whose host memory then holds the file's blocks, not an f32 copy.
+/// for the CPU backend keeping GGUF weights packed (the default; not with `--cpu-dequantize-weights`), whose host
+/// memory then holds the file's blocks, not an f32 copy.
 pub fn load_packed(resolved: &ResolvedModel, params: &ModelParams, dtype: DType) -> Result<Weights> {
     match resolved {
         ResolvedModel::Safetensors(m) => safetensors::load_safetensors(&m.safetensors, params, dtype),

@@ -261,11 +261,16 @@ pub struct DeviceArgs {
     /// With --device opencl: the device index within that platform (default: its first GPU, else 0).
     #[arg(long)]
     pub opencl_device: Option<usize>,
-    /// On the CPU: keep GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights in their blocks and
-    /// multiply them with integer dot products against activations quantized to 8 bits per block, in two terms for
-    /// a Q8_0 file (faster; 4-bit log-probs move by up to ~0.4, Q8_0's by ~0.002).
-    #[arg(long)]
+    /// On the CPU (the default): keep GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights in their
+    /// blocks and multiply them with integer dot products against activations quantized to 8 bits per block, in two
+    /// terms for a Q8_0 file (llama.cpp's scheme: fast; 4-bit log-probs move by up to ~0.4 from the dequantized
+    /// reference, Q8_0's by ~0.002).
+    #[arg(long, overrides_with = "cpu_dequantize_weights")]
     pub cpu_packed_weights: bool,
+    /// On the CPU: dequantize GGUF weights to the compute dtype at load and multiply in floating point instead of
+    /// keeping them packed (the exact reference that matches transformers' float32 outputs; slower, more memory).
+    #[arg(long, overrides_with = "cpu_packed_weights")]
+    pub cpu_dequantize_weights: bool,
     /// On the CPU: threads of the compute pool (matmuls, attention, elementwise ops). Default: one per physical core.
     #[arg(long, value_name = "N")]
     pub cpu_threads: Option<usize>,
@@ -634,7 +639,8 @@ impl EngineArgs {
         cfg.device = self.device.device.clone();
         cfg.opencl_platform = self.device.opencl_platform.clone();
         cfg.opencl_device = self.device.opencl_device;
-        cfg.cpu_packed_weights = self.device.cpu_packed_weights;
+        // Packed unless the reference is asked for (the later of the two flags wins: clap's `overrides_with`).
+        cfg.cpu_packed_weights = !self.device.cpu_dequantize_weights;
         cfg.cpu_threads = self.device.cpu_threads;
         cfg.load_format = self.load_format(model)?;
         cfg.download_dir = self.device.download_dir.clone();

@@ -76,6 +76,17 @@ fn flags_reach_the_engine_config() {
 }
 
 #[test]
+fn cpu_weights_are_packed_unless_the_reference_is_asked_for() {
+    let packed = |line: &str| serve(line).engine.engine_config("m", 1).expect("valid").cpu_packed_weights;
+    assert!(packed("rserve m"), "packed GGUF weights are the CPU's default");
+    assert!(packed("rserve m --cpu-packed-weights"), "the old opt-in flag is still accepted");
+    assert!(!packed("rserve m --cpu-dequantize-weights"));
+    // The later of the two wins, so a wrapper's default can be overridden by a flag added after it.
+    assert!(packed("rserve m --cpu-dequantize-weights --cpu-packed-weights"));
+    assert!(!packed("rserve m --cpu-packed-weights --cpu-dequantize-weights"));
+}
+
+#[test]
 fn api_key_from_flag() {
     let s = serve("rserve m --api-key sk-1");
     assert_eq!(s.frontend.api_key, ["sk-1"]);

@@ -547,6 +547,7 @@ pub static FLAGS: &[VllmFlag] = &[
     rserve(&["--opencl-platform"], V),
     rserve(&["--opencl-device"], V),
     rserve(&["--cpu-packed-weights"], S),
+    rserve(&["--cpu-dequantize-weights"], S),
     rserve(&["--cpu-threads"], V),
     rserve(&["--profile"], V),
     rserve(&["--max-num-waiting"], V),

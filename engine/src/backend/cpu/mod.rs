@@ -141,9 +141,10 @@ pub struct CpuBackend {
 }
 
 impl Default for CpuBackend {
-    /// The reference: every weight in its dequantized type. Packed GGUF weights only with `--cpu-packed-weights`
-    /// (`with_packed_weights`): the packed path quantizes activations, so its logits differ from the f32 reference
-    /// the golden tests hold the CPU backend to.
+    /// The reference: every weight in its dequantized type (what the server runs with `--cpu-dequantize-weights`).
+    /// The server's default keeps GGUF weights packed (`with_packed_weights`, `EngineConfig::cpu_packed_weights`):
+    /// the packed path quantizes activations, so its logits differ from the f32 reference the golden tests hold the
+    /// CPU backend to, and a backend built directly (tests, benchmarks) stays the reference unless asked.
     fn default() -> Self {
         CpuBackend { packed: false, kv_dtype: None }
     }
