@@ -14,6 +14,7 @@ pub(crate) mod phase;
 pub mod replicas;
 mod start;
 mod thread;
+mod warmup;
 
 pub use config::{DTypeArg, EngineConfig};
 pub use device::Device;

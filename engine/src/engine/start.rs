@@ -221,7 +221,7 @@ fn start_in(
     }
     let generation = generation_defaults(&cfg, resolved.files().generation_config.as_deref())?;
     let sampling_defaults = generation.sampling.clone();
-    let (runner, sizing) = match (device, remote) {
+    let (mut runner, sizing) = match (device, remote) {
         (Some(device), _) => load_model(&cfg, role, device, &resolved, &params, dtype)?,
         (_, Some(sizing)) => {
             let runner = distributed::remote_runner(&cfg, params.vocab_size, sizing.budget.num_blocks)?;
@@ -270,6 +270,16 @@ fn start_in(
         );
     }
     let scheduler = Scheduler::new(sched_cfg).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+    // One-time costs (packing, first touches, graph capture) are paid here, before the server says it is ready.
+    let phase = super::phase::Phase::start("Warm-up");
+    let limits = super::warmup::WarmupLimits {
+        block_size: cfg.block_size,
+        max_model_len: plan.max_model_len,
+        max_num_batched_tokens: scheduler.config().max_num_batched_tokens,
+        vocab_size: params.vocab_size,
+    };
+    let warmed = super::warmup::warm_up(runner.as_mut(), scheduler.kv_cache(), limits)?;
+    phase.done(&format!("{warmed} tokens through the model"));
 
     let mut eos: Vec<TokenId> = params.eos_token_ids.iter().copied().map(TokenId).collect();
     for id in tokenizer.eos_token_ids() {
