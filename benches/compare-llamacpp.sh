@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # compare-llamacpp.sh: serve the same GGUF with llama.cpp's llama-server and with rserve, one after the other, run the
 # same `rserve bench serve` load against each (1 client and 16 clients, 128 output tokens, --ignore-eos) and print a
-# comparison table.
+# comparison table. Before rserve's loads, a freshly started rserve answers two single requests one after the other
+# (the same prompt shape): the first request's TPOT against the second's shows whether start-up paid its one-time
+# costs (the warm-up) or left them to the first user.
 #
 # llama-server is built from the source distribution of the PyPI package llama-cpp-python (its vendor/llama.cpp),
 # unpacked and built under a cache directory outside the repository; nothing of it is committed. The first build takes
@@ -21,7 +23,8 @@
 #   PORT_LLAMA / PORT_RSERVE          ports (default 18180 / 18181)
 #   OUT_DIR              where result JSON files and server logs go (default a fresh temporary directory)
 #   RSERVE_BIN           the rserve binary to serve and load with (default <repo>/target/release/rserve, built here)
-#   RSERVE_ARGS          extra flags for the rserve server, e.g. "--cpu-packed-weights" (default none)
+#   RSERVE_ARGS          extra flags for the rserve server, e.g. "--cpu-dequantize-weights" (default none: packed GGUF
+#                        weights on the CPU, what the quick start serves)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,7 +44,7 @@ for arg in "$@"; do
   case "$arg" in
     --build-only) BUILD_ONLY=1 ;;
     --skip-build-rserve) SKIP_BUILD_RSERVE=1 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
@@ -190,6 +193,9 @@ log "starting rserve"
 "$RSERVE" "$GGUF" --host 127.0.0.1 --port "$PORT_RSERVE" ${RSERVE_ARGS:-} >"$OUT_DIR/rserve.log" 2>&1 &
 SERVER_PID=$!
 wait_ready "$PORT_RSERVE"
+# The first request a fresh server answers, then a second one alone: their TPOT ratio is the cold-start cost.
+run_load rserve-first "$PORT_RSERVE" 1 1
+run_load rserve-second "$PORT_RSERVE" 1 1
 run_load rserve "$PORT_RSERVE" 1 "$NUM_PROMPTS_1"
 run_load rserve "$PORT_RSERVE" 16 "$NUM_PROMPTS_16"
 stop_server
@@ -216,4 +222,8 @@ print()
 for c in (1, 16):
     a, b = res[("rserve", c)]["output_throughput"], res[("llamacpp", c)]["output_throughput"]
     print(f"rserve / llama.cpp output throughput at {c} client(s): {a / b:.2f}x")
+first, second = (json.load(open(os.path.join(out, f"rserve-{n}-c1.json"))) for n in ("first", "second"))
+print(f"rserve's first request after start-up: TPOT {first['mean_tpot_ms']:.2f} ms, TTFT {first['mean_ttft_ms']:.0f} ms; "
+      f"the second: TPOT {second['mean_tpot_ms']:.2f} ms, TTFT {second['mean_ttft_ms']:.0f} ms; "
+      f"first / second TPOT {first['mean_tpot_ms'] / second['mean_tpot_ms']:.2f}x")
 EOF
