@@ -17,6 +17,7 @@ use rserve_scheduler::{BlockId, KvCacheManager, RequestId, ScheduledSeq, TokenId
 
 use crate::error::{EngineError, Result};
 use crate::runner::StepRunner;
+use crate::sampling::{RowParams, StepSampling};
 
 /// Prompt tokens of the warm-up prefill: more than the 16 rows up to which the CPU's matmuls take their decode kernels,
 /// so the prefill kernels run too; small enough to cost a few milliseconds on SmolLM2.
@@ -63,12 +64,17 @@ pub(crate) fn warm_up(runner: &mut dyn StepRunner, kv: &KvCacheManager, limits: 
     };
     let fail = |what: &str, e: EngineError| EngineError::Backend(format!("start-up warm-up ({what}): {e}"));
     runner.execute(&step((0..prefill).map(token).collect(), 0, true)).map_err(|e| fail("prefill", e))?;
-    for pos in prefill..prefill + decode {
-        // The engine's greedy path: ids picked on the device where the runner can, else logits read back.
+    // The engine's own paths, greedy and sampled in turn: the token choice on the device (its kernels' first
+    // launches and compilation, a greedy decode graph's capture), as requests will take them.
+    let greedy = StepSampling::greedy(1);
+    let sampled = StepSampling {
+        params: RowParams { temperature: 1.0, top_p: 0.9, ..RowParams::GREEDY }.pack().to_vec(),
+        ..StepSampling::default()
+    };
+    for (i, pos) in (prefill..prefill + decode).enumerate() {
         let batch = step(vec![token(pos)], pos, false);
-        if runner.execute_greedy(&batch).map_err(|e| fail("decode", e))?.is_none() {
-            runner.execute(&batch).map_err(|e| fail("decode", e))?;
-        }
+        let choice = if i % 2 == 0 { &greedy } else { &sampled };
+        runner.execute_sampled(&batch, choice, None).map_err(|e| fail("decode", e))?;
     }
     Ok(prefill + decode)
 }
