@@ -47,16 +47,17 @@ def test_a_seeded_request_repeats_alone_and_inside_a_mixed_batch(client):
 
 
 def test_a_seeded_request_repeats_after_preemption():
-    # About 260 tokens of KV cache: eight long requests at once cannot all fit, so some are preempted and recomputed.
+    # About 260 tokens of KV cache (780 a rank under -tp 3, whose ranks hold a third of the KV heads each): twelve long
+    # requests at once cannot all fit, so some are preempted and recomputed.
     s = Server("--kv-cache-memory-bytes", "12000000", "--max-model-len", "256", "--block-size", "16",
                name="small-cache server")
     try:
         client = s.client()
         alone = _complete(client, PROMPT, SEEDED)
-        long = dict(temperature=0.8, max_tokens=120)
+        long = dict(temperature=0.8, max_tokens=160)
         before = s.metrics().get("vllm:num_preemptions_total", 0)
-        with ThreadPoolExecutor(max_workers=9) as pool:
-            others = [pool.submit(_complete, client, f"Story {i}: once upon a time", long) for i in range(8)]
+        with ThreadPoolExecutor(max_workers=13) as pool:
+            others = [pool.submit(_complete, client, f"Story {i}: once upon a time", long) for i in range(12)]
             # The seeded request arrives last, so it is the first the scheduler preempts when blocks run out.
             time.sleep(1.0)
             seeded = pool.submit(_complete, client, PROMPT, SEEDED)
