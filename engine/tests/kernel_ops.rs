@@ -321,6 +321,30 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     kernels::run(d, Op::GatherRows { x: &x, rows: &u(vec![3, 39]), out: &f(2 * h), num_rows: 2, width: h }).unwrap();
     kernels::run(d, Op::MaskLogits { logits: &f(3 * 1000), mask: &u(vec![u32::MAX; 3 * 32]), rows: 3, vocab: 1000 })
         .unwrap();
+    // The token choice: penalty edits, the draw, log-probs.
+    let (logits, ids) = (f(3 * 1000), u(vec![0; 3]));
+    let (edits, values) = (u(vec![0, 5, 2, 999]), f(4));
+    kernels::run(
+        d,
+        Op::AdjustLogits { logits: &logits, edits: &edits, values: &values, count: 2, rows: 3, vocab: 1000 },
+    )
+    .unwrap();
+    let params = u(vec![0; 3 * rserve_kernels::launch::SAMPLE_PARAM_WORDS]);
+    kernels::run(d, Op::SampleRows { logits: &logits, params: &params, ids: &ids, rows: 3, vocab: 1000 }).unwrap();
+    let top = rserve_kernels::launch::LOGPROBS_MAX_TOP;
+    kernels::run(
+        d,
+        Op::RowLogprobs {
+            logits: &logits,
+            ids: &ids,
+            want: &u(vec![5, u32::MAX, 0]),
+            values: &f(3 * (1 + top)),
+            top_ids: &u(vec![0; 3 * top]),
+            rows: 3,
+            vocab: 1000,
+        },
+    )
+    .unwrap();
     // Attention: a 38-token prefill chunk, a decode at position 40, and one at 600 (several partitions); then 20
     // decode rows (above CUDA's latency and fused-reduce limits).
     let mixed = batch(vec![0, 38, 39, 40], vec![38, 41, 601], bs);
