@@ -35,21 +35,6 @@ pub struct SamplingParams {
     pub bad_words: Vec<Vec<TokenId>>,
 }
 
-impl SamplingParams {
-    /// Greedy with nothing that needs the logits on the host (no penalties, bias or log-probs): the next token is
-    /// the argmax, which a device can pick itself.
-    pub fn is_plain_greedy(&self) -> bool {
-        self.temperature < 1e-5
-            && self.logprobs.is_none()
-            && self.repetition_penalty == 1.0
-            && self.presence_penalty == 0.0
-            && self.frequency_penalty == 0.0
-            && self.logit_bias.is_empty()
-            && self.allowed_token_ids.is_none()
-            && self.bad_words.is_empty()
-    }
-}
-
 impl Default for SamplingParams {
     fn default() -> Self {
         Self {

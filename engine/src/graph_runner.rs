@@ -452,14 +452,7 @@ impl StepRunner for CudaGraphRunner {
         let want = match sampling.is_plain_greedy() {
             true => Want::Argmax,
             false if sampling.logprobs_fit_device() => Want::Sample(sampling),
-            false => {
-                let vocab = self.vocab_size();
-                let mut logits = match self.run(batch, Read { want: Want::Logits, masks })? {
-                    StepOutput::Logits(l) => l,
-                    _ => return Err(EngineError::Backend("cuda: expected logits".into())),
-                };
-                return Ok(crate::sampling::step::sample_host(&mut logits, vocab, sampling));
-            }
+            false => return crate::runner::sample_on_host(self, batch, sampling, masks),
         };
         match self.run(batch, Read { want, masks })? {
             StepOutput::Ids(ids) => Ok(SampledRows { ids, logprobs: vec![None; rows] }),

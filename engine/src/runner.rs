@@ -99,18 +99,30 @@ pub trait StepRunner: Send {
         sampling: &StepSampling,
         masks: Option<&mut dyn FnMut() -> StepMasks>,
     ) -> Result<SampledRows> {
-        let vocab = self.vocab_size();
-        let mut logits = match masks {
-            Some(m) => match self.execute_masked(batch, false, m)? {
-                StepOutput::Logits(l) => l,
-                _ => return Err(crate::error::EngineError::Backend("expected logits".into())),
-            },
-            None => self.execute(batch)?,
-        };
-        Ok(crate::sampling::step::sample_host(&mut logits, vocab, sampling))
+        sample_on_host(self, batch, sampling, masks)
     }
     fn vocab_size(&self) -> usize;
     fn device_name(&self) -> String;
+}
+
+/// Runs one step through `runner`, reads its (masked) logits back and chooses on the host
+/// (`sampling::step::sample_host`, rows in parallel): `StepRunner::execute_sampled`'s default, and the fallback of
+/// device runners for what their ops do not cover.
+pub fn sample_on_host<R: StepRunner + ?Sized>(
+    runner: &mut R,
+    batch: &[ScheduledSeq],
+    sampling: &StepSampling,
+    masks: Option<&mut dyn FnMut() -> StepMasks>,
+) -> Result<SampledRows> {
+    let vocab = runner.vocab_size();
+    let mut logits = match masks {
+        Some(m) => match runner.execute_masked(batch, false, m)? {
+            StepOutput::Logits(l) => l,
+            _ => return Err(crate::error::EngineError::Backend("expected logits".into())),
+        },
+        None => runner.execute(batch)?,
+    };
+    Ok(crate::sampling::step::sample_host(&mut logits, vocab, sampling))
 }
 
 /// A llama-family model on backend `B` with its KV cache.
@@ -178,12 +190,7 @@ where
     ) -> Result<SampledRows> {
         if !sampling.logprobs_fit_device() {
             // More alternatives than the device op reports (`--max-logprobs` above 20): the host sampler.
-            let vocab = self.vocab_size();
-            let mut logits = match masks {
-                Some(m) => self.model.forward_masked(&self.backend, batch, &self.cache, m)?,
-                None => self.model.forward(&self.backend, batch, &self.cache)?,
-            };
-            return Ok(crate::sampling::step::sample_host(&mut logits, vocab, sampling));
+            return sample_on_host(self, batch, sampling, masks);
         }
         self.model.forward_sampled(&self.backend, batch, &self.cache, sampling, masks)
     }

@@ -826,13 +826,7 @@ macro_rules! every_backend {
             if let Some(gpu) = backends::shared_cuda() {
                 case(&*gpu, Some("cuda"));
             }
-            if std::env::var_os("RSERVE_ZE_NULL_DRIVER_DIR").is_some() {
-                let out = level_zero_support::run_child(stringify!($name), &level_zero_support::null_driver_env());
-                let text = level_zero_support::text(&out);
-                assert!(out.status.success(), "level zero (null driver) failed:\n{text}");
-                assert!(!text.contains("ZE_RESULT_ERROR"), "a Level Zero call failed:\n{text}");
-                assert_eq!(level_zero_support::reported(&text, "LZ-OPS"), Some("ok"), "{text}");
-            }
+            level_zero_support::null_driver_case(stringify!($name));
         }
     };
 }

@@ -5,8 +5,7 @@
 //! What the first forward passes pay once: the CPU backend's packed weights rearranged for its kernels on first use
 //! (`backend/cpu/quant/rows16.rs`), the first touch of every weight page (a GGUF file's blocks are read on demand),
 //! the compute pool's threads waking and their buffers growing, activation scratch on every backend, and on CUDA the
-//! kernels' first launches and the decode graph's capture. Measured from outside, the first request after start-up
-//! decoded at ~40 % of the speed of the next ones on the CPU.
+//! kernels' first launches and the decode graph's capture.
 //!
 //! Boundary: the warm-up runs on the runner alone, before the engine loop exists. Its blocks are free blocks of the
 //! scheduler's pool, read from the pool and left free (nothing has been scheduled yet, so no block holds a prefix

@@ -76,3 +76,16 @@ pub fn reported<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
     let marker = format!("{prefix}: ");
     text.lines().find_map(|l| l.find(&marker).map(|i| l[i + marker.len()..].trim()))
 }
+
+/// The op matrix's Level Zero case: when the null driver is set up, reruns test `name` in a child on it and checks
+/// that every call succeeded and the child reported `LZ-OPS: ok`.
+pub fn null_driver_case(name: &str) {
+    if std::env::var_os("RSERVE_ZE_NULL_DRIVER_DIR").is_none() {
+        return;
+    }
+    let out = run_child(name, &null_driver_env());
+    let text = text(&out);
+    assert!(out.status.success(), "level zero (null driver) failed:\n{text}");
+    assert!(!text.contains("ZE_RESULT_ERROR"), "a Level Zero call failed:\n{text}");
+    assert_eq!(reported(&text, "LZ-OPS"), Some("ok"), "{text}");
+}
