@@ -23,7 +23,7 @@ impl DTypeArg {
     }
 
     /// The weights' dtype on a device: `auto` is float32 on the CPU backend (the precision of the transformers
-    /// goldens the CPU is held to; `--dtype bfloat16` is the opt-in there, ARCHITECTURE.md) and for GGUF files
+    /// goldens the CPU is held to; `--dtype bfloat16` is the opt-in there, docs/decisions/) and for GGUF files
     /// (dequantized to f32 at load); elsewhere the config's dtype, a float32 checkpoint served
     /// in bfloat16 (as vLLM does) and bfloat16 when the config names none. `rserve plan` resolves it the same way
     /// (`plan::dtype::resolve_dtype`), so its KV and weight sizes are the server's.

@@ -10,7 +10,7 @@
 //! refuses one (another stepping, a zebin version it does not read) costs one failed `zeModuleCreate` and a warning,
 //! then the SPIR-V build. `RSERVE_ZE_MODULE_FORMAT=native|spirv` overrides the match (`auto`, the default, applies
 //! it): the loader's null driver reports vendor 0, device 0 and no IP version, so its tests take the native path only
-//! through the override (ARCHITECTURE.md, "Level Zero modules").
+//! through the override (docs/decisions/2026-12-05-level-zero-pvc-native-binaries.md).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
