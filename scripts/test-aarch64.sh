@@ -18,4 +18,4 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu -cpu max"
 export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
-cargo test --locked -p rserve-engine --lib --target aarch64-unknown-linux-gnu "${1:-quant}"
+cargo test --locked -p rserve-backend --no-default-features --lib --target aarch64-unknown-linux-gnu "${1:-quant}"

@@ -44,6 +44,25 @@ pub enum Architecture {
 }
 
 impl Architecture {
+    /// Every architecture rserve runs.
+    pub const ALL: [Architecture; 10] = [
+        Architecture::Llama,
+        Architecture::Mistral,
+        Architecture::Qwen2,
+        Architecture::Qwen3,
+        Architecture::Gemma2,
+        Architecture::Gemma3,
+        Architecture::Phi3,
+        Architecture::Mixtral,
+        Architecture::Qwen3Moe,
+        Architecture::GptOss,
+    ];
+
+    /// The Hugging Face class names of `ALL`, for error messages.
+    pub fn supported_list() -> String {
+        Self::ALL.map(Architecture::hf_name).join(", ")
+    }
+
     /// The Hugging Face class name.
     pub fn hf_name(self) -> &'static str {
         match self {

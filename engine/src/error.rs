@@ -1,4 +1,4 @@
-//! `EngineError`: every error the engine crate returns, by source. No panics cross this crate's API.
+//! `EngineError`: every error the engine crate returns, by source (a backend's `BackendError` arrives with its message kept). No panics cross this crate's API.
 
 use std::path::PathBuf;
 
@@ -8,7 +8,7 @@ pub enum EngineError {
     ModelNotFound { model: String, searched: Vec<PathBuf> },
     #[error("download of '{model}' failed: {message}")]
     Download { model: String, message: String },
-    #[error("unsupported architecture '{0}' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)")]
+    #[error("unsupported architecture '{0}' (supported: {list})", list = crate::config::Architecture::supported_list())]
     UnsupportedArchitecture(String),
     #[error("invalid model config: {0}")]
     Config(String),
@@ -31,3 +31,15 @@ pub enum EngineError {
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+impl From<rserve_backend::BackendError> for EngineError {
+    fn from(e: rserve_backend::BackendError) -> Self {
+        use rserve_backend::BackendError as B;
+        match e {
+            B::Device(m) => EngineError::Backend(m),
+            B::InvalidArgument(m) => EngineError::InvalidArgument(m),
+            B::Weights(m) => EngineError::Weights(m),
+            B::Candle(e) => EngineError::Candle(e),
+        }
+    }
+}

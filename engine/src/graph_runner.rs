@@ -41,39 +41,7 @@ pub fn buckets(max_num_seqs: usize) -> Vec<usize> {
     b
 }
 
-/// Options of the runner.
-#[derive(Debug, Clone, Copy)]
-pub struct GraphOptions {
-    pub max_model_len: usize,
-    pub max_num_seqs: usize,
-    /// `--enforce-eager`: never capture; every step runs op by op.
-    pub enforce_eager: bool,
-    /// `--profile`: what to time.
-    pub profile: ProfileMode,
-}
-
-/// `--profile` on `--device cuda`: `graph` prints, every 64 graph decode steps, the wall time per step and the GPU
-/// time of its replay (the GPU-busy share); `ops` prints a per-op breakdown of eager steps (every 8 steps with a
-/// prefill chunk; with `--enforce-eager`, every 64 decode steps). Other devices ignore it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ProfileMode {
-    #[default]
-    Off,
-    Graph,
-    Ops,
-}
-
-impl ProfileMode {
-    /// `off`, `graph` or `ops`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "off" => Some(Self::Off),
-            "graph" => Some(Self::Graph),
-            "ops" => Some(Self::Ops),
-            _ => None,
-        }
-    }
-}
+pub use crate::runner::{GraphOptions, ProfileMode};
 
 struct Captured {
     graph: Graph,
@@ -145,7 +113,7 @@ impl Inputs {
             vec![&mut d.ids, &mut d.positions, &mut d.query_start, &mut d.context_lens, &mut d.last_rows];
         views.extend(d.slots.iter_mut());
         views.extend(d.block_tables.iter_mut());
-        b.write_u32_packed(&self.packed, &mut views, &Self::parts(f))
+        Ok(b.write_u32_packed(&self.packed, &mut views, &Self::parts(f))?)
     }
 }
 
@@ -358,7 +326,7 @@ impl CudaGraphRunner {
                 b.argmax_rows(&logits, bucket, self.model.params().vocab_size, &ids)?;
                 Ok((logits, ids))
             })();
-            let graph = b.end_capture();
+            let graph = b.end_capture().map_err(EngineError::from);
             match (recorded, graph) {
                 (Ok((logits, ids)), Ok(graph)) => {
                     tracing::debug!(

@@ -4,13 +4,15 @@
 //! `ModelRunner` over a `Backend` under the scheduler of `rserve-scheduler`, on one engine thread (`engine`).
 
 pub mod api;
-pub mod backend;
+/// The device seam and its implementations (`rserve-backend`), under the path the engine has always used.
+pub use rserve_backend as backend;
 pub mod chat_template;
 pub mod config;
 pub mod convert;
 pub mod dist;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "cuda")]
 pub mod graph_runner;
 pub mod model;
 pub mod plan;

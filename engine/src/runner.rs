@@ -40,7 +40,7 @@ impl StepMasks {
             )));
         }
         let mask = b.upload_u32(&self.bits)?;
-        b.run(crate::backend::Op::MaskLogits { logits, mask: &mask, rows, vocab })
+        Ok(b.run(crate::backend::Op::MaskLogits { logits, mask: &mask, rows, vocab })?)
     }
 
     /// Applies the masks to `[rows, vocab]` logits on the host (runners whose logits are host memory).
@@ -201,5 +201,39 @@ where
 
     fn device_name(&self) -> String {
         self.backend.device_name()
+    }
+}
+
+/// Options of a runner on a device that records steps (CUDA graphs today).
+#[derive(Debug, Clone, Copy)]
+pub struct GraphOptions {
+    pub max_model_len: usize,
+    pub max_num_seqs: usize,
+    /// `--enforce-eager`: never capture; every step runs op by op.
+    pub enforce_eager: bool,
+    /// `--profile`: what to time.
+    pub profile: ProfileMode,
+}
+
+/// `--profile` on `--device cuda`: `graph` prints, every 64 graph decode steps, the wall time per step and the GPU
+/// time of its replay (the GPU-busy share); `ops` prints a per-op breakdown of eager steps (every 8 steps with a
+/// prefill chunk; with `--enforce-eager`, every 64 decode steps). Other devices ignore it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProfileMode {
+    #[default]
+    Off,
+    Graph,
+    Ops,
+}
+
+impl ProfileMode {
+    /// `off`, `graph` or `ops`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "off" => Some(Self::Off),
+            "graph" => Some(Self::Graph),
+            "ops" => Some(Self::Ops),
+            _ => None,
+        }
     }
 }

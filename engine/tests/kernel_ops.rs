@@ -38,13 +38,13 @@ impl KernelDevice for Fake {
     fn contents<'b>(&self, b: &'b FakeBuf) -> &'b Contents {
         b
     }
-    fn scratch_f32(&self, len: usize) -> rserve_engine::Result<FakeBuf> {
+    fn scratch_f32(&self, len: usize) -> rserve_engine::backend::Result<FakeBuf> {
         Ok(Contents::F32 { len })
     }
-    fn upload_indices(&self, data: &[u32]) -> rserve_engine::Result<FakeBuf> {
+    fn upload_indices(&self, data: &[u32]) -> rserve_engine::backend::Result<FakeBuf> {
         Ok(Contents::u32_of(data))
     }
-    fn launch(&self, l: &Launch<'_, FakeBuf>) -> rserve_engine::Result<()> {
+    fn launch(&self, l: &Launch<'_, FakeBuf>) -> rserve_engine::backend::Result<()> {
         self.launches.borrow_mut().push((l.kernel.to_string(), l.args.len(), l.global, l.local));
         Ok(())
     }
@@ -54,7 +54,7 @@ impl KernelDevice for Fake {
     fn tuning(&self) -> KernelTuning {
         self.tuning.get()
     }
-    fn vendor_matmul(&self, call: &MatMulCall<'_, FakeBuf>) -> rserve_engine::Result<()> {
+    fn vendor_matmul(&self, call: &MatMulCall<'_, FakeBuf>) -> rserve_engine::backend::Result<()> {
         kernels::matmul_check(self, call).map(drop)
     }
 }

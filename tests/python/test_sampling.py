@@ -1,5 +1,5 @@
 """Seeded sampling over HTTP: a request's draws are a function of its seed and output position (Philox, see
-engine/src/sampling/philox.rs), so a seeded sampled request gives the same tokens alone, inside a batch of 32 mixed
+backend/src/sampling/philox.rs), so a seeded sampled request gives the same tokens alone, inside a batch of 32 mixed
 requests (greedy, sampled, penalised, biased, with log-probs), and after it was preempted and recomputed."""
 
 import time

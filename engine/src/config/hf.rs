@@ -226,19 +226,10 @@ fn language_model_config(mut value: serde_json::Value) -> Result<serde_json::Val
 /// Maps `architectures[0]` (or, without it, `model_type`) to a supported family.
 fn architecture(raw: &RawConfig) -> Result<Architecture> {
     if let Some(first) = raw.architectures.as_ref().and_then(|a| a.first()) {
-        return match first.as_str() {
-            "LlamaForCausalLM" => Ok(Architecture::Llama),
-            "MistralForCausalLM" => Ok(Architecture::Mistral),
-            "Qwen2ForCausalLM" => Ok(Architecture::Qwen2),
-            "Qwen3ForCausalLM" => Ok(Architecture::Qwen3),
-            "Gemma2ForCausalLM" => Ok(Architecture::Gemma2),
-            "Gemma3ForCausalLM" => Ok(Architecture::Gemma3),
-            "Phi3ForCausalLM" => Ok(Architecture::Phi3),
-            "MixtralForCausalLM" => Ok(Architecture::Mixtral),
-            "Qwen3MoeForCausalLM" => Ok(Architecture::Qwen3Moe),
-            "GptOssForCausalLM" => Ok(Architecture::GptOss),
-            other => Err(EngineError::UnsupportedArchitecture(other.to_string())),
-        };
+        return Architecture::ALL
+            .into_iter()
+            .find(|a| a.hf_name() == first)
+            .ok_or_else(|| EngineError::UnsupportedArchitecture(first.clone()));
     }
     match raw.model_type.as_deref() {
         Some("llama") => Ok(Architecture::Llama),

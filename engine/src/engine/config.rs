@@ -133,7 +133,7 @@ pub struct EngineConfig {
     /// `--enforce-eager`: no CUDA graphs (decode steps run op by op).
     pub enforce_eager: bool,
     /// `--profile`: timing output of the CUDA runner.
-    pub profile: crate::graph_runner::ProfileMode,
+    pub profile: crate::runner::ProfileMode,
     /// `--download-dir`: the Hugging Face cache folder to look models and tokenizers up in and download to; None: the
     /// environment's (`HF_HUB_CACHE`, `HF_HOME`, ...).
     pub download_dir: Option<std::path::PathBuf>,

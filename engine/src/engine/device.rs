@@ -10,8 +10,11 @@ use crate::weights::Weights;
 /// A chosen device, before the model is on it.
 pub enum Device {
     Cpu(CpuBackend),
+    #[cfg(feature = "level-zero")]
     LevelZero(crate::backend::level_zero::LevelZeroBackend),
+    #[cfg(feature = "opencl")]
     OpenCl(crate::backend::opencl::OpenClBackend),
+    #[cfg(feature = "cuda")]
     Cuda(crate::backend::cuda::CudaBackend),
 }
 
@@ -19,12 +22,13 @@ impl Device {
     /// Resolves `--device` with the options of its backend (`--device opencl` with `--opencl-platform/-device`).
     pub fn select_for(cfg: &super::config::EngineConfig) -> Result<Self> {
         match cfg.device.as_str() {
+            #[cfg(feature = "opencl")]
             "opencl" => {
                 let opts = crate::backend::opencl::OpenClOptions {
                     platform: cfg.opencl_platform.clone(),
                     device: cfg.opencl_device,
                 };
-                crate::backend::opencl::OpenClBackend::new(&opts).map(Device::OpenCl).map_err(|e| match e {
+                crate::backend::opencl::OpenClBackend::new(&opts).map(Device::OpenCl).map_err(|e| match e.into() {
                     EngineError::Backend(msg) => EngineError::Backend(format!("--device opencl: {msg}")),
                     other => other,
                 })
@@ -32,6 +36,7 @@ impl Device {
             "cpu" => Ok(Device::Cpu(Self::cpu_for(cfg)?)),
             "auto" => match Self::select("auto")? {
                 Device::Cpu(_) => Ok(Device::Cpu(Self::cpu_for(cfg)?)),
+                #[allow(unreachable_patterns)] // a CPU-only build has no other device
                 other => Ok(other),
             },
             name => Self::select(name),
@@ -53,26 +58,55 @@ impl Device {
 
     fn open(name: &str) -> Result<Self> {
         match name {
-            "auto" => Ok(crate::backend::level_zero::auto().map_or_else(|| Device::Cpu(CpuBackend::new()), Device::LevelZero)),
+            #[cfg(feature = "level-zero")]
+            "auto" => {
+                Ok(crate::backend::level_zero::auto().map_or_else(|| Device::Cpu(CpuBackend::new()), Device::LevelZero))
+            }
+            #[cfg(not(feature = "level-zero"))]
+            "auto" => Ok(Device::Cpu(CpuBackend::new())),
             "cpu" => Ok(Device::Cpu(CpuBackend::new())),
+            #[cfg(feature = "cuda")]
             "cuda" => Ok(Device::Cuda(crate::backend::cuda::CudaBackend::new(0)?)),
+            #[cfg(feature = "cuda")]
             cuda if cuda.starts_with("cuda:") => match cuda[5..].parse::<usize>() {
                 Ok(n) => Ok(Device::Cuda(crate::backend::cuda::CudaBackend::new(n)?)),
                 Err(_) => Err(EngineError::InvalidArgument(format!("--device {cuda}: expected cuda or cuda:N"))),
             },
-            lz if crate::backend::level_zero::parse_device_arg(lz).is_some() => Ok(Device::LevelZero(crate::backend::level_zero::open(lz)?)),
+            #[cfg(feature = "level-zero")]
+            lz if crate::backend::level_zero::parse_device_arg(lz).is_some() => {
+                Ok(Device::LevelZero(crate::backend::level_zero::open(lz).map_err(crate::backend::BackendError::from)?))
+            }
             other => Err(EngineError::InvalidArgument(format!(
-                "--device {other} is not available in this build (supported: auto, cpu, level-zero[:N], opencl, cuda[:N])"
+                "--device {other} is not available in this build (supported: {})",
+                Self::available()
             ))),
         }
+    }
+
+    /// The `--device` values this build accepts (each device backend is a cargo feature).
+    pub fn available() -> String {
+        let mut v = vec!["auto", "cpu"];
+        if cfg!(feature = "level-zero") {
+            v.push("level-zero[:N]");
+        }
+        if cfg!(feature = "opencl") {
+            v.push("opencl");
+        }
+        if cfg!(feature = "cuda") {
+            v.push("cuda[:N]");
+        }
+        v.join(", ")
     }
 
     /// Memory the device offers for weights + KV cache; None: host memory (the CPU budget rule applies).
     pub fn memory_bytes(&self) -> Option<u64> {
         match self {
             Device::Cpu(_) => None,
+            #[cfg(feature = "level-zero")]
             Device::LevelZero(b) => Some(b.memory_bytes()),
+            #[cfg(feature = "opencl")]
             Device::OpenCl(b) => b.memory_bytes(),
+            #[cfg(feature = "cuda")]
             Device::Cuda(b) => Some(b.memory_bytes()),
         }
     }
@@ -82,8 +116,11 @@ impl Device {
         use crate::backend::Backend;
         match self {
             Device::Cpu(b) => b.kv_cache_dtype(compute),
+            #[cfg(feature = "level-zero")]
             Device::LevelZero(b) => b.kv_cache_dtype(compute),
+            #[cfg(feature = "opencl")]
             Device::OpenCl(b) => b.kv_cache_dtype(compute),
+            #[cfg(feature = "cuda")]
             Device::Cuda(b) => b.kv_cache_dtype(compute),
         }
     }
@@ -96,8 +133,11 @@ impl Device {
     pub fn name(&self) -> String {
         match self {
             Device::Cpu(b) => crate::backend::Backend::device_name(b),
+            #[cfg(feature = "level-zero")]
             Device::LevelZero(b) => crate::backend::Backend::device_name(b),
+            #[cfg(feature = "opencl")]
             Device::OpenCl(b) => crate::backend::Backend::device_name(b),
+            #[cfg(feature = "cuda")]
             Device::Cuda(b) => crate::backend::Backend::device_name(b),
         }
     }
@@ -115,8 +155,11 @@ impl Device {
         use crate::dist::runner::RankModel;
         match self {
             Device::Cpu(b) => Ok(Box::new(RankModel::new(b, params, weights, comm, num_blocks, block_size)?)),
+            #[cfg(feature = "level-zero")]
             Device::LevelZero(b) => Ok(Box::new(RankModel::new(b, params, weights, comm, num_blocks, block_size)?)),
+            #[cfg(feature = "opencl")]
             Device::OpenCl(b) => Ok(Box::new(RankModel::new(b, params, weights, comm, num_blocks, block_size)?)),
+            #[cfg(feature = "cuda")]
             Device::Cuda(b) => Ok(Box::new(RankModel::new(b, params, weights, comm, num_blocks, block_size)?)),
         }
     }
@@ -130,7 +173,7 @@ impl Device {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Box<dyn StepRunner>> {
-        let opts = crate::graph_runner::GraphOptions {
+        let opts = crate::runner::GraphOptions {
             max_model_len: 4096,
             max_num_seqs: 256,
             enforce_eager: false,
@@ -147,12 +190,17 @@ impl Device {
         weights: &Weights,
         num_blocks: usize,
         block_size: usize,
-        opts: crate::graph_runner::GraphOptions,
+        opts: crate::runner::GraphOptions,
     ) -> Result<Box<dyn StepRunner>> {
+        #[cfg(not(feature = "cuda"))]
+        let _ = opts;
         match self {
             Device::Cpu(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            #[cfg(feature = "level-zero")]
             Device::LevelZero(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            #[cfg(feature = "opencl")]
             Device::OpenCl(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            #[cfg(feature = "cuda")]
             Device::Cuda(b) => Ok(Box::new(crate::graph_runner::CudaGraphRunner::new(
                 b, params, weights, num_blocks, block_size, opts,
             )?)),

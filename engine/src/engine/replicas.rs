@@ -83,27 +83,38 @@ pub fn start_over_mpi(cfg: &EngineConfig, n: usize) -> Result<Vec<super::EngineH
 pub fn replica_configs(cfg: &EngineConfig, n: usize) -> Result<Vec<EngineConfig>> {
     check(n)?;
     let device = match cfg.device.as_str() {
+        #[cfg(feature = "level-zero")]
         "auto" if n > 1 && crate::backend::level_zero::auto_available() => "level-zero".to_string(),
         "auto" if n > 1 => "cpu".to_string(),
         d => d.to_string(),
     };
-    let opencl = if device == "opencl" && n > 1 {
-        let opts =
-            crate::backend::opencl::OpenClOptions { platform: cfg.opencl_platform.clone(), device: cfg.opencl_device };
-        let devices = crate::backend::opencl::replica_devices(&opts, n)?;
-        if devices.windows(2).any(|w| w[0] == w[1]) {
-            tracing::warn!(
-                "--data-parallel-size {n} --device opencl: the platform has fewer than {n} GPUs, so the replicas \
-                 share OpenCL device {}",
-                devices[0]
-            );
-        }
-        devices
-    } else {
-        Vec::new()
-    };
+    let opencl = if device == "opencl" && n > 1 { opencl_replica_devices(cfg, n)? } else { Vec::new() };
     let cfg = EngineConfig { device, ..cfg.clone() };
     assign(&cfg, n, rayon::current_num_threads(), &opencl)
+}
+
+/// The OpenCL device of each of `n` replicas (one they share when the platform has fewer GPUs).
+#[cfg(feature = "opencl")]
+fn opencl_replica_devices(cfg: &EngineConfig, n: usize) -> Result<Vec<usize>> {
+    let opts =
+        crate::backend::opencl::OpenClOptions { platform: cfg.opencl_platform.clone(), device: cfg.opencl_device };
+    let devices = crate::backend::opencl::replica_devices(&opts, n)?;
+    if devices.windows(2).any(|w| w[0] == w[1]) {
+        tracing::warn!(
+            "--data-parallel-size {n} --device opencl: the platform has fewer than {n} GPUs, so the replicas \
+                 share OpenCL device {}",
+            devices[0]
+        );
+    }
+    Ok(devices)
+}
+
+#[cfg(not(feature = "opencl"))]
+fn opencl_replica_devices(_: &EngineConfig, _: usize) -> Result<Vec<usize>> {
+    Err(crate::EngineError::InvalidArgument(format!(
+        "--device opencl is not available in this build (supported: {})",
+        super::device::Device::available()
+    )))
 }
 
 /// `replica_configs` once the devices are known: `cores` is the CPU threads to split, `opencl` the OpenCL device of

@@ -406,7 +406,7 @@ fn load_model(
     let runner = match role {
         Role::Leader => distributed::leader_runner(device, params, &weights, cfg, plan.num_blocks)?,
         _ => {
-            let opts = crate::graph_runner::GraphOptions {
+            let opts = crate::runner::GraphOptions {
                 max_model_len: plan.max_model_len,
                 max_num_seqs: cfg.max_num_seqs,
                 enforce_eager: cfg.enforce_eager,

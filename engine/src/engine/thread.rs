@@ -320,7 +320,7 @@ impl EngineLoop {
                 logprobs.push(NO_LOGPROBS);
                 continue;
             };
-            s.params.extend(RowParams::new(&l.sampling, l.seed, l.output.len() as u64).pack());
+            s.params.extend(crate::sampling::row_params(&l.sampling, l.seed, l.output.len() as u64).pack());
             sampling::adjust::push_row(&mut s.edits, r as u32, &l.sampling, &l.prompt, &l.output, vocab);
             let n = l.sampling.logprobs.map_or(NO_LOGPROBS, |n| n.min(u32::MAX as usize - 1) as u32);
             any_logprobs |= n != NO_LOGPROBS;

@@ -137,10 +137,10 @@ impl<B: Backend> DeviceBatch<B> {
         Ok(Self {
             ids: b.upload_u32(&f.ids)?,
             positions: b.upload_u32(&f.positions)?,
-            slots: f.slots.iter().map(|s| b.upload_u32(s)).collect::<Result<_>>()?,
+            slots: f.slots.iter().map(|s| b.upload_u32(s)).collect::<rserve_backend::Result<_>>()?,
             query_start: b.upload_u32(&f.query_start)?,
             context_lens: b.upload_u32(&f.context_lens)?,
-            block_tables: f.tables.iter().map(|t| b.upload_u32(t)).collect::<Result<_>>()?,
+            block_tables: f.tables.iter().map(|t| b.upload_u32(t)).collect::<rserve_backend::Result<_>>()?,
             last_rows: b.upload_u32(&f.last_rows)?,
         })
     }
@@ -159,7 +159,8 @@ impl<B: Backend> DeviceBatch<B> {
                     block_size,
                 )
             })
-            .collect()
+            .collect::<rserve_backend::Result<_>>()
+            .map_err(Into::into)
     }
 }
 

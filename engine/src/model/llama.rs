@@ -237,7 +237,7 @@ impl<B: Backend> LlamaModel<B> {
             let t0 = std::time::Instant::now();
             let r = backend.upload_weight(t);
             upload_time.set(upload_time.get() + t0.elapsed());
-            r
+            Ok(r?)
         };
         // Gemma stores its RMSNorm weights as w - 1 (its norm multiplies by 1 + w): the 1 is added here, in f32 as
         // transformers computes it.
@@ -471,7 +471,7 @@ impl<B: Backend> LlamaModel<B> {
             return Err(EngineError::Backend("forward_masked() on a model shard without the LM head".into()));
         };
         masks().apply_on(b, &logits, num_seqs, self.params.vocab_size)?;
-        b.download_f32(&logits)
+        Ok(b.download_f32(&logits)?)
     }
 
     /// Runs one step and chooses each sequence's next token on the device (`sampling::device::sample_on`): only
@@ -585,7 +585,7 @@ impl<B: Backend> LlamaModel<B> {
             }
             let mut v = b.download_f32(&x)?;
             comm.all_reduce_sum(&mut v)?;
-            b.upload_f32(&v)
+            Ok(b.upload_f32(&v)?)
         };
         let zeros = b.alloc_f32(n * h)?;
         let mut delta: Option<B::Buffer> = None;

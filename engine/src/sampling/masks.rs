@@ -4,6 +4,7 @@
 
 use crate::api::SamplingParams;
 use crate::TokenId;
+pub use rserve_backend::sampling::apply_bits;
 
 /// Sets the logits of ruled-out tokens to -inf.
 pub fn apply(logits: &mut [f32], p: &SamplingParams, output: &[TokenId]) {
@@ -43,24 +44,6 @@ pub fn ban_bits(row: &mut [u32], p: &SamplingParams, output: &[TokenId], vocab: 
         let Some((&TokenId(last), prefix)) = word.split_last() else { continue };
         if output.ends_with(prefix) && (last as usize) < vocab {
             row[last as usize / 32] &= !(1 << (last % 32));
-        }
-    }
-}
-
-/// Sets each logit of `row` whose bit is clear in `words` (bit `t % 32` of word `t / 32` for token `t`) to -inf;
-/// ids past the words are ruled out too.
-pub fn apply_bits(row: &mut [f32], words: &[u32]) {
-    for (w, chunk) in row.chunks_mut(32).enumerate() {
-        let bits = words.get(w).copied().unwrap_or(0);
-        // Most of a constrained vocabulary is ruled out: a word of zero bits is one fill.
-        if bits == 0 {
-            chunk.fill(f32::NEG_INFINITY);
-        } else if bits != u32::MAX {
-            for (b, x) in chunk.iter_mut().enumerate() {
-                if bits & (1 << b) == 0 {
-                    *x = f32::NEG_INFINITY;
-                }
-            }
         }
     }
 }

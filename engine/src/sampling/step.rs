@@ -11,10 +11,22 @@ use rserve_kernels::launch::{LOGPROBS_MAX_TOP, SAMPLE_PARAM_WORDS};
 
 use super::params::RowParams;
 use super::{adjust, draw, logprobs, masks};
+use crate::api::SamplingParams;
 use crate::runner::StepMasks;
 
-/// A row that wants no log-probs (`StepSampling::logprobs`).
-pub const NO_LOGPROBS: u32 = u32::MAX;
+pub use rserve_backend::sampling::NO_LOGPROBS;
+
+/// A request's draw for its output token number `position`: its sampling parameters and the seed of its stream.
+pub fn row_params(p: &SamplingParams, seed: u64, position: u64) -> RowParams {
+    RowParams {
+        temperature: p.temperature,
+        top_k: u32::try_from(p.top_k).unwrap_or(u32::MAX),
+        top_p: p.top_p,
+        min_p: p.min_p,
+        seed,
+        position,
+    }
+}
 
 /// The token choice of one step: one row per sequence of the batch.
 #[derive(Debug, Clone, Default)]

@@ -28,7 +28,7 @@ fn splitmix64(state: &mut u64) -> u64 {
 }
 
 fn name_hash(name: &str) -> u64 {
-    super::super::backend::cuda::host::fnv1a64(&[name.as_bytes()])
+    crate::backend::hash::fnv1a64(&[name.as_bytes()])
 }
 
 /// Values of one tensor as f32 (`len` of them), deterministic in (seed, name).

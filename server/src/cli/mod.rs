@@ -651,7 +651,7 @@ impl EngineArgs {
             n => return Err(CliError::MaxLogprobs(n)),
         };
         cfg.enforce_eager = m.enforce_eager;
-        cfg.profile = rserve_engine::graph_runner::ProfileMode::parse(&m.profile).unwrap_or_default();
+        cfg.profile = rserve_engine::runner::ProfileMode::parse(&m.profile).unwrap_or_default();
         cfg.max_waiting = max_num_waiting;
         cfg.tensor_parallel_size = p.tensor_parallel_size;
         cfg.pipeline_parallel_size = p.pipeline_parallel_size;

@@ -1,0 +1,188 @@
+//! Device memory: `LzBuffer` (one allocation with its element type) and `MemPool`, a caching allocator in stream
+//! order. A dropped buffer's memory goes back to the pool at once and may serve the next allocation even while
+//! earlier commands that used it are still queued: every command runs after the ones appended before it (see
+//! `stream`), so the new owner's commands cannot overtake the old owner's. Memory goes back to the driver
+//! (`zeMemFree`) only when the stream is idle: `trim` after a synchronisation, and when the pool itself drops.
+//!
+//! Sizes are rounded up to classes (four per power of two, at least 256 bytes) so steps of slightly different
+//! batch sizes reuse the same blocks.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::error::LzError;
+use super::handles::{alloc_device, free_device, Context};
+pub use crate::kernels::Contents;
+
+type Result<T> = std::result::Result<T, LzError>;
+
+/// Alignment of every allocation (enough for any element type and for vector loads).
+const ALIGN: usize = 256;
+
+/// The allocation size class of a request: `bytes` rounded up to a quarter of its power of two (>= 256 bytes).
+pub fn size_class(bytes: usize) -> usize {
+    let b = bytes.max(ALIGN);
+    let pow = usize::BITS - 1 - b.leading_zeros(); // floor(log2(b))
+    let step = (1usize << pow) >> 2;
+    b.div_ceil(step.max(1)) * step.max(1)
+}
+
+#[derive(Clone, Copy)]
+struct DevPtr(*mut c_void);
+
+/// A block taken from the pool, not yet wrapped in a buffer.
+pub struct Block {
+    ptr: DevPtr,
+    class: usize,
+}
+
+// SAFETY: a device address is plain data; only Level Zero dereferences it.
+unsafe impl Send for DevPtr {}
+
+#[derive(Default)]
+struct Cache {
+    free: BTreeMap<usize, Vec<DevPtr>>,
+    cached_bytes: u64,
+    in_use_bytes: u64,
+    peak_bytes: u64,
+}
+
+/// The device memory of one backend.
+pub struct MemPool {
+    ctx: Arc<Context>,
+    /// The device's largest single allocation (0: the driver did not say).
+    max_alloc: u64,
+    cache: Mutex<Cache>,
+}
+
+impl MemPool {
+    pub fn new(ctx: &Arc<Context>, max_alloc: u64) -> Arc<Self> {
+        Arc::new(Self { ctx: ctx.clone(), max_alloc, cache: Mutex::new(Cache::default()) })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Cache> {
+        // A panic while holding the lock cannot leave the maps inconsistent (every update is one statement).
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A block of at least `bytes` bytes: a cached one of the same class, else a new allocation. Fails with the
+    /// driver's error (e.g. ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY); the caller may `trim` and retry.
+    pub fn take(&self, bytes: usize) -> Result<Block> {
+        let class = size_class(bytes);
+        if self.max_alloc > 0 && class as u64 > self.max_alloc {
+            return Err(LzError::Invalid(format!(
+                "a buffer of {bytes} bytes exceeds the device's largest allocation ({} bytes, maxMemAllocSize)",
+                self.max_alloc
+            )));
+        }
+        let mut c = self.lock();
+        let reused = c.free.get_mut(&class).and_then(|v| v.pop());
+        let p = match reused {
+            Some(p) => {
+                c.cached_bytes -= class as u64;
+                p
+            }
+            None => {
+                drop(c);
+                let p = DevPtr(alloc_device(&self.ctx, class, ALIGN)?);
+                c = self.lock();
+                p
+            }
+        };
+        c.in_use_bytes += class as u64;
+        c.peak_bytes = c.peak_bytes.max(c.in_use_bytes);
+        Ok(Block { ptr: p, class })
+    }
+
+    fn give_back(&self, p: DevPtr, class: usize) {
+        let mut c = self.lock();
+        c.in_use_bytes = c.in_use_bytes.saturating_sub(class as u64);
+        c.cached_bytes += class as u64;
+        c.free.entry(class).or_default().push(p);
+    }
+
+    /// Returns cached blocks to the driver, largest first, until at most `keep` bytes stay cached. Only while the
+    /// stream is idle (no queued command may use a cached block).
+    pub fn trim(&self, keep: u64) {
+        let mut c = self.lock();
+        while c.cached_bytes > keep {
+            let Some((&class, _)) = c.free.iter().next_back() else { break };
+            let ptrs = c.free.remove(&class).unwrap_or_default();
+            for p in ptrs {
+                free_device(&self.ctx, p.0);
+                c.cached_bytes -= class as u64;
+            }
+        }
+    }
+
+    /// (bytes in live buffers, bytes cached for reuse, peak bytes in live buffers).
+    pub fn usage(&self) -> (u64, u64, u64) {
+        let c = self.lock();
+        (c.in_use_bytes, c.cached_bytes, c.peak_bytes)
+    }
+}
+
+impl Drop for MemPool {
+    fn drop(&mut self) {
+        // Every buffer holds an Arc to the pool and the stream synchronised when the backend dropped: all idle.
+        self.trim(0);
+    }
+}
+
+/// A device allocation. Dropping it returns the memory to its pool.
+pub struct LzBuffer {
+    ptr: DevPtr,
+    class: usize,
+    bytes: usize,
+    pub(crate) contents: Contents,
+    pool: Arc<MemPool>,
+}
+
+impl LzBuffer {
+    /// A buffer of `bytes` bytes in `block` (taken from `pool`), described by `contents`; not initialised.
+    pub fn wrap(pool: &Arc<MemPool>, block: Block, bytes: usize, contents: Contents) -> Self {
+        Self { ptr: block.ptr, class: block.class, bytes, contents, pool: pool.clone() }
+    }
+
+    /// The device address, for kernel arguments and copies.
+    pub fn device_ptr(&self) -> *mut c_void {
+        self.ptr.0
+    }
+
+    /// Bytes of the contents (not of the rounded allocation).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl std::fmt::Debug for LzBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LzBuffer({:?}, {} bytes)", self.contents, self.bytes)
+    }
+}
+
+impl Drop for LzBuffer {
+    fn drop(&mut self) {
+        self.pool.give_back(self.ptr, self.class);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::size_class;
+
+    #[test]
+    fn size_classes_round_up_by_at_most_a_quarter() {
+        assert_eq!(size_class(0), 256);
+        assert_eq!(size_class(1), 256);
+        assert_eq!(size_class(256), 256);
+        assert_eq!(size_class(257), 320);
+        assert_eq!(size_class(1000), 1024);
+        for b in [300usize, 4097, 123_457, 1 << 30, (1 << 30) + 1] {
+            let c = size_class(b);
+            assert!(c >= b && (c - b) * 4 <= b, "{b} -> {c}");
+            assert_eq!(size_class(c), c, "a class is its own class");
+        }
+    }
+}
