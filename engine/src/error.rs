@@ -43,3 +43,22 @@ impl From<rserve_backend::BackendError> for EngineError {
         }
     }
 }
+
+impl From<rserve_model_io::ModelError> for EngineError {
+    fn from(e: rserve_model_io::ModelError) -> Self {
+        use rserve_model_io::ModelError as M;
+        match e {
+            M::ModelNotFound { model, searched } => EngineError::ModelNotFound { model, searched },
+            M::Download { model, message } => EngineError::Download { model, message },
+            M::UnsupportedArchitecture(a) => EngineError::UnsupportedArchitecture(a),
+            M::Config(m) => EngineError::Config(m),
+            M::Weights(m) => EngineError::Weights(m),
+            M::Tokenizer(m) => EngineError::Tokenizer(m),
+            M::ChatTemplate(m) => EngineError::ChatTemplate(m),
+            M::InvalidArgument(m) => EngineError::InvalidArgument(m),
+            M::Io { path, source } => EngineError::Io { path, source },
+            M::Candle(e) => EngineError::Candle(e),
+            M::Backend(e) => e.into(),
+        }
+    }
+}

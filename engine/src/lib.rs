@@ -1,14 +1,14 @@
 //! rserve's engine: everything between validated requests and the model's tokens.
 //!
-//! Model files are resolved (`source`), read (`config`, `weights`, `tokenizer`, `chat_template`), and run by a
-//! `ModelRunner` over a `Backend` under the scheduler of `rserve-scheduler`, on one engine thread (`engine`).
+//! Model files, resolved and read by `rserve-model-io` (re-exported here as `source`, `config`, `weights`,
+//! `tokenizer`, `chat_template`), run as a `ModelRunner` over a `Backend` of `rserve-backend` under the scheduler of
+//! `rserve-scheduler`, on one engine thread (`engine`).
 
 pub mod api;
 /// The device seam and its implementations (`rserve-backend`), under the path the engine has always used.
 pub use rserve_backend as backend;
-pub mod chat_template;
-pub mod config;
-pub mod convert;
+/// Model files (`rserve-model-io`), under the paths the engine has always used.
+pub use rserve_model_io::{chat_template, config, convert, source, tokenizer, weights};
 pub mod dist;
 pub mod engine;
 pub mod error;
@@ -18,10 +18,7 @@ pub mod model;
 pub mod plan;
 pub mod runner;
 pub mod sampling;
-pub mod source;
 pub mod structured;
-pub mod tokenizer;
-pub mod weights;
 
 pub use error::{EngineError, Result};
 /// Token ids as they cross the crate boundaries (scheduler -> engine -> server); re-exported so that the server

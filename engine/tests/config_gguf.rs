@@ -11,7 +11,7 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::GgmlDType;
 use rserve_engine::config::gguf_meta::{params_from_gguf, params_from_gguf_file, read_gguf_header, resolve, GgufMeta};
 use rserve_engine::config::Architecture;
-use rserve_engine::EngineError;
+use rserve_model_io::ModelError;
 use support::*;
 
 #[test]
@@ -86,7 +86,7 @@ fn missing_or_unsupported_metadata() {
     let mut m = meta.clone();
     m.block_count = None;
     match resolve(&m) {
-        Err(EngineError::Config(msg)) => assert!(msg.contains("llama.block_count"), "{msg}"),
+        Err(ModelError::Config(msg)) => assert!(msg.contains("llama.block_count"), "{msg}"),
         other => panic!("{other:?}"),
     }
     let mut m = meta.clone();
@@ -97,7 +97,7 @@ fn missing_or_unsupported_metadata() {
     assert!(resolve(&m).unwrap_err().to_string().contains("partial rotary"));
     let mut m = meta.clone();
     m.architecture = "phi3".into();
-    assert!(matches!(resolve(&m), Err(EngineError::UnsupportedArchitecture(ref a)) if a.contains("phi3")));
+    assert!(matches!(resolve(&m), Err(ModelError::UnsupportedArchitecture(ref a)) if a.contains("phi3")));
 
     let (mut content, _) = meta_of(&path);
     content.metadata.remove("general.architecture");

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use rserve_engine::config::hf::parse_config_json;
 use rserve_engine::config::{Architecture, ModelParams, RopeScaling};
-use rserve_engine::EngineError;
+use rserve_model_io::ModelError;
 use serde_json::Value;
 
 fn fixture_dir() -> PathBuf {
@@ -76,11 +76,11 @@ fn every_sample_config_matches_transformers() {
 fn unsupported_architecture_is_named() {
     let err = parse_config_json(r#"{"architectures":["GPT2LMHeadModel"],"vocab_size":10}"#).unwrap_err();
     match err {
-        EngineError::UnsupportedArchitecture(name) => assert_eq!(name, "GPT2LMHeadModel"),
+        ModelError::UnsupportedArchitecture(name) => assert_eq!(name, "GPT2LMHeadModel"),
         other => panic!("unexpected error {other}"),
     }
     let err = parse_config_json(r#"{"model_type":"gemma","vocab_size":10}"#).unwrap_err();
-    assert!(matches!(err, EngineError::UnsupportedArchitecture(ref n) if n == "gemma"), "{err}");
+    assert!(matches!(err, ModelError::UnsupportedArchitecture(ref n) if n == "gemma"), "{err}");
 }
 
 fn base() -> Value {
@@ -90,7 +90,7 @@ fn base() -> Value {
 
 fn config_error(v: Value) -> String {
     match parse_config_json(&v.to_string()) {
-        Err(EngineError::Config(msg)) => msg,
+        Err(ModelError::Config(msg)) => msg,
         other => panic!("expected a config error, got {other:?}"),
     }
 }
@@ -127,7 +127,7 @@ fn bad_configs_name_the_field() {
     v["num_hidden_layers"] = 0.into();
     assert!(config_error(v).contains("num_hidden_layers"));
 
-    assert!(matches!(parse_config_json("{not json"), Err(EngineError::Config(_))));
+    assert!(matches!(parse_config_json("{not json"), Err(ModelError::Config(_))));
 }
 
 #[test]

@@ -39,7 +39,7 @@ fn load(path: &std::path::Path) -> (rserve_engine::config::ModelParams, rserve_e
 /// Loads with `loader` (`weights::load`: dequantized tensors with block twins; `weights::load_packed`: blocks only).
 fn load_with(
     path: &std::path::Path,
-    loader: fn(&ResolvedModel, &ModelParams, DType) -> rserve_engine::Result<Weights>,
+    loader: fn(&ResolvedModel, &ModelParams, DType) -> rserve_model_io::Result<Weights>,
 ) -> (ModelParams, Weights) {
     let resolved =
         resolve_model(path.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();

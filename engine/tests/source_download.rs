@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use candle_core::{DType, Tensor};
 use rserve_engine::config::Architecture;
 use rserve_engine::source::{resolve_model, resolve_tokenizer, ModelOrigin, ResolveOptions, ResolvedModel};
-use rserve_engine::{weights, EngineError};
+use rserve_engine::weights;
+use rserve_model_io::ModelError;
 use support::*;
 
 const COMMIT_MAIN: &str = "1111111111111111111111111111111111111111";
@@ -269,7 +270,7 @@ fn download_failures_are_reported() {
 
     // No token for a gated repo.
     match resolve_model("org/tiny", &options(cache.path(), &hub.base)).unwrap_err() {
-        EngineError::Download { model, message } => {
+        ModelError::Download { model, message } => {
             assert_eq!(model, "org/tiny");
             assert!(message.contains("401") && message.contains("HF_TOKEN"), "{message}");
         }
@@ -278,25 +279,25 @@ fn download_failures_are_reported() {
     let opts = ResolveOptions { token: Some("hf_secret".into()), ..options(cache.path(), &hub.base) };
     // A repo that does not exist (the config is 404).
     match resolve_model("org/missing", &opts).unwrap_err() {
-        EngineError::Download { message, .. } => {
+        ModelError::Download { message, .. } => {
             assert!(message.contains("config.json"), "{message}")
         }
         other => panic!("{other}"),
     }
     // A repo without safetensors weights.
     match resolve_model("org/noweights", &opts).unwrap_err() {
-        EngineError::Download { message, .. } => {
+        ModelError::Download { message, .. } => {
             assert!(message.contains("model.safetensors"), "{message}")
         }
         other => panic!("{other}"),
     }
     // Nothing listening.
     let dead = ResolveOptions { token: Some("x".into()), ..options(cache.path(), "http://127.0.0.1:9") };
-    assert!(matches!(resolve_model("org/other", &dead), Err(EngineError::Download { .. })));
+    assert!(matches!(resolve_model("org/other", &dead), Err(ModelError::Download { .. })));
     // Offline never touches the network.
     let before = hub.seen.lock().unwrap().len();
     let offline = ResolveOptions { offline: true, ..opts };
-    assert!(matches!(resolve_model("org/never", &offline), Err(EngineError::ModelNotFound { .. })));
+    assert!(matches!(resolve_model("org/never", &offline), Err(ModelError::ModelNotFound { .. })));
     assert_eq!(hub.seen.lock().unwrap().len(), before);
 }
 

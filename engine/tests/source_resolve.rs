@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use rserve_engine::source::{
     resolve_model, resolve_tokenizer, ModelOrigin, ResolveOptions, ResolvedModel, DEFAULT_ENDPOINT,
 };
-use rserve_engine::EngineError;
+use rserve_model_io::ModelError;
 
 const COMMIT_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const COMMIT_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -104,7 +104,7 @@ fn sharded_snapshot_needs_every_shard() {
     write_ref(cache.path(), "org/sharded", "main", COMMIT_A);
     let missing = snap.join("model-00002-of-00002.safetensors");
     match resolve_model("org/sharded", &offline(cache.path())).unwrap_err() {
-        EngineError::ModelNotFound { model, searched } => {
+        ModelError::ModelNotFound { model, searched } => {
             assert!(model.contains("org/sharded"));
             assert!(searched.contains(&missing), "{searched:?}");
         }
@@ -121,7 +121,7 @@ fn sharded_snapshot_needs_every_shard() {
 fn offline_miss_names_every_path_searched() {
     let cache = tempfile::tempdir().unwrap();
     let err = resolve_model("org/absent", &offline(cache.path())).unwrap_err();
-    let EngineError::ModelNotFound { ref searched, .. } = err else { panic!("{err}") };
+    let ModelError::ModelNotFound { ref searched, .. } = err else { panic!("{err}") };
     let repo_dir = cache.path().join("models--org--absent");
     assert!(searched.contains(&std::path::absolute("org/absent").unwrap()), "{searched:?}");
     assert!(searched.contains(&repo_dir.join("refs/main")), "{searched:?}");
@@ -133,10 +133,10 @@ fn offline_miss_names_every_path_searched() {
     // A ref whose snapshot is gone, and a revision that is a commit hash: both paths are listed.
     write_ref(cache.path(), "org/absent", "main", COMMIT_A);
     let opts = offline(cache.path()).revision(Some(COMMIT_B.into()));
-    let EngineError::ModelNotFound { searched, .. } = resolve_model("org/absent", &opts).unwrap_err() else { panic!() };
+    let ModelError::ModelNotFound { searched, .. } = resolve_model("org/absent", &opts).unwrap_err() else { panic!() };
     assert!(searched.contains(&repo_dir.join("refs").join(COMMIT_B)));
     assert!(searched.contains(&repo_dir.join("snapshots").join(COMMIT_B)));
-    let EngineError::ModelNotFound { searched, .. } = resolve_model("org/absent", &offline(cache.path())).unwrap_err()
+    let ModelError::ModelNotFound { searched, .. } = resolve_model("org/absent", &offline(cache.path())).unwrap_err()
     else {
         panic!()
     };
@@ -152,7 +152,7 @@ fn local_folders_and_gguf_paths() {
     std::fs::create_dir_all(&model_dir).unwrap();
     std::fs::write(model_dir.join("config.json"), "{}").unwrap();
     let err = resolve_model(model_dir.to_str().unwrap(), &opts).unwrap_err();
-    let EngineError::ModelNotFound { searched, .. } = err else { panic!("{err}") };
+    let ModelError::ModelNotFound { searched, .. } = err else { panic!("{err}") };
     assert!(searched.contains(&model_dir.join("model.safetensors")));
     std::fs::write(model_dir.join("model.safetensors"), "w").unwrap();
     let r = resolve_model(model_dir.to_str().unwrap(), &opts).unwrap();
@@ -171,21 +171,20 @@ fn local_folders_and_gguf_paths() {
     assert_eq!(g.tokenizer_dir, Some(gguf_dir.clone()));
     assert_eq!(g.files.tokenizer, Some(gguf_dir.join("tokenizer.json")));
     std::fs::write(gguf_dir.join("other.gguf"), "GGUF").unwrap();
-    assert!(matches!(resolve_model(gguf_dir.to_str().unwrap(), &opts), Err(EngineError::InvalidArgument(_))));
+    assert!(matches!(resolve_model(gguf_dir.to_str().unwrap(), &opts), Err(ModelError::InvalidArgument(_))));
 
     let absent = dir.path().join("absent.gguf");
-    let EngineError::ModelNotFound { searched, .. } = resolve_model(absent.to_str().unwrap(), &opts).unwrap_err()
-    else {
+    let ModelError::ModelNotFound { searched, .. } = resolve_model(absent.to_str().unwrap(), &opts).unwrap_err() else {
         panic!()
     };
     assert_eq!(searched, vec![absent]);
     assert!(matches!(
         resolve_model(model_dir.join("config.json").to_str().unwrap(), &opts),
-        Err(EngineError::InvalidArgument(_))
+        Err(ModelError::InvalidArgument(_))
     ));
     // Not a path that exists and not a repo id: only the path was searched, the Hub is never asked.
     let online = ResolveOptions::with_cache_dir(&cache);
-    let EngineError::ModelNotFound { searched, .. } = resolve_model("a/b/c", &online).unwrap_err() else { panic!() };
+    let ModelError::ModelNotFound { searched, .. } = resolve_model("a/b/c", &online).unwrap_err() else { panic!() };
     assert_eq!(searched.len(), 1);
 }
 
@@ -235,7 +234,7 @@ fn tokenizer_folders_and_cached_repos() {
     assert_eq!(resolve_tokenizer("org/tok", &offline(cache.path())).unwrap(), snap);
     assert_eq!(resolve_tokenizer(snap.to_str().unwrap(), &offline(cache.path())).unwrap(), snap);
     let err = resolve_tokenizer("org/other", &offline(cache.path())).unwrap_err();
-    assert!(matches!(&err, EngineError::ModelNotFound { model, .. } if model.contains("org/other")), "{err}");
+    assert!(matches!(&err, ModelError::ModelNotFound { model, .. } if model.contains("org/other")), "{err}");
     write_snapshot(cache.path(), "org/weights-only", COMMIT_B, &[("config.json", "{}")]);
     write_ref(cache.path(), "org/weights-only", "main", COMMIT_B);
     assert!(resolve_tokenizer("org/weights-only", &offline(cache.path())).is_err());

@@ -13,7 +13,7 @@ use rserve_engine::config::Architecture;
 use rserve_engine::source::{resolve_model, ResolveOptions, ResolvedModel};
 use rserve_engine::weights::gguf::{load_gguf, permute_rows, unpermute_rows};
 use rserve_engine::weights::{self, expected_tensors};
-use rserve_engine::EngineError;
+use rserve_model_io::ModelError;
 use serde_json::Value;
 use support::*;
 
@@ -184,7 +184,7 @@ fn shape_and_name_errors_are_clear() {
     assert!(err.contains("blk.1.ffn_norm.weight"), "{err}");
 
     let err = load_gguf(&path, &params, DType::U8).unwrap_err();
-    assert!(matches!(err, EngineError::InvalidArgument(_)), "{err}");
+    assert!(matches!(err, ModelError::InvalidArgument(_)), "{err}");
 
     let garbage = dir.path().join("garbage.gguf");
     std::fs::write(&garbage, b"GGUF\x03\x00\x00\x00 not really").unwrap();

@@ -2,7 +2,7 @@
 """Reference fixture for rserve's weight loading: what Hugging Face transformers makes of the SmolLM2 GGUF.
 
 transformers dequantizes the GGUF to float32 and reverses llama.cpp's q/k row permutation when it loads a llama GGUF,
-so its tensors are the ground truth for rserve's GGUF loader (engine/src/weights/gguf.rs). The fixture records, for a
+so its tensors are the ground truth for rserve's GGUF loader (model-io/src/weights/gguf.rs). The fixture records, for a
 few tensors, the shape, the total sum, every row sum (rows are what the permutation moves) and the first values of
 row 0, plus the config transformers derives from the GGUF metadata.
 

@@ -41,11 +41,11 @@ impl Engine for LiveEngine {
     }
 
     fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<TokenId>, EngineError> {
-        self.handle.tokenizer().encode(text, add_special_tokens)
+        Ok(self.handle.tokenizer().encode(text, add_special_tokens)?)
     }
 
     fn decode(&self, ids: &[TokenId], skip_special_tokens: bool) -> Result<String, EngineError> {
-        self.handle.tokenizer().decode(ids, skip_special_tokens)
+        Ok(self.handle.tokenizer().decode(ids, skip_special_tokens)?)
     }
 
     fn bos_token(&self) -> Option<String> {
@@ -56,7 +56,11 @@ impl Engine for LiveEngine {
         let template = self.handle.chat_template()?;
         let no_variables = serde_json::Map::new();
         let variables = chat.variables.unwrap_or(&no_variables);
-        Some(template.render_request(chat.turns, chat.tools, chat.add_generation_prompt, variables))
+        Some(
+            template
+                .render_request(chat.turns, chat.tools, chat.add_generation_prompt, variables)
+                .map_err(EngineError::from),
+        )
     }
 
     fn compile_grammar(&self, spec: &GrammarSpec) -> Result<Grammar, GrammarError> {

@@ -6,10 +6,10 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use rserve_engine::chat_template::{ChatMessage, ChatTemplate, TemplateSources};
-use rserve_engine::config::gguf_meta::read_gguf_header;
-use rserve_engine::tokenizer::Tokenizer;
 use rserve_engine::TokenId;
+use rserve_model_io::chat_template::{ChatMessage, ChatTemplate, TemplateSources};
+use rserve_model_io::config::gguf_meta::read_gguf_header;
+use rserve_model_io::tokenizer::Tokenizer;
 
 use super::client::Client;
 use super::error::BenchError;
@@ -34,7 +34,7 @@ impl BenchTokenizer {
     /// Loads a local tokenizer from a `.gguf` file, a `tokenizer.json` (with a `tokenizer_config.json` beside it if
     /// there is one) or a folder holding `tokenizer.json`.
     pub fn load_local(path: &Path) -> Result<Self, BenchError> {
-        let err = |e: rserve_engine::EngineError| BenchError::Tokenizer(format!("{}: {e}", path.display()));
+        let err = |e: rserve_model_io::ModelError| BenchError::Tokenizer(format!("{}: {e}", path.display()));
         let (tokenizer, template) = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
             let content = read_gguf_header(path).map_err(err)?;
             let tokenizer = Tokenizer::from_gguf(&content).map_err(err)?;

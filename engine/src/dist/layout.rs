@@ -15,6 +15,18 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// The share of the model world rank `rank` holds.
+    pub fn shard(&self, p: &crate::config::ModelParams) -> Result<crate::model::shard::Shard> {
+        Ok(crate::model::shard::Shard::with_experts(
+            p,
+            self.tp,
+            self.pp,
+            self.tp_rank(),
+            self.stage(),
+            self.expert_parallel,
+        )?)
+    }
+
     pub fn world(&self) -> usize {
         self.tp * self.pp
     }

@@ -8,7 +8,6 @@ use super::wire;
 use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
-use crate::model::shard::Shard;
 use crate::model::{KvLayout, LlamaModel, PagedKvCache, ScheduledSeq, StageOutput};
 use crate::runner::StepRunner;
 use crate::weights::Weights;
@@ -40,7 +39,7 @@ impl<B: Backend> RankModel<B> {
         block_size: usize,
     ) -> Result<Self> {
         let l = comm.layout;
-        let shard = Shard::of(p, &l)?;
+        let shard = l.shard(p)?;
         let model = LlamaModel::load_shard(&backend, p, w, &shard)?;
         // The layout is the whole model's (the scheduler's groups); this stage allocates the tensors its layers use.
         let (layout, dtype) = (KvLayout::of(p), w.compute_dtype());

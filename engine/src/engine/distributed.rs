@@ -153,7 +153,7 @@ pub fn run_if_worker(cfg: &EngineConfig) -> Result<bool> {
             false => {
                 let (rank, _) = crate::dist::mpi_comm::current().unwrap_or((0, 1));
                 let l = cfg.layout(rank);
-                let shard = crate::model::shard::Shard::of(&params, &l)?;
+                let shard = l.shard(&params)?;
                 crate::weights::load_shard(&resolved, &params, dtype, &shard)?
             }
         };

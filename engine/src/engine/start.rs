@@ -28,12 +28,12 @@ fn load_tokenizer(cfg: &EngineConfig, resolved: &ResolvedModel, opts: &ResolveOp
         // A folder, or a Hub repo id looked up in (and downloaded to) the same cache as models.
         let dir = crate::source::resolve_tokenizer(spec, &opts.clone().revision(cfg.tokenizer_revision.clone()))?;
         let cfg_file = dir.join("tokenizer_config.json");
-        return Tokenizer::from_file(&dir.join("tokenizer.json"), cfg_file.exists().then_some(cfg_file.as_path()));
+        return Ok(Tokenizer::from_file(&dir.join("tokenizer.json"), cfg_file.exists().then_some(cfg_file.as_path()))?);
     }
     let files = resolved.files();
     match (&files.tokenizer, resolved) {
-        (Some(t), _) => Tokenizer::from_file(t, files.tokenizer_config.as_deref()),
-        (None, ResolvedModel::Gguf(g)) => Tokenizer::from_gguf(&read_gguf_header(&g.file)?),
+        (Some(t), _) => Ok(Tokenizer::from_file(t, files.tokenizer_config.as_deref())?),
+        (None, ResolvedModel::Gguf(g)) => Ok(Tokenizer::from_gguf(&read_gguf_header(&g.file)?)?),
         (None, ResolvedModel::Safetensors(m)) => {
             Err(EngineError::Tokenizer(format!("no tokenizer.json in {}", m.dir.display())))
         }
@@ -51,7 +51,7 @@ fn load_chat_template(cfg: &EngineConfig, resolved: &ResolvedModel, tok: &Tokeni
     };
     let sources =
         TemplateSources { override_template: cfg.chat_template.as_deref(), model_dir: dir, gguf: gguf.as_ref() };
-    ChatTemplate::from_sources(&sources, tok)
+    Ok(ChatTemplate::from_sources(&sources, tok)?)
 }
 
 /// What the generation config gives requests, as vLLM's `get_diff_sampling_param` reads it.
@@ -364,7 +364,7 @@ fn load_model(
         "dummy" => crate::weights::dummy::dummy(params, dtype, cfg.seed)?,
         _ if role == Role::Leader => {
             // Rank 0 is TP rank 0 of stage 0; it reads only that shard.
-            let shard = crate::model::shard::Shard::of(params, &cfg.layout(0))?;
+            let shard = cfg.layout(0).shard(params)?;
             crate::weights::load_shard(resolved, params, dtype, &shard)?
         }
         // The CPU backend keeping GGUF blocks (its default) never reads an f32 copy of those tensors: none is made.

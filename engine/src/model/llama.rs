@@ -227,7 +227,7 @@ impl<B: Backend> LlamaModel<B> {
                 return Ok(t.clone());
             }
             match shard.cut(p, name) {
-                Some(cut) => apply_cut(t, &cut),
+                Some(cut) => Ok(apply_cut(t, &cut)?),
                 None => Err(EngineError::Weights(format!("`{name}` is not part of this shard"))),
             }
         };

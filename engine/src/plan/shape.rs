@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::config::hf::{positive, required as required_size};
 use crate::config::{ModelDims, ModelParams};
-use crate::{EngineError, Result};
+use rserve_model_io::{ModelError, Result};
 
 /// How the attention layers cache keys and values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -174,7 +174,7 @@ fn get_usize(cfg: &Map<String, Value>, keys: &[&str]) -> Result<Option<usize>> {
                 let n = v.as_u64().or_else(|| v.as_f64().filter(|f| *f >= 0.0 && f.fract() == 0.0).map(|f| f as u64));
                 return match n.and_then(|n| usize::try_from(n).ok()) {
                     Some(n) => Ok(Some(n)),
-                    None => Err(EngineError::Config(format!("`{key}` must be a non-negative integer, got {v}"))),
+                    None => Err(ModelError::Config(format!("`{key}` must be a non-negative integer, got {v}"))),
                 };
             }
         }
@@ -208,8 +208,8 @@ impl ModelShape {
     /// Reads the text of a `config.json`. Multimodal wrappers are read through their `text_config`.
     pub fn from_config_json(text: &str) -> Result<Self> {
         let root: Value = serde_json::from_str(text)
-            .map_err(|e| EngineError::Config(format!("config.json is not valid JSON: {e}")))?;
-        let top = root.as_object().ok_or_else(|| EngineError::Config("config.json is not a JSON object".into()))?;
+            .map_err(|e| ModelError::Config(format!("config.json is not valid JSON: {e}")))?;
+        let top = root.as_object().ok_or_else(|| ModelError::Config("config.json is not a JSON object".into()))?;
         let mut notes = Vec::new();
         let has_hidden = HIDDEN.iter().any(|k| top.get(*k).is_some_and(|v| !v.is_null()));
         let (cfg, vision) = match top.get("text_config").and_then(Value::as_object) {
@@ -254,7 +254,7 @@ impl ModelShape {
             head_dim: match positive(get_usize(cfg, &["head_dim"])?, "head_dim")? {
                 Some(d) => d,
                 None if hidden_size < num_heads => {
-                    return Err(EngineError::Config(format!(
+                    return Err(ModelError::Config(format!(
                         "`hidden_size` ({hidden_size}) is smaller than `num_attention_heads` ({num_heads}) and no \
                          `head_dim` is given"
                     )))

@@ -9,7 +9,7 @@ use candle_core::quantized::gguf_file::Content;
 use super::shape::{norms_per_layer, Attention, LatentAttention, ModelShape, Moe, SlidingWindow};
 use crate::config::gguf_meta::{meta_uint, required, GgufMeta};
 use crate::config::ModelDims;
-use crate::{EngineError, Result};
+use rserve_model_io::{ModelError, Result};
 
 /// Number of elements in every tensor of the directory.
 pub fn gguf_param_count(content: &Content) -> u64 {
@@ -29,7 +29,7 @@ pub fn shape_from_gguf(content: &Content) -> Result<ModelShape> {
     let dims = ModelDims {
         num_kv_heads: meta.kv_heads(num_heads)?,
         head_dim: match meta.key_length.map(|d| d as usize).unwrap_or(hidden_size / num_heads) {
-            0 => return Err(EngineError::Config("GGUF head dimension is 0".into())),
+            0 => return Err(ModelError::Config("GGUF head dimension is 0".into())),
             d => d,
         },
         vocab_size: meta
@@ -38,7 +38,7 @@ pub fn shape_from_gguf(content: &Content) -> Result<ModelShape> {
             .or(meta.token_count)
             .or_else(|| meta.token_embd_shape.as_ref().and_then(|s| s.iter().copied().max()))
             .ok_or_else(|| {
-                EngineError::Config("GGUF has no vocabulary size (no tokens, no token_embd.weight)".into())
+                ModelError::Config("GGUF has no vocabulary size (no tokens, no token_embd.weight)".into())
             })?,
         intermediate_size: match meta.feed_forward_length {
             Some(n) => n as usize,

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{GgufModel, ModelFiles, ModelOrigin, ResolvedModel, SafetensorsModel};
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
 
 pub const CONFIG: &str = "config.json";
 pub const SAFETENSORS_INDEX: &str = "model.safetensors.index.json";
@@ -38,9 +38,8 @@ pub fn model_files(dir: &Path) -> ModelFiles {
 
 /// The shard file names listed in a `model.safetensors.index.json`, sorted and without duplicates.
 pub fn shards_from_index(index: &Path) -> Result<Vec<String>> {
-    let text =
-        std::fs::read_to_string(index).map_err(|source| EngineError::Io { path: index.to_path_buf(), source })?;
-    shards_from_index_text(&text).map_err(|msg| EngineError::Weights(format!("{}: {msg}", index.display())))
+    let text = std::fs::read_to_string(index).map_err(|source| ModelError::Io { path: index.to_path_buf(), source })?;
+    shards_from_index_text(&text).map_err(|msg| ModelError::Weights(format!("{}: {msg}", index.display())))
 }
 
 /// Parses the `weight_map` of a safetensors index.
@@ -140,9 +139,9 @@ pub fn resolve_dir(spec: &str, dir: &Path) -> Result<ResolvedModel> {
             match ggufs.as_slice() {
                 [one] if !has_config => Ok(gguf_model(one)),
                 many if many.is_empty() || has_config => {
-                    Err(EngineError::ModelNotFound { model: spec.to_string(), searched: missing })
+                    Err(ModelError::ModelNotFound { model: spec.to_string(), searched: missing })
                 }
-                many => Err(EngineError::InvalidArgument(format!(
+                many => Err(ModelError::InvalidArgument(format!(
                     "'{spec}' has no complete safetensors model and {} .gguf files ({}); pass the .gguf file itself",
                     many.len(),
                     many.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub use options::{ResolveOptions, DEFAULT_ENDPOINT};
 
 use crate::config::ModelParams;
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
 
 /// The optional files that come with a model (each `None` when the folder does not have it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -105,27 +105,27 @@ fn absolute(path: &Path) -> PathBuf {
 pub fn resolve_model(spec: &str, opts: &ResolveOptions) -> Result<ResolvedModel> {
     let spec = spec.trim();
     if spec.is_empty() {
-        return Err(EngineError::InvalidArgument("the model name is empty".into()));
+        return Err(ModelError::InvalidArgument("the model name is empty".into()));
     }
     let path = Path::new(spec);
     if local::is_gguf_path(path) {
         return if path.is_file() {
             Ok(local::gguf_model(path))
         } else {
-            Err(EngineError::ModelNotFound { model: spec.to_string(), searched: vec![absolute(path)] })
+            Err(ModelError::ModelNotFound { model: spec.to_string(), searched: vec![absolute(path)] })
         };
     }
     if path.is_dir() {
         return local::resolve_dir(spec, path);
     }
     if path.is_file() {
-        return Err(EngineError::InvalidArgument(format!(
+        return Err(ModelError::InvalidArgument(format!(
             "'{spec}' is a file but not a .gguf; pass a model folder, a .gguf file or a Hub repo id"
         )));
     }
     let mut searched = vec![absolute(path)];
     if !hf_cache::is_repo_id(spec) {
-        return Err(EngineError::ModelNotFound { model: spec.to_string(), searched });
+        return Err(ModelError::ModelNotFound { model: spec.to_string(), searched });
     }
     let revision = opts.revision_or_main();
     match hf_cache::lookup(&opts.cache_dir, spec, revision)? {
@@ -133,13 +133,13 @@ pub fn resolve_model(spec: &str, opts: &ResolveOptions) -> Result<ResolvedModel>
         hf_cache::CacheLookup::NotFound(paths) => searched.extend(paths),
     }
     if opts.offline {
-        return Err(EngineError::ModelNotFound { model: format!("{spec}@{revision} (offline)"), searched });
+        return Err(ModelError::ModelNotFound { model: format!("{spec}@{revision} (offline)"), searched });
     }
     let snapshot = download::download_repo(spec, revision, opts)?;
     let origin = ModelOrigin::Downloaded { repo: spec.to_string(), revision: revision.to_string() };
     match local::scan_dir(&snapshot, origin)? {
         local::DirScan::Complete(model) => Ok(ResolvedModel::Safetensors(model)),
-        local::DirScan::Missing(missing) => Err(EngineError::Download {
+        local::DirScan::Missing(missing) => Err(ModelError::Download {
             model: spec.to_string(),
             message: format!(
                 "after downloading, the snapshot still lacks: {}",
@@ -159,7 +159,7 @@ pub fn resolve_tokenizer(spec: &str, opts: &ResolveOptions) -> Result<PathBuf> {
     }
     let mut searched = vec![absolute(path)];
     if !hf_cache::is_repo_id(spec) {
-        return Err(EngineError::ModelNotFound { model: format!("tokenizer {spec}"), searched });
+        return Err(ModelError::ModelNotFound { model: format!("tokenizer {spec}"), searched });
     }
     let revision = opts.revision_or_main();
     match hf_cache::snapshot_dir(&opts.cache_dir, spec, revision) {
@@ -168,7 +168,7 @@ pub fn resolve_tokenizer(spec: &str, opts: &ResolveOptions) -> Result<PathBuf> {
         Err(paths) => searched.extend(paths),
     }
     if opts.offline {
-        return Err(EngineError::ModelNotFound { model: format!("tokenizer {spec}@{revision} (offline)"), searched });
+        return Err(ModelError::ModelNotFound { model: format!("tokenizer {spec}@{revision} (offline)"), searched });
     }
     download::download_tokenizer(spec, revision, opts)
 }

@@ -9,8 +9,8 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{Content, Value};
 
 use super::{uniform_layers, Architecture, ModelDims, ModelParams, RopeScaling};
-use crate::backend::Activation;
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
+use rserve_backend::Activation;
 
 /// The metadata of a GGUF file that describes the model shape, as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,7 +57,7 @@ fn meta_u64(content: &Content, key: &str) -> Result<Option<u64>> {
                 Value::I64(x) => u64::try_from(*x).ok(),
                 _ => None,
             };
-            n.map(Some).ok_or_else(|| EngineError::Config(format!("GGUF metadata `{key}` is not an unsigned integer")))
+            n.map(Some).ok_or_else(|| ModelError::Config(format!("GGUF metadata `{key}` is not an unsigned integer")))
         }
     }
 }
@@ -67,14 +67,14 @@ fn meta_f32(content: &Content, key: &str) -> Result<Option<f32>> {
         None => Ok(None),
         Some(Value::F32(x)) => Ok(Some(*x)),
         Some(Value::F64(x)) => Ok(Some(*x as f32)),
-        Some(_) => Err(EngineError::Config(format!("GGUF metadata `{key}` is not a float"))),
+        Some(_) => Err(ModelError::Config(format!("GGUF metadata `{key}` is not a float"))),
     }
 }
 
 /// An unsigned integer key that must fit `T` (`u32` token ids, `usize` sizes).
-pub(crate) fn meta_uint<T: TryFrom<u64>>(content: &Content, key: &str) -> Result<Option<T>> {
+pub fn meta_uint<T: TryFrom<u64>>(content: &Content, key: &str) -> Result<Option<T>> {
     meta_u64(content, key)?
-        .map(|v| T::try_from(v).map_err(|_| EngineError::Config(format!("GGUF metadata `{key}` is out of range"))))
+        .map(|v| T::try_from(v).map_err(|_| ModelError::Config(format!("GGUF metadata `{key}` is out of range"))))
         .transpose()
 }
 
@@ -82,8 +82,8 @@ pub(crate) fn meta_uint<T: TryFrom<u64>>(content: &Content, key: &str) -> Result
 pub fn gguf_architecture(content: &Content) -> Result<String> {
     match content.metadata.get("general.architecture") {
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(_) => Err(EngineError::Config("GGUF metadata `general.architecture` is not a string".into())),
-        None => Err(EngineError::Config("GGUF metadata has no `general.architecture`".into())),
+        Some(_) => Err(ModelError::Config("GGUF metadata `general.architecture` is not a string".into())),
+        None => Err(ModelError::Config("GGUF metadata has no `general.architecture`".into())),
     }
 }
 
@@ -94,7 +94,7 @@ impl GgufMeta {
         let key = |suffix: &str| format!("{arch}.{suffix}");
         let token_count = match content.metadata.get("tokenizer.ggml.tokens") {
             Some(Value::Array(tokens)) => Some(tokens.len()),
-            Some(_) => return Err(EngineError::Config("GGUF metadata `tokenizer.ggml.tokens` is not an array".into())),
+            Some(_) => return Err(ModelError::Config("GGUF metadata `tokenizer.ggml.tokens` is not an array".into())),
             None => None,
         };
         Ok(GgufMeta {
@@ -126,7 +126,7 @@ impl GgufMeta {
     }
 
     /// `attention.head_count_kv`, or `num_heads` when absent (no grouped-query attention).
-    pub(crate) fn kv_heads(&self, num_heads: usize) -> Result<usize> {
+    pub fn kv_heads(&self, num_heads: usize) -> Result<usize> {
         match self.head_count_kv {
             None => Ok(num_heads),
             some => required(some, &self.key("attention.head_count_kv")),
@@ -141,11 +141,11 @@ fn f32_to_f64_decimal(x: f32) -> f64 {
 }
 
 /// A size the metadata must give, greater than 0.
-pub(crate) fn required(value: Option<u64>, key: &str) -> Result<usize> {
+pub fn required(value: Option<u64>, key: &str) -> Result<usize> {
     match value {
-        None => Err(EngineError::Config(format!("GGUF metadata has no `{key}`"))),
-        Some(0) => Err(EngineError::Config(format!("GGUF metadata `{key}` must be greater than 0"))),
-        Some(v) => usize::try_from(v).map_err(|_| EngineError::Config(format!("GGUF metadata `{key}` is too large"))),
+        None => Err(ModelError::Config(format!("GGUF metadata has no `{key}`"))),
+        Some(0) => Err(ModelError::Config(format!("GGUF metadata `{key}` must be greater than 0"))),
+        Some(v) => usize::try_from(v).map_err(|_| ModelError::Config(format!("GGUF metadata `{key}` is too large"))),
     }
 }
 
@@ -161,18 +161,18 @@ pub fn params_from_gguf_file(path: &Path) -> Result<ModelParams> {
     let content = read_gguf_header(path)?;
     let mut params = resolve(&GgufMeta::from_content(&content)?)?;
     if content.tensor_infos.contains_key(ROPE_FREQS) {
-        let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+        let file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
         let mut reader = std::io::BufReader::new(file);
         let factors: Vec<f64> = content
             .tensor(&mut reader, ROPE_FREQS, &candle_core::Device::Cpu)
             .and_then(|t| t.dequantize(&candle_core::Device::Cpu))
             .and_then(|t| t.flatten_all()?.to_vec1::<f32>())
-            .map_err(|e| EngineError::Config(format!("{}: cannot read {ROPE_FREQS}: {e}", path.display())))?
+            .map_err(|e| ModelError::Config(format!("{}: cannot read {ROPE_FREQS}: {e}", path.display())))?
             .into_iter()
             .map(f64::from)
             .collect();
         if factors.len() != params.head_dim / 2 || factors.iter().any(|f| !(f.is_finite() && *f > 0.0)) {
-            return Err(EngineError::Config(format!(
+            return Err(ModelError::Config(format!(
                 "{}: {ROPE_FREQS} has {} entries (the head needs {} positive factors)",
                 path.display(),
                 factors.len(),
@@ -189,9 +189,9 @@ const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// Parses the metadata and tensor directory of a GGUF file (tensor data is not read).
 pub fn read_gguf_header(path: &Path) -> Result<Content> {
-    let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+    let file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
     parse_gguf_header(&mut std::io::BufReader::new(file))
-        .map_err(|e| EngineError::Config(format!("{}: not a readable GGUF file: {e}", path.display())))
+        .map_err(|e| ModelError::Config(format!("{}: not a readable GGUF file: {e}", path.display())))
 }
 
 /// candle's GGUF header reader, made total: it divides by `general.alignment` without checking it (a file with
@@ -212,7 +212,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         "llama" => Architecture::Llama,
         "qwen2" => Architecture::Qwen2,
         "qwen3" => Architecture::Qwen3,
-        other => return Err(EngineError::UnsupportedArchitecture(format!("{other} (GGUF general.architecture)"))),
+        other => return Err(ModelError::UnsupportedArchitecture(format!("{other} (GGUF general.architecture)"))),
     };
     let hidden_size = required(meta.embedding_length, &meta.key("embedding_length"))?;
     let intermediate_size = required(meta.feed_forward_length, &meta.key("feed_forward_length"))?;
@@ -220,7 +220,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
     let num_heads = required(meta.head_count, &meta.key("attention.head_count"))?;
     let num_kv_heads = meta.kv_heads(num_heads)?;
     if num_heads % num_kv_heads != 0 {
-        return Err(EngineError::Config(format!(
+        return Err(ModelError::Config(format!(
             "GGUF head_count ({num_heads}) must be a multiple of head_count_kv ({num_kv_heads})"
         )));
     }
@@ -228,7 +228,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         Some(_) => required(meta.key_length, &meta.key("attention.key_length"))?,
         None => {
             if hidden_size % num_heads != 0 {
-                return Err(EngineError::Config(format!(
+                return Err(ModelError::Config(format!(
                     "GGUF embedding_length ({hidden_size}) is not a multiple of head_count ({num_heads})"
                 )));
             }
@@ -236,11 +236,11 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         }
     };
     if head_dim % 2 != 0 {
-        return Err(EngineError::Config(format!("head dimension ({head_dim}) must be even for rotary embeddings")));
+        return Err(ModelError::Config(format!("head dimension ({head_dim}) must be even for rotary embeddings")));
     }
     if let Some(rot) = meta.rope_dimension_count {
         if rot as usize != head_dim {
-            return Err(EngineError::Config(format!(
+            return Err(ModelError::Config(format!(
                 "partial rotary embeddings are not supported ({} = {rot}, head dimension {head_dim})",
                 meta.key("rope.dimension_count")
             )));
@@ -252,16 +252,16 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
         (Some([v, _]), _, _) if *v > 0 => *v,
         (_, Some(n), _) if n > 0 => n,
         (_, _, Some(n)) if n > 0 => n as usize,
-        _ => return Err(EngineError::Config("GGUF file gives no vocabulary size (no tokenizer.ggml.tokens)".into())),
+        _ => return Err(ModelError::Config("GGUF file gives no vocabulary size (no tokenizer.ggml.tokens)".into())),
     };
     ModelDims { vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim }
         .check_limits()?;
     let max_position_embeddings = required(meta.context_length, &meta.key("context_length"))?;
     let rms_norm_eps = match meta.rms_epsilon {
         Some(e) if e.is_finite() && e > 0.0 => f32_to_f64_decimal(e),
-        Some(e) => return Err(EngineError::Config(format!("GGUF rms epsilon ({e}) must be positive"))),
+        Some(e) => return Err(ModelError::Config(format!("GGUF rms epsilon ({e}) must be positive"))),
         None => {
-            return Err(EngineError::Config(format!(
+            return Err(ModelError::Config(format!(
                 "GGUF metadata has no `{}`",
                 meta.key("attention.layer_norm_rms_epsilon")
             )))
@@ -269,7 +269,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
     };
     let rope_theta = match meta.rope_freq_base {
         Some(t) if t.is_finite() && t > 0.0 => f32_to_f64_decimal(t),
-        Some(t) => return Err(EngineError::Config(format!("GGUF rope.freq_base ({t}) must be positive"))),
+        Some(t) => return Err(ModelError::Config(format!("GGUF rope.freq_base ({t}) must be positive"))),
         None => 10_000.0,
     };
     let mut eos_token_ids = Vec::new();
@@ -280,7 +280,7 @@ pub fn resolve(meta: &GgufMeta) -> Result<ModelParams> {
     }
     for id in meta.bos_token_id.iter().chain(&eos_token_ids) {
         if *id as usize >= vocab_size {
-            return Err(EngineError::Config(format!(
+            return Err(ModelError::Config(format!(
                 "GGUF special token id {id} is outside the vocabulary ({vocab_size})"
             )));
         }

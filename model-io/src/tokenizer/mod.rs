@@ -22,9 +22,9 @@ use tokenizers::DecoderWrapper;
 
 pub use detok::IncrementalDetokenizer;
 
-use crate::error::{EngineError, Result};
-use crate::TokenId;
+use crate::error::{ModelError, Result};
 use hf_config::HfTokenizerConfig;
+use rserve_scheduler::TokenId;
 
 /// A model's tokenizer. Cheap to share behind an `Arc`; all methods take `&self`.
 #[derive(Debug, Clone)]
@@ -61,7 +61,7 @@ impl Tokenizer {
     /// value is logged. Without a config, a BOS that the post-processor adds is still found.
     pub fn from_file(tokenizer_json: &Path, tokenizer_config: Option<&Path>) -> Result<Self> {
         let inner = tokenizers::Tokenizer::from_file(tokenizer_json)
-            .map_err(|e| EngineError::Tokenizer(format!("{}: {e}", tokenizer_json.display())))?;
+            .map_err(|e| ModelError::Tokenizer(format!("{}: {e}", tokenizer_json.display())))?;
         let config = match tokenizer_config {
             Some(path) => HfTokenizerConfig::read(path)?,
             None => HfTokenizerConfig::default(),
@@ -99,7 +99,7 @@ impl Tokenizer {
         };
         let tokenizer = Self::assemble(inner, specials)?;
         if tokenizer.adds_bos != facts.add_bos {
-            return Err(EngineError::Tokenizer(format!(
+            return Err(ModelError::Tokenizer(format!(
                 "GGUF says add_bos_token = {} but the built tokenizer {} BOS",
                 facts.add_bos,
                 if tokenizer.adds_bos { "adds" } else { "does not add" }
@@ -143,7 +143,7 @@ impl Tokenizer {
             inner
                 .encode("a", add)
                 .map(|e| e.get_ids().to_vec())
-                .map_err(|e| EngineError::Tokenizer(format!("probe encode: {e}")))
+                .map_err(|e| ModelError::Tokenizer(format!("probe encode: {e}")))
         };
         let (with, without) = (probe(true)?, probe(false)?);
         // A front token was added when the plain encoding follows it (an EOS at the end does not count).
@@ -183,7 +183,7 @@ impl Tokenizer {
         self.inner
             .encode_fast(text, add_special_tokens)
             .map(|e| e.get_ids().iter().copied().map(TokenId).collect())
-            .map_err(|e| EngineError::Tokenizer(format!("encode: {e}")))
+            .map_err(|e| ModelError::Tokenizer(format!("encode: {e}")))
     }
 
     /// Encodes a prompt rendered by a chat template without doubling BOS: when the text already starts with the BOS
@@ -203,7 +203,7 @@ impl Tokenizer {
 
     /// `decode` over bare ids (the incremental detokenizer's window), without copying them.
     pub(crate) fn decode_raw(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
-        self.inner.decode(ids, skip_special_tokens).map_err(|e| EngineError::Tokenizer(format!("decode: {e}")))
+        self.inner.decode(ids, skip_special_tokens).map_err(|e| ModelError::Tokenizer(format!("decode: {e}")))
     }
 
     /// The decoded text of one token (for log-prob display); `None` for an id outside the vocabulary. A token that

@@ -14,13 +14,13 @@ pub mod safetensors;
 
 use std::collections::HashMap;
 
-use crate::model::shard::Shard;
+use crate::shard::Shard;
 
 use candle_core::{DType, Tensor};
 
 use crate::config::ModelParams;
 use crate::source::ResolvedModel;
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
 
 pub use names::{expected_tensors, TensorSpec};
 pub use safetensors::safetensors_param_count;
@@ -33,14 +33,14 @@ pub struct Weights {
     /// The tensors were cut to one shard while loading (`load_shard`): take them as they are.
     cut: bool,
     /// Block-format twins of tensors dequantized from GGUF, kept alive for the CPU backend (`backend::cpu::quant`).
-    packed: crate::backend::cpu::quant::Keep,
+    packed: rserve_backend::cpu::quant::Keep,
 }
 
 /// Checks that a dtype is one the weights may be held in.
 pub fn check_dtype(dtype: DType) -> Result<()> {
     match dtype {
         DType::F32 | DType::BF16 | DType::F16 => Ok(()),
-        other => Err(EngineError::InvalidArgument(format!("weights can be loaded as f32, bf16 or f16, not {other:?}"))),
+        other => Err(ModelError::InvalidArgument(format!("weights can be loaded as f32, bf16 or f16, not {other:?}"))),
     }
 }
 
@@ -54,7 +54,7 @@ impl Weights {
         let mut out = HashMap::new();
         for spec in expected_tensors(params) {
             let tensor = tensors.remove(&spec.name).ok_or_else(|| {
-                EngineError::Weights(format!("the checkpoint has no tensor `{}` (shape {:?})", spec.name, spec.shape))
+                ModelError::Weights(format!("the checkpoint has no tensor `{}` (shape {:?})", spec.name, spec.shape))
             })?;
             spec.check(tensor.dims(), params)?;
             let tensor = if tensor.dtype() == dtype { tensor } else { tensor.to_dtype(dtype)? };
@@ -69,13 +69,13 @@ impl Weights {
     }
 
     /// The same weights, keeping `packed` (twins registered with `backend::cpu::quant::register`) alive with them.
-    pub fn with_packed(mut self, packed: crate::backend::cpu::quant::Keep) -> Self {
+    pub fn with_packed(mut self, packed: rserve_backend::cpu::quant::Keep) -> Self {
         self.packed = packed;
         self
     }
 
     /// The packed twins these weights keep alive.
-    pub fn packed(&self) -> &crate::backend::cpu::quant::Keep {
+    pub fn packed(&self) -> &rserve_backend::cpu::quant::Keep {
         &self.packed
     }
 
@@ -86,7 +86,7 @@ impl Weights {
 
     /// The tensor called `name`; the error names it.
     pub fn get(&self, name: &str) -> Result<&Tensor> {
-        self.tensors.get(name).ok_or_else(|| EngineError::Weights(format!("no tensor named `{name}` was loaded")))
+        self.tensors.get(name).ok_or_else(|| ModelError::Weights(format!("no tensor named `{name}` was loaded")))
     }
 
     /// Whether a tensor called `name` was loaded.
@@ -108,8 +108,8 @@ impl Weights {
     }
 
     /// The dtype as a weight type (what the model computes in; f32 for anything else).
-    pub fn compute_dtype(&self) -> crate::backend::WeightDType {
-        crate::backend::WeightDType::from_candle(self.dtype).unwrap_or(crate::backend::WeightDType::F32)
+    pub fn compute_dtype(&self) -> rserve_backend::WeightDType {
+        rserve_backend::WeightDType::from_candle(self.dtype).unwrap_or(rserve_backend::WeightDType::F32)
     }
 
     /// Number of tensors.
@@ -132,7 +132,7 @@ impl Weights {
     /// Bytes held by all tensors (a tensor kept only as GGUF blocks counts what the CPU backend holds of it:
     /// `PackedMatrix::resident_bytes`).
     pub fn total_bytes(&self) -> usize {
-        use crate::backend::cpu::quant;
+        use rserve_backend::cpu::quant;
         let bytes = |t: &Tensor| match quant::is_placeholder(t) {
             true => quant::lookup(t).map_or(0, |p| p.resident_bytes()),
             false => t.elem_count() * t.dtype().size_in_bytes(),

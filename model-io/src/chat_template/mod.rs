@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 pub use sources::{TemplateOrigin, TemplateSources};
 pub use tools::{template_arguments, template_tool, FunctionCall, ToolCall};
 
-use crate::error::{EngineError, Result};
+use crate::error::{ModelError, Result};
 use crate::tokenizer::Tokenizer;
 use clock::Clock;
 
@@ -56,7 +56,7 @@ impl ChatMessage {
     /// list counts as none) get their `arguments` parsed into an object; a `tool` message keeps its `tool_call_id`;
     /// any message keeps a string `name`.
     pub fn from_json(value: &serde_json::Value) -> Result<Self> {
-        let invalid = |m: &str| EngineError::InvalidArgument(m.to_owned());
+        let invalid = |m: &str| ModelError::InvalidArgument(m.to_owned());
         let role = value
             .get("role")
             .and_then(serde_json::Value::as_str)
@@ -69,7 +69,7 @@ impl ChatMessage {
                 for part in parts {
                     let kind = part.get("type").and_then(serde_json::Value::as_str).unwrap_or("");
                     if kind != "text" {
-                        return Err(EngineError::InvalidArgument(format!(
+                        return Err(ModelError::InvalidArgument(format!(
                             "message content part of type '{kind}' is not supported (only 'text')"
                         )));
                     }
@@ -100,7 +100,7 @@ impl ChatMessage {
 }
 
 fn tool_call_from_json(call: &serde_json::Value) -> Result<ToolCall> {
-    let invalid = |m: &str| EngineError::InvalidArgument(format!("tool call: {m}"));
+    let invalid = |m: &str| ModelError::InvalidArgument(format!("tool call: {m}"));
     let id = call.get("id").and_then(serde_json::Value::as_str).ok_or_else(|| invalid("no string 'id'"))?;
     if call.get("type").and_then(serde_json::Value::as_str) != Some("function") {
         return Err(invalid("'type' must be 'function'"));
@@ -169,7 +169,7 @@ impl ChatTemplate {
         env.add_filter("tojson", pyjson::tojson);
         env.set_formatter(pyrepr::format);
         env.add_template_owned(TEMPLATE_NAME, strip_generation_tags(&source))
-            .map_err(|e| EngineError::ChatTemplate(format!("{} does not compile: {}", origin, describe(&e))))?;
+            .map_err(|e| ModelError::ChatTemplate(format!("{} does not compile: {}", origin, describe(&e))))?;
         let special_tokens = specials.filter_map(|(name, value)| value.map(|v| (name, v))).collect();
         Ok(Self { env, source, origin, special_tokens, clock })
     }
@@ -192,7 +192,7 @@ impl ChatTemplate {
     }
 
     /// Renders `messages`; with `add_generation_prompt` the text ends with the assistant turn's opening.
-    /// `raise_exception(...)` in the template becomes an `EngineError::ChatTemplate` carrying its message.
+    /// `raise_exception(...)` in the template becomes an `ModelError::ChatTemplate` carrying its message.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         self.render_with(messages, add_generation_prompt, &serde_json::Map::new())
     }
@@ -245,8 +245,8 @@ impl ChatTemplate {
             ctx.push((key.clone(), Value::from_serialize(value)));
         }
         let ctx: Value = ctx.into_iter().collect();
-        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| EngineError::ChatTemplate(describe(&e)))?;
-        template.render(ctx).map_err(|e| EngineError::ChatTemplate(describe(&e)))
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| ModelError::ChatTemplate(describe(&e)))?;
+        template.render(ctx).map_err(|e| ModelError::ChatTemplate(describe(&e)))
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::safetensors::MmapedSafetensors;
 
-use crate::model::shard::{apply_cut, Shard};
+use crate::shard::{apply_cut, Shard};
 use candle_core::{DType, Device, Tensor};
 use rayon::prelude::*;
 
@@ -14,13 +14,13 @@ use super::names::{checkpoint_tensors, has_fused_projections};
 use super::progress::AdvanceOnDrop;
 use super::{check_dtype, Weights};
 use crate::config::ModelParams;
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
 
 fn mmap(path: &Path) -> Result<memmap2::Mmap> {
-    let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+    let file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
     // SAFETY: the file is opened read-only and only read through the map; as with every mmap, a process that
     // truncates the file while it is mapped can fault us, which is the documented limit of loading by mmap.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.to_path_buf(), source })
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ModelError::Io { path: path.to_path_buf(), source })
 }
 
 /// Loads the tensors `params` needs from safetensors files as `dtype`.
@@ -36,16 +36,16 @@ pub fn load_safetensors_shard(paths: &[PathBuf], params: &ModelParams, dtype: DT
 fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Shard>) -> Result<Weights> {
     check_dtype(dtype)?;
     if paths.is_empty() {
-        return Err(EngineError::Weights("no safetensors files to load".into()));
+        return Err(ModelError::Weights("no safetensors files to load".into()));
     }
     for p in paths {
         if !p.is_file() {
-            return Err(EngineError::Weights(format!("weight file {} does not exist", p.display())));
+            return Err(ModelError::Weights(format!("weight file {} does not exist", p.display())));
         }
     }
     // SAFETY: see `mmap` above; the maps are read-only.
     let st = unsafe { MmapedSafetensors::multi(paths) }
-        .map_err(|e| EngineError::Weights(format!("cannot read safetensors header: {e}")))?;
+        .map_err(|e| ModelError::Weights(format!("cannot read safetensors header: {e}")))?;
     let mut specs = checkpoint_tensors(params);
     // A fused projection is split into its parts before it can be cut: such checkpoints load whole and the model
     // cuts its share at upload.
@@ -63,7 +63,7 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
     // Check names, shapes and source dtypes first, so a wrong checkpoint fails before copying gigabytes.
     for spec in &specs {
         let view = st.get(&file_name(&spec.name)).map_err(|_| {
-            EngineError::Weights(format!(
+            ModelError::Weights(format!(
                 "the checkpoint has no tensor `{}` (shape {:?}); files: {}",
                 spec.name,
                 spec.shape,
@@ -75,7 +75,7 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
         match DType::try_from(view.dtype()) {
             Ok(DType::BF16 | DType::F16 | DType::F32) => {}
             _ => {
-                return Err(EngineError::Weights(format!(
+                return Err(ModelError::Weights(format!(
                     "tensor `{}` is stored as {:?}; only bf16, f16 and f32 safetensors are supported",
                     spec.name,
                     view.dtype()
@@ -151,7 +151,7 @@ pub fn safetensors_param_count(paths: &[PathBuf]) -> Result<u64> {
     for p in paths {
         let map = mmap(p)?;
         let (_, meta) = ::safetensors::SafeTensors::read_metadata(&map)
-            .map_err(|e| EngineError::Weights(format!("{}: bad safetensors header: {e}", p.display())))?;
+            .map_err(|e| ModelError::Weights(format!("{}: bad safetensors header: {e}", p.display())))?;
         for info in meta.tensors().values() {
             total += info.shape.iter().product::<usize>() as u64;
         }

@@ -13,7 +13,7 @@ use super::{expected_tensors, Weights};
 use crate::config::ModelParams;
 use crate::source::local::model_files;
 use crate::source::{ModelOrigin, ResolvedModel, SafetensorsModel};
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
 
 /// Half-width of the uniform distribution of dummy matrices.
 pub const DUMMY_RANGE: f32 = 0.02;
@@ -28,7 +28,7 @@ fn splitmix64(state: &mut u64) -> u64 {
 }
 
 fn name_hash(name: &str) -> u64 {
-    crate::backend::hash::fnv1a64(&[name.as_bytes()])
+    rserve_backend::hash::fnv1a64(&[name.as_bytes()])
 }
 
 /// Values of one tensor as f32 (`len` of them), deterministic in (seed, name).
@@ -63,7 +63,7 @@ fn tensor(values: Vec<f32>, shape: &[usize], dtype: DType) -> Result<Tensor> {
             let v: Vec<half::f16> = values.par_iter().map(|&x| half::f16::from_f32(x)).collect();
             Tensor::from_vec(v, shape, &Device::Cpu)?
         }
-        other => return Err(EngineError::InvalidArgument(format!("dummy weights in {other:?} are not supported"))),
+        other => return Err(ModelError::InvalidArgument(format!("dummy weights in {other:?} are not supported"))),
     })
 }
 
@@ -84,7 +84,7 @@ pub fn resolve(spec: &str) -> Result<ResolvedModel> {
     let dir = Path::new(spec);
     let config = dir.join("config.json");
     if !config.is_file() {
-        return Err(EngineError::InvalidArgument(format!(
+        return Err(ModelError::InvalidArgument(format!(
             "--load-format dummy needs a folder with a config.json; '{spec}' has none"
         )));
     }

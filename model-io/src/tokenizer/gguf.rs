@@ -21,7 +21,7 @@ use tokenizers::processors::template::{SpecialToken, TemplateProcessing};
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
 use super::byte_level;
-use crate::error::{EngineError, Result};
+use crate::error::{ModelError, Result};
 
 /// llama.cpp's token types (`tokenizer.ggml.token_type`).
 const TOKEN_TYPE_CONTROL: i64 = 3;
@@ -50,7 +50,7 @@ impl PreTokenizerKind {
             None | Some("default" | "gpt2" | "gpt-2" | "smollm") => Ok(Self::Gpt2),
             Some("llama3" | "llama-v3" | "llama-bpe" | "smaug-bpe" | "falcon3") => Ok(Self::Llama3),
             Some("qwen2" | "deepseek-r1-qwen") => Ok(Self::Qwen2),
-            Some(other) => Err(EngineError::Tokenizer(format!(
+            Some(other) => Err(ModelError::Tokenizer(format!(
                 "GGUF pre-tokenizer '{other}' (tokenizer.ggml.pre) is not supported \
                  (supported: default, gpt2, smollm, llama3, llama-bpe, smaug-bpe, falcon3, qwen2); \
                  put the model's tokenizer.json next to the GGUF file"
@@ -61,7 +61,7 @@ impl PreTokenizerKind {
     fn pre_tokenizer(self) -> Result<PreTokenizerWrapper> {
         let split_then_bytes = |regex: &str| -> Result<PreTokenizerWrapper> {
             let split = Split::new(SplitPattern::Regex(regex.to_owned()), SplitDelimiterBehavior::Isolated, false)
-                .map_err(|e| EngineError::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+                .map_err(|e| ModelError::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
             Ok(Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into())
         };
         match self {
@@ -89,16 +89,16 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
     match model.as_deref() {
         Some("gpt2") => {}
         Some(other) => {
-            return Err(EngineError::Tokenizer(format!(
+            return Err(ModelError::Tokenizer(format!(
                 "GGUF tokenizer model '{other}' is not supported (only 'gpt2' byte-level BPE); \
                  put the model's tokenizer.json next to the GGUF file"
             )))
         }
-        None => return Err(EngineError::Tokenizer("GGUF file has no tokenizer (tokenizer.ggml.model)".into())),
+        None => return Err(ModelError::Tokenizer("GGUF file has no tokenizer (tokenizer.ggml.model)".into())),
     }
     let tokens = string_array(md.get("tokenizer.ggml.tokens"), "tokenizer.ggml.tokens")?;
     if tokens.is_empty() {
-        return Err(EngineError::Tokenizer("GGUF tokenizer.ggml.tokens is empty".into()));
+        return Err(ModelError::Tokenizer("GGUF tokenizer.ggml.tokens is empty".into()));
     }
     let merges = string_array(md.get("tokenizer.ggml.merges"), "tokenizer.ggml.merges")?;
     let token_types = match md.get("tokenizer.ggml.token_type") {
@@ -110,7 +110,7 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
 
     let token_id = |key: &str| -> Result<Option<u32>> {
         let Some(v) = md.get(key) else { return Ok(None) };
-        let id = int_value(v).ok_or_else(|| EngineError::Tokenizer(format!("GGUF {key} is not an integer")))?;
+        let id = int_value(v).ok_or_else(|| ModelError::Tokenizer(format!("GGUF {key} is not an integer")))?;
         match u32::try_from(id) {
             Ok(id) if (id as usize) < tokens.len() => Ok(Some(id)),
             // Some writers store -1 (or its u32 bit pattern) for "none": any out-of-range id counts as absent.
@@ -149,17 +149,17 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
         .map(|m| {
             m.split_once(' ')
                 .map(|(a, b)| (a.to_owned(), b.to_owned()))
-                .ok_or_else(|| EngineError::Tokenizer(format!("GGUF merge '{m}' is not two tokens")))
+                .ok_or_else(|| ModelError::Tokenizer(format!("GGUF merge '{m}' is not two tokens")))
         })
         .collect::<Result<Vec<_>>>()?;
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .build()
-        .map_err(|e| EngineError::Tokenizer(format!("GGUF BPE model: {e}")))?;
+        .map_err(|e| ModelError::Tokenizer(format!("GGUF BPE model: {e}")))?;
 
     let mut tokenizer = tokenizers::Tokenizer::new(bpe);
     if pre == PreTokenizerKind::Qwen2 {
-        tokenizer.with_normalizer(Some(NFC)).map_err(|e| EngineError::Tokenizer(format!("GGUF tokenizer: {e}")))?;
+        tokenizer.with_normalizer(Some(NFC)).map_err(|e| ModelError::Tokenizer(format!("GGUF tokenizer: {e}")))?;
     }
     tokenizer.with_pre_tokenizer(Some(pre.pre_tokenizer()?));
     tokenizer.with_decoder(Some(ByteLevel::default()));
@@ -174,10 +174,10 @@ pub(crate) fn build(content: &Content) -> Result<(tokenizers::Tokenizer, GgufSpe
     };
     tokenizer
         .add_special_tokens(added(TOKEN_TYPE_CONTROL, true))
-        .map_err(|e| EngineError::Tokenizer(format!("GGUF tokenizer: {e}")))?;
+        .map_err(|e| ModelError::Tokenizer(format!("GGUF tokenizer: {e}")))?;
     tokenizer
         .add_tokens(added(TOKEN_TYPE_USER_DEFINED, false))
-        .map_err(|e| EngineError::Tokenizer(format!("GGUF tokenizer: {e}")))?;
+        .map_err(|e| ModelError::Tokenizer(format!("GGUF tokenizer: {e}")))?;
 
     let bos = bos_id.filter(|_| add_bos).map(|id| (id, tokens[id as usize].clone()));
     let eos = eos_ids.first().copied().filter(|_| add_eos).map(|id| (id, tokens[id as usize].clone()));
@@ -214,40 +214,40 @@ fn post_processor(bos: Option<(u32, String)>, eos: Option<(u32, String)>) -> Res
     TemplateProcessing::builder()
         .try_single(single)
         .and_then(|b| b.try_pair(pair_a))
-        .map_err(|e| EngineError::Tokenizer(format!("post-processor template: {e}")))?
+        .map_err(|e| ModelError::Tokenizer(format!("post-processor template: {e}")))?
         .special_tokens(specials)
         .build()
-        .map_err(|e| EngineError::Tokenizer(format!("post-processor: {e}")))
+        .map_err(|e| ModelError::Tokenizer(format!("post-processor: {e}")))
 }
 
 fn special(name: &str, id: u32, text: String) -> Result<SpecialToken> {
     SpecialToken::new(name.to_owned(), vec![id], vec![text])
-        .map_err(|e| EngineError::Tokenizer(format!("special token {name}: {e}")))
+        .map_err(|e| ModelError::Tokenizer(format!("special token {name}: {e}")))
 }
 
 fn string_array(value: Option<&Value>, key: &str) -> Result<Vec<String>> {
     let Some(value) = value else {
-        return Err(EngineError::Tokenizer(format!("GGUF metadata has no {key}")));
+        return Err(ModelError::Tokenizer(format!("GGUF metadata has no {key}")));
     };
     let Value::Array(items) = value else {
-        return Err(EngineError::Tokenizer(format!("GGUF {key} is not an array")));
+        return Err(ModelError::Tokenizer(format!("GGUF {key} is not an array")));
     };
     items
         .iter()
         .map(|v| match v {
             Value::String(s) => Ok(s.clone()),
-            _ => Err(EngineError::Tokenizer(format!("GGUF {key} holds a non-string"))),
+            _ => Err(ModelError::Tokenizer(format!("GGUF {key} holds a non-string"))),
         })
         .collect()
 }
 
 fn int_array(value: &Value, key: &str) -> Result<Vec<i64>> {
     let Value::Array(items) = value else {
-        return Err(EngineError::Tokenizer(format!("GGUF {key} is not an array")));
+        return Err(ModelError::Tokenizer(format!("GGUF {key} is not an array")));
     };
     items
         .iter()
-        .map(|v| int_value(v).ok_or_else(|| EngineError::Tokenizer(format!("GGUF {key} holds a non-integer"))))
+        .map(|v| int_value(v).ok_or_else(|| ModelError::Tokenizer(format!("GGUF {key} holds a non-integer"))))
         .collect()
 }
 
@@ -269,7 +269,7 @@ fn opt_string(value: Option<&Value>, key: &str) -> Result<Option<String>> {
     match value {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(EngineError::Tokenizer(format!("GGUF {key} is not a string"))),
+        Some(_) => Err(ModelError::Tokenizer(format!("GGUF {key} is not a string"))),
     }
 }
 
@@ -277,6 +277,6 @@ fn opt_bool(value: Option<&Value>, key: &str) -> Result<Option<bool>> {
     match value {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(EngineError::Tokenizer(format!("GGUF {key} is not a boolean"))),
+        Some(_) => Err(ModelError::Tokenizer(format!("GGUF {key} is not a boolean"))),
     }
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::Tokenizer;
 use crate::error::Result;
-use crate::TokenId;
+use rserve_scheduler::TokenId;
 
 /// How many tokens may wait unsent before the detokenizer tries to cut the window (only a run of bytes that never
 /// forms a character gets this long; real text sends every few tokens).

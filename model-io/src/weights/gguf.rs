@@ -22,16 +22,16 @@ use rayon::prelude::*;
 
 use super::names::hf_to_gguf;
 use super::{check_dtype, expected_tensors, Weights};
-use crate::backend::cpu::quant::{self, PackedMatrix};
 use crate::config::gguf_meta::gguf_architecture;
 use crate::config::ModelParams;
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
+use rserve_backend::cpu::quant::{self, PackedMatrix};
 
 /// Puts the rows of a llama.cpp-permuted q or k projection (`[n_head * head_dim, in]`) back in Hugging Face order.
 pub fn unpermute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
     let (out, inp) = w.dims2()?;
     if n_head == 0 || out % (2 * n_head) != 0 {
-        return Err(EngineError::Weights(format!(
+        return Err(ModelError::Weights(format!(
             "cannot undo the q/k permutation: {out} rows are not a multiple of 2 * {n_head} heads"
         )));
     }
@@ -44,7 +44,7 @@ pub fn unpermute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
 pub fn permute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
     let (out, inp) = w.dims2()?;
     if n_head == 0 || out % (2 * n_head) != 0 {
-        return Err(EngineError::Weights(format!(
+        return Err(ModelError::Weights(format!(
             "cannot permute: {out} rows are not a multiple of 2 * {n_head} heads"
         )));
     }
@@ -54,13 +54,13 @@ pub fn permute_rows(w: &Tensor, n_head: usize) -> Result<Tensor> {
 
 /// Memory-maps a GGUF file and parses its header.
 fn open(path: &Path) -> Result<(memmap2::Mmap, Content)> {
-    let file = std::fs::File::open(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+    let file = std::fs::File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
     // SAFETY: read-only map of a file we only read; truncation of the file by another process while loading is the
     // documented limit of mmap-based loading.
     let map =
-        unsafe { memmap2::Mmap::map(&file) }.map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+        unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
     let content = crate::config::gguf_meta::parse_gguf_header(&mut Cursor::new(&map[..]))
-        .map_err(|e| EngineError::Weights(format!("{}: not a readable GGUF file: {e}", path.display())))?;
+        .map_err(|e| ModelError::Weights(format!("{}: not a readable GGUF file: {e}", path.display())))?;
     Ok((map, content))
 }
 
@@ -86,9 +86,9 @@ fn load(path: &Path, params: &ModelParams, dtype: DType, packed_only: bool) -> R
     let mut jobs = Vec::with_capacity(specs.len());
     for spec in specs {
         let gguf_name = hf_to_gguf(&spec.name)
-            .ok_or_else(|| EngineError::Weights(format!("no GGUF name is known for `{}`", spec.name)))?;
+            .ok_or_else(|| ModelError::Weights(format!("no GGUF name is known for `{}`", spec.name)))?;
         let info = content.tensor_infos.get(&gguf_name).ok_or_else(|| {
-            EngineError::Weights(format!(
+            ModelError::Weights(format!(
                 "{}: no tensor `{gguf_name}` (needed for `{}`, shape {:?})",
                 path.display(),
                 spec.name,
@@ -96,7 +96,7 @@ fn load(path: &Path, params: &ModelParams, dtype: DType, packed_only: bool) -> R
             ))
         })?;
         spec.check(info.shape.dims(), params)
-            .map_err(|e| EngineError::Weights(format!("{} (GGUF tensor `{gguf_name}`)", strip_prefix(e))))?;
+            .map_err(|e| ModelError::Weights(format!("{} (GGUF tensor `{gguf_name}`)", strip_prefix(e))))?;
         let heads = match (permuted, spec.name.rsplit('.').nth(1)) {
             (true, Some("q_proj")) if spec.name.ends_with(".weight") => Some(params.num_heads),
             (true, Some("k_proj")) if spec.name.ends_with(".weight") => Some(params.num_kv_heads),
@@ -128,11 +128,11 @@ fn load(path: &Path, params: &ModelParams, dtype: DType, packed_only: bool) -> R
             let _advance = super::progress::AdvanceOnDrop(&bar);
             let q = info
                 .read(&mut Cursor::new(&map[..]), data_offset, &Device::Cpu)
-                .map_err(|e| EngineError::Weights(format!("reading GGUF tensor `{gguf_name}`: {e}")))?;
+                .map_err(|e| ModelError::Weights(format!("reading GGUF tensor `{gguf_name}`: {e}")))?;
             if let (true, Some(format), &[rows, cols]) =
                 (blocks_only, quant::Format::from_ggml(info.ggml_dtype), q.shape().dims())
             {
-                let bytes = q.data().map_err(|e| EngineError::Weights(format!("GGUF tensor `{gguf_name}`: {e}")))?;
+                let bytes = q.data().map_err(|e| ModelError::Weights(format!("GGUF tensor `{gguf_name}`: {e}")))?;
                 let p = PackedMatrix::new(format, rows, cols, bytes.into_owned())?.with_two_term_activations(two_term);
                 let p = match heads {
                     Some(n) => p.select_rows(&unpermuted_order(rows, n)),
@@ -140,9 +140,9 @@ fn load(path: &Path, params: &ModelParams, dtype: DType, packed_only: bool) -> R
                 };
                 return Ok((name, quant::placeholder(rows, cols, dtype)?, Some(p)));
             }
-            let t = q.dequantize(&Device::Cpu).map_err(|e| {
-                EngineError::Weights(format!("dequantizing `{gguf_name}` ({:?}): {e}", info.ggml_dtype))
-            })?;
+            let t = q
+                .dequantize(&Device::Cpu)
+                .map_err(|e| ModelError::Weights(format!("dequantizing `{gguf_name}` ({:?}): {e}", info.ggml_dtype)))?;
             let t = match heads {
                 Some(n) => unpermute_rows(&t, n)?,
                 None => t,
@@ -150,8 +150,7 @@ fn load(path: &Path, params: &ModelParams, dtype: DType, packed_only: bool) -> R
             let t = if t.dtype() == dtype { t } else { t.to_dtype(dtype)? };
             let packed = match (quant::Format::from_ggml(info.ggml_dtype), t.dims()) {
                 (Some(format), &[rows, cols]) => {
-                    let bytes =
-                        q.data().map_err(|e| EngineError::Weights(format!("GGUF tensor `{gguf_name}`: {e}")))?;
+                    let bytes = q.data().map_err(|e| ModelError::Weights(format!("GGUF tensor `{gguf_name}`: {e}")))?;
                     let p =
                         PackedMatrix::new(format, rows, cols, bytes.into_owned())?.with_two_term_activations(two_term);
                     Some(match heads {
@@ -202,9 +201,9 @@ fn unpermuted_order(rows: usize, n_head: usize) -> Vec<usize> {
         .collect()
 }
 
-fn strip_prefix(e: EngineError) -> String {
+fn strip_prefix(e: ModelError) -> String {
     match e {
-        EngineError::Weights(m) => m,
+        ModelError::Weights(m) => m,
         other => other.to_string(),
     }
 }

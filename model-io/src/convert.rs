@@ -11,14 +11,14 @@ use serde_json::{json, Map, Value as Json};
 
 use crate::config::gguf_meta::{params_from_gguf, read_gguf_header};
 use crate::config::{Architecture, ModelParams, RopeScaling};
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
 
 fn torch_dtype_name(dtype: DType) -> Result<&'static str> {
     match dtype {
         DType::F32 => Ok("float32"),
         DType::BF16 => Ok("bfloat16"),
         DType::F16 => Ok("float16"),
-        other => Err(EngineError::InvalidArgument(format!("cannot convert to {other:?}; use f32, bf16 or f16"))),
+        other => Err(ModelError::InvalidArgument(format!("cannot convert to {other:?}; use f32, bf16 or f16"))),
     }
 }
 
@@ -38,7 +38,7 @@ pub fn config_json(params: &ModelParams, dtype: DType) -> Result<Json> {
         Architecture::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
         Architecture::Qwen3 => ("Qwen3ForCausalLM", "qwen3"),
         // GGUF files of these are not read (config::gguf_meta), so no conversion writes them.
-        other => return Err(EngineError::UnsupportedArchitecture(format!("{} (GGUF conversion)", other.hf_name()))),
+        other => return Err(ModelError::UnsupportedArchitecture(format!("{} (GGUF conversion)", other.hf_name()))),
     };
     let mut c = json!({
         "architectures": [arch],
@@ -157,9 +157,9 @@ pub fn tokenizer_config_json(content: &Content, params: &ModelParams) -> Json {
 
 fn write_json(path: &Path, value: &Json) -> Result<()> {
     let mut text = serde_json::to_string_pretty(value)
-        .map_err(|e| EngineError::InvalidArgument(format!("cannot serialize {}: {e}", path.display())))?;
+        .map_err(|e| ModelError::InvalidArgument(format!("cannot serialize {}: {e}", path.display())))?;
     text.push('\n');
-    std::fs::write(path, text).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })
+    std::fs::write(path, text).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })
 }
 
 /// Writes the tokenizer that the tokenizer module builds from the GGUF metadata as `tokenizer.json`.
@@ -168,7 +168,7 @@ fn write_tokenizer_json(content: &Content, path: &Path) -> Result<()> {
     tokenizer
         .inner()
         .save(path, false)
-        .map_err(|e| EngineError::Tokenizer(format!("cannot write {}: {e}", path.display())))
+        .map_err(|e| ModelError::Tokenizer(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Converts a `.gguf` file into a Hugging Face model folder at `out_dir` (created if needed), with weights in
@@ -178,11 +178,11 @@ pub fn gguf_to_hf_dir(gguf: &Path, out_dir: &Path, dtype: DType) -> Result<()> {
     let content = read_gguf_header(gguf)?;
     let params = params_from_gguf(&content)?;
     let weights = crate::weights::gguf::load_gguf(gguf, &params, dtype)?;
-    std::fs::create_dir_all(out_dir).map_err(|source| EngineError::Io { path: out_dir.to_path_buf(), source })?;
+    std::fs::create_dir_all(out_dir).map_err(|source| ModelError::Io { path: out_dir.to_path_buf(), source })?;
 
     let st_path = out_dir.join("model.safetensors");
     candle_core::safetensors::save(&weights.into_tensors(), &st_path)
-        .map_err(|e| EngineError::Weights(format!("cannot write {}: {e}", st_path.display())))?;
+        .map_err(|e| ModelError::Weights(format!("cannot write {}: {e}", st_path.display())))?;
     write_json(&out_dir.join("config.json"), &config_json(&params, dtype)?)?;
     write_json(&out_dir.join("generation_config.json"), &generation_config_json(&params))?;
     write_json(&out_dir.join("tokenizer_config.json"), &tokenizer_config_json(&content, &params))?;

@@ -13,7 +13,7 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::config::ModelParams;
 use crate::weights::names::moe_names;
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
 
 /// The e2m1 values of the 16 4-bit codes (sign bit high).
 const FP4_VALUES: [f32; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
@@ -41,11 +41,11 @@ pub fn unpack_layer(
     layer: usize,
     want: &dyn Fn(usize) -> bool,
 ) -> Result<Vec<(String, Tensor)>> {
-    let m = params.moe.as_ref().ok_or_else(|| EngineError::Weights("gpt-oss experts without a MoE config".into()))?;
+    let m = params.moe.as_ref().ok_or_else(|| ModelError::Weights("gpt-oss experts without a MoE config".into()))?;
     let (experts, h, w) = (m.num_experts, params.hidden_size, m.expert_intermediate);
     let need = |what: &str| -> Result<Tensor> {
         read(&packed(layer, what))?
-            .ok_or_else(|| EngineError::Weights(format!("the checkpoint has no tensor `{}`", packed(layer, what))))
+            .ok_or_else(|| ModelError::Weights(format!("the checkpoint has no tensor `{}`", packed(layer, what))))
     };
     // [experts, out, in] f32, output-major.
     let matrix = |what: &str, out: usize, inp: usize| -> Result<Tensor> {
@@ -88,7 +88,7 @@ pub fn unpack_layer(
 
 fn check_shape(t: &Tensor, want: &[usize], name: &str) -> Result<()> {
     if t.dims() != want {
-        return Err(EngineError::Weights(format!(
+        return Err(ModelError::Weights(format!(
             "tensor `{name}` has shape {:?}, but the config implies {want:?}",
             t.dims()
         )));
@@ -100,13 +100,13 @@ fn check_shape(t: &Tensor, want: &[usize], name: &str) -> Result<()> {
 /// f32: value `2j` of a block is the low nibble of byte `j`, `2j + 1` the high one, each times 2^(scale - 127).
 pub fn dequantize(blocks: &Tensor, scales: &Tensor, [experts, out, inp]: [usize; 3], name: &str) -> Result<Tensor> {
     if !inp.is_multiple_of(BLOCK) {
-        return Err(EngineError::Weights(format!("`{name}`: {inp} inputs are not a whole number of MXFP4 blocks")));
+        return Err(ModelError::Weights(format!("`{name}`: {inp} inputs are not a whole number of MXFP4 blocks")));
     }
     let groups = inp / BLOCK;
     check_shape(blocks, &[experts, out, groups, BLOCK / 2], &format!("{name}_blocks"))?;
     check_shape(scales, &[experts, out, groups], &format!("{name}_scales"))?;
     if blocks.dtype() != DType::U8 || scales.dtype() != DType::U8 {
-        return Err(EngineError::Weights(format!("`{name}_blocks` / `{name}_scales` must be stored as u8")));
+        return Err(ModelError::Weights(format!("`{name}_blocks` / `{name}_scales` must be stored as u8")));
     }
     let bytes = blocks.flatten_all()?.to_vec1::<u8>()?;
     let exps = scales.flatten_all()?.to_vec1::<u8>()?;

@@ -14,8 +14,8 @@ use super::{
     Architecture, LayerAttention, Llama3RopeScaling, LongRopeScaling, ModelDims, ModelParams, MoeParams, Rope,
     RopeScaling, YarnRopeScaling,
 };
-use crate::backend::Activation;
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
+use rserve_backend::Activation;
 
 /// `config.json` as written by transformers, limited to the keys the llama family uses.
 #[derive(Debug, Clone, Deserialize)]
@@ -183,10 +183,10 @@ pub fn parse_config_file(path: &Path) -> Result<ModelParams> {
 }
 
 /// Reads a `config.json` and parses its text with `parse`; configuration errors name the file.
-pub(crate) fn read_config_file<T>(path: &Path, parse: impl FnOnce(&str) -> Result<T>) -> Result<T> {
-    let text = std::fs::read_to_string(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+pub fn read_config_file<T>(path: &Path, parse: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
     parse(&text).map_err(|e| match e {
-        EngineError::Config(msg) => EngineError::Config(format!("{}: {msg}", path.display())),
+        ModelError::Config(msg) => ModelError::Config(format!("{}: {msg}", path.display())),
         other => other,
     })
 }
@@ -194,10 +194,10 @@ pub(crate) fn read_config_file<T>(path: &Path, parse: impl FnOnce(&str) -> Resul
 /// Parses the text of a `config.json` into checked `ModelParams`.
 pub fn parse_config_json(text: &str) -> Result<ModelParams> {
     let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| EngineError::Config(format!("config.json is not valid: {e}")))?;
+        serde_json::from_str(text).map_err(|e| ModelError::Config(format!("config.json is not valid: {e}")))?;
     let value = language_model_config(value)?;
     let raw: RawConfig =
-        serde_json::from_value(value).map_err(|e| EngineError::Config(format!("config.json is not valid: {e}")))?;
+        serde_json::from_value(value).map_err(|e| ModelError::Config(format!("config.json is not valid: {e}")))?;
     resolve(raw)
 }
 
@@ -210,7 +210,7 @@ fn language_model_config(mut value: serde_json::Value) -> Result<serde_json::Val
         return Ok(value);
     }
     let Some(serde_json::Value::Object(mut text)) = value.get_mut("text_config").map(serde_json::Value::take) else {
-        return Err(EngineError::Config("Gemma3ForConditionalGeneration config has no `text_config` object".into()));
+        return Err(ModelError::Config("Gemma3ForConditionalGeneration config has no `text_config` object".into()));
     };
     text.insert("architectures".into(), serde_json::json!(["Gemma3ForCausalLM"]));
     text.entry("vocab_size").or_insert(serde_json::json!(262_208));
@@ -229,7 +229,7 @@ fn architecture(raw: &RawConfig) -> Result<Architecture> {
         return Architecture::ALL
             .into_iter()
             .find(|a| a.hf_name() == first)
-            .ok_or_else(|| EngineError::UnsupportedArchitecture(first.clone()));
+            .ok_or_else(|| ModelError::UnsupportedArchitecture(first.clone()));
     }
     match raw.model_type.as_deref() {
         Some("llama") => Ok(Architecture::Llama),
@@ -242,28 +242,28 @@ fn architecture(raw: &RawConfig) -> Result<Architecture> {
         Some("mixtral") => Ok(Architecture::Mixtral),
         Some("qwen3_moe") => Ok(Architecture::Qwen3Moe),
         Some("gpt_oss") => Ok(Architecture::GptOss),
-        Some(other) => Err(EngineError::UnsupportedArchitecture(other.to_string())),
-        None => Err(EngineError::UnsupportedArchitecture(
+        Some(other) => Err(ModelError::UnsupportedArchitecture(other.to_string())),
+        None => Err(ModelError::UnsupportedArchitecture(
             "(config.json has neither `architectures` nor `model_type`)".to_string(),
         )),
     }
 }
 
 /// A size that may be absent but is never 0.
-pub(crate) fn positive(value: Option<usize>, field: &str) -> Result<Option<usize>> {
+pub fn positive(value: Option<usize>, field: &str) -> Result<Option<usize>> {
     match value {
-        Some(0) => Err(EngineError::Config(format!("`{field}` must be greater than 0"))),
+        Some(0) => Err(ModelError::Config(format!("`{field}` must be greater than 0"))),
         other => Ok(other),
     }
 }
 
 /// A size that must be present and greater than 0.
-pub(crate) fn required(value: Option<usize>, field: &str) -> Result<usize> {
-    positive(value, field)?.ok_or_else(|| EngineError::Config(format!("`{field}` is missing")))
+pub fn required(value: Option<usize>, field: &str) -> Result<usize> {
+    positive(value, field)?.ok_or_else(|| ModelError::Config(format!("`{field}` is missing")))
 }
 
 fn config_err<T>(msg: String) -> Result<T> {
-    Err(EngineError::Config(msg))
+    Err(ModelError::Config(msg))
 }
 
 /// A float that must be finite and positive when present.
@@ -296,7 +296,7 @@ fn rope_scaling(
     let kind = s.rope_type.as_deref().or(s.type_.as_deref()).unwrap_or("default");
     let factor = |kind: &str| -> Result<f64> {
         positive_f64(s.factor, "rope_scaling.factor")?
-            .ok_or_else(|| EngineError::Config(format!("rope_scaling of type {kind} needs `factor`")))
+            .ok_or_else(|| ModelError::Config(format!("rope_scaling of type {kind} needs `factor`")))
     };
     match kind {
         "default" => Ok(None),
@@ -304,14 +304,14 @@ fn rope_scaling(
         "dynamic" => Ok(Some(RopeScaling::Dynamic { factor: factor(kind)? })),
         "llama3" => {
             let field = |v: Option<f64>, name: &str| {
-                v.ok_or_else(|| EngineError::Config(format!("rope_scaling of type llama3 needs `{name}`")))
+                v.ok_or_else(|| ModelError::Config(format!("rope_scaling of type llama3 needs `{name}`")))
             };
             let scaling = Llama3RopeScaling {
                 factor: field(s.factor, "factor")?,
                 low_freq_factor: field(s.low_freq_factor, "low_freq_factor")?,
                 high_freq_factor: field(s.high_freq_factor, "high_freq_factor")?,
                 original_max_position_embeddings: s.original_max_position_embeddings.ok_or_else(|| {
-                    EngineError::Config("rope_scaling of type llama3 needs `original_max_position_embeddings`".into())
+                    ModelError::Config("rope_scaling of type llama3 needs `original_max_position_embeddings`".into())
                 })?,
             };
             if !(scaling.factor > 0.0 && scaling.low_freq_factor > 0.0 && scaling.high_freq_factor > 0.0) {
@@ -365,7 +365,7 @@ fn rope_scaling(
                 positive(s.original_max_position_embeddings, "rope_scaling.original_max_position_embeddings")?
                     .or(top_original)
                     .ok_or_else(|| {
-                        EngineError::Config(
+                        ModelError::Config(
                             "rope_scaling of type longrope needs `original_max_position_embeddings`".into(),
                         )
                     })?;
@@ -397,7 +397,7 @@ fn rope_parameters(raw: &RawConfig, layer_type: &str) -> Result<Option<RawRopeSc
     };
     serde_json::from_value(v.clone())
         .map(Some)
-        .map_err(|e| EngineError::Config(format!("`rope_parameters` is not valid: {e}")))
+        .map_err(|e| ModelError::Config(format!("`rope_parameters` is not valid: {e}")))
 }
 
 /// Which layers attend through a sliding window: `layer_types` when the file has it, else each architecture's

@@ -3,7 +3,7 @@
 //! GGUF name of each (`hf_to_gguf`, `gguf_to_hf`).
 
 use crate::config::{Architecture, ModelParams};
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
 
 pub const EMBED_TOKENS: &str = "model.embed_tokens.weight";
 pub const FINAL_NORM: &str = "model.norm.weight";
@@ -26,7 +26,7 @@ impl TensorSpec {
         if found == self.shape.as_slice() {
             return Ok(());
         }
-        Err(EngineError::Weights(format!(
+        Err(ModelError::Weights(format!(
             "tensor `{}` has shape {found:?}, but the config implies {:?} (vocab_size={}, hidden_size={}, \
              intermediate_size={}, num_heads={}, num_kv_heads={}, head_dim={})",
             self.name,
@@ -196,10 +196,7 @@ pub fn unfuse(
                 let part_name = format!("model.layers.{l}.{part}.weight");
                 let n = rows(&part_name).unwrap_or(0);
                 if at + n > t.dim(0)? {
-                    return Err(EngineError::Weights(format!(
-                        "`{name}` has {} rows, too few for its parts",
-                        t.dim(0)?
-                    )));
+                    return Err(ModelError::Weights(format!("`{name}` has {} rows, too few for its parts", t.dim(0)?)));
                 }
                 tensors.insert(part_name, t.narrow(0, at, n)?.contiguous()?);
                 at += n;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
-use crate::error::{EngineError, Result};
+use crate::error::{ModelError, Result};
 
 /// The places to look for a template. Any of them may be absent.
 #[derive(Debug, Clone, Copy, Default)]
@@ -77,9 +77,7 @@ impl TemplateSources<'_> {
         if let Some(content) = self.gguf {
             match content.metadata.get("tokenizer.chat_template") {
                 Some(Value::String(s)) => return Ok(Some((s.clone(), TemplateOrigin::Gguf))),
-                Some(_) => {
-                    return Err(EngineError::ChatTemplate("GGUF tokenizer.chat_template is not a string".into()))
-                }
+                Some(_) => return Err(ModelError::ChatTemplate("GGUF tokenizer.chat_template is not a string".into())),
                 None => {}
             }
         }
@@ -95,19 +93,19 @@ fn from_override(arg: &str) -> Result<(String, TemplateOrigin)> {
     if arg.contains('{') {
         return Ok((arg.to_owned(), TemplateOrigin::OverrideInline));
     }
-    Err(EngineError::ChatTemplate(format!(
+    Err(ModelError::ChatTemplate(format!(
         "--chat-template '{arg}' is not a file, and does not look like a template (no '{{')"
     )))
 }
 
 fn read(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })
+    std::fs::read_to_string(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })
 }
 
 /// `chat_template` of a `tokenizer_config.json`: a string, or the "default" entry of a `[{name, template}]` list.
 fn from_tokenizer_config(path: &Path) -> Result<Option<String>> {
     let json: serde_json::Value = serde_json::from_str(&read(path)?)
-        .map_err(|e| EngineError::ChatTemplate(format!("{}: invalid JSON: {e}", path.display())))?;
+        .map_err(|e| ModelError::ChatTemplate(format!("{}: invalid JSON: {e}", path.display())))?;
     match json.get("chat_template") {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
@@ -120,20 +118,20 @@ fn from_tokenizer_config(path: &Path) -> Result<Option<String>> {
                     (Some("default"), Some(t)) => return Ok(Some(t.to_owned())),
                     (Some(n), Some(_)) => names.push(n.to_owned()),
                     _ => {
-                        return Err(EngineError::ChatTemplate(format!(
+                        return Err(ModelError::ChatTemplate(format!(
                             "{}: chat_template list entries need string 'name' and 'template'",
                             path.display()
                         )))
                     }
                 }
             }
-            Err(EngineError::ChatTemplate(format!(
+            Err(ModelError::ChatTemplate(format!(
                 "{}: has named chat templates ({}) but none named 'default'; choose one with --chat-template",
                 path.display(),
                 names.join(", ")
             )))
         }
-        Some(_) => Err(EngineError::ChatTemplate(format!(
+        Some(_) => Err(ModelError::ChatTemplate(format!(
             "{}: chat_template must be a string or a list of {{name, template}}",
             path.display()
         ))),

@@ -17,7 +17,7 @@ use super::local::{
     TOKENIZER_CONFIG,
 };
 use super::ResolveOptions;
-use crate::{EngineError, Result};
+use crate::{ModelError, Result};
 
 /// A progress bar for one file, labelled with the file's place in the download.
 struct FileProgress {
@@ -97,13 +97,13 @@ impl Fetcher<'_> {
             Ok(path) => Ok(Some(path)),
             Err(e) => match classify(e, &self.repo.url(filename)) {
                 FetchError::Absent => Ok(None),
-                FetchError::Failed(message) => Err(EngineError::Download { model: self.repo_id.to_string(), message }),
+                FetchError::Failed(message) => Err(ModelError::Download { model: self.repo_id.to_string(), message }),
             },
         }
     }
 
     fn require(&self, filename: &str, label: String) -> Result<PathBuf> {
-        self.fetch(filename, label)?.ok_or_else(|| EngineError::Download {
+        self.fetch(filename, label)?.ok_or_else(|| ModelError::Download {
             model: self.repo_id.to_string(),
             message: format!("the repo has no {filename} ({})", self.repo.url(filename)),
         })
@@ -118,7 +118,7 @@ fn build_api(opts: &ResolveOptions) -> Result<Api> {
         .with_retries(2)
         .with_user_agent("rserve", env!("CARGO_PKG_VERSION"))
         .build()
-        .map_err(|e| EngineError::Download {
+        .map_err(|e| ModelError::Download {
             model: String::new(),
             message: format!("cannot set up the Hub client: {e}"),
         })
@@ -146,7 +146,7 @@ pub fn download_repo(repo_id: &str, revision: &str, opts: &ResolveOptions) -> Re
         }
         None => {
             if fetcher.fetch(SINGLE_SAFETENSORS, label(SINGLE_SAFETENSORS))?.is_none() {
-                return Err(EngineError::Download {
+                return Err(ModelError::Download {
                     model: repo_id.to_string(),
                     message: format!(
                         "the repo has neither {SAFETENSORS_INDEX} nor {SINGLE_SAFETENSORS} (only safetensors weights \
@@ -156,7 +156,7 @@ pub fn download_repo(repo_id: &str, revision: &str, opts: &ResolveOptions) -> Re
             }
         }
     }
-    config.parent().map(|p| p.to_path_buf()).ok_or_else(|| EngineError::Download {
+    config.parent().map(|p| p.to_path_buf()).ok_or_else(|| ModelError::Download {
         model: repo_id.to_string(),
         message: format!("unexpected cache path {}", config.display()),
     })
@@ -173,7 +173,7 @@ pub fn download_tokenizer(repo_id: &str, revision: &str, opts: &ResolveOptions) 
     for optional in [TOKENIZER_CONFIG, CHAT_TEMPLATE] {
         fetcher.fetch(optional, format!("{repo_id}: {optional}"))?;
     }
-    tokenizer.parent().map(|p| p.to_path_buf()).ok_or_else(|| EngineError::Download {
+    tokenizer.parent().map(|p| p.to_path_buf()).ok_or_else(|| ModelError::Download {
         model: repo_id.to_string(),
         message: format!("unexpected cache path {}", tokenizer.display()),
     })

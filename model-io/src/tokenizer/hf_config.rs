@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::error::{EngineError, Result};
+use crate::error::{ModelError, Result};
 
 /// The special-token facts of a `tokenizer_config.json`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,9 +22,9 @@ pub(crate) struct HfTokenizerConfig {
 impl HfTokenizerConfig {
     pub(crate) fn read(path: &Path) -> Result<Self> {
         let text =
-            std::fs::read_to_string(path).map_err(|source| EngineError::Io { path: path.to_path_buf(), source })?;
+            std::fs::read_to_string(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
         let value: Value = serde_json::from_str(&text)
-            .map_err(|e| EngineError::Tokenizer(format!("{}: invalid JSON: {e}", path.display())))?;
+            .map_err(|e| ModelError::Tokenizer(format!("{}: invalid JSON: {e}", path.display())))?;
         Ok(Self::from_json(&value))
     }
 

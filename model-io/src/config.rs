@@ -11,7 +11,7 @@ pub mod hf;
 use serde::Serialize;
 use std::ops::Deref;
 
-use crate::backend::Activation;
+use rserve_backend::Activation;
 
 /// Model families the decoder forward pass implements (`model::llama`; what differs is in `ModelParams`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,7 +217,7 @@ impl ModelDims {
         ];
         for ((name, max), value) in Self::LIMITS.iter().zip(values) {
             if value > *max {
-                return Err(crate::EngineError::Config(format!(
+                return Err(crate::ModelError::Config(format!(
                     "{name} {value} is larger than any model rserve can serve (at most {max}): the file is corrupt"
                 )));
             }
