@@ -26,7 +26,8 @@ pub mod sampling;
 pub use error::{BackendError, Result};
 
 pub use ops::{
-    moe_max_tiles, moe_pairs_ungrouped, Activation, AttentionMeta, HeldExperts, MoeInput, MoeTiles, Op, QkNorm, RopeIo,
+    moe_max_tiles, moe_pairs_ungrouped, Activation, AttentionMeta, AttnShape, HeldExperts, MoeInput, MoeTiles, Op,
+    QkNorm, RopeIo,
 };
 
 /// Element type of a weight buffer. Activations and the KV cache are f32 on the CPU backend.

@@ -7,6 +7,20 @@
 use crate::cpu::be;
 use crate::error::{BackendError, Result};
 
+/// The shape of one `PagedAttention` op.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnShape {
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub block_size: usize,
+    pub scale: f32,
+    /// Sliding window in keys (a row at position p sees keys p - window + 1 ..= p), if the layer has one.
+    pub window: Option<usize>,
+    /// Score soft-capping (Gemma 2), if the layer has it.
+    pub softcap: Option<f32>,
+}
+
 /// Where each sequence of a flattened batch lives, for attention.
 ///
 /// Sequence `s` owns query rows `query_start[s]..query_start[s + 1]`; its tokens sit at positions
@@ -249,13 +263,7 @@ pub enum Op<'a, B> {
         v_cache: &'a B,
         out: &'a B,
         meta: &'a AttentionMeta<'a, B>,
-        num_heads: usize,
-        num_kv_heads: usize,
-        head_dim: usize,
-        block_size: usize,
-        scale: f32,
-        window: Option<usize>,
-        softcap: Option<f32>,
+        shape: AttnShape,
         /// Per-head sink logits `[num_heads]` (gpt-oss), each joining its head's softmax denominator as a key with
         /// no value.
         sinks: Option<&'a B>,

@@ -19,7 +19,7 @@
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::cuda::CudaBackend;
-use rserve_engine::backend::{Activation, AttentionMeta, Backend, Op, RopeIo};
+use rserve_engine::backend::{Activation, AttentionMeta, AttnShape, Backend, Op, RopeIo};
 use rserve_engine::graph_runner::{CudaGraphRunner, GraphOptions};
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
@@ -257,13 +257,15 @@ fn run_attention<B: KvCaches>(b: &B, a: &AttnSpec) -> R<Vec<f32>> {
         v_cache: &vc,
         out: &out,
         meta: &meta,
-        num_heads: *heads,
-        num_kv_heads: *kvh,
-        head_dim: *hd,
-        block_size: *bs,
-        scale: 1.0 / (*hd as f32).sqrt(),
-        window: None,
-        softcap: None,
+        shape: AttnShape {
+            num_heads: *heads,
+            num_kv_heads: *kvh,
+            head_dim: *hd,
+            block_size: *bs,
+            scale: 1.0 / (*hd as f32).sqrt(),
+            window: None,
+            softcap: None,
+        },
         sinks: None,
     })?;
     let mut o = match &wo {

@@ -11,7 +11,7 @@
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cuda::CudaBackend;
-use rserve_engine::backend::{Activation, AttentionMeta, Backend, Op, RopeIo, WeightDType};
+use rserve_engine::backend::{Activation, AttentionMeta, AttnShape, Backend, Op, RopeIo, WeightDType};
 
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 type Buf = <CudaBackend as Backend>::Buffer;
@@ -118,13 +118,15 @@ impl Shape {
             v_cache: vc,
             out,
             meta,
-            num_heads: self.hq,
-            num_kv_heads: self.hkv,
-            head_dim: self.hd,
-            block_size: BS,
-            scale: 1.0 / (self.hd as f32).sqrt(),
-            window: None,
-            softcap: None,
+            shape: AttnShape {
+                num_heads: self.hq,
+                num_kv_heads: self.hkv,
+                head_dim: self.hd,
+                block_size: BS,
+                scale: 1.0 / (self.hd as f32).sqrt(),
+                window: None,
+                softcap: None,
+            },
             sinks: None,
         }
     }

@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use rserve_engine::backend::kernels::MatmulPath;
-use rserve_engine::backend::{Activation, AttentionMeta, Backend, Op, QkNorm, RopeIo};
+use rserve_engine::backend::{Activation, AttentionMeta, AttnShape, Backend, Op, QkNorm, RopeIo};
 use rserve_engine::sampling::{reference, RowParams, NO_LOGPROBS};
 use rserve_kernels::launch::LOGPROBS_MAX_TOP;
 
@@ -358,13 +358,15 @@ fn attention_scored<B: Backend>(
         v_cache: &vc,
         out: &out,
         meta: &meta,
-        num_heads: c.heads,
-        num_kv_heads: c.kv_heads,
-        head_dim: c.head_dim,
-        block_size: bs,
-        scale: 1.0 / (c.head_dim as f32).sqrt(),
-        window,
-        softcap,
+        shape: AttnShape {
+            num_heads: c.heads,
+            num_kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+            block_size: bs,
+            scale: 1.0 / (c.head_dim as f32).sqrt(),
+            window,
+            softcap,
+        },
         sinks: sinks.map(|s| b.upload_f32(s).unwrap()).as_ref(),
     })
     .unwrap();
@@ -535,13 +537,15 @@ fn out_of_range_indices_are_errors() {
         v_cache: &cache,
         out: &out,
         meta: &meta,
-        num_heads: 1,
-        num_kv_heads: 1,
-        head_dim: 8,
-        block_size: 2,
-        scale: 1.0,
-        window: None,
-        softcap: None,
+        shape: AttnShape {
+            num_heads: 1,
+            num_kv_heads: 1,
+            head_dim: 8,
+            block_size: 2,
+            scale: 1.0,
+            window: None,
+            softcap: None,
+        },
         sinks: None,
     };
     assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));

@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cpu::CpuBackend;
-use rserve_engine::backend::{AttentionMeta, Backend, Op, RopeIo, WeightDType};
+use rserve_engine::backend::{AttentionMeta, AttnShape, Backend, Op, RopeIo, WeightDType};
 
 fn random(rng: &mut StdRng, len: usize, scale: f32) -> Vec<f32> {
     (0..len).map(|_| rng.gen_range(-scale..scale)).collect()
@@ -141,13 +141,15 @@ fn write_and_attend(b: &CpuBackend, dtype: WeightDType, seed: u64) -> Vec<f32> {
         v_cache: &vc,
         out: &out,
         meta: &meta,
-        num_heads: heads,
-        num_kv_heads: kv_heads,
-        head_dim: hd,
-        block_size: bs,
-        scale: 1.0 / (hd as f32).sqrt(),
-        window: None,
-        softcap: None,
+        shape: AttnShape {
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim: hd,
+            block_size: bs,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window: None,
+            softcap: None,
+        },
         sinks: None,
     })
     .unwrap();

@@ -12,7 +12,7 @@ use rserve_engine::backend::kernels::{
     self, split_work, Contents, KernelDevice, KernelTuning, Launch, MatMulCall, PlanCache,
 };
 use rserve_engine::backend::{
-    Activation, AttentionMeta, HeldExperts, MoeInput, MoeTiles, Op, QkNorm, RopeIo, WeightDType,
+    Activation, AttentionMeta, AttnShape, HeldExperts, MoeInput, MoeTiles, Op, QkNorm, RopeIo, WeightDType,
 };
 use rserve_kernels::launch::{ATTN_MAX_PARTITION, PREFILL_ROWS};
 
@@ -103,13 +103,7 @@ fn attention<'a>(
         v_cache,
         out,
         meta,
-        num_heads,
-        num_kv_heads,
-        head_dim,
-        block_size,
-        scale: 0.25,
-        window: None,
-        softcap: None,
+        shape: AttnShape { num_heads, num_kv_heads, head_dim, block_size, scale: 0.25, window: None, softcap: None },
         sinks: None,
     }
 }

@@ -6,6 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::Path;
 
+use rserve_engine::error::ModelError;
 use rserve_engine::plan::source::{locate, ConfigSource};
 use rserve_engine::plan::{self, ParamSource, PlanOptions};
 use rserve_engine::source::ResolveOptions;
@@ -38,7 +39,9 @@ fn a_cache_snapshot_with_only_config_json_is_enough() {
     assert_eq!(p.layout.map(|l| (l.tp, l.pp)), Some((8, 2)));
 
     match locate("meta-llama/Llama-3.1-70B", &offline(cache.path())) {
-        Err(EngineError::ModelNotFound { model, .. }) => assert!(model.contains("offline"), "{model}"),
+        Err(EngineError::Model(ModelError::ModelNotFound { model, .. })) => {
+            assert!(model.contains("offline"), "{model}")
+        }
         other => panic!("expected ModelNotFound, got {other:?}"),
     }
 }

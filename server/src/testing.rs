@@ -13,6 +13,7 @@ use rserve_engine::api::{
 };
 use rserve_engine::engine::metrics::MetricsSetup;
 use rserve_engine::engine::EngineMetrics;
+use rserve_engine::error::ModelError;
 use rserve_engine::structured::{Grammar, GrammarError, GrammarSpec};
 use rserve_engine::{EngineError, TokenId};
 use tokio::sync::mpsc;
@@ -168,7 +169,7 @@ impl Engine for FakeEngine {
                 0..=2 if skip_special_tokens => {}
                 0..=2 => bytes.extend(token_text(id).bytes()),
                 b if (b as usize) < VOCAB => bytes.push((b - 3) as u8),
-                b => return Err(EngineError::Tokenizer(format!("unknown id {b}"))),
+                b => return Err(EngineError::Model(ModelError::Tokenizer(format!("unknown id {b}")))),
             }
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())
@@ -183,7 +184,7 @@ impl Engine for FakeEngine {
             return None;
         }
         if chat.turns.iter().any(|t| t.role == "bogus") {
-            return Some(Err(EngineError::ChatTemplate("unknown role bogus".into())));
+            return Some(Err(EngineError::Model(ModelError::ChatTemplate("unknown role bogus".into()))));
         }
         let mut s = String::from("<s>");
         if let Some(tools) = chat.tools {

@@ -8,18 +8,7 @@ use rayon::prelude::*;
 
 use super::be;
 use crate::error::Result;
-
-pub(super) struct Shape {
-    pub num_heads: usize,
-    pub num_kv_heads: usize,
-    pub head_dim: usize,
-    pub block_size: usize,
-    pub scale: f32,
-    /// Sliding window: a row at position p sees keys p - window + 1 ..= p.
-    pub window: Option<usize>,
-    /// Gemma 2's attention logit soft-capping.
-    pub softcap: Option<f32>,
-}
+use crate::AttnShape as Shape;
 
 /// An element type of the KV cache: stored from f32 (rounded to nearest even), read back as f32.
 pub(super) trait KvElem: Copy + Send + Sync + 'static {

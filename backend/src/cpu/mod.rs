@@ -337,24 +337,10 @@ impl Backend for CpuBackend {
                 elementwise::gated_act(&gate_up.f32()?, &mut out.f32_mut()?, rows, width, act)
             }
             Op::SoftCap { x, rows, width, cap } => elementwise::soft_cap(&mut x.f32_mut()?, rows * width, cap),
-            Op::PagedAttention {
-                q,
-                k_cache,
-                v_cache,
-                out,
-                meta,
-                num_heads,
-                num_kv_heads,
-                head_dim,
-                block_size,
-                scale,
-                window,
-                softcap,
-                sinks,
-            } => {
+            Op::PagedAttention { q, k_cache, v_cache, out, meta, shape, sinks } => {
                 let sinks = sinks.map(|s| s.f32()).transpose()?;
-                let block_elems = (block_size * num_kv_heads * head_dim).max(1);
-                let shape = attention::Shape { num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap };
+                let block_size = shape.block_size;
+                let block_elems = (block_size * shape.num_kv_heads * shape.head_dim).max(1);
                 let (q, mut out) = (q.f32()?, out.f32_mut()?);
                 macro_rules! attend {
                     ($k:expr, $v:expr) => {{

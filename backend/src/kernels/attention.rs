@@ -12,20 +12,7 @@ use super::contents::kv_pair;
 use super::{arg_list, u32_arg, Arg, KernelDevice, Launch};
 use crate::cpu::be;
 use crate::error::Result;
-use crate::AttentionMeta;
-
-/// Attention shape parameters of one `PagedAttention` op.
-pub struct AttnShape {
-    pub num_heads: usize,
-    pub num_kv_heads: usize,
-    pub head_dim: usize,
-    pub block_size: usize,
-    pub scale: f32,
-    /// Sliding window in keys (a row sees its last `window` positions), if the layer has one.
-    pub window: Option<usize>,
-    /// Score soft-capping (Gemma 2), if the layer has it.
-    pub softcap: Option<f32>,
-}
+use crate::{AttentionMeta, AttnShape};
 
 impl AttnShape {
     /// The kernels' `window` (0: none) and `softcap` (0: none) arguments.

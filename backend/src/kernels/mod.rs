@@ -21,7 +21,7 @@ mod tuning;
 
 use std::cell::{Cell, RefCell};
 
-pub use attention::{split_work, AttnPlan, AttnShape};
+pub use attention::{split_work, AttnPlan};
 pub use contents::{elem_type, kv_pair, weight_data, with_matrix_bytes, Contents, WeightData};
 pub use matmul::{check as matmul_check, MatMulCall};
 pub use tuning::{KernelTuning, MatmulPath, Partition, TuningCell};
@@ -170,23 +170,8 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
         Op::MoePairDown { x, w, bias, ids, weights, out, tokens, top_k, k, n, held } => {
             moe::pair_down(d, &moe::PairCall { x, w, bias, ids, out, tokens, top_k, k, n, held }, weights)
         }
-        Op::PagedAttention {
-            q,
-            k_cache,
-            v_cache,
-            out,
-            meta,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            block_size,
-            scale,
-            window,
-            softcap,
-            sinks,
-        } => {
-            let s = AttnShape { num_heads, num_kv_heads, head_dim, block_size, scale, window, softcap };
-            attention::paged_attention(d, [q, k_cache, v_cache, out], sinks, meta, &s)
+        Op::PagedAttention { q, k_cache, v_cache, out, meta, shape, sinks } => {
+            attention::paged_attention(d, [q, k_cache, v_cache, out], sinks, meta, &shape)
         }
     }
 }

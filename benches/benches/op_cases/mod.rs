@@ -7,7 +7,7 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Throughput};
 use rand::rngs::StdRng;
 use rand::Rng;
-use rserve_engine::backend::{AttentionMeta, Backend, Op, RopeIo};
+use rserve_engine::backend::{AttentionMeta, AttnShape, Backend, Op, RopeIo};
 
 pub const HIDDEN: usize = 576;
 pub const HEADS: usize = 9;
@@ -141,13 +141,15 @@ pub fn bench_paged_attention<E: TimedBackend>(
                 v_cache: &v_cache,
                 out: &out,
                 meta: &meta,
-                num_heads: HEADS,
-                num_kv_heads: KV_HEADS,
-                head_dim: HEAD_DIM,
-                block_size: BLOCK_SIZE,
-                scale: 1.0 / (HEAD_DIM as f32).sqrt(),
-                window: None,
-                softcap: None,
+                shape: AttnShape {
+                    num_heads: HEADS,
+                    num_kv_heads: KV_HEADS,
+                    head_dim: HEAD_DIM,
+                    block_size: BLOCK_SIZE,
+                    scale: 1.0 / (HEAD_DIM as f32).sqrt(),
+                    window: None,
+                    softcap: None,
+                },
                 sinks: None,
             })
         })

@@ -18,7 +18,7 @@ use super::thread::EngineLoop;
 use crate::api::{EngineInfo, SamplingParams};
 use crate::chat_template::{ChatTemplate, TemplateSources};
 use crate::config::gguf_meta::read_gguf_header;
-use crate::error::{EngineError, Result};
+use crate::error::{EngineError, ModelError, Result};
 use crate::model::KvLayout;
 use crate::source::{resolve_model, ResolveOptions, ResolvedModel};
 use crate::tokenizer::Tokenizer;
@@ -35,7 +35,7 @@ fn load_tokenizer(cfg: &EngineConfig, resolved: &ResolvedModel, opts: &ResolveOp
         (Some(t), _) => Ok(Tokenizer::from_file(t, files.tokenizer_config.as_deref())?),
         (None, ResolvedModel::Gguf(g)) => Ok(Tokenizer::from_gguf(&read_gguf_header(&g.file)?)?),
         (None, ResolvedModel::Safetensors(m)) => {
-            Err(EngineError::Tokenizer(format!("no tokenizer.json in {}", m.dir.display())))
+            Err(EngineError::Model(ModelError::Tokenizer(format!("no tokenizer.json in {}", m.dir.display()))))
         }
     }
 }
@@ -75,8 +75,10 @@ fn generation_defaults(cfg: &EngineConfig, model_file: Option<&std::path::Path>)
     };
     let mut v = serde_json::Map::new();
     if let Some(path) = path {
-        let text = std::fs::read_to_string(&path).map_err(|e| EngineError::Io { path: path.clone(), source: e })?;
-        v = serde_json::from_str(&text).map_err(|e| EngineError::Config(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| EngineError::Model(ModelError::Io { path: path.clone(), source: e }))?;
+        v = serde_json::from_str(&text)
+            .map_err(|e| EngineError::Model(ModelError::Config(format!("{}: {e}", path.display()))))?;
     }
     v.extend(cfg.override_generation_config.clone());
     let max_new_tokens = |m: &serde_json::Map<String, serde_json::Value>| -> Result<Option<usize>> {
@@ -84,7 +86,9 @@ fn generation_defaults(cfg: &EngineConfig, model_file: Option<&std::path::Path>)
             None | Some(serde_json::Value::Null) => Ok(None),
             Some(x) => match x.as_u64() {
                 Some(n) if n > 0 => Ok(Some(n as usize)),
-                _ => Err(EngineError::Config(format!("max_new_tokens must be a positive integer, got {x}"))),
+                _ => Err(EngineError::Model(ModelError::Config(format!(
+                    "max_new_tokens must be a positive integer, got {x}"
+                )))),
             },
         }
     };

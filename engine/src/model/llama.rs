@@ -6,10 +6,10 @@
 //! soft-capping (Gemma 2), GELU-tanh, LongRoPE, and which layers route each token to its top-k experts.
 
 use crate::backend::{
-    moe_max_tiles, moe_pairs_ungrouped, Backend, HeldExperts, MoeInput, MoeTiles, Op, QkNorm, RopeIo,
+    moe_max_tiles, moe_pairs_ungrouped, AttnShape, Backend, HeldExperts, MoeInput, MoeTiles, Op, QkNorm, RopeIo,
 };
 use crate::config::{Architecture, ModelParams};
-use crate::error::{EngineError, Result};
+use crate::error::{EngineError, ModelError, Result};
 use crate::model::flat::{DeviceBatch, FlatBatch};
 use crate::model::kv_cache::PagedKvCache;
 use crate::model::rope;
@@ -215,7 +215,10 @@ impl<B: Backend> LlamaModel<B> {
     /// Uploads this process's shard: its heads / MLP columns / vocabulary slice of its stage's layers.
     pub fn load_shard(backend: &B, p: &ModelParams, w: &Weights, shard: &Shard) -> Result<Self> {
         if !p.head_dim.is_multiple_of(2) {
-            return Err(EngineError::Config(format!("head_dim {} must be even for rotary embeddings", p.head_dim)));
+            return Err(EngineError::Model(ModelError::Config(format!(
+                "head_dim {} must be even for rotary embeddings",
+                p.head_dim
+            ))));
         }
         crate::model::shard::check_tp(p, shard.tp_size)?;
         let bias = p.attention_bias || p.architecture == Architecture::Qwen2;
@@ -228,7 +231,7 @@ impl<B: Backend> LlamaModel<B> {
             }
             match shard.cut(p, name) {
                 Some(cut) => Ok(apply_cut(t, &cut)?),
-                None => Err(EngineError::Weights(format!("`{name}` is not part of this shard"))),
+                None => Err(EngineError::Model(ModelError::Weights(format!("`{name}` is not part of this shard")))),
             }
         };
         // Time spent handing tensors to the device, apart from reading and stacking them (start-up phases).
@@ -636,13 +639,15 @@ impl<B: Backend> LlamaModel<B> {
                 v_cache: vc,
                 out: &attn,
                 meta: &metas[group],
-                num_heads: hq,
-                num_kv_heads: hkv,
-                head_dim: hd,
-                block_size: cache.block_size,
-                scale,
-                window: l.window,
-                softcap,
+                shape: AttnShape {
+                    num_heads: hq,
+                    num_kv_heads: hkv,
+                    head_dim: hd,
+                    block_size: cache.block_size,
+                    scale,
+                    window: l.window,
+                    softcap,
+                },
                 sinks: l.sinks.as_ref(),
             })?;
             let mut o = reduce(self.project(b, &l.o, &attn, n, hq * hd)?)?;

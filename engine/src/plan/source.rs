@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use hf_hub::api::sync::ApiBuilder;
 use hf_hub::{Cache, Repo, RepoType};
 
+use crate::error::{EngineError, ModelError, Result};
 use crate::source::{hf_cache, local, ResolveOptions};
-use crate::{EngineError, Result};
 
 /// Where a plan's model description comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,7 +62,7 @@ fn from_dir(spec: &str, dir: &Path) -> Result<ConfigSource> {
     }
     match local::gguf_files_in(dir).as_slice() {
         [one] => Ok(ConfigSource::Gguf { file: one.clone() }),
-        [] => Err(EngineError::ModelNotFound { model: spec.to_string(), searched: vec![config] }),
+        [] => Err(ModelError::ModelNotFound { model: spec.to_string(), searched: vec![config] }.into()),
         many => Err(EngineError::InvalidArgument(format!(
             "'{spec}' has no config.json and {} .gguf files; pass the .gguf file itself",
             many.len()
@@ -72,7 +72,7 @@ fn from_dir(spec: &str, dir: &Path) -> Result<ConfigSource> {
 
 /// Fetches only `config.json` of a Hub repo into the cache.
 fn fetch_config(repo_id: &str, revision: &str, opts: &ResolveOptions) -> Result<PathBuf> {
-    let fail = |message: String| EngineError::Download { model: repo_id.to_string(), message };
+    let fail = |message: String| ModelError::Download { model: repo_id.to_string(), message };
     let api = ApiBuilder::from_cache(Cache::new(opts.cache_dir.clone()))
         .with_endpoint(opts.endpoint.clone())
         .with_token(opts.token.clone())
@@ -81,7 +81,7 @@ fn fetch_config(repo_id: &str, revision: &str, opts: &ResolveOptions) -> Result<
         .build()
         .map_err(|e| fail(format!("cannot set up the Hub client: {e}")))?;
     let repo = api.repo(Repo::with_revision(repo_id.to_string(), RepoType::Model, revision.to_string()));
-    repo.get(local::CONFIG).map_err(|e| fail(format!("{}: {e}", repo.url(local::CONFIG))))
+    Ok(repo.get(local::CONFIG).map_err(|e| fail(format!("{}: {e}", repo.url(local::CONFIG))))?)
 }
 
 /// Finds the config of `spec`: a `.gguf` or `config.json` path, a folder, or a Hub repo id (its cache snapshot, or
@@ -105,7 +105,7 @@ pub fn locate(spec: &str, opts: &ResolveOptions) -> Result<ConfigSource> {
         return from_dir(spec, path);
     }
     if !hf_cache::is_repo_id(spec) {
-        return Err(EngineError::ModelNotFound { model: spec.to_string(), searched: vec![path.to_path_buf()] });
+        return Err(ModelError::ModelNotFound { model: spec.to_string(), searched: vec![path.to_path_buf()] }.into());
     }
     let revision = opts.revision_or_main();
     let searched = match hf_cache::snapshot_dir(&opts.cache_dir, spec, revision) {
@@ -114,7 +114,7 @@ pub fn locate(spec: &str, opts: &ResolveOptions) -> Result<ConfigSource> {
         Err(searched) => searched,
     };
     if opts.offline {
-        return Err(EngineError::ModelNotFound { model: format!("{spec}@{revision} (offline)"), searched });
+        return Err(ModelError::ModelNotFound { model: format!("{spec}@{revision} (offline)"), searched }.into());
     }
     let config = fetch_config(spec, revision, opts)?;
     Ok(ConfigSource::Json { config, safetensors: Vec::new() })
