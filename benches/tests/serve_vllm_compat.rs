@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use rserve_benches::models::smollm2_gguf;
 use rserve_benches::serve::metrics::{compute, RequestOutcome, Slo};
 use rserve_benches::serve::report::{metric_rows, render_table};
 use rserve_benches::serve::{self, ServeBenchArgs};
+use rserve_tests::smollm2_gguf;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -145,7 +145,7 @@ fn fake_server() -> String {
 }
 
 fn run_and_read(base: &str, dir: &std::path::Path, extra: &[&str]) -> Value {
-    let tok = smollm2_gguf().unwrap_or_else(|e| panic!("{e}"));
+    let tok = smollm2_gguf();
     let mut argv: Vec<String> = [
         "bench",
         "--base-url",

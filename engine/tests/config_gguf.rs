@@ -12,6 +12,7 @@ use candle_core::quantized::GgmlDType;
 use rserve_engine::config::gguf_meta::{params_from_gguf, params_from_gguf_file, read_gguf_header, resolve, GgufMeta};
 use rserve_engine::config::Architecture;
 use rserve_model_io::ModelError;
+use rserve_tests::smollm2_gguf;
 use support::*;
 
 #[test]

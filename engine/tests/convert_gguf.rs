@@ -13,6 +13,7 @@ use rserve_engine::source::{resolve_model, ResolveOptions, ResolvedModel};
 use rserve_engine::tokenizer::Tokenizer;
 use rserve_engine::weights;
 use rserve_engine::TokenId;
+use rserve_tests::smollm2_gguf;
 use support::*;
 
 fn gguf_string(content: &candle_core::quantized::gguf_file::Content, key: &str) -> String {

@@ -10,8 +10,6 @@
 //! 4-bit paths are held to a teacher-forced comparison instead (`cpu_packed_kquant.rs`,
 //! `tests/python/test_cpu_packed.py`).
 
-mod common;
-
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device};
 use rserve_engine::backend::cpu::quant::{self, QuantActs, BLOCK};
@@ -50,7 +48,7 @@ fn load_with(
 
 #[test]
 fn smollm2_twins_decode_to_the_loaded_tensors_and_multiply_within_the_bound() {
-    let (params, w) = load(&common::smollm2_gguf());
+    let (params, w) = load(&rserve_tests::smollm2_gguf());
     // 30 layers of 7 Q4_1 projections, and the Q8_0 embedding table (tied to the head).
     assert_eq!(w.packed().len(), 30 * 7 + 1);
     let names = [
@@ -94,14 +92,14 @@ fn smollm2_twins_decode_to_the_loaded_tensors_and_multiply_within_the_bound() {
         }
     }
     drop(w);
-    let (_, w2) = load(&common::smollm2_gguf());
+    let (_, w2) = load(&rserve_tests::smollm2_gguf());
     let _ = params;
     assert_eq!(w2.packed().len(), 211);
 }
 
 /// The SmolLM2 GGUF with every Q4_1 tensor requantized to Q8_0 (llama.cpp's quantizer, via candle).
 fn write_q8_0_copy(dir: &std::path::Path) -> std::path::PathBuf {
-    let src = common::smollm2_gguf();
+    let src = rserve_tests::smollm2_gguf();
     let mut f = std::fs::File::open(&src).unwrap();
     let content = gguf_file::Content::read(&mut f).unwrap();
     let mut tensors = Vec::new();
@@ -159,7 +157,8 @@ fn smollm2_q8_0_packed_greedy_equals_the_dequantized_path() {
     // `Q8_0` multiplies two-term activations (`Format::two_term_activations`): free-running greedy runs of both
     // paths give the same tokens on every golden prompt, and the first token's log-probs agree to `Q8_LOGPROB_TOL`.
     let golden: Value =
-        serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/smollm2_greedy.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(rserve_tests::fixture("golden/smollm2_greedy.json")).unwrap())
+            .unwrap();
     let prompts = golden["prompts"].as_array().unwrap().len();
     let dir = tempfile::tempdir().unwrap();
     let q8 = write_q8_0_copy(dir.path());
@@ -187,7 +186,7 @@ fn smollm2_loaded_as_blocks_only_computes_what_the_twins_do() {
     // `weights::load_packed` (what the server loads by default on the CPU): every tensor the twin loader packs
     // is a memory-free placeholder whose blocks equal the twin's, the rest is loaded as before, and the model's
     // logits through the packed backend are the twin path's, bit for bit.
-    let path = common::smollm2_gguf();
+    let path = rserve_tests::smollm2_gguf();
     let (twins, blocks) = (load(&path), load_with(&path, rserve_engine::weights::load_packed));
     let (w, b) = (&twins.1, &blocks.1);
     assert_eq!(b.packed().len(), w.packed().len());
@@ -209,7 +208,8 @@ fn smollm2_loaded_as_blocks_only_computes_what_the_twins_do() {
     // 96.5 MB of blocks (plus their interleaved copy where the CPU makes one) instead of 541 MB of f32.
     assert!(b.total_bytes() * 2 < w.total_bytes(), "{} vs {} bytes", b.total_bytes(), w.total_bytes());
     let golden: Value =
-        serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/smollm2_greedy.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(rserve_tests::fixture("golden/smollm2_greedy.json")).unwrap())
+            .unwrap();
     let want = run(CpuBackend::with_packed_weights(true), twins, &golden, PROMPTS);
     let got = run(CpuBackend::with_packed_weights(true), blocks, &golden, PROMPTS);
     assert!(got == want, "blocks-only weights changed the logits");
@@ -218,7 +218,7 @@ fn smollm2_loaded_as_blocks_only_computes_what_the_twins_do() {
 #[test]
 fn a_blocks_only_weight_without_its_blocks_is_refused_at_upload() {
     use rserve_engine::backend::Backend;
-    let (_, b) = load_with(&common::smollm2_gguf(), rserve_engine::weights::load_packed);
+    let (_, b) = load_with(&rserve_tests::smollm2_gguf(), rserve_engine::weights::load_packed);
     let t = b.get("model.layers.0.mlp.down_proj.weight").unwrap();
     // The backend without packed weights cannot use the blocks, and must not multiply by the placeholder's zeros.
     let e = CpuBackend::with_packed_weights(false).upload_weight(t).unwrap_err().to_string();

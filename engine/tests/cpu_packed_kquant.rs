@@ -53,7 +53,7 @@ fn k_type(layer: usize) -> GgmlDType {
 
 /// The SmolLM2 GGUF with every matrix of whole super-blocks requantized to a k-quant (`k_type`).
 fn write_k_quant_copy(dir: &std::path::Path) -> std::path::PathBuf {
-    let src = common::smollm2_gguf();
+    let src = rserve_tests::smollm2_gguf();
     let mut f = std::fs::File::open(&src).unwrap();
     let content = gguf_file::Content::read(&mut f).unwrap();
     let mut tensors = Vec::new();
@@ -141,7 +141,8 @@ fn smollm2_q4_k_m_like_stays_packed_and_close_to_the_dequantized_path() {
     drop(w);
 
     let golden: Value =
-        serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/smollm2_greedy.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(rserve_tests::fixture("golden/smollm2_greedy.json")).unwrap())
+            .unwrap();
     let prompts: Vec<Vec<u32>> =
         golden["prompts"].as_array().unwrap().iter().take(PROMPTS).map(|p| ids(&p["prompt_token_ids"])).collect();
     let want = run(CpuBackend::with_packed_weights(false), &path, &prompts, None);

@@ -1,8 +1,6 @@
 //! The engine thread on the real SmolLM2 model: preemption under a tiny KV cache, chunked prefill and prefix caching
 //! change how work is scheduled but never the greedy tokens; a shared prefix is computed once.
 
-mod common;
-
 use rserve_engine::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopParams};
 use rserve_engine::engine::{start, EngineConfig, EngineHandle};
 use rserve_engine::TokenId;
@@ -10,7 +8,7 @@ use rserve_engine::TokenId;
 const PER_TOKEN_KV_BYTES: u64 = 30 * 2 * 3 * 64 * 4;
 
 fn config(max_model_len: usize, kv_tokens: u64, batched: usize) -> EngineConfig {
-    let mut c = EngineConfig::new(common::smollm2_gguf().to_str().unwrap());
+    let mut c = EngineConfig::new(rserve_tests::smollm2_gguf().to_str().unwrap());
     c.max_model_len = Some(max_model_len);
     c.kv_cache_memory_bytes = Some(kv_tokens * PER_TOKEN_KV_BYTES);
     c.max_num_batched_tokens = Some(batched);

@@ -1,8 +1,6 @@
 //! The same model from the GGUF file and from a Hugging Face folder written by `rserve convert` gives identical
 //! greedy tokens; bf16 compute runs the same model and agrees on the first greedy token.
 
-mod common;
-
 use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
@@ -41,7 +39,8 @@ fn greedy(r: &mut ModelRunner<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32>
 
 fn golden_prompts() -> Vec<Vec<u32>> {
     let g: Value =
-        serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/smollm2_greedy.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(rserve_tests::fixture("golden/smollm2_greedy.json")).unwrap())
+            .unwrap();
     g["prompts"]
         .as_array()
         .unwrap()
@@ -53,7 +52,7 @@ fn golden_prompts() -> Vec<Vec<u32>> {
 
 #[test]
 fn gguf_and_converted_hf_folder_give_identical_greedy_tokens() {
-    let gguf = common::smollm2_gguf();
+    let gguf = rserve_tests::smollm2_gguf();
     let dir = tempfile::tempdir().unwrap();
     rserve_engine::convert::gguf_to_hf_dir(&gguf, dir.path(), DType::F32).unwrap();
     assert!(dir.path().join("model.safetensors").exists() && dir.path().join("tokenizer.json").exists());
@@ -66,7 +65,7 @@ fn gguf_and_converted_hf_folder_give_identical_greedy_tokens() {
 
 #[test]
 fn bf16_compute_agrees_on_the_first_token() {
-    let gguf = common::smollm2_gguf();
+    let gguf = rserve_tests::smollm2_gguf();
     let mut f32r = runner(gguf.to_str().unwrap(), DType::F32);
     let mut bf16r = runner(gguf.to_str().unwrap(), DType::BF16);
     for p in golden_prompts() {

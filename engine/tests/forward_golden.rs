@@ -2,8 +2,6 @@
 //! tokens match exactly and the first-token log-probs agree within 1e-3; a batch of mixed prefill chunks and decode
 //! tokens gives the same logits as each sequence alone.
 
-mod common;
-
 use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::config::ModelParams;
@@ -17,9 +15,11 @@ use serde_json::Value;
 const BS: usize = 16;
 
 fn runner(num_blocks: usize) -> (ModelRunner<CpuBackend>, ModelParams) {
-    let resolved =
-        resolve_model(common::smollm2_gguf().to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir()))
-            .unwrap();
+    let resolved = resolve_model(
+        rserve_tests::smollm2_gguf().to_str().unwrap(),
+        &ResolveOptions::with_cache_dir(std::env::temp_dir()),
+    )
+    .unwrap();
     let params = resolved.load_params().unwrap();
     let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
     (ModelRunner::new(CpuBackend::new(), &params, &weights, num_blocks, BS).unwrap(), params)
@@ -42,7 +42,8 @@ fn ids(v: &Value) -> Vec<u32> {
 #[test]
 fn greedy_tokens_and_first_logprobs_match_transformers() {
     let golden: Value =
-        serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/smollm2_greedy.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(rserve_tests::fixture("golden/smollm2_greedy.json")).unwrap())
+            .unwrap();
     let (mut r, params) = runner(64);
     let prompts = golden["prompts"].as_array().unwrap();
     assert!(prompts.len() >= 8);

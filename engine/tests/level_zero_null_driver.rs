@@ -12,7 +12,6 @@
 //!
 //! Each test body runs in a child process (the loader reads ZE_* variables once, at initialisation).
 
-mod common;
 mod level_zero_support;
 
 use candle_core::DType;
@@ -34,9 +33,11 @@ fn seq(tokens: Vec<u32>, start: usize, first_block: u32) -> ScheduledSeq {
 }
 
 fn forward_step_in_child() {
-    let resolved =
-        resolve_model(common::smollm2_gguf().to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir()))
-            .unwrap();
+    let resolved = resolve_model(
+        rserve_tests::smollm2_gguf().to_str().unwrap(),
+        &ResolveOptions::with_cache_dir(std::env::temp_dir()),
+    )
+    .unwrap();
     let params = resolved.load_params().unwrap();
     let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
     let device = Device::select("level-zero").unwrap();

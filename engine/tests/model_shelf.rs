@@ -6,7 +6,6 @@
 //! prompts longer than the 16-token window. On OpenCL the prompts also run together in one ragged batch.
 
 mod backends;
-mod common;
 mod weights_support;
 
 use std::path::PathBuf;
@@ -54,7 +53,7 @@ fn golden(name: &str) -> Golden {
 
 /// The golden of `name`, with its checkpoint read from `folder` instead of the one the golden names.
 fn golden_from(name: &str, folder: Option<PathBuf>) -> Golden {
-    let path = common::fixture(&format!("golden/tiny/{name}.json"));
+    let path = rserve_tests::fixture(&format!("golden/tiny/{name}.json"));
     let g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let folder = folder.unwrap_or_else(|| tiny_folder(&g));
     let near_tie = g["settings"]["near_tie_threshold"].as_f64().unwrap() as f32;
@@ -87,13 +86,9 @@ fn golden_from(name: &str, folder: Option<PathBuf>) -> Golden {
 /// A sequence over `blocks` blocks from `first_block` in every KV cache group; group `g`'s blocks lie `g x region`
 /// further on (each group has its own blocks, as the scheduler hands them out).
 fn tiny_folder(g: &Value) -> PathBuf {
-    let folder = common::models_dir().join(g["model"]["folder"].as_str().unwrap());
-    assert!(
-        folder.join("model.safetensors").exists(),
-        "tiny checkpoint missing at {}: run `bash scripts/fetch-models.sh` (or set RSERVE_TEST_MODELS)",
-        folder.display()
-    );
-    folder
+    let folder = g["model"]["folder"].as_str().unwrap();
+    rserve_tests::model_file(&format!("{folder}/model.safetensors"));
+    rserve_tests::models_dir().join(folder)
 }
 
 /// The tiny Gemma 3 as Gemma 3's 4B-27B checkpoints are published: a `Gemma3ForConditionalGeneration` config with
@@ -101,7 +96,8 @@ fn tiny_folder(g: &Value) -> PathBuf {
 /// `language_model.` (as transformers 4 saves them).
 fn gemma3_as_multimodal(dir: &std::path::Path) -> PathBuf {
     let g: Value =
-        serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/tiny/gemma3.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(rserve_tests::fixture("golden/tiny/gemma3.json")).unwrap())
+            .unwrap();
     let src = tiny_folder(&g);
     let mut text: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
     text.as_object_mut().unwrap().remove("max_position_embeddings");
@@ -278,7 +274,7 @@ fn opencl_bf16_cache_and_activations_match_the_cpu_bf16_run() {
         let f32_golden = golden(name);
         let folder = tiny_folder(
             &serde_json::from_str::<Value>(
-                &std::fs::read_to_string(common::fixture(&format!("golden/tiny/{name}.json"))).unwrap(),
+                &std::fs::read_to_string(rserve_tests::fixture(&format!("golden/tiny/{name}.json"))).unwrap(),
             )
             .unwrap(),
         );
@@ -323,7 +319,7 @@ fn cpu_bf16_weights_and_16_bit_cache_match_the_cpu_f32_run() {
         let bf16 = golden(name);
         let folder = tiny_folder(
             &serde_json::from_str::<Value>(
-                &std::fs::read_to_string(common::fixture(&format!("golden/tiny/{name}.json"))).unwrap(),
+                &std::fs::read_to_string(rserve_tests::fixture(&format!("golden/tiny/{name}.json"))).unwrap(),
             )
             .unwrap(),
         );

@@ -4,7 +4,6 @@
 //! size 32).
 
 mod backends;
-mod common;
 
 use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
@@ -20,7 +19,7 @@ use serde_json::Value;
 const STEPS: usize = 32;
 
 fn load() -> (ModelParams, Weights) {
-    let path = common::smollm2_gguf();
+    let path = rserve_tests::smollm2_gguf();
     let resolved =
         resolve_model(path.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
     let params = resolved.load_params().unwrap();
@@ -82,7 +81,8 @@ fn ids(v: &Value) -> Vec<u32> {
 fn smollm2_greedy_tokens_match_the_cpu_backend() {
     let Some(cl) = backends::opencl() else { return };
     let golden: Value =
-        serde_json::from_str(&std::fs::read_to_string(common::fixture("golden/smollm2_greedy.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(rserve_tests::fixture("golden/smollm2_greedy.json")).unwrap())
+            .unwrap();
     let prompts: Vec<(String, Vec<u32>)> = golden["prompts"]
         .as_array()
         .unwrap()

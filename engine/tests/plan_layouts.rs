@@ -6,15 +6,13 @@
 //! The TP rows follow the rule "TP divides the attention heads, inside a node (PVC: 1, 2, 4, 8)", with the
 //! 70B example of the issue (64 heads / 8 KV heads -> 1, 2, 4, 8).
 
-mod common;
-
 use rserve_engine::plan::{self, DTypeChoice, DeviceChoice, Plan, PlanOptions, Precision};
 use rserve_engine::source::ResolveOptions;
 
 const GB: f64 = 1e9;
 
 fn plan_of(name: &str, opts: &PlanOptions) -> Plan {
-    let path = common::fixture(&format!("configs/{name}.json"));
+    let path = rserve_tests::fixture(&format!("configs/{name}.json"));
     plan::plan_model(path.to_str().unwrap(), opts, &ResolveOptions::with_cache_dir("/nonexistent"))
         .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
@@ -119,14 +117,14 @@ fn a_given_layout_is_evaluated_and_checked() {
     assert!(!p.layout.as_ref().unwrap().fits());
     assert!(p.warnings.iter().any(|w| w.contains("cannot hold")), "{:?}", p.warnings);
 
-    let path = common::fixture("configs/llama31_70b.json");
+    let path = rserve_tests::fixture("configs/llama31_70b.json");
     let opts = ResolveOptions::with_cache_dir("/nonexistent");
     let err = |o: PlanOptions| plan::plan_model(path.to_str().unwrap(), &o, &opts).unwrap_err().to_string();
     assert!(err(PlanOptions { tp: Some(12), ..pvc() }).contains("inside a node"));
     let e = err(PlanOptions { tp: Some(3), device: DeviceChoice::Memory(80_000_000_000), ..pvc() });
     assert!(e.contains("TP stays inside a node"), "{e}");
     assert!(err(PlanOptions { pp: Some(3), ..pvc() }).contains("does not divide the 80 layers"));
-    let qwen = common::fixture("configs/qwen2_7b.json");
+    let qwen = rserve_tests::fixture("configs/qwen2_7b.json");
     let e =
         plan::plan_model(qwen.to_str().unwrap(), &PlanOptions { tp: Some(8), ..pvc() }, &opts).unwrap_err().to_string();
     assert!(e.contains("does not split 28 attention heads"), "{e}");

@@ -9,8 +9,6 @@
 //! window is checked against the reference built from refs.json (K/V values per token per layer x tokens, each
 //! sliding layer at its window), and Gemma-3-27B's KV cache groups against the dense formula on a PVC tile.
 
-mod common;
-
 use rserve_engine::plan::memory::{kv_bytes_per_token, kv_bytes_per_token_on, KvGroups};
 use rserve_engine::plan::params::count_params;
 use rserve_engine::plan::source::{locate, ConfigSource};
@@ -19,12 +17,12 @@ use rserve_engine::source::ResolveOptions;
 use serde_json::Value;
 
 fn refs() -> Value {
-    let text = std::fs::read_to_string(common::fixture("configs/refs.json")).expect("refs.json");
+    let text = std::fs::read_to_string(rserve_tests::fixture("configs/refs.json")).expect("refs.json");
     serde_json::from_str(&text).expect("refs.json parses")
 }
 
 fn shape(name: &str) -> ModelShape {
-    let text = std::fs::read_to_string(common::fixture(&format!("configs/{name}.json"))).expect("fixture");
+    let text = std::fs::read_to_string(rserve_tests::fixture(&format!("configs/{name}.json"))).expect("fixture");
     ModelShape::from_config_json(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
@@ -43,7 +41,7 @@ const NEW_CONFIGS: &[&str] = &[
 
 /// A fixture's raw JSON (its decoder's keys: `text_config` for a multimodal wrapper).
 fn raw_decoder(name: &str) -> Value {
-    let text = std::fs::read_to_string(common::fixture(&format!("configs/{name}.json"))).expect("fixture");
+    let text = std::fs::read_to_string(rserve_tests::fixture(&format!("configs/{name}.json"))).expect("fixture");
     let root: Value = serde_json::from_str(&text).expect("fixture parses");
     match root.get("text_config") {
         Some(t) if root.get("hidden_size").is_none() => t.clone(),
@@ -155,7 +153,7 @@ fn windowed_kv_matches_the_transformers_sliding_cache() {
 
 #[test]
 fn gguf_tensor_directory_agrees_with_config_shapes() {
-    let gguf = common::smollm2_gguf();
+    let gguf = rserve_tests::smollm2_gguf();
     let source = locate(gguf.to_str().unwrap(), &ResolveOptions::with_cache_dir("/nonexistent")).unwrap();
     assert!(matches!(source, ConfigSource::Gguf { .. }));
     let (s, headers) = plan::read_source(&source).unwrap();

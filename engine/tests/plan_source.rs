@@ -1,8 +1,6 @@
 //! Where `rserve plan` finds a model without its weights: a Hugging Face cache snapshot that holds only
 //! config.json, a folder whose safetensors headers give the parameter count, and the errors for what is missing.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -27,7 +25,7 @@ fn a_cache_snapshot_with_only_config_json_is_enough() {
     std::fs::create_dir_all(repo.join("snapshots").join(commit)).unwrap();
     std::fs::write(repo.join("refs/main"), commit).unwrap();
     std::fs::copy(
-        common::fixture("configs/llama31_405b.json"),
+        rserve_tests::fixture("configs/llama31_405b.json"),
         repo.join("snapshots").join(commit).join("config.json"),
     )
     .unwrap();
@@ -49,7 +47,7 @@ fn a_cache_snapshot_with_only_config_json_is_enough() {
 #[test]
 fn safetensors_headers_give_the_parameter_count_when_present() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(common::fixture("configs/smollm2_135m_instruct.json"), dir.path().join("config.json")).unwrap();
+    std::fs::copy(rserve_tests::fixture("configs/smollm2_135m_instruct.json"), dir.path().join("config.json")).unwrap();
     // Two tensors of 6 and 4 values stand in for the weights: only their headers are read.
     let a: Vec<u8> = vec![0; 6 * 2];
     let b: Vec<u8> = vec![0; 4 * 2];

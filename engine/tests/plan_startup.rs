@@ -2,8 +2,6 @@
 //! numbers for the same inputs: the plan's weights memory equals the bytes the engine actually loads, and the KV
 //! budget, blocks and concurrency agree for a device of given memory and for an exact `--kv-cache-memory-bytes`.
 
-mod common;
-
 use candle_core::DType;
 use rserve_engine::config::gguf_meta::params_from_gguf_file;
 use rserve_engine::engine::budget;
@@ -28,7 +26,7 @@ fn plan_with(spec: &str, dtype: Precision, device: DeviceChoice, kv: Option<u64>
 
 #[test]
 fn plan_weights_equal_the_loaded_weights() {
-    let gguf = common::smollm2_gguf();
+    let gguf = rserve_tests::smollm2_gguf();
     let spec = gguf.to_str().unwrap();
     let resolved = resolve_model(spec, &ResolveOptions::with_cache_dir("/nonexistent")).unwrap();
     let params = resolved.load_params().unwrap();
@@ -40,7 +38,7 @@ fn plan_weights_equal_the_loaded_weights() {
 
 #[test]
 fn plan_and_startup_budget_agree() {
-    let gguf = common::smollm2_gguf();
+    let gguf = rserve_tests::smollm2_gguf();
     let spec = gguf.to_str().unwrap();
     let params = params_from_gguf_file(&gguf).unwrap();
     // The 800 MB device's 10 % headroom is smaller than one step's activations, so part of them comes out of the KV
@@ -68,7 +66,7 @@ fn plan_and_startup_budget_agree() {
 
 #[test]
 fn cpu_profile_follows_the_servers_cpu_rule() {
-    let gguf = common::smollm2_gguf();
+    let gguf = rserve_tests::smollm2_gguf();
     let p = f32_plan(gguf.to_str().unwrap(), DeviceChoice::Profile("cpu".into()), None, 8192);
     assert!(p.device.host);
     let l = p.layout.as_ref().unwrap();

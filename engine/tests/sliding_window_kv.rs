@@ -5,8 +5,6 @@
 //! them, and the 32 greedy tokens equal transformers'. A second request with the same prompt then hits the prefix
 //! cache (the freed local blocks stay cached) and gives the same tokens.
 
-mod common;
-
 use candle_core::DType;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::model::{KvLayout, TokenId};
@@ -26,11 +24,12 @@ fn ids(v: &Value) -> Vec<u32> {
 #[test]
 fn gemma3_local_layers_hold_only_their_window_and_outputs_match_transformers() {
     let g: Value = serde_json::from_str(
-        &std::fs::read_to_string(common::fixture("golden/tiny/gemma3.json")).expect("gemma3 golden"),
+        &std::fs::read_to_string(rserve_tests::fixture("golden/tiny/gemma3.json")).expect("gemma3 golden"),
     )
     .unwrap();
-    let folder = common::models_dir().join(g["model"]["folder"].as_str().unwrap());
-    assert!(folder.join("model.safetensors").exists(), "run `bash scripts/fetch-models.sh`: {}", folder.display());
+    let folder = g["model"]["folder"].as_str().unwrap();
+    rserve_tests::model_file(&format!("{folder}/model.safetensors"));
+    let folder = rserve_tests::models_dir().join(folder);
     let long = g["prompts"].as_array().unwrap().iter().max_by_key(|p| p["prompt_token_ids"].as_array().unwrap().len());
     let long = long.unwrap();
     let (prompt, want) = (ids(&long["prompt_token_ids"]), ids(&long["greedy_token_ids"]));

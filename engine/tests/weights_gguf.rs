@@ -14,6 +14,7 @@ use rserve_engine::source::{resolve_model, ResolveOptions, ResolvedModel};
 use rserve_engine::weights::gguf::{load_gguf, permute_rows, unpermute_rows};
 use rserve_engine::weights::{self, expected_tensors};
 use rserve_model_io::ModelError;
+use rserve_tests::smollm2_gguf;
 use serde_json::Value;
 use support::*;
 

