@@ -66,6 +66,9 @@ def reassemble(stream):
     calls, finish = {}, None
     for chunk in stream:
         for ch in chunk.choices:
+            # OpenAI's form: one entry per call index in a delta (code reading delta.tool_calls[0] sees it all).
+            indices = [d.index for d in ch.delta.tool_calls or []]
+            assert len(indices) == len(set(indices)), ch.delta.tool_calls
             for d in ch.delta.tool_calls or []:
                 entry = calls.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
                 if d.id:

@@ -239,7 +239,15 @@ fn run_attention<B: KvCaches>(b: &B, a: &AttnSpec) -> R<Vec<f32>> {
         v_cache: &vc,
         out: &out,
         meta: &meta,
-        shape: AttnShape { num_heads: *heads, num_kv_heads: *kvh, head_dim: *hd, block_size: *bs, scale: 1.0 / (*hd as f32).sqrt(), window: None, softcap: None },
+        shape: AttnShape {
+            num_heads: *heads,
+            num_kv_heads: *kvh,
+            head_dim: *hd,
+            block_size: *bs,
+            scale: 1.0 / (*hd as f32).sqrt(),
+            window: None,
+            softcap: None,
+        },
         sinks: None,
     })?;
     let mut o = match &wo {

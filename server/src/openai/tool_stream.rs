@@ -28,22 +28,15 @@ pub struct ToolStream {
     made_calls: bool,
 }
 
-/// The deltas of one complete call: name first, then its arguments.
-fn call_deltas(index: usize, id: String, call: FunctionCall) -> [ToolCallDelta; 2] {
-    [
-        ToolCallDelta {
-            index,
-            id: Some(id),
-            kind: Some("function"),
-            function: FunctionDelta { name: Some(call.name), arguments: String::new() },
-        },
-        ToolCallDelta {
-            index,
-            id: None,
-            kind: None,
-            function: FunctionDelta { name: None, arguments: call.arguments },
-        },
-    ]
+/// The delta of one complete call: its id, type, name and arguments in one entry (a chunk holds one entry per call
+/// index, so a client reading `delta.tool_calls[i]` sees the whole call).
+fn call_delta(index: usize, id: String, call: FunctionCall) -> ToolCallDelta {
+    ToolCallDelta {
+        index,
+        id: Some(id),
+        kind: Some("function"),
+        function: FunctionDelta { name: Some(call.name), arguments: call.arguments },
+    }
 }
 
 impl ToolStream {
@@ -70,27 +63,21 @@ impl ToolStream {
         match &self.mode {
             ToolMode::Off => StreamPiece { content: Some(text.to_owned()), calls: vec![] },
             ToolMode::Named(name) => {
-                let mut calls = Vec::new();
-                if self.named_id.is_none() {
-                    let id = call_id();
-                    self.named_id = Some(id.clone());
+                // The first delta names the call (with whatever arguments came with it); later ones add arguments.
+                let first = self.named_id.is_none();
+                if first {
+                    self.named_id = Some(call_id());
                     self.made_calls = true;
-                    calls.push(ToolCallDelta {
-                        index: 0,
-                        id: Some(id),
-                        kind: Some("function"),
-                        function: FunctionDelta { name: Some(name.clone()), arguments: String::new() },
-                    });
+                } else if text.is_empty() {
+                    return StreamPiece::default();
                 }
-                if !text.is_empty() {
-                    calls.push(ToolCallDelta {
-                        index: 0,
-                        id: None,
-                        kind: None,
-                        function: FunctionDelta { name: None, arguments: text.to_owned() },
-                    });
-                }
-                StreamPiece { content: None, calls }
+                let delta = ToolCallDelta {
+                    index: 0,
+                    id: first.then(|| self.named_id.clone()).flatten(),
+                    kind: first.then_some("function"),
+                    function: FunctionDelta { name: first.then(|| name.clone()), arguments: text.to_owned() },
+                };
+                StreamPiece { content: None, calls: vec![delta] }
             }
             ToolMode::Required => {
                 self.held.push_str(text);
@@ -137,7 +124,7 @@ impl ToolStream {
                 let (content, calls) = read_output(&self.mode, self.parallel, &held);
                 self.made_calls |= !calls.is_empty();
                 let calls: Vec<ToolCallDelta> =
-                    calls.into_iter().enumerate().flat_map(|(i, c)| call_deltas(i, c.id, c.call)).collect();
+                    calls.into_iter().enumerate().map(|(i, c)| call_delta(i, c.id, c.call)).collect();
                 StreamPiece { content: content.filter(|c| !c.is_empty()), calls }
             }
         }
@@ -172,6 +159,12 @@ mod tests {
         let mut s = ToolStream::new(mode, true);
         let mut pieces: Vec<StreamPiece> = parts.iter().map(|p| s.push(p)).collect();
         pieces.push(s.finish());
+        for p in &pieces {
+            // OpenAI's form: at most one entry per call index in one delta.
+            let mut seen: Vec<usize> = p.calls.iter().map(|d| d.index).collect();
+            seen.dedup();
+            assert_eq!(seen.len(), p.calls.len(), "{:?}", p.calls);
+        }
         reassemble(&pieces)
     }
 
@@ -189,6 +182,21 @@ mod tests {
         );
         let (_, calls) = run(ToolMode::Required, &["[{\"name\": \"f\", \"para", "meters\": {}}]"]);
         assert_eq!(calls, vec![("f".into(), "{}".into())]);
+        // Parallel calls: one entry each, numbered in order.
+        let (_, calls) = run(
+            ToolMode::Required,
+            &["[{\"name\": \"f\", \"parameters\": {}}, {\"name\": \"g\", \"parameters\": {\"b\": 2}}]"],
+        );
+        assert_eq!(calls, vec![("f".into(), "{}".into()), ("g".into(), "{\"b\":2}".into())]);
+        // A named call's first delta carries its name and the first arguments together.
+        let mut s = ToolStream::new(ToolMode::Named("g".into()), true);
+        let first = s.push("{\"x\"");
+        assert_eq!(first.calls.len(), 1);
+        assert_eq!(
+            (first.calls[0].function.name.as_deref(), first.calls[0].function.arguments.as_str()),
+            (Some("g"), "{\"x\"")
+        );
+        assert!(first.calls[0].id.is_some() && s.push(": 2}").calls[0].id.is_none());
     }
 
     #[test]
