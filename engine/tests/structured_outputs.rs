@@ -139,6 +139,33 @@ fn choices_regexes_and_grammars_hold() {
     }
 }
 
+/// `\d` is an ASCII digit, as vLLM reads it (Rust regex syntax would allow every Unicode digit, reachable on a
+/// byte-level vocabulary through byte tokens): in a regex and in a JSON schema's `pattern`, the first step allows
+/// only tokens made of ASCII digits, and walks give ASCII digits only.
+#[test]
+fn a_digit_class_means_ascii_digits() {
+    let tok = tokenizer_support::smollm2();
+    let (compiler, eos, vocab) = compiler(&tok);
+    let regex = compiler.compile(&GrammarSpec::Regex(r"\d{4}".into())).unwrap();
+    let schema = json!({"type": "object", "properties": {"pin": {"type": "string", "pattern": r"^\d{4}$"}},
+        "required": ["pin"], "additionalProperties": false});
+    let schema = compiler.compile(&GrammarSpec::JsonSchema(schema)).unwrap();
+    let mask = Constraint::new(&regex).next_mask().unwrap();
+    let allowed: Vec<u32> = (0..tok.vocab_size() as u32).filter(|&i| mask.allows(TokenId(i))).collect();
+    assert!(!allowed.is_empty());
+    for id in allowed {
+        let text = tok.decode(&[TokenId(id)], false).unwrap();
+        assert!(!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()), "token {id} {text:?}");
+    }
+    for seed in 0..8 {
+        let text = random_walk(&tok, &mut Constraint::new(&regex), &eos, vocab, seed).expect("the regex ends");
+        assert!(text.len() == 4 && text.bytes().all(|b| b.is_ascii_digit()), "{text:?}");
+        let text = random_walk(&tok, &mut Constraint::new(&schema), &eos, vocab, seed).expect("the schema ends");
+        let pin = serde_json::from_str::<Value>(&text).unwrap()["pin"].as_str().unwrap().to_owned();
+        assert!(pin.len() == 4 && pin.bytes().all(|b| b.is_ascii_digit()), "{text:?}");
+    }
+}
+
 #[test]
 fn bad_specs_are_errors_and_compiled_grammars_are_cached() {
     let tok = tokenizer_support::smollm2();

@@ -10,6 +10,7 @@
 mod compiler;
 mod constraint;
 mod gbnf;
+mod regex_classes;
 mod spec;
 mod tok_env;
 

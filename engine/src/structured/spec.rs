@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::compiler::GrammarError;
 use super::gbnf;
+use super::regex_classes::{ascii_digits, schema_ascii_digits};
 
 /// One structured-output constraint.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,7 +16,8 @@ pub enum GrammarSpec {
     JsonSchema(Value),
     /// Output is any JSON object.
     JsonObject,
-    /// Output matches this regular expression (Rust `regex` syntax, as llguidance reads it), whole.
+    /// Output matches this regular expression (Rust `regex` syntax, as llguidance reads it, with `\d` as `[0-9]`
+    /// as vLLM reads it), whole.
     Regex(String),
     /// Output is exactly one of these strings.
     Choice(Vec<String>),
@@ -40,9 +42,9 @@ impl GrammarSpec {
     /// when the grammar is compiled.
     pub(crate) fn to_llguidance(&self) -> Result<TopLevelGrammar, GrammarError> {
         Ok(match self {
-            GrammarSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema.clone()),
+            GrammarSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema_ascii_digits(schema)),
             GrammarSpec::JsonObject => TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"})),
-            GrammarSpec::Regex(r) => TopLevelGrammar::from_regex(r),
+            GrammarSpec::Regex(r) => TopLevelGrammar::from_regex(&ascii_digits(r)),
             GrammarSpec::Choice(choices) => {
                 if choices.is_empty() {
                     return Err(GrammarError("a choice needs at least one string".to_owned()));
