@@ -436,13 +436,6 @@ impl StepRunner for CudaGraphRunner {
     fn device_name(&self) -> String {
         self.backend.device_name()
     }
-
-    fn recorded_batch_sizes(&self) -> Vec<usize> {
-        if self.opts.enforce_eager {
-            return Vec::new();
-        }
-        self.buckets.clone()
-    }
 }
 
 #[cfg(test)]

@@ -103,11 +103,6 @@ pub trait StepRunner: Send {
     }
     fn vocab_size(&self) -> usize;
     fn device_name(&self) -> String;
-    /// Decode batch sizes this runner replays a recorded step for (each recorded the first time a batch of that size
-    /// runs); the start-up warm-up runs one decode step of each so that no request pays a recording. None by default.
-    fn recorded_batch_sizes(&self) -> Vec<usize> {
-        Vec::new()
-    }
 }
 
 /// Runs one step through `runner`, reads its (masked) logits back and chooses on the host

@@ -5,7 +5,7 @@
 //! What the first forward passes pay once: the CPU backend's packed weights rearranged for its kernels on first use
 //! (`backend/cpu/quant/rows16.rs`), the first touch of every weight page (a GGUF file's blocks are read on demand),
 //! the compute pool's threads waking and their buffers growing, activation scratch on every backend, and on CUDA the
-//! kernels' first launches and the capture of the decode graph of every batch bucket.
+//! kernels' first launches and the decode graph's capture.
 //!
 //! Boundary: the warm-up runs on the runner alone, before the engine loop exists. Its blocks are free blocks of the
 //! scheduler's pool, read from the pool and left free (nothing has been scheduled yet, so no block holds a prefix
@@ -75,13 +75,6 @@ pub(crate) fn warm_up(runner: &mut dyn StepRunner, kv: &KvCacheManager, limits: 
         let choice = if i % 2 == 0 { &greedy } else { &sampled };
         runner.execute_sampled(&batch, choice, None).map_err(|e| fail("decode", e))?;
     }
-    // Every other batch size the runner records a step for (CUDA graphs by bucket): one greedy decode step each, its
-    // rows all the dummy sequence at its last position (they write the same slot, which nothing reads afterwards).
-    let pos = prefill + decode.saturating_sub(1);
-    for size in runner.recorded_batch_sizes().into_iter().filter(|&n| n > 1 && decode > 0) {
-        let batch: Vec<ScheduledSeq> = (0..size).flat_map(|_| step(vec![token(pos)], pos, false)).collect();
-        runner.execute_sampled(&batch, &StepSampling::greedy(size), None).map_err(|e| fail("recorded decode", e))?;
-    }
     Ok(prefill + decode)
 }
 
@@ -94,7 +87,6 @@ mod tests {
     struct Recorder {
         steps: Vec<Vec<ScheduledSeq>>,
         vocab: usize,
-        recorded: Vec<usize>,
     }
 
     impl StepRunner for Recorder {
@@ -108,9 +100,6 @@ mod tests {
         fn device_name(&self) -> String {
             "recorder".into()
         }
-        fn recorded_batch_sizes(&self) -> Vec<usize> {
-            self.recorded.clone()
-        }
     }
 
     fn limits(block_size: usize) -> WarmupLimits {
@@ -121,7 +110,7 @@ mod tests {
     fn one_prefill_then_decodes_on_free_blocks_of_each_group() {
         let kv = KvCacheManager::new(64, 16, true, &[KvGroupSpec::FULL, KvGroupSpec::sliding(8)]);
         let free_before: Vec<BlockId> = kv.pool().free_blocks().collect();
-        let mut r = Recorder { steps: Vec::new(), vocab: 100, recorded: Vec::new() };
+        let mut r = Recorder { steps: Vec::new(), vocab: 100 };
         assert_eq!(warm_up(&mut r, &kv, limits(16)).unwrap(), PREFILL_TOKENS + DECODE_STEPS);
         assert_eq!(r.steps.len(), 1 + DECODE_STEPS);
         let prefill = &r.steps[0][0];
@@ -144,36 +133,18 @@ mod tests {
     fn a_small_cache_or_step_budget_shortens_the_warm_up() {
         // Two blocks of 8 tokens: the prefill takes 16 tokens and leaves no room for a decode step.
         let kv = KvCacheManager::new(2, 8, true, &[KvGroupSpec::FULL]);
-        let mut r = Recorder { steps: Vec::new(), vocab: 100, recorded: Vec::new() };
+        let mut r = Recorder { steps: Vec::new(), vocab: 100 };
         assert_eq!(warm_up(&mut r, &kv, limits(8)).unwrap(), 16);
         assert_eq!(r.steps.len(), 1);
         // A step budget of 4 tokens caps the prefill.
         let kv = KvCacheManager::new(64, 16, true, &[KvGroupSpec::FULL]);
-        let mut r = Recorder { steps: Vec::new(), vocab: 100, recorded: Vec::new() };
+        let mut r = Recorder { steps: Vec::new(), vocab: 100 };
         let l = WarmupLimits { max_num_batched_tokens: 4, ..limits(16) };
         assert_eq!(warm_up(&mut r, &kv, l).unwrap(), 4 + DECODE_STEPS);
         // No block at all: nothing runs.
         let kv = KvCacheManager::new(0, 16, true, &[KvGroupSpec::FULL]);
-        let mut r = Recorder { steps: Vec::new(), vocab: 100, recorded: Vec::new() };
+        let mut r = Recorder { steps: Vec::new(), vocab: 100 };
         assert_eq!(warm_up(&mut r, &kv, limits(16)).unwrap(), 0);
         assert!(r.steps.is_empty());
-    }
-
-    #[test]
-    fn each_recorded_batch_size_above_one_runs_one_decode_step() {
-        let kv = KvCacheManager::new(64, 16, true, &[KvGroupSpec::FULL]);
-        let mut r = Recorder { steps: Vec::new(), vocab: 100, recorded: vec![1, 2, 8] };
-        warm_up(&mut r, &kv, limits(16)).unwrap();
-        let sizes: Vec<usize> = r.steps[1 + DECODE_STEPS..].iter().map(Vec::len).collect();
-        assert_eq!(sizes, [2, 8]);
-        let last = PREFILL_TOKENS + DECODE_STEPS - 1;
-        for seq in r.steps[1 + DECODE_STEPS..].iter().flatten() {
-            assert_eq!((seq.token_ids.len(), seq.start_position, seq.is_first_schedule), (1, last, false));
-        }
-        // Without room for a decode step, no recorded step either.
-        let kv = KvCacheManager::new(2, 8, true, &[KvGroupSpec::FULL]);
-        let mut r = Recorder { steps: Vec::new(), vocab: 100, recorded: vec![2, 8] };
-        warm_up(&mut r, &kv, limits(8)).unwrap();
-        assert_eq!(r.steps.len(), 1);
     }
 }
