@@ -65,11 +65,12 @@ async fn send_json(app: &Router, req: Request<Body>) -> (StatusCode, Value) {
     (status, v)
 }
 
-fn assert_error(v: &Value, kind: &str, param: Option<&str>, code: Option<&str>) {
+/// `code` is the HTTP status, as vLLM sets it.
+fn assert_error(v: &Value, kind: &str, param: Option<&str>, status: u16) {
     let e = &v["error"];
     assert_eq!(e["type"], kind, "{v}");
     assert_eq!(e["param"].as_str(), param, "{v}");
-    assert_eq!(e["code"].as_str(), code, "{v}");
+    assert_eq!(e["code"].as_u64(), Some(u64::from(status)), "{v}");
     assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
 }
 
@@ -179,10 +180,10 @@ async fn tokenize_and_detokenize() {
     assert_eq!((s, v), (StatusCode::OK, json!({"prompt": "ab"})));
     let (s, v) = send_json(&app, post("/detokenize", json!({"tokens": [100, 100000]}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert_error(&v, "BadRequestError", Some("tokens"), None);
+    assert_error(&v, "BadRequestError", Some("tokens"), 400);
     let (s, v) = send_json(&app, post("/tokenize", json!({}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert_error(&v, "BadRequestError", Some("prompt"), None);
+    assert_error(&v, "BadRequestError", Some("prompt"), 400);
 }
 
 #[tokio::test]
@@ -197,24 +198,24 @@ async fn error_cases() {
     };
     let (s, v) = send_json(&app, chat(json!({"temperature": 5}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert_error(&v, "BadRequestError", Some("temperature"), None);
+    assert_error(&v, "BadRequestError", Some("temperature"), 400);
     assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("between 0 and 2")));
 
     let (s, v) = send_json(&app, chat(json!({"max_tokens": 1000}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert_error(&v, "BadRequestError", Some("messages"), Some("context_length_exceeded"));
+    assert_error(&v, "BadRequestError", Some("messages"), 400);
 
     let (s, v) = send_json(&app, chat(json!({"model": "gpt-4"}))).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
-    assert_error(&v, "NotFoundError", Some("model"), Some("model_not_found"));
+    assert_error(&v, "NotFoundError", Some("model"), 404);
 
     let (s, v) = send_json(&app, chat(json!({"tools": [{"type": "function"}]}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert_error(&v, "BadRequestError", Some("tools[0]"), None);
+    assert_error(&v, "BadRequestError", Some("tools[0]"), 400);
 
     let (s, v) = send_json(&app, chat(json!({"messages": "nope"}))).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert_error(&v, "BadRequestError", Some("messages"), None);
+    assert_error(&v, "BadRequestError", Some("messages"), 400);
 
     let req = Request::post("/v1/chat/completions").body(Body::from("{\"messages\": [")).expect("req");
     let (s, v) = send_json(&app, req).await;
@@ -224,7 +225,7 @@ async fn error_cases() {
     let big = vec![b' '; crate::json::MAX_BODY_BYTES + 1];
     let (s, v) = send_json(&app, Request::post("/v1/completions").body(Body::from(big)).expect("req")).await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
-    assert_error(&v, "BadRequestError", None, Some("request_too_large"));
+    assert_error(&v, "BadRequestError", None, 413);
 
     let (s, v) = send_json(&app, Request::get("/v1/nothing").body(Body::empty()).expect("req")).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
@@ -249,7 +250,7 @@ async fn api_key_guards_v1_only() {
     };
     let (s, v) = send_json(&app, models(None)).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
-    assert_error(&v, "AuthenticationError", None, Some("invalid_api_key"));
+    assert_error(&v, "AuthenticationError", None, 401);
     assert_eq!(send(&app, models(Some("sk-bad"))).await.0, StatusCode::UNAUTHORIZED);
     assert_eq!(send(&app, models(Some("sk-good"))).await.0, StatusCode::OK);
     let (s, _) = send(&app, post("/v1/completions", json!({"prompt": "a"}))).await;
@@ -295,7 +296,7 @@ async fn full_waiting_queue_is_503_with_retry_after() {
     assert_eq!(resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     let v: Value = serde_json::from_slice(&bytes).expect("json");
-    assert_error(&v, "ServiceUnavailableError", None, Some("server_overloaded"));
+    assert_error(&v, "ServiceUnavailableError", None, 503);
 }
 
 #[tokio::test]
@@ -446,7 +447,7 @@ async fn root_path_is_served_with_and_without_the_prefix() {
     }
     let (s, v) = send_json(&app, Request::get("/prefixed/v1/models").body(Body::empty()).expect("req")).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "only a whole path segment is the prefix");
-    assert_error(&v, "NotFoundError", None, None);
+    assert_error(&v, "NotFoundError", None, 404);
     // The query string survives.
     let req = Request::get("/prefix/v1/models?x=1").body(Body::empty()).expect("req");
     assert_eq!(send(&app, req).await.0, StatusCode::OK);
@@ -493,7 +494,7 @@ async fn dev_routes_only_in_dev_mode() {
     let req = Request::post("/reset_prefix_cache?reset_running_requests=maybe").body(Body::empty()).expect("req");
     let (s, v) = send_json(&app, req).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
-    assert_error(&v, "BadRequestError", Some("reset_running_requests"), None);
+    assert_error(&v, "BadRequestError", Some("reset_running_requests"), 400);
     assert_eq!(*engine.prefix_cache_resets.lock().expect("lock"), vec![false, true]);
 
     let (s, v) = send_json(&app, Request::get("/server_info").body(Body::empty()).expect("req")).await;
@@ -552,7 +553,7 @@ async fn max_num_queued_reqs_bounds_requests_in_flight() {
     assert_eq!(resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     let v: Value = serde_json::from_slice(&bytes).expect("json");
-    assert_error(&v, "ServiceUnavailableError", None, Some("server_overloaded"));
+    assert_error(&v, "ServiceUnavailableError", None, 503);
     drop(first);
 }
 

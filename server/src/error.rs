@@ -66,7 +66,8 @@ pub struct ErrorDetail {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub param: Option<String>,
-    pub code: Option<String>,
+    /// The HTTP status, as vLLM sets it.
+    pub code: u16,
 }
 
 /// Seconds a client should wait before retrying an overloaded server.
@@ -103,20 +104,15 @@ impl ApiError {
             StatusCode::METHOD_NOT_ALLOWED => "MethodNotAllowedError",
             _ => "InternalServerError",
         };
-        let (param, code): (Option<String>, Option<&str>) = match self {
-            ApiError::Validation(v) => (v.param(), v.code()),
-            ApiError::InvalidJson { param, .. } => (param.clone(), None),
-            ApiError::InvalidQuery { param, .. } => (Some((*param).to_owned()), None),
-            ApiError::PayloadTooLarge { .. } => (None, Some("request_too_large")),
-            ApiError::ModelNotFound(_) => (Some("model".into()), Some("model_not_found")),
-            ApiError::Unauthorized => (None, Some("invalid_api_key")),
-            ApiError::Overloaded { .. } | ApiError::AtCapacity { .. } | ApiError::TooManyConnections { .. } => {
-                (None, Some("server_overloaded"))
-            }
-            ApiError::BodyTimeout(_) => (None, Some("request_timeout")),
-            _ => (None, None),
+        let param = match self {
+            ApiError::Validation(v) => v.param(),
+            ApiError::InvalidJson { param, .. } => param.clone(),
+            ApiError::InvalidQuery { param, .. } => Some((*param).to_owned()),
+            ApiError::ModelNotFound(_) => Some("model".into()),
+            _ => None,
         };
-        ErrorBody { error: ErrorDetail { message: self.to_string(), kind, param, code: code.map(str::to_owned) } }
+        let code = self.status().as_u16();
+        ErrorBody { error: ErrorDetail { message: self.to_string(), kind, param, code } }
     }
 }
 
@@ -163,14 +159,14 @@ mod tests {
         assert_eq!(s, 404);
         assert_eq!(v["error"]["type"], "NotFoundError");
         assert_eq!(v["error"]["param"], "model");
-        assert_eq!(v["error"]["code"], "model_not_found");
+        assert_eq!(v["error"]["code"], 404);
         assert_eq!(v["error"]["message"], "The model `x` does not exist.");
 
         let (s, _, v) = body_json(ApiError::Validation(ValidationError::TemperatureOutOfRange(3.0))).await;
         assert_eq!(s, 400);
         assert_eq!(v["error"]["type"], "BadRequestError");
         assert_eq!(v["error"]["param"], "temperature");
-        assert!(v["error"]["code"].is_null());
+        assert_eq!(v["error"]["code"], 400, "vLLM puts the HTTP status in `code`");
 
         let (s, retry, v) = body_json(ApiError::Overloaded { waiting: 3, limit: 3 }).await;
         assert_eq!(s, 503);
@@ -183,19 +179,19 @@ mod tests {
 
         let (s, retry, v) = body_json(ApiError::TooManyConnections { limit: 4 }).await;
         assert_eq!((s.as_u16(), retry.as_deref()), (503, Some("1")));
-        assert_eq!(v["error"]["code"], "server_overloaded");
+        assert_eq!(v["error"]["code"], 503);
 
         let (s, _, v) = body_json(ApiError::BodyTimeout(std::time::Duration::from_secs(2))).await;
         assert_eq!(s, 408);
-        assert_eq!(v["error"]["code"], "request_timeout");
+        assert_eq!(v["error"]["code"], 408);
 
         let (s, _, v) = body_json(ApiError::PayloadTooLarge { limit: 10 }).await;
         assert_eq!(s, 413);
-        assert_eq!(v["error"]["code"], "request_too_large");
+        assert_eq!(v["error"]["code"], 413);
 
         let (s, _, v) = body_json(ApiError::Unauthorized).await;
         assert_eq!(s, 401);
-        assert_eq!(v["error"]["code"], "invalid_api_key");
+        assert_eq!(v["error"]["code"], 401);
         let keys: Vec<_> = v["error"].as_object().expect("object").keys().cloned().collect();
         assert_eq!(keys.len(), 4, "{keys:?}");
     }

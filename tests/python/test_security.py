@@ -65,7 +65,7 @@ def test_model_names_never_reach_the_filesystem(server, name):
                           headers=server.headers(), timeout=60)
         assert r.status_code == 404, r.text
         err = r.json()["error"]
-        assert (err["code"], err["param"]) == ("model_not_found", "model"), err
+        assert (err["code"], err["param"]) == (404, "model"), err
 
 
 def test_a_failed_gated_download_does_not_print_the_token(tmp_path):

@@ -49,7 +49,7 @@ pub fn to_json<T: Serialize>(value: &T) -> String {
 /// The `data:` payload that reports an engine failure inside a stream.
 pub fn error_json(message: &str) -> String {
     serde_json::to_string(&ApiError::Internal(message.to_owned()).body()).unwrap_or_else(|_| {
-        r#"{"error":{"message":"internal error","type":"InternalServerError","param":null,"code":null}}"#.into()
+        r#"{"error":{"message":"internal error","type":"InternalServerError","param":null,"code":500}}"#.into()
     })
 }
 

@@ -149,16 +149,6 @@ impl ValidationError {
         };
         Some(p.to_owned())
     }
-
-    /// OpenAI's error code, where it defines one.
-    pub fn code(&self) -> Option<&'static str> {
-        match self {
-            ValidationError::PromptTooLong { .. } | ValidationError::ContextLengthExceeded { .. } => {
-                Some("context_length_exceeded")
-            }
-            _ => None,
-        }
-    }
 }
 
 type Result<T> = std::result::Result<T, ValidationError>;

@@ -35,7 +35,7 @@ pub fn failure_line(failure: &LineFailure) -> String {
             message: failure.error.to_string(),
             kind: "BadRequestError",
             param: failure.error.param().map(str::to_owned),
-            code: None,
+            code: 400,
         },
     };
     // An `ErrorBody` of strings always serializes.
@@ -96,7 +96,8 @@ mod tests {
         let e = &v["error"]["error"];
         assert_eq!(e["type"], "BadRequestError");
         assert_eq!(e["message"], "the line is not valid JSON: eof");
-        assert!(e["param"].is_null() && e["code"].is_null());
+        assert!(e["param"].is_null());
+        assert_eq!(e["code"], 400);
         let f = LineFailure { custom_id: Some("u".into()), error: LineError::Url("/v1/x".into()) };
         let v = json(&failure_line(&f));
         assert_eq!(v["custom_id"], "u");
