@@ -10,6 +10,7 @@ mod compat;
 mod config_file;
 pub mod env;
 pub mod flag_docs;
+mod help_topic;
 pub mod limits;
 pub mod vllm_flags;
 
@@ -739,6 +740,23 @@ pub fn parse() -> Result<Cli, CliError> {
 /// `parse` on a given command line.
 pub fn parse_from(args: Vec<OsString>) -> Result<Cli, CliError> {
     let mut args = normalize_args(args);
+    // vLLM's `--help=all|GROUP|FLAG|KEYWORD`: printed, then exit, as `--help` does.
+    if let Some(topic) = help_topic::requested(&args) {
+        let mut cli = Cli::command();
+        cli.build();
+        let sub = args[1].to_string_lossy().into_owned();
+        let cmd = cli.find_subcommand(&sub).cloned().unwrap_or_default();
+        match help_topic::render(&cmd, &topic) {
+            Ok(text) => {
+                print!("{text}");
+                std::process::exit(0);
+            }
+            Err(e) => {
+                eprintln!("Error: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     // `run-batch` takes serve's engine flags, so vLLM's spellings and the flag table apply to it as to `serve`.
     let run_batch = args.get(1).is_some_and(|a| a == "run-batch");
     if run_batch {
