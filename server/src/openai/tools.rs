@@ -199,13 +199,18 @@ pub fn call_id() -> String {
 pub fn read_output(mode: &ToolMode, parallel: bool, text: &str) -> (Option<String>, Vec<ToolCall>) {
     let parsed = match mode {
         ToolMode::Off => return (Some(text.to_owned()), Vec::new()),
-        ToolMode::Required => match serde_json::from_str::<Value>(text) {
-            Ok(Value::Array(items)) => match items.iter().map(call_from_object).collect::<Option<Vec<_>>>() {
+        ToolMode::Required => {
+            // A whole list, or (the output cut by max_tokens inside it) the complete calls before the cut.
+            let items = match serde_json::from_str::<Value>(text) {
+                Ok(Value::Array(items)) => Some(items),
+                Ok(_) => None,
+                Err(_) => complete_items(text),
+            };
+            match items.filter(|i| !i.is_empty()).and_then(|i| i.iter().map(call_from_object).collect()) {
                 Some(calls) => Parsed { content: String::new(), calls },
                 None => Parsed { content: text.to_owned(), calls: vec![] },
-            },
-            _ => Parsed { content: text.to_owned(), calls: vec![] },
-        },
+            }
+        }
         ToolMode::Named(name) => Parsed {
             content: String::new(),
             calls: vec![FunctionCall { name: name.clone(), arguments: text.to_owned() }],
@@ -221,6 +226,23 @@ pub fn read_output(mode: &ToolMode, parallel: bool, text: &str) -> (Option<Strin
         _ => Some(parsed.content),
     };
     (content, calls)
+}
+
+/// The complete items of a JSON list cut short (`[{...}, {...}, {"na`): each item that parses whole, up to the
+/// first that does not; None when `text` is not the start of a list.
+fn complete_items(text: &str) -> Option<Vec<Value>> {
+    let mut rest = text.trim_start().strip_prefix('[')?;
+    let mut items = Vec::new();
+    loop {
+        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<Value>();
+        let Some(Ok(item)) = stream.next() else { return Some(items) };
+        items.push(item);
+        rest = rest[stream.byte_offset()..].trim_start();
+        match rest.strip_prefix(',') {
+            Some(r) => rest = r,
+            None => return Some(items),
+        }
+    }
 }
 
 /// `finish_reason` of a choice: "tool_calls" when it made calls and stopped on its own, except for a named choice
@@ -306,6 +328,18 @@ mod tests {
         assert!(calls[0].id.starts_with("chatcmpl-tool-") && calls[0].id != calls[1].id);
         let (_, calls) = read_output(&ToolMode::Named("get_weather".into()), true, r#"{"city": "Rome"}"#);
         assert_eq!(calls[0].call.arguments, r#"{"city": "Rome"}"#);
+        // A list cut by max_tokens: its complete calls are the answer, not raw JSON in `content`.
+        let cut = r#"[{"name": "now", "parameters": {}}, {"name": "get_weather", "parameters": {"city": "Oslo"}}, {"name": "now", "param"#;
+        let (content, calls) = read_output(&ToolMode::Required, true, cut);
+        assert_eq!(content.as_deref(), Some(""));
+        assert_eq!(calls.iter().map(|c| c.call.name.as_str()).collect::<Vec<_>>(), ["now", "get_weather"]);
+        let (_, calls) = read_output(&ToolMode::Required, false, cut);
+        assert_eq!(calls.len(), 1);
+        // Nothing complete yet, or not a list: the text stays content.
+        for text in [r#"[{"name": "no"#, "[", r#"{"name": "now"}"#, "[]"] {
+            let (content, calls) = read_output(&ToolMode::Required, true, text);
+            assert_eq!((content.as_deref(), calls.len()), (Some(text), 0), "{text}");
+        }
         let (content, calls) = read_output(&ToolMode::Auto(ToolParser::Hermes), false,
             "<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>");
         assert_eq!((content, calls.len()), (None, 1));
