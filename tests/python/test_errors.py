@@ -73,12 +73,12 @@ def test_context_length_exceeded(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=MAX_MODEL_LEN)
     err = e.value
-    assert err.code == 400  # vLLM puts the HTTP status in `code`
+    assert err.body["code"] == 400  # vLLM puts the HTTP status in `code`
     assert err.param == "messages"
     assert str(MAX_MODEL_LEN) in err.message
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL_NAME, prompt="word " * (MAX_MODEL_LEN + 10))
-    assert e.value.code == 400
+    assert e.value.body["code"] == 400
     assert e.value.param == "prompt"
 
 

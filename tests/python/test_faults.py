@@ -218,7 +218,7 @@ def test_a_body_slower_than_the_body_timeout_is_408_and_too_many_headers_431():
         answer = s.recv(4096).decode()
         assert answer.startswith("HTTP/1.1 408"), answer
         assert 0.8 < time.time() - t0 < 5
-        assert "request_timeout" in answer
+        assert '"code":408' in answer
         s.close()
         # vLLM's --h11-max-header-count (and --h11-max-incomplete-event-size, the head's bytes): 431 beyond it.
         many = {f"x-h{i}": "v" for i in range(60)}
