@@ -77,6 +77,8 @@ impl WeightDType {
 pub trait Backend {
     /// A device allocation (f32 activations, u32 indices, or a weight in its dtype).
     type Buffer;
+    /// A step recorded once and replayed (a CUDA graph); `NoRecording` on backends whose steps always run op by op.
+    type Recording;
 
     /// Human-readable device name for logs.
     fn device_name(&self) -> String;
@@ -140,4 +142,61 @@ pub trait Backend {
     }
     /// Run one op. Ops on one backend execute in submission order.
     fn run(&self, op: Op<'_, Self::Buffer>) -> Result<()>;
+
+    /// Whether `begin_recording` records; false: every step runs op by op.
+    fn records(&self) -> bool {
+        false
+    }
+    /// Starts recording ops instead of running them. Until `end_recording` ops only launch work (no host copies),
+    /// and the memory they allocate belongs to the recordings: it is never handed to anything else, so a replay
+    /// overwrites nothing that lives outside a recording. The attention work split the step reads must already be
+    /// cached (run the same step once first).
+    fn begin_recording(&self) -> Result<()> {
+        Err(BackendError::Device(format!("{}: this backend records no steps", self.device_name())))
+    }
+    /// Ends a recording (also after a failed op): the recorded step, holding the attention work split it reads.
+    fn end_recording(&self) -> Result<Self::Recording> {
+        Err(BackendError::Device(format!("{}: this backend records no steps", self.device_name())))
+    }
+    /// Runs a recorded step after every earlier op; `timed`: the device times it (`replay_ms`).
+    fn replay(&self, recording: &Self::Recording, timed: bool) -> Result<()> {
+        let _ = (recording, timed);
+        Err(BackendError::Device(format!("{}: this backend records no steps", self.device_name())))
+    }
+    /// Device milliseconds of `recording`'s last timed replay, once the step's result was read back.
+    fn replay_ms(&self, recording: &Self::Recording) -> Option<f64> {
+        let _ = recording;
+        None
+    }
+    /// The partitions a decode step of `rows` rows whose longest context is `longest` tokens splits its attention
+    /// into. A recording holds one attention work split, so the count is part of what a recording is kept by.
+    fn decode_partitions(&self, longest: usize, rows: usize) -> usize {
+        let _ = (longest, rows);
+        1
+    }
+    /// u32 step inputs that stay on the device from step to step: one buffer per part, and the allocation they
+    /// share where the backend packs them into one (it must outlive them). `write_inputs` refills them.
+    fn upload_inputs(&self, parts: &[&[u32]]) -> Result<InputBuffers<Self::Buffer>> {
+        Ok((None, parts.iter().map(|p| self.upload_u32(p)).collect::<Result<_>>()?))
+    }
+    /// Refills buffers `upload_inputs` made with `parts`. A backend that records writes them in place (one host
+    /// copy where they are packed), since recordings read them; this default uploads new ones.
+    fn write_inputs(
+        &self,
+        owner: Option<&Self::Buffer>,
+        views: &mut [&mut Self::Buffer],
+        parts: &[&[u32]],
+    ) -> Result<()> {
+        let _ = owner;
+        for (v, p) in views.iter_mut().zip(parts) {
+            **v = self.upload_u32(p)?;
+        }
+        Ok(())
+    }
 }
+
+/// Step inputs on the device (`Backend::upload_inputs`): the allocation they share, if packed, and one buffer per part.
+pub type InputBuffers<B> = (Option<B>, Vec<B>);
+
+/// The recording of a backend that records nothing (`Backend::Recording`): no value exists.
+pub enum NoRecording {}

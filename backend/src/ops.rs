@@ -339,6 +339,10 @@ pub enum Op<'a, B> {
     /// `x = logits[row, token]` becomes `(mul != 1 ? (x > 0 ? x / mul : x * mul) : x) + add`. No (row, token) appears
     /// twice; rows below `rows`, tokens below `vocab`.
     AdjustLogits { logits: &'a B, edits: &'a B, values: &'a B, count: usize, rows: usize, vocab: usize },
+    /// `out[r]` = the index of the largest value of row `r` of `[rows, width]` `x`: the lowest index among equal
+    /// maxima, NaN never wins, 0 for a row without a number above -inf (`sampling::draw::argmax`). A greedy step's
+    /// token choice, part of a recorded decode step.
+    ArgmaxRows { x: &'a B, out: &'a B, rows: usize, width: usize },
     /// `ids[r]` = the token row `r` of `logits` draws under its parameters (`SAMPLE_PARAM_WORDS` u32 words a row of
     /// `params`, `sampling::RowParams::pack`): `sampling::draw` is the algorithm and the CPU's implementation. `logits`
     /// is left as it was.

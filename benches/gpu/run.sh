@@ -79,11 +79,11 @@ for c in 1 ${CONCURRENCY:-16 64 256}; do
   tput=$(grep -i 'output token throughput' "$f" | head -1 | awk '{print $NF}')
   tpot=$(grep -i 'mean tpot' "$f" | head -1 | awk '{print $NF}')
   ttft=$(grep -i 'mean ttft' "$f" | head -1 | awk '{print $NF}')
-  busy=$(awk -v c="$c" '/cuda-bench-marker/{on = ($2 == "concurrency=" c)} on && /cuda-profile: graph decode/' "$OUT/server.log" \
+  busy=$(awk -v c="$c" '/cuda-bench-marker/{on = ($2 == "concurrency=" c)} on && /step-profile: recorded decode/' "$OUT/server.log" \
     | sed -n 's/.*busy_share=\([0-9.]*\)%.*/\1/p' | tail -3 | tr '\n' ' ')
   util=$(awk '{a += $1; m++} $1 > 0 {s += $1; n++} END {if (n) printf "%.0f%% of all samples, %.0f%% of non-idle samples", a / m, s / n}' "$OUT/util-c$c.txt" 2>/dev/null)
   busy="$busy nvidia-smi util ${util:-?}"
   io=$([ "$c" = 1 ] && echo 128/256 || echo 128/128)
   say "| $c | $io | ${tput:-?} | ${tpot:-?} | ${ttft:-?} | ${busy:-?}% |"
 done
-grep 'cuda-profile' "$OUT/server.log" | tail -4 >> "$SUMMARY"
+grep -E 'cuda-profile|step-profile' "$OUT/server.log" | tail -4 >> "$SUMMARY"

@@ -2,9 +2,9 @@
 //! random-weight checkpoint (`scripts/reference/tiny_models.py`: Qwen3, Gemma 2, Gemma 3, Phi-3, Mistral, Mixtral,
 //! Qwen3-MoE) through the CUDA backend against transformers' goldens (`tests/fixtures/golden/tiny/*.json`), as the
 //! CPU and OpenCL backends are checked in CI (`engine/tests/model_shelf.rs`):
-//! 1. `ModelRunner<CudaBackend>`, f32 weights: every prompt alone, first-token top-20 log-probs within 1e-3 and the 32
+//! 1. `ModelRunner<CudaBackend>` op by op (`enforce_eager`), f32 weights: every prompt alone, first-token top-20 log-probs within 1e-3 and the 32
 //!    greedy tokens equal; bf16 weights: the same tokens reported (not required);
-//! 2. `CudaGraphRunner` (the server's runner: decode steps replayed from CUDA graphs, ids picked on the device),
+//! 2. `ModelRunner<CudaBackend>` as the server runs it (decode steps replayed from CUDA graphs, ids picked on the device),
 //!    f32: every prompt alone and all prompts in one batch give the 32 golden tokens.
 //!
 //! Every model keeps its KV cache groups (sliding-window and global layers in separate block tables).
@@ -14,9 +14,8 @@
 use std::path::{Path, PathBuf};
 
 use rserve_engine::backend::cuda::CudaBackend;
-use rserve_engine::graph_runner::{CudaGraphRunner, GraphOptions};
 use rserve_engine::model::{BlockId, KvLayout, ScheduledSeq, TokenId};
-use rserve_engine::runner::{ModelRunner, StepRunner};
+use rserve_engine::runner::{ModelRunner, RunnerOptions, StepRunner};
 use rserve_engine::sampling::{argmax, logprobs};
 use rserve_engine::source::{resolve_model, ResolveOptions};
 
@@ -88,7 +87,7 @@ fn greedy<S: StepRunner + ?Sized>(r: &mut S, t: &Tables, p: &Prompt) -> R<(Vec<u
 }
 
 /// Greedy tokens of several prompts at once through `execute_greedy` (ids picked on the device).
-fn greedy_device(r: &mut CudaGraphRunner, t: &Tables, prompts: &[&Prompt]) -> R<Vec<Vec<u32>>> {
+fn greedy_device(r: &mut ModelRunner<CudaBackend>, t: &Tables, prompts: &[&Prompt]) -> R<Vec<Vec<u32>>> {
     let steps = prompts.iter().map(|p| p.want.len()).max().unwrap_or(0);
     let mut seqs: Vec<ScheduledSeq> = prompts.iter().enumerate().map(|(i, p)| t.seq(i, &p.ids, 0)).collect();
     let mut out = vec![Vec::new(); prompts.len()];
@@ -113,7 +112,8 @@ fn check(models: &Path, name: &str) -> R<usize> {
     let mut fails = 0;
     for dtype in [candle_core::DType::F32, candle_core::DType::BF16] {
         let weights = rserve_engine::weights::load(&resolved, &params, dtype)?;
-        let mut r = ModelRunner::new(CudaBackend::new(0)?, &params, &weights, t.num_blocks(), BS)?;
+        let eager = RunnerOptions { enforce_eager: true, ..Default::default() };
+        let mut r = ModelRunner::with_options(CudaBackend::new(0)?, &params, &weights, t.num_blocks(), BS, eager)?;
         let mut equal = 0;
         for (i, p) in prompts.iter().enumerate() {
             let (got, first) = greedy(&mut r, &t, p)?;
@@ -133,8 +133,8 @@ fn check(models: &Path, name: &str) -> R<usize> {
     }
     let weights = rserve_engine::weights::load(&resolved, &params, candle_core::DType::F32)?;
     let opts =
-        GraphOptions { max_model_len: 1024, max_num_seqs: 16, enforce_eager: false, profile: Default::default() };
-    let mut r = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, t.num_blocks(), BS, opts)?;
+        RunnerOptions { max_model_len: 1024, max_num_seqs: 16, enforce_eager: false, profile: Default::default() };
+    let mut r = ModelRunner::with_options(CudaBackend::new(0)?, &params, &weights, t.num_blocks(), BS, opts)?;
     let mut alone = 0;
     for p in &prompts {
         alone += (greedy_device(&mut r, &t, &[p])?[0] == p.want) as usize;
@@ -143,10 +143,10 @@ fn check(models: &Path, name: &str) -> R<usize> {
     let together = greedy_device(&mut r, &t, &all)?.iter().zip(&prompts).filter(|(g, p)| **g == p.want).count();
     println!(
         "shelf {name:<8} graphs: {alone}/{n} alone, {together}/{n} in one batch equal transformers ({} graphs)",
-        r.num_graphs(),
+        r.num_recordings(),
         n = prompts.len()
     );
-    if alone < prompts.len() || together < prompts.len() || r.num_graphs() == 0 {
+    if alone < prompts.len() || together < prompts.len() || r.num_recordings() == 0 {
         fails += 1;
     }
     Ok(fails)

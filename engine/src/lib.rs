@@ -13,7 +13,6 @@ pub mod dist;
 pub mod engine;
 pub mod error;
 #[cfg(feature = "cuda")]
-pub mod graph_runner;
 pub mod model;
 pub mod plan;
 pub mod runner;

@@ -940,3 +940,35 @@ every_backend!(sample_rows_seeded_row_in_any_batch, |b, dev| {
         assert!(seen.iter().any(|&t| t != seen[0]), "{dev}: {seen:?}");
     }
 });
+
+every_backend!(argmax_rows_takes_the_lowest_index_of_the_maximum, |b, dev| {
+    // Rows of several widths (shorter and longer than a work-group) with planted ties, NaNs and -inf rows, against
+    // the host sampler's rule (`sampling::draw::argmax`): the lowest index among equal maxima, NaN never wins, 0 for a
+    // row without a number above -inf.
+    let mut rng = backends::rng(19);
+    for (rows, width) in [(1usize, 7usize), (5, 300), (64, 2500), (3, 32_000)] {
+        let mut x = random(&mut rng, rows * width, 4.0);
+        for r in 0..rows {
+            let row = &mut x[r * width..(r + 1) * width];
+            match r % 4 {
+                1 => {
+                    let (a, c) = (rng.gen_range(0..width), rng.gen_range(0..width));
+                    (row[a], row[c]) = (9.0, 9.0);
+                }
+                2 => {
+                    row[rng.gen_range(0..width)] = f32::NAN;
+                    row[0] = f32::NAN;
+                }
+                3 if r == 3 => row.iter_mut().for_each(|v| *v = f32::NEG_INFINITY),
+                _ => {}
+            }
+        }
+        let want: Vec<u32> = x.chunks(width).map(rserve_engine::backend::sampling::draw::argmax).collect();
+        let (xb, out) = (b.upload_f32(&x).unwrap(), b.upload_u32(&vec![u32::MAX; rows]).unwrap());
+        b.run(Op::ArgmaxRows { x: &xb, out: &out, rows, width }).unwrap();
+        let got = b.download_u32(&out, rows).unwrap();
+        if let Some(dev) = dev {
+            assert_eq!(got, want, "{dev}: {rows} rows of {width}");
+        }
+    }
+});

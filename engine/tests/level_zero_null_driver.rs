@@ -3,8 +3,10 @@
 //! every SPIR-V module built, and one full forward step (a tiled-matmul prefill chunk, a decode token and a
 //! split-KV decode over a long context) appended without a single failed call; at shutdown every handle the wrapper
 //! created is destroyed. Decode steps of one batch at growing contexts build the attention work split once, not once
-//! a step. A sampled decode step reads back one id per row. With the null driver nothing executes, so the logits
-//! are not checked.
+//! a step. A sampled decode step reads back one id per row. Decode steps of one batch shape replay one recorded
+//! command list: over 100 steps no command list is created and no device memory allocated, and a step costs the
+//! same few appends on a 30-layer and a 4-layer model. With the null driver nothing executes, so the logits are not
+//! checked.
 //!
 //! Modules: the forward step creates every module from its PVC native binary (`ZE_MODULE_FORMAT_NATIVE`), through
 //! `RSERVE_ZE_MODULE_FORMAT=native`, since the null driver's device (vendor 0, device 0, no IP version) is no PVC;
@@ -131,6 +133,90 @@ fn forward_step_on_the_null_driver_with_validation() {
         if kind != HandleKind::BuildLog {
             assert_ne!(c, "0", "{name}: nothing was created ({counts})");
         }
+    }
+}
+
+/// Decode steps of one batch shape on `model` (a GGUF file or a checkpoint folder): two steps of warm-up (the
+/// first runs op by op and is recorded, the second replays), then 100 steps at growing contexts, counted.
+fn recorded_steps_of(model: &std::path::Path, tag: &str) {
+    let resolved =
+        resolve_model(model.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
+    let params = resolved.load_params().unwrap();
+    let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
+    let backend = rserve_engine::backend::level_zero::open("level-zero").unwrap();
+    let mut runner = ModelRunner::new(backend, &params, &weights, 64, BS).unwrap();
+    let batch = |step: usize| [seq(vec![5], 30 + step, 0), seq(vec![6], 50 + step, 12), seq(vec![7], 90 + step, 24)];
+    for step in 0..2 {
+        runner.execute_greedy(&batch(step)).unwrap().unwrap();
+    }
+    let (lists, memory) = (created(HandleKind::CommandList), created(HandleKind::DeviceMemory));
+    let before = runner.backend().stream_stats().unwrap();
+    let pool = runner.backend().memory_usage();
+    for step in 2..102 {
+        let ids = runner.execute_greedy(&batch(step)).unwrap().unwrap();
+        assert_eq!(ids.len(), 3);
+    }
+    let after = runner.backend().stream_stats().unwrap();
+    println!("LZ-{tag}-LAYERS: {}", params.num_layers);
+    println!("LZ-{tag}-RECORDINGS: {}", runner.num_recordings());
+    println!("LZ-{tag}-REPLAYS: {}", after.replays - before.replays);
+    println!("LZ-{tag}-LISTS-CREATED: {}", created(HandleKind::CommandList) - lists);
+    println!("LZ-{tag}-ALLOCATIONS: {}", created(HandleKind::DeviceMemory) - memory);
+    println!("LZ-{tag}-POOL-PEAK-GROWTH: {}", runner.backend().memory_usage().2 - pool.2);
+    let appends = after.appended - before.appended;
+    println!("LZ-{tag}-APPENDS-PER-STEP: {}", appends as f64 / 100.0);
+}
+
+fn created(kind: HandleKind) -> u64 {
+    handle_counts().kinds.iter().find(|(k, _, _)| *k == kind).map_or(0, |(_, c, _)| *c)
+}
+
+fn recorded_steps_in_child() {
+    recorded_steps_of(&rserve_tests::smollm2_gguf(), "SMOLLM2");
+    recorded_steps_of(&rserve_tests::models_dir().join("tiny/qwen3"), "QWEN3");
+    println!("LZ-COMPONENTS: {}", loader_components().unwrap().join(", "));
+    println!("LZ-COUNTS: {}", handle_counts());
+}
+
+#[test]
+fn decode_steps_replay_a_recorded_command_list() {
+    if lz::in_child() {
+        return recorded_steps_in_child();
+    }
+    let mut env = lz::null_driver_env();
+    env.push(("RSERVE_ZE_MODULE_FORMAT".into(), "native".into()));
+    let out = lz::run_child("decode_steps_replay_a_recorded_command_list", &env);
+    let text = lz::text(&out);
+    assert!(out.status.success(), "the child failed:\n{text}");
+    let components = lz::reported(&text, "LZ-COMPONENTS").unwrap_or_else(|| panic!("{text}"));
+    assert!(components.contains("validation layer"), "the validation layer is not loaded: {components}");
+    assert!(!text.contains("ZE_RESULT_ERROR"), "a Level Zero call failed:\n{text}");
+    let number = |key: &str| -> f64 {
+        lz::reported(&text, key).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in:\n{text}"))
+    };
+    for tag in ["SMOLLM2", "QWEN3"] {
+        // One recording (one batch shape, one partition count), replayed by every one of the 100 steps ...
+        assert_eq!(number(&format!("LZ-{tag}-RECORDINGS")), 1.0, "{text}");
+        assert_eq!(number(&format!("LZ-{tag}-REPLAYS")), 100.0, "{text}");
+        // ... with no command list created, no device memory allocated and no pool growth while they ran ...
+        assert_eq!(number(&format!("LZ-{tag}-LISTS-CREATED")), 0.0, "{text}");
+        assert_eq!(number(&format!("LZ-{tag}-ALLOCATIONS")), 0.0, "{text}");
+        assert_eq!(number(&format!("LZ-{tag}-POOL-PEAK-GROWTH")), 0.0, "{text}");
+    }
+    // ... and the same few appends a step whatever the depth of the model: one copy per step input (ids, positions,
+    // query starts, context lengths, last rows, slots and block tables of the model's one KV cache group), the
+    // replay's barrier and the ids' read-back.
+    assert!(number("LZ-SMOLLM2-LAYERS") > 4.0 * number("LZ-QWEN3-LAYERS"), "{text}");
+    assert_eq!(number("LZ-SMOLLM2-APPENDS-PER-STEP"), 9.0, "{text}");
+    assert_eq!(number("LZ-QWEN3-APPENDS-PER-STEP"), 9.0, "{text}");
+    let counts = lz::reported(&text, "LZ-COUNTS").unwrap_or_else(|| panic!("no counts in:\n{text}"));
+    let words: Vec<&str> = counts.split_whitespace().collect();
+    assert_eq!(words.last(), Some(&"0"), "failed calls: {counts}");
+    for kind in HandleKind::ALL {
+        let name = format!("{kind:?}");
+        let i = words.iter().position(|w| *w == name).unwrap_or_else(|| panic!("{name} missing from {counts}"));
+        let (c, d) = words[i + 1].split_once('/').unwrap();
+        assert_eq!(c, d, "{name}: created/destroyed {c}/{d} ({counts})");
     }
 }
 

@@ -174,6 +174,7 @@ impl CpuBackend {
 
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
+    type Recording = crate::NoRecording;
 
     fn device_name(&self) -> String {
         format!("cpu ({} threads)", rayon::current_num_threads())
@@ -374,6 +375,9 @@ impl Backend for CpuBackend {
             }
             Op::AdjustLogits { logits, edits, values, count, rows, vocab } => {
                 sampling::adjust_logits(&mut logits.f32_mut()?, &edits.u32()?, &values.f32()?, [count, rows, vocab])
+            }
+            Op::ArgmaxRows { x, out, rows, width } => {
+                sampling::argmax_rows(&x.f32()?, &mut out.u32_mut()?, rows, width)
             }
             Op::SampleRows { logits, params, ids, rows, vocab } => {
                 sampling::sample_rows(&logits.f32()?, &params.u32()?, &mut ids.u32_mut()?, rows, vocab)

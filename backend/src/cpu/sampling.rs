@@ -1,4 +1,4 @@
-//! The CPU's sampling ops (`Op::AdjustLogits`, `Op::SampleRows`, `Op::RowLogprobs`): the reference every device's
+//! The CPU's sampling ops (`Op::ArgmaxRows`, `Op::AdjustLogits`, `Op::SampleRows`, `Op::RowLogprobs`): the reference every device's
 //! kernels are tested against, rows in parallel on the engine's rayon pool. The algorithms live in
 //! `crate::sampling`; this file checks shapes and spreads rows over threads.
 
@@ -35,6 +35,16 @@ pub(super) fn adjust_logits(
         let x = &mut logits[row * vocab + token];
         *x = edit.apply(*x);
     }
+    Ok(())
+}
+
+pub(super) fn argmax_rows(x: &[f32], out: &mut [u32], rows: usize, width: usize) -> Result<()> {
+    need("argmax_rows x", x.len(), rows * width)?;
+    need("argmax_rows out", out.len(), rows)?;
+    if width == 0 && rows > 0 {
+        return Err(be("argmax_rows: empty rows"));
+    }
+    out[..rows].par_iter_mut().enumerate().for_each(|(r, id)| *id = draw::argmax(&x[r * width..(r + 1) * width]));
     Ok(())
 }
 

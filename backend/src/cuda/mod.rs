@@ -11,7 +11,7 @@
 //! KV cache is in the model's dtype; 2-D weights stay in their dtype; 1-D weights are f32. Which kernels an op
 //! launches is decided by the device-neutral `backend::kernels` layer from `KernelTuning::cuda`.
 //!
-//! CUDA graphs (`begin_capture` / `end_capture` / `replay`, used by `crate::graph_runner`): while capturing, ops are
+//! CUDA graphs (`begin_capture` / `end_capture` / `replay`, the backend's step recordings): while capturing, ops are
 //! recorded, not run, and their memory comes from the graphs' own free list (`buffer.rs`); the attention work split
 //! a graph read is handed to the graph, so it lives as long as the graph.
 
@@ -236,18 +236,7 @@ impl CudaBackend {
     /// `out[r] = argmax(x[r, ..width])` for `rows` rows on the device (lowest index among equal maxima, as the CPU
     /// sampler picks); `out` is a u32 buffer of at least `rows` values.
     pub fn argmax_rows(&self, x: &CuBuffer, rows: usize, width: usize, out: &CuBuffer) -> Result<()> {
-        self.bind()?;
-        x.contents().f32("argmax x", rows * width)?;
-        if out.bytes() < rows * 4 {
-            return Err(be("argmax: output buffer too small"));
-        }
-        let kernel = rserve_kernels::names::ARGMAX_ROWS;
-        let args = vec![
-            super::kernels::Arg::Buf(x),
-            super::kernels::Arg::Buf(out),
-            super::kernels::u32_arg(width, kernel, "width")?,
-        ];
-        self.launch(&Launch::groups(kernel, args, rows, [1, 1]))
+        self.run(Op::ArgmaxRows { x, out, rows, width })
     }
 
     /// A KV-cache buffer of `dtype` holding `data` (rounded to nearest even for the 16-bit types): how the kernel
@@ -336,7 +325,7 @@ impl CudaBackend {
             .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
             .map_err(|e| be(format!("cuda: ending a graph capture: {e:?}")))?
             .ok_or_else(|| be("cuda: the captured graph is empty"))?;
-        Ok(Graph { exec: g, _plan: self.plans.take() })
+        Ok(Graph { exec: g, _plan: self.plans.take(), timing: Default::default() })
     }
 
     /// Runs a captured graph on the backend's stream (after every earlier op).
@@ -368,6 +357,8 @@ impl CudaBackend {
 pub struct Graph {
     exec: cudarc::driver::CudaGraph,
     _plan: Option<AttnPlan<CuBuffer>>,
+    /// Events around the last timed replay (`Backend::replay_ms`).
+    timing: RefCell<Option<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>>,
 }
 
 // SAFETY: a graph is created, replayed and destroyed by whichever single thread owns it (the engine thread owns the
@@ -404,6 +395,7 @@ fn op_name<B>(op: &Op<'_, B>) -> &'static str {
         Op::GatherRows { .. } => "gather_rows",
         Op::MaskLogits { .. } => "mask_logits",
         Op::AdjustLogits { .. } => "adjust_logits",
+        Op::ArgmaxRows { .. } => "argmax_rows",
         Op::SampleRows { .. } => "sample_rows",
         Op::RowLogprobs { .. } => "row_logprobs",
         Op::MoeRoute { .. } => "moe_route",
@@ -418,6 +410,7 @@ fn op_name<B>(op: &Op<'_, B>) -> &'static str {
 
 impl Backend for CudaBackend {
     type Buffer = CuBuffer;
+    type Recording = Graph;
 
     fn device_name(&self) -> String {
         format!("cuda: {} (sm_{}{})", self.name, self.cc.0, self.cc.1)
@@ -506,6 +499,49 @@ impl Backend for CudaBackend {
         let mut out = vec![0u32; len];
         self.copy_out(buf, &mut out)?;
         Ok(out)
+    }
+
+    fn records(&self) -> bool {
+        true
+    }
+
+    fn begin_recording(&self) -> Result<()> {
+        self.begin_capture()
+    }
+
+    fn end_recording(&self) -> Result<Graph> {
+        self.end_capture()
+    }
+
+    fn replay(&self, g: &Graph, timed: bool) -> Result<()> {
+        if !timed {
+            return CudaBackend::replay(self, g);
+        }
+        let start = self.record_event()?;
+        CudaBackend::replay(self, g)?;
+        let end = self.record_event()?;
+        *g.timing.borrow_mut() = Some((start, end));
+        Ok(())
+    }
+
+    fn replay_ms(&self, g: &Graph) -> Option<f64> {
+        let t = g.timing.borrow();
+        let (start, end) = t.as_ref()?;
+        start.elapsed_ms(end).ok().map(f64::from)
+    }
+
+    fn decode_partitions(&self, longest: usize, rows: usize) -> usize {
+        self.tuning.get().decode_parts(longest, rows)
+    }
+
+    fn upload_inputs(&self, parts: &[&[u32]]) -> Result<crate::InputBuffers<CuBuffer>> {
+        let (owner, views) = self.upload_u32_packed(parts)?;
+        Ok((Some(owner), views))
+    }
+
+    fn write_inputs(&self, owner: Option<&CuBuffer>, views: &mut [&mut CuBuffer], parts: &[&[u32]]) -> Result<()> {
+        let owner = owner.ok_or_else(|| be("cuda: step inputs without their allocation"))?;
+        self.write_u32_packed(owner, views, parts)
     }
 
     fn run(&self, op: Op<'_, CuBuffer>) -> Result<()> {

@@ -1,5 +1,5 @@
 //! Opt-in per-op timing of the CUDA backend's eager steps (`--profile ops`, with `--enforce-eager` to
-//! see decode steps; graph replays are timed by `graph_runner`): a CUDA event pair around every op, summed per step
+//! see decode steps; replays are timed by the step runner): a CUDA event pair around every op, summed per step
 //! (a step ends when the logits are read back) and compared with the step's wall time, so the share of a decode step
 //! the GPU is busy can be measured without Nsight. Windows of 64 decode steps (and of 8 steps with a prefill chunk)
 //! are printed to stderr as `cuda-profile:` lines. Off by default: the events cost a little host time per op. (cudarc creates events with

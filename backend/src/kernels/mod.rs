@@ -147,6 +147,7 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
         Op::AdjustLogits { logits, edits, values, count, rows, vocab } => {
             sampling::adjust_logits(d, [logits, edits, values], [count, rows, vocab])
         }
+        Op::ArgmaxRows { x, out, rows, width } => sampling::argmax_rows(d, [x, out], [rows, width]),
         Op::SampleRows { logits, params, ids, rows, vocab } => {
             sampling::sample_rows(d, [logits, params, ids], [rows, vocab])
         }

@@ -31,6 +31,21 @@ pub(super) fn adjust_logits<D: KernelDevice>(
     d.launch(&Launch::items(kernel, args, count, [1, 1]))
 }
 
+/// `Op::ArgmaxRows`: one work-group per row.
+pub(super) fn argmax_rows<D: KernelDevice>(d: &D, [x, out]: [&D::Buf; 2], [rows, width]: [usize; 2]) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    if width == 0 {
+        return Err(be("argmax_rows: empty rows"));
+    }
+    d.contents(x).f32("argmax_rows x", rows * width)?;
+    d.contents(out).u32("argmax_rows out", rows)?;
+    let kernel = names::ARGMAX_ROWS;
+    let args = arg_list(kernel, &[x, out], &[(width, "width")])?;
+    d.launch(&Launch::groups(kernel, args, rows, [1, 1]))
+}
+
 /// `Op::SampleRows`: one work-group per row.
 pub(super) fn sample_rows<D: KernelDevice>(
     d: &D,

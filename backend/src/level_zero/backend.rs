@@ -17,7 +17,7 @@ use super::error::LzError;
 use super::handles::{Context, Kernel, Module};
 use super::loader::api;
 use super::memory::{Contents, LzBuffer, MemPool};
-use super::stream::{Stream, RING_EVENTS};
+use super::stream::{Recorded, Stream, StreamStats, RING_EVENTS};
 use crate::error::{BackendError, Result};
 use crate::kernels::{self, weight_data, Arg, KernelDevice, KernelTuning, Launch, PlanCache, WeightData};
 use crate::{Backend, Op, WeightDType};
@@ -144,6 +144,17 @@ impl LevelZeroBackend {
     /// The attention plans built so far: one per batch shape and partition count, not one per step.
     pub fn attention_plan_builds(&self) -> u64 {
         self.plans.builds()
+    }
+
+    /// What the stream has done so far: commands appended, host synchronisations, recorded steps executed.
+    pub fn stream_stats(&self) -> Result<StreamStats> {
+        let s = self.stream()?;
+        Ok(StreamStats { appended: s.appended, synchronizations: s.synchronizations, replays: s.replays })
+    }
+
+    /// Device memory: (bytes in live buffers, bytes cached for reuse, peak bytes in live buffers).
+    pub fn memory_usage(&self) -> (u64, u64, u64) {
+        self.pool.usage()
     }
 
     fn stream(&self) -> std::result::Result<std::cell::RefMut<'_, Stream>, LzError> {
@@ -312,6 +323,7 @@ impl LevelZeroBackend {
 
 impl Backend for LevelZeroBackend {
     type Buffer = LzBuffer;
+    type Recording = LzRecording;
 
     fn device_name(&self) -> String {
         self.label.clone()
@@ -401,5 +413,63 @@ impl Backend for LevelZeroBackend {
 
     fn run(&self, op: Op<'_, LzBuffer>) -> Result<()> {
         kernels::run(self, op)
+    }
+
+    fn records(&self) -> bool {
+        true
+    }
+
+    fn begin_recording(&self) -> Result<()> {
+        self.stream()?.begin_recording()?;
+        self.pool.set_recording(true);
+        Ok(())
+    }
+
+    fn end_recording(&self) -> Result<LzRecording> {
+        self.pool.set_recording(false);
+        let rec = self.stream()?.end_recording()?;
+        Ok(LzRecording { rec, _plan: self.plans.take() })
+    }
+
+    fn replay(&self, r: &LzRecording, _timed: bool) -> Result<()> {
+        Ok(self.stream()?.replay(&r.rec)?)
+    }
+
+    fn decode_partitions(&self, longest: usize, rows: usize) -> usize {
+        self.tuning.get().decode_parts(longest, rows)
+    }
+
+    fn write_inputs(&self, _owner: Option<&LzBuffer>, views: &mut [&mut LzBuffer], parts: &[&[u32]]) -> Result<()> {
+        if views.len() != parts.len() {
+            return Err(BackendError::Device("write_inputs: one part per buffer".into()));
+        }
+        let mut s = self.stream()?;
+        for (view, part) in views.iter_mut().zip(parts) {
+            if part.len() * 4 > view.bytes() {
+                return Err(BackendError::Device(format!(
+                    "write_inputs: {} values do not fit a buffer of {} bytes",
+                    part.len(),
+                    view.bytes()
+                )));
+            }
+            // In place: recordings read these buffers.
+            s.upload(view.device_ptr(), le_bytes(part, u32::to_le_bytes))?;
+            view.contents = Contents::u32_of(part);
+        }
+        Ok(())
+    }
+}
+
+/// A decode step recorded on Level Zero: its regular command list and the attention work split it reads.
+pub struct LzRecording {
+    // Field order is drop order: the list (which waits for the queue) before the plan's buffers.
+    rec: Recorded,
+    _plan: Option<kernels::AttnPlan<LzBuffer>>,
+}
+
+impl LzRecording {
+    /// Commands the step recorded (launches and fills).
+    pub fn commands(&self) -> u64 {
+        self.rec.commands
     }
 }

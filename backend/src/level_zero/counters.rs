@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum HandleKind {
     Context,
     CommandList,
+    CommandQueue,
     EventPool,
     Event,
     Module,
@@ -20,9 +21,10 @@ pub enum HandleKind {
 }
 
 impl HandleKind {
-    pub const ALL: [HandleKind; 8] = [
+    pub const ALL: [HandleKind; 9] = [
         HandleKind::Context,
         HandleKind::CommandList,
+        HandleKind::CommandQueue,
         HandleKind::EventPool,
         HandleKind::Event,
         HandleKind::Module,

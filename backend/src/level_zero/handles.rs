@@ -233,7 +233,8 @@ impl Drop for Kernel {
     }
 }
 
-/// An immediate command list: commands start executing as they are appended.
+/// A command list: immediate (commands start executing as they are appended) or regular (recorded, closed, then
+/// executed on a `CommandQueue` as often as needed).
 pub struct CommandList {
     pub(crate) ctx: Arc<Context>,
     pub(crate) raw: sys::ze_command_list_handle_t,
@@ -259,6 +260,80 @@ impl CommandList {
         unsafe { ze!(ctx.api, zeCommandListCreateImmediate(ctx.raw, ctx.device, &desc, &mut raw))? };
         counters::created(HandleKind::CommandList);
         Ok(Self { ctx: ctx.clone(), raw })
+    }
+}
+
+impl CommandList {
+    /// A regular command list for command-queue group `ordinal`, to be recorded once and executed many times.
+    pub fn regular(ctx: &Arc<Context>, ordinal: u32) -> Result<Self> {
+        let desc = sys::ze_command_list_desc_t {
+            stype: sys::ZE_STRUCTURE_TYPE_COMMAND_LIST_DESC,
+            pNext: ptr::null(),
+            commandQueueGroupOrdinal: ordinal,
+            flags: 0,
+        };
+        let mut raw: sys::ze_command_list_handle_t = ptr::null_mut();
+        // SAFETY: valid context, device, descriptor and out pointer.
+        unsafe { ze!(ctx.api, zeCommandListCreate(ctx.raw, ctx.device, &desc, &mut raw))? };
+        counters::created(HandleKind::CommandList);
+        Ok(Self { ctx: ctx.clone(), raw })
+    }
+
+    /// Ends the recording of a regular list: it may be executed from now on.
+    pub fn close(&self) -> Result<()> {
+        // SAFETY: valid regular command list.
+        unsafe { ze!(self.ctx.api, zeCommandListClose(self.raw)) }
+    }
+}
+
+/// A command queue: executes closed regular command lists, in submission order.
+pub struct CommandQueue {
+    ctx: Arc<Context>,
+    raw: sys::ze_command_queue_handle_t,
+}
+
+// SAFETY: a queue is used by one thread at a time (the backend's stream and its recordings, on the engine thread).
+unsafe impl Send for CommandQueue {}
+unsafe impl Sync for CommandQueue {}
+
+impl CommandQueue {
+    /// An asynchronous queue on command-queue group `ordinal`, queue 0.
+    pub fn new(ctx: &Arc<Context>, ordinal: u32) -> Result<Arc<Self>> {
+        let desc = sys::ze_command_queue_desc_t {
+            stype: sys::ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC,
+            pNext: ptr::null(),
+            ordinal,
+            index: 0,
+            flags: 0,
+            mode: sys::ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS,
+            priority: sys::ZE_COMMAND_QUEUE_PRIORITY_NORMAL,
+        };
+        let mut raw: sys::ze_command_queue_handle_t = ptr::null_mut();
+        // SAFETY: valid context, device, descriptor and out pointer.
+        unsafe { ze!(ctx.api, zeCommandQueueCreate(ctx.raw, ctx.device, &desc, &mut raw))? };
+        counters::created(HandleKind::CommandQueue);
+        Ok(Arc::new(Self { ctx: ctx.clone(), raw }))
+    }
+
+    /// Starts executing the closed regular list `list` after the lists executed before it.
+    pub fn execute(&self, list: &CommandList) -> Result<()> {
+        let mut raw = list.raw;
+        // SAFETY: valid queue and one closed command list of the queue's ordinal; no fence.
+        unsafe { ze!(self.ctx.api, zeCommandQueueExecuteCommandLists(self.raw, 1, &mut raw, ptr::null_mut())) }
+    }
+
+    /// Blocks until every list executed on the queue has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: valid queue; u64::MAX waits without a time limit.
+        unsafe { ze!(self.ctx.api, zeCommandQueueSynchronize(self.raw, u64::MAX)) }
+    }
+}
+
+impl Drop for CommandQueue {
+    fn drop(&mut self) {
+        let _ = self.synchronize();
+        // SAFETY: idle queue (synchronised above); lists executed on it hold an Arc to it.
+        destroyed_or_warn(HandleKind::CommandQueue, unsafe { ze!(self.ctx.api, zeCommandQueueDestroy(self.raw)) });
     }
 }
 
@@ -311,6 +386,7 @@ pub struct Event {
 
 // SAFETY: events are thread-safe Level Zero objects.
 unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
 
 impl Event {
     pub fn new(pool: &Arc<EventPool>, index: u32) -> Result<Self> {
@@ -327,12 +403,6 @@ impl Event {
         unsafe { ze!(pool.ctx.api, zeEventCreate(pool.raw, &desc, &mut raw))? };
         counters::created(HandleKind::Event);
         Ok(Self { pool: pool.clone(), raw })
-    }
-
-    /// Blocks until the event is signalled.
-    pub fn host_synchronize(&self) -> Result<()> {
-        // SAFETY: valid event; u64::MAX waits without a time limit.
-        unsafe { ze!(self.pool.ctx.api, zeEventHostSynchronize(self.raw, u64::MAX)) }
     }
 
     /// Back to the not-signalled state (only when no pending command signals or waits on it).

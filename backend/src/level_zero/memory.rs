@@ -6,6 +6,11 @@
 //!
 //! Sizes are rounded up to classes (four per power of two, at least 256 bytes) so steps of slightly different
 //! batch sizes reuse the same blocks.
+//!
+//! Two free lists: memory taken while a step is being recorded (`set_recording`) belongs to the recordings and only
+//! ever goes back to their list, never to the driver before the pool drops, so nothing outside a recording is handed
+//! memory that a later replay overwrites. Recordings share their list: they replay one at a time on one stream, and
+//! their activations are dead between replays.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -35,6 +40,8 @@ struct DevPtr(*mut c_void);
 pub struct Block {
     ptr: DevPtr,
     class: usize,
+    /// Taken while recording: goes back to the recordings' list.
+    recorded: bool,
 }
 
 // SAFETY: a device address is plain data; only Level Zero dereferences it.
@@ -43,6 +50,9 @@ unsafe impl Send for DevPtr {}
 #[derive(Default)]
 struct Cache {
     free: BTreeMap<usize, Vec<DevPtr>>,
+    /// The recordings' free blocks (not counted in `cached_bytes`: never trimmed).
+    recorded_free: BTreeMap<usize, Vec<DevPtr>>,
+    recording: bool,
     cached_bytes: u64,
     in_use_bytes: u64,
     peak_bytes: u64,
@@ -77,8 +87,11 @@ impl MemPool {
             )));
         }
         let mut c = self.lock();
-        let reused = c.free.get_mut(&class).and_then(|v| v.pop());
+        let recorded = c.recording;
+        let list = if recorded { &mut c.recorded_free } else { &mut c.free };
+        let reused = list.get_mut(&class).and_then(|v| v.pop());
         let p = match reused {
+            Some(p) if recorded => p,
             Some(p) => {
                 c.cached_bytes -= class as u64;
                 p
@@ -92,12 +105,21 @@ impl MemPool {
         };
         c.in_use_bytes += class as u64;
         c.peak_bytes = c.peak_bytes.max(c.in_use_bytes);
-        Ok(Block { ptr: p, class })
+        Ok(Block { ptr: p, class, recorded })
     }
 
-    fn give_back(&self, p: DevPtr, class: usize) {
+    /// Whether allocations now belong to the recordings (between `begin_recording` and `end_recording`).
+    pub fn set_recording(&self, on: bool) {
+        self.lock().recording = on;
+    }
+
+    fn give_back(&self, p: DevPtr, class: usize, recorded: bool) {
         let mut c = self.lock();
         c.in_use_bytes = c.in_use_bytes.saturating_sub(class as u64);
+        if recorded {
+            c.recorded_free.entry(class).or_default().push(p);
+            return;
+        }
         c.cached_bytes += class as u64;
         c.free.entry(class).or_default().push(p);
     }
@@ -127,6 +149,10 @@ impl Drop for MemPool {
     fn drop(&mut self) {
         // Every buffer holds an Arc to the pool and the stream synchronised when the backend dropped: all idle.
         self.trim(0);
+        let recorded = std::mem::take(&mut self.lock().recorded_free);
+        for p in recorded.into_values().flatten() {
+            free_device(&self.ctx, p.0);
+        }
     }
 }
 
@@ -134,6 +160,7 @@ impl Drop for MemPool {
 pub struct LzBuffer {
     ptr: DevPtr,
     class: usize,
+    recorded: bool,
     bytes: usize,
     pub(crate) contents: Contents,
     pool: Arc<MemPool>,
@@ -142,7 +169,7 @@ pub struct LzBuffer {
 impl LzBuffer {
     /// A buffer of `bytes` bytes in `block` (taken from `pool`), described by `contents`; not initialised.
     pub fn wrap(pool: &Arc<MemPool>, block: Block, bytes: usize, contents: Contents) -> Self {
-        Self { ptr: block.ptr, class: block.class, bytes, contents, pool: pool.clone() }
+        Self { ptr: block.ptr, class: block.class, recorded: block.recorded, bytes, contents, pool: pool.clone() }
     }
 
     /// The device address, for kernel arguments and copies.
@@ -164,7 +191,7 @@ impl std::fmt::Debug for LzBuffer {
 
 impl Drop for LzBuffer {
     fn drop(&mut self) {
-        self.pool.give_back(self.ptr, self.class);
+        self.pool.give_back(self.ptr, self.class, self.recorded);
     }
 }
 

@@ -23,12 +23,13 @@ mod memory;
 mod stream;
 
 pub use aot::{module_builds, ModuleBuilds};
-pub use backend::LevelZeroBackend;
+pub use backend::{LevelZeroBackend, LzRecording};
 pub use counters::{handle_counts, HandleCounts, HandleKind};
 pub use discovery::{DeviceInfo, INTEL_VENDOR_ID};
 pub use error::{result_name, LzError};
 pub use loader::{consulted_vars, loader_components, CONSULTED_VARS, LOADER_ENV};
 pub use memory::LzBuffer;
+pub use stream::StreamStats;
 
 /// `Some(index)` for a `--device` value that names Level Zero: `level-zero` (index None: the first device) or
 /// `level-zero:N`; None for other values. A malformed index is an error.

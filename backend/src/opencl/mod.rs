@@ -93,6 +93,7 @@ impl OpenClBackend {
 
 impl Backend for OpenClBackend {
     type Buffer = ClBuffer;
+    type Recording = crate::NoRecording;
 
     fn device_name(&self) -> String {
         format!("opencl: {} ({})", self.info.name, self.info.platform)

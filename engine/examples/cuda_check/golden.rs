@@ -1,11 +1,10 @@
 //! SmolLM2-135M-Instruct (real GGUF weights) greedy decoding against the ids our CPU backend produces
-//! (`tests/fixtures/golden/smollm2_greedy.json`), token by token: through `ModelRunner` in f32 and bf16, then through
-//! the server's `CudaGraphRunner` (decode graphs, tokens picked on the device), each prompt alone and all in one batch.
+//! (`tests/fixtures/golden/smollm2_greedy.json`), token by token: through `ModelRunner` op by op in f32 and bf16, then through
+//! the server's `ModelRunner<CudaBackend>` (decode graphs, tokens picked on the device), each prompt alone and all in one batch.
 
 use rserve_engine::backend::cuda::CudaBackend;
-use rserve_engine::graph_runner::{CudaGraphRunner, GraphOptions};
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
-use rserve_engine::runner::{ModelRunner, StepRunner};
+use rserve_engine::runner::{ModelRunner, RunnerOptions, StepRunner};
 
 use crate::common::R;
 
@@ -34,7 +33,8 @@ pub fn check(golden: &str, gguf: &str) -> R<usize> {
     let mut fails = 0;
     for dtype in [candle_core::DType::F32, candle_core::DType::BF16] {
         let weights = rserve_engine::weights::load(&resolved, &params, dtype)?;
-        let mut runner = ModelRunner::new(CudaBackend::new(0)?, &params, &weights, 64, 16)?;
+        let eager = RunnerOptions { enforce_eager: true, ..Default::default() };
+        let mut runner = ModelRunner::with_options(CudaBackend::new(0)?, &params, &weights, 64, 16, eager)?;
         let (mut seqs_equal, mut n) = (0, 0);
         for p in g["prompts"].as_array().ok_or("no prompts")? {
             let ids: Vec<u32> = p["prompt_token_ids"]
@@ -73,8 +73,8 @@ pub fn check(golden: &str, gguf: &str) -> R<usize> {
     // (bucket 1) and all prompts in one ragged batch (padded to a bucket).
     let weights = rserve_engine::weights::load(&resolved, &params, candle_core::DType::F32)?;
     let opts =
-        GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
-    let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, 1024, 16, opts)?;
+        RunnerOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
+    let mut runner = ModelRunner::with_options(CudaBackend::new(0)?, &params, &weights, 1024, 16, opts)?;
     let prompts: Vec<(Vec<u32>, Vec<u32>)> = g["prompts"]
         .as_array()
         .ok_or("no prompts")?
@@ -98,15 +98,15 @@ pub fn check(golden: &str, gguf: &str) -> R<usize> {
     }
     let batched = greedy_device(&mut runner, &prompts.iter().map(|p| p.0.clone()).collect::<Vec<_>>(), 32, 16)?;
     let together = batched.iter().zip(&prompts).filter(|(g, p)| *g == &p.1).count();
-    println!("golden graphs: {alone}/{} prompts alone and {together}/{} in one batch give the same 32 greedy tokens as the CPU backend ({} graphs captured)", prompts.len(), prompts.len(), runner.num_graphs());
-    if alone < 8 || together < 8 || runner.num_graphs() == 0 {
+    println!("golden graphs: {alone}/{} prompts alone and {together}/{} in one batch give the same 32 greedy tokens as the CPU backend ({} graphs captured)", prompts.len(), prompts.len(), runner.num_recordings());
+    if alone < 8 || together < 8 || runner.num_recordings() == 0 {
         fails += 1;
     }
     Ok(fails)
 }
 
 /// Greedy decoding of several prompts at once through `execute_greedy` (ids picked on the device).
-fn greedy_device(r: &mut CudaGraphRunner, prompts: &[Vec<u32>], steps: usize, bs: usize) -> R<Vec<Vec<u32>>> {
+fn greedy_device(r: &mut ModelRunner<CudaBackend>, prompts: &[Vec<u32>], steps: usize, bs: usize) -> R<Vec<Vec<u32>>> {
     let per_seq = (prompts.iter().map(|p| p.len()).max().unwrap_or(0) + steps).div_ceil(bs);
     let tables: Vec<Vec<BlockId>> = (0..prompts.len()).map(|i| BlockId::run((i * per_seq) as u32, per_seq)).collect();
     let mut seqs: Vec<ScheduledSeq> = prompts

@@ -1,14 +1,13 @@
 //! `cuda_check bench MODEL_DIR`: timings on random bf16 weights of a real model's shape (no checkpoint needed): every
 //! matmul shape of the model at 1..256 rows as the default path runs it (µs, weight GB/s), decode steps through
-//! `CudaGraphRunner` (graph replay vs eager, ms per step) for the defaults and each `KernelTuning` variant given, and
+//! `ModelRunner<CudaBackend>` (graph replay vs eager, ms per step) for the defaults and each `KernelTuning` variant given, and
 //! prefill steps as the server runs them.
 
 use rand::{Rng, SeedableRng};
 use rserve_engine::backend::cuda::CudaBackend;
 use rserve_engine::backend::{Backend, Op};
-use rserve_engine::graph_runner::{CudaGraphRunner, GraphOptions};
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
-use rserve_engine::runner::StepRunner;
+use rserve_engine::runner::{ModelRunner, RunnerOptions, StepRunner};
 
 use crate::common::{rand_vec, R};
 
@@ -69,8 +68,8 @@ pub fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
     let timed: usize = std::env::var("RSERVE_BENCH_STEPS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let per_seq = (ctx + 3 + timed.max(64) + 1).div_ceil(bs);
     let opts =
-        GraphOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
-    let mut runner = CudaGraphRunner::new(CudaBackend::new(0)?, &params, &weights, per_seq * max_batch, bs, opts)?;
+        RunnerOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
+    let mut runner = ModelRunner::with_options(CudaBackend::new(0)?, &params, &weights, per_seq * max_batch, bs, opts)?;
     drop(weights);
     println!("bench: dummy weights generated and uploaded in {:.1} s", t0.elapsed().as_secs_f64());
     println!("decode | batch | mode | ms per step | tok/s");
@@ -92,7 +91,7 @@ pub fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
             t.set(setting)?;
         }
         runner.backend().tuning_cell().set(t)?;
-        runner.clear_graphs();
+        runner.clear_recordings();
         if !variant.is_empty() {
             println!("tuning-variant {variant}");
         }

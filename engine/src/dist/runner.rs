@@ -1,4 +1,4 @@
-//! The distributed step: `DistRunner` is the `StepRunner` of rank 0's engine thread; `run_worker` is the loop of
+//! The distributed step: `MpiRunner` is the `StepRunner` of rank 0's engine thread; `run_worker` is the loop of
 //! every other rank. Each step rank 0 broadcasts the batch (an empty message means stop), every rank runs its shard on
 //! its own device (any backend), hidden states flow stage to stage, and the last stage's TP rank 0 returns the logits
 //! to rank 0. Collectives run on host memory: activations are downloaded, reduced over MPI and uploaded again.
@@ -82,83 +82,57 @@ pub fn agree_blocks(comm: &MpiComm, num_blocks: usize) -> usize {
     v.first().copied().unwrap_or(0) as usize
 }
 
-/// Rank 0's runner.
-pub struct DistRunner {
-    rank: Box<dyn RankStep>,
+/// Where rank 0's runner sends a step: its own shard among the replica's ranks, or a replica whose ranks are all
+/// other processes (`-dp` replicas 1..), of which rank 0 computes nothing.
+enum Ranks {
+    Local(Box<dyn RankStep>),
+    Remote(DriverComm),
+}
+
+/// Rank 0's runner of a distributed replica: the MPI shard adaptor of `StepRunner`. Each step goes to the replica's
+/// ranks and the logits come back.
+pub struct MpiRunner {
+    ranks: Ranks,
     vocab: usize,
 }
 
-impl DistRunner {
-    pub fn new(rank: Box<dyn RankStep>, vocab: usize) -> Self {
-        Self { rank, vocab }
-    }
-}
-
-impl StepRunner for DistRunner {
-    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
-        let mut msg = wire::encode(batch);
-        self.rank.comm().broadcast(&mut msg);
-        let l = self.rank.comm().layout;
-        match self.rank.step(batch)? {
-            Some(logits) => Ok(logits),
-            None => {
-                let logits = self.rank.comm().recv(l.logits_rank());
-                if logits.len() != batch.len() * self.vocab {
-                    return Err(EngineError::Backend(format!("rank {} returned malformed logits", l.logits_rank())));
-                }
-                Ok(logits)
-            }
-        }
+impl MpiRunner {
+    /// Replica 0: rank 0 runs `rank`, its own shard, with the other ranks.
+    pub fn local(rank: Box<dyn RankStep>, vocab: usize) -> Self {
+        Self { ranks: Ranks::Local(rank), vocab }
     }
 
-    fn vocab_size(&self) -> usize {
-        self.vocab
+    /// A replica whose ranks are all other processes, driven through `comm`.
+    pub fn remote(comm: DriverComm, vocab: usize) -> Self {
+        Self { ranks: Ranks::Remote(comm), vocab }
     }
 
-    fn device_name(&self) -> String {
-        let l = self.rank.comm().layout;
-        let ep = if l.expert_parallel { ", expert parallel" } else { "" };
-        let ranks = match crate::dist::mpi_comm::current() {
-            Some((_, size)) if size > l.world() => format!("ranks 0-{} of {size} MPI ranks, replica 0", l.world() - 1),
-            _ => format!("{} MPI ranks", l.world()),
-        };
-        format!("{} on rank 0 of {ranks} (tp={}, pp={}{ep})", self.rank.device_name(), l.tp, l.pp)
-    }
-}
-
-impl Drop for DistRunner {
-    fn drop(&mut self) {
-        // Tell the workers to stop.
-        self.rank.comm().broadcast(&mut Vec::new());
-    }
-}
-
-/// Rank 0's runner of a replica whose ranks are all other processes (`-dp` replicas 1..): each step goes to the
-/// replica's ranks and the logits come back; rank 0 computes nothing of it.
-pub struct RemoteRunner {
-    comm: DriverComm,
-    vocab: usize,
-}
-
-impl RemoteRunner {
-    pub fn new(comm: DriverComm, vocab: usize) -> Self {
-        Self { comm, vocab }
-    }
-
-    /// Tells the replica's ranks the KV block count (rank 0's value, as for replica 0).
-    pub fn agree_blocks(comm: &DriverComm, num_blocks: usize) {
+    /// Tells a remote replica's ranks the KV block count (rank 0's value, as for replica 0).
+    pub fn agree_remote_blocks(comm: &DriverComm, num_blocks: usize) {
         comm.broadcast(&mut vec![num_blocks as u32]);
     }
 }
 
-impl StepRunner for RemoteRunner {
+impl StepRunner for MpiRunner {
     fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
         let mut msg = wire::encode(batch);
-        self.comm.broadcast(&mut msg);
-        let logits = self.comm.recv_logits();
+        let (logits, from) = match &self.ranks {
+            Ranks::Local(rank) => {
+                rank.comm().broadcast(&mut msg);
+                let l = rank.comm().layout;
+                match rank.step(batch)? {
+                    Some(logits) => (logits, l.logits_rank()),
+                    None => (rank.comm().recv(l.logits_rank()), l.logits_rank()),
+                }
+            }
+            Ranks::Remote(comm) => {
+                comm.broadcast(&mut msg);
+                let rank = comm.world.ranks_of(comm.replica).start + comm.layout.logits_rank();
+                (comm.recv_logits(), rank)
+            }
+        };
         if logits.len() != batch.len() * self.vocab {
-            let rank = self.comm.world.ranks_of(self.comm.replica).start + self.comm.layout.logits_rank();
-            return Err(EngineError::Backend(format!("rank {rank} returned malformed logits")));
+            return Err(EngineError::Backend(format!("rank {from} returned malformed logits")));
         }
         Ok(logits)
     }
@@ -168,24 +142,42 @@ impl StepRunner for RemoteRunner {
     }
 
     fn device_name(&self) -> String {
-        let (l, r) = (self.comm.layout, self.comm.replica);
-        let ranks = self.comm.world.ranks_of(r);
-        let ep = if l.expert_parallel { ", expert parallel" } else { "" };
-        format!(
-            "MPI ranks {}-{} of {}, replica {r}, driven by rank 0 (tp={}, pp={}{ep})",
-            ranks.start,
-            ranks.end - 1,
-            self.comm.world.size(),
-            l.tp,
-            l.pp
-        )
+        match &self.ranks {
+            Ranks::Local(rank) => {
+                let l = rank.comm().layout;
+                let ep = if l.expert_parallel { ", expert parallel" } else { "" };
+                let ranks = match crate::dist::mpi_comm::current() {
+                    Some((_, size)) if size > l.world() => {
+                        format!("ranks 0-{} of {size} MPI ranks, replica 0", l.world() - 1)
+                    }
+                    _ => format!("{} MPI ranks", l.world()),
+                };
+                format!("{} on rank 0 of {ranks} (tp={}, pp={}{ep})", rank.device_name(), l.tp, l.pp)
+            }
+            Ranks::Remote(comm) => {
+                let (l, r) = (comm.layout, comm.replica);
+                let ranks = comm.world.ranks_of(r);
+                let ep = if l.expert_parallel { ", expert parallel" } else { "" };
+                format!(
+                    "MPI ranks {}-{} of {}, replica {r}, driven by rank 0 (tp={}, pp={}{ep})",
+                    ranks.start,
+                    ranks.end - 1,
+                    comm.world.size(),
+                    l.tp,
+                    l.pp
+                )
+            }
+        }
     }
 }
 
-impl Drop for RemoteRunner {
+impl Drop for MpiRunner {
     fn drop(&mut self) {
         // Tell the replica's ranks to stop.
-        self.comm.broadcast(&mut Vec::new());
+        match &self.ranks {
+            Ranks::Local(rank) => rank.comm().broadcast(&mut Vec::new()),
+            Ranks::Remote(comm) => comm.broadcast(&mut Vec::new()),
+        }
     }
 }
 

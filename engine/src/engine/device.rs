@@ -4,7 +4,7 @@
 use crate::backend::cpu::CpuBackend;
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
-use crate::runner::{ModelRunner, StepRunner};
+use crate::runner::{ModelRunner, RunnerOptions, StepRunner};
 use crate::weights::Weights;
 
 /// A chosen device, before the model is on it.
@@ -164,8 +164,9 @@ impl Device {
         }
     }
 
-    /// Uploads the model and allocates `num_blocks` KV blocks on this device (CUDA: with decode graphs for up to 256
-    /// sequences of up to 4096 tokens).
+    /// Uploads the model and allocates `num_blocks` KV blocks on this device, with the default limits
+    /// (`RunnerOptions::default`: on a backend that records, decode steps of up to 256 sequences of up to 4096 tokens
+    /// are recorded).
     pub fn build_runner(
         self,
         params: &ModelParams,
@@ -173,37 +174,30 @@ impl Device {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<Box<dyn StepRunner>> {
-        let opts = crate::runner::GraphOptions {
-            max_model_len: 4096,
-            max_num_seqs: 256,
-            enforce_eager: false,
-            profile: Default::default(),
-        };
-        self.build_runner_with(params, weights, num_blocks, block_size, opts)
+        self.build_runner_with(params, weights, num_blocks, block_size, Default::default())
     }
 
-    /// `build_runner` with the engine's limits: on CUDA, decode steps of up to `max_num_seqs` sequences replay CUDA
-    /// graphs unless `enforce_eager` (the graphs' block tables are `max_model_len / block_size` wide).
+    /// `build_runner` with the engine's limits (`ModelRunner::with_options`).
     pub fn build_runner_with(
         self,
         params: &ModelParams,
         weights: &Weights,
         num_blocks: usize,
         block_size: usize,
-        opts: crate::runner::GraphOptions,
+        opts: RunnerOptions,
     ) -> Result<Box<dyn StepRunner>> {
-        #[cfg(not(feature = "cuda"))]
-        let _ = opts;
+        let (p, w, n, bs) = (params, weights, num_blocks, block_size);
         match self {
-            Device::Cpu(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            Device::Cpu(b) => Ok(Box::new(ModelRunner::with_options(b, p, w, n, bs, opts)?)),
             #[cfg(feature = "level-zero")]
-            Device::LevelZero(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            Device::LevelZero(b) => Ok(Box::new(ModelRunner::with_options(b, p, w, n, bs, opts)?)),
             #[cfg(feature = "opencl")]
-            Device::OpenCl(b) => Ok(Box::new(ModelRunner::new(b, params, weights, num_blocks, block_size)?)),
+            Device::OpenCl(b) => Ok(Box::new(ModelRunner::with_options(b, p, w, n, bs, opts)?)),
             #[cfg(feature = "cuda")]
-            Device::Cuda(b) => Ok(Box::new(crate::graph_runner::CudaGraphRunner::new(
-                b, params, weights, num_blocks, block_size, opts,
-            )?)),
+            Device::Cuda(b) => {
+                b.set_op_profile(opts.profile == crate::runner::ProfileMode::Ops);
+                Ok(Box::new(ModelRunner::with_options(b, p, w, n, bs, opts)?))
+            }
         }
     }
 }

@@ -92,11 +92,11 @@ pub fn leader_runner(
     cfg: &EngineConfig,
     num_blocks: usize,
 ) -> Result<Box<dyn StepRunner>> {
-    use crate::dist::runner::{agree_blocks, DistRunner};
+    use crate::dist::runner::{agree_blocks, MpiRunner};
     let comm = crate::dist::mpi_comm::take_member(0)?;
     let num_blocks = agree_blocks(&comm, num_blocks);
     let rank = device.build_rank(p, w, comm, num_blocks, cfg.block_size)?;
-    Ok(Box::new(DistRunner::new(rank, p.vocab_size)))
+    Ok(Box::new(MpiRunner::local(rank, p.vocab_size)))
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -114,10 +114,10 @@ pub fn leader_runner(
 /// the KV block count and then each step.
 #[cfg(feature = "mpi")]
 pub fn remote_runner(cfg: &EngineConfig, vocab: usize, num_blocks: usize) -> Result<Box<dyn StepRunner>> {
-    use crate::dist::runner::RemoteRunner;
+    use crate::dist::runner::MpiRunner;
     let comm = crate::dist::mpi_comm::take_driver(cfg.data_parallel_rank)?;
-    RemoteRunner::agree_blocks(&comm, num_blocks);
-    Ok(Box::new(RemoteRunner::new(comm, vocab)))
+    MpiRunner::agree_remote_blocks(&comm, num_blocks);
+    Ok(Box::new(MpiRunner::remote(comm, vocab)))
 }
 
 #[cfg(not(feature = "mpi"))]

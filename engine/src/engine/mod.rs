@@ -5,6 +5,7 @@ pub mod budget;
 pub mod config;
 pub mod device;
 pub mod distributed;
+pub mod engine_core;
 mod faults;
 pub mod handle;
 mod masks;

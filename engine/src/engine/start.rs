@@ -410,7 +410,7 @@ fn load_model(
     let runner = match role {
         Role::Leader => distributed::leader_runner(device, params, &weights, cfg, plan.num_blocks)?,
         _ => {
-            let opts = crate::runner::GraphOptions {
+            let opts = crate::runner::RunnerOptions {
                 max_model_len: plan.max_model_len,
                 max_num_seqs: cfg.max_num_seqs,
                 enforce_eager: cfg.enforce_eager,

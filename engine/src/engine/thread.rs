@@ -178,7 +178,7 @@ impl EngineLoop {
         self.publish_gauges();
     }
 
-    fn handle(&mut self, cmd: Command) {
+    pub(super) fn handle(&mut self, cmd: Command) {
         match cmd {
             Command::Add { id, request, events } => {
                 self.requests_seen += 1;
@@ -220,7 +220,7 @@ impl EngineLoop {
         self.shutting_down = true;
     }
 
-    fn add(&mut self, id: RequestId, req: GenerateRequest, events: UnboundedSender<RequestEvent>) {
+    pub(super) fn add(&mut self, id: RequestId, req: GenerateRequest, events: UnboundedSender<RequestEvent>) {
         let GenerateRequest { prompt_token_ids, sampling, stop } = req;
         let include_stop = stop.include_stop_str_in_output;
         let text = match TextOutput::new(
@@ -273,7 +273,7 @@ impl EngineLoop {
         self.publish_gauges();
     }
 
-    fn step(&mut self) {
+    pub(super) fn step(&mut self) {
         let out = self.scheduler.schedule();
         if out.seqs.is_empty() {
             // Nothing could be scheduled (e.g. every waiting request waits for blocks held by none): don't spin.

@@ -1,14 +1,19 @@
-//! `ModelRunner`: a model, its backend and its paged KV cache memory, run one flattened batch at a time.
-//! The engine thread holds it as `Box<dyn StepRunner>` so it need not be generic over the backend.
-//! `StepMasks`: a step's grammar masks (structured outputs), which a runner applies to the logits on its device.
+//! The step runner: what the engine thread asks of a device each step (`StepRunner`), and the one implementation
+//! every backend runs, `ModelRunner` (`model.rs`), with its recorded decode steps (`recorded.rs`). The engine thread
+//! holds it as `Box<dyn StepRunner>` so it need not be generic over the backend; the MPI runners adapt the same
+//! trait to a sharded model. `StepMasks`: a step's grammar masks (structured outputs), which a runner applies to the
+//! logits on its device.
+
+mod model;
+mod recorded;
+
+pub use model::ModelRunner;
+pub use recorded::buckets;
 
 use crate::backend::Backend;
-use crate::config::ModelParams;
-use crate::engine::phase::Phase;
 use crate::error::Result;
-use crate::model::{KvLayout, LlamaModel, PagedKvCache, ScheduledSeq};
+use crate::model::ScheduledSeq;
 use crate::sampling::{SampledRows, StepSampling};
-use crate::weights::Weights;
 
 /// The grammar masks of one step: a row per sequence of the batch, `words_per_row = ceil(vocab / 32)` u32 words
 /// each, bit `t % 32` of word `t / 32` set when token `t` may come next. Rows without a constraint have every bit set.
@@ -125,99 +130,29 @@ pub fn sample_on_host<R: StepRunner + ?Sized>(
     Ok(crate::sampling::step::sample_host(&mut logits, vocab, sampling))
 }
 
-/// A llama-family model on backend `B` with its KV cache.
-pub struct ModelRunner<B: Backend> {
-    backend: B,
-    model: LlamaModel<B>,
-    cache: PagedKvCache<B>,
-}
-
-impl<B: Backend> ModelRunner<B> {
-    /// Uploads the weights and allocates `num_blocks` KV blocks of `block_size` tokens.
-    pub fn new(
-        backend: B,
-        params: &ModelParams,
-        weights: &Weights,
-        num_blocks: usize,
-        block_size: usize,
-    ) -> Result<Self> {
-        let phase = Phase::start("Model weights on the device");
-        let model = LlamaModel::load(&backend, params, weights)?;
-        phase.done(&format!("{:.2} GiB", weights.total_bytes() as f64 / (1u64 << 30) as f64));
-        let phase = Phase::start("KV cache allocated");
-        let (layout, dtype) = (KvLayout::of(params), weights.compute_dtype());
-        let cache = PagedKvCache::new(&backend, params, &layout, 0..params.num_layers, num_blocks, block_size, dtype)?;
-        phase.done(&format!("{} blocks of {block_size} tokens", cache.num_blocks));
-        Ok(Self { backend, model, cache })
-    }
-
-    pub fn num_blocks(&self) -> usize {
-        self.cache.num_blocks
-    }
-
-    pub fn block_size(&self) -> usize {
-        self.cache.block_size
-    }
-
-    /// The device the model runs on.
-    pub fn backend(&self) -> &B {
-        &self.backend
-    }
-}
-
-impl<B: Backend + Send> StepRunner for ModelRunner<B>
-where
-    B::Buffer: Send,
-{
-    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
-        self.model.forward(&self.backend, batch, &self.cache)
-    }
-
-    fn execute_masked(
-        &mut self,
-        batch: &[ScheduledSeq],
-        _greedy: bool,
-        masks: &mut dyn FnMut() -> StepMasks,
-    ) -> Result<StepOutput> {
-        self.model.forward_masked(&self.backend, batch, &self.cache, masks).map(StepOutput::Logits)
-    }
-
-    fn execute_sampled(
-        &mut self,
-        batch: &[ScheduledSeq],
-        sampling: &StepSampling,
-        masks: Option<&mut dyn FnMut() -> StepMasks>,
-    ) -> Result<SampledRows> {
-        if !sampling.logprobs_fit_device() {
-            // More alternatives than the device op reports (`--max-logprobs` above 20): the host sampler.
-            return sample_on_host(self, batch, sampling, masks);
-        }
-        self.model.forward_sampled(&self.backend, batch, &self.cache, sampling, masks)
-    }
-
-    fn vocab_size(&self) -> usize {
-        self.model.params().vocab_size
-    }
-
-    fn device_name(&self) -> String {
-        self.backend.device_name()
-    }
-}
-
-/// Options of a runner on a device that records steps (CUDA graphs today).
+/// The engine's limits as a runner needs them: decode steps of up to `max_num_seqs` sequences of up to
+/// `max_model_len` tokens are recorded on backends that record (`Backend::records`), unless `enforce_eager`.
 #[derive(Debug, Clone, Copy)]
-pub struct GraphOptions {
+pub struct RunnerOptions {
     pub max_model_len: usize,
     pub max_num_seqs: usize,
-    /// `--enforce-eager`: never capture; every step runs op by op.
+    /// `--enforce-eager`: never record; every step runs op by op.
     pub enforce_eager: bool,
     /// `--profile`: what to time.
     pub profile: ProfileMode,
 }
 
-/// `--profile` on `--device cuda`: `graph` prints, every 64 graph decode steps, the wall time per step and the GPU
-/// time of its replay (the GPU-busy share); `ops` prints a per-op breakdown of eager steps (every 8 steps with a
-/// prefill chunk; with `--enforce-eager`, every 64 decode steps). Other devices ignore it.
+impl Default for RunnerOptions {
+    /// 256 sequences of up to 4096 tokens, recorded where the backend records.
+    fn default() -> Self {
+        Self { max_model_len: 4096, max_num_seqs: 256, enforce_eager: false, profile: ProfileMode::Off }
+    }
+}
+
+/// `--profile`: `graph` prints, every 64 recorded decode steps, the wall time per step and the device time of its
+/// replay (the device-busy share) on backends that record and time replays; `ops` prints, on `--device cuda`, a
+/// per-op breakdown of eager steps (every 8 steps with a prefill chunk; with `--enforce-eager`, every 64 decode
+/// steps). Other devices ignore it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ProfileMode {
     #[default]

@@ -1,0 +1,340 @@
+//! `ModelRunner`: a model, its backend and its paged KV cache, run one step at a time: the one runner of every
+//! backend. A step is checked and flattened once (`FlatBatch`), then either replayed from a recording or run op by op:
+//!
+//! - On a backend that records (`Backend::records`, CUDA graphs), a decode step (one new token per sequence) is
+//!   padded to a batch-size bucket (`FlatBatch::pad_decode`: extra rows write only a reserved KV block past the
+//!   scheduler's ones), its bucket's persistent inputs are refilled in place, and the recording of its (bucket,
+//!   attention partitions) replays. The first step of a key runs op by op (its result is used, and it leaves the
+//!   attention work split cached), then the same step is recorded, greedy token choice included.
+//! - Every other step (prefill chunks, mixed steps, batches beyond the largest bucket, `--enforce-eager`, backends
+//!   that do not record) uploads its inputs and runs op by op.
+//!
+//! Either way the token choice happens where the logits are (`sampling::device::sample_on`; a recording's own
+//! argmax for plain greedy steps), so only ids come back, unless the step asks for logits.
+
+use crate::backend::{Backend, Op};
+use crate::config::ModelParams;
+use crate::engine::phase::Phase;
+use crate::error::{EngineError, Result};
+use crate::model::shard::NoComm;
+use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, KvLayout, LlamaModel, PagedKvCache, ScheduledSeq};
+use crate::sampling::device::sample_on;
+use crate::sampling::{SampledRows, StepSampling};
+use crate::weights::Weights;
+
+use super::recorded::{Recorded, RecordedSteps};
+use super::{ProfileMode, RunnerOptions, StepMasks, StepOutput, StepRunner};
+
+/// What a step reads back.
+enum Want<'s> {
+    Logits,
+    /// Each row's most likely (allowed) token.
+    Argmax,
+    /// The tokens the step's sampling settings choose, on the device.
+    Choose(&'s StepSampling),
+}
+
+/// How a step is read: its result, and the grammar masks of a constrained step (computed once its forward pass is
+/// queued).
+struct Read<'m, 's> {
+    want: Want<'s>,
+    masks: Option<&'m mut dyn FnMut() -> StepMasks>,
+}
+
+/// A llama-family model on backend `B` with its KV cache.
+pub struct ModelRunner<B: Backend> {
+    // Field order is drop order: recordings and their buffers before the model, the cache and the backend.
+    steps: RecordedSteps<B>,
+    model: LlamaModel<B>,
+    cache: PagedKvCache<B>,
+    /// Blocks the scheduler may hand out; on a backend that records, block `usable_blocks` is the padding rows' own.
+    usable_blocks: usize,
+    opts: RunnerOptions,
+    backend: B,
+}
+
+impl<B: Backend> ModelRunner<B> {
+    /// Uploads the weights and allocates `num_blocks` KV blocks of `block_size` tokens, with the default limits
+    /// (`RunnerOptions::default`).
+    pub fn new(
+        backend: B,
+        params: &ModelParams,
+        weights: &Weights,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<Self> {
+        Self::with_options(backend, params, weights, num_blocks, block_size, RunnerOptions::default())
+    }
+
+    /// `new` with the engine's limits (the recorded steps' largest batch and context, `--enforce-eager`,
+    /// `--profile`). On a backend that records, one more block than `num_blocks` is allocated: the padding rows'.
+    pub fn with_options(
+        backend: B,
+        params: &ModelParams,
+        weights: &Weights,
+        num_blocks: usize,
+        block_size: usize,
+        opts: RunnerOptions,
+    ) -> Result<Self> {
+        let phase = Phase::start("Model weights on the device");
+        let model = LlamaModel::load(&backend, params, weights)?;
+        phase.done(&format!("{:.2} GiB", weights.total_bytes() as f64 / (1u64 << 30) as f64));
+        let phase = Phase::start("KV cache allocated");
+        let (layout, dtype) = (KvLayout::of(params), weights.compute_dtype());
+        let records = backend.records();
+        let allocated = num_blocks + usize::from(records);
+        let cache = PagedKvCache::new(&backend, params, &layout, 0..params.num_layers, allocated, block_size, dtype)?;
+        phase.done(&format!("{} blocks of {block_size} tokens", cache.num_blocks));
+        let steps = RecordedSteps::new(
+            opts.max_num_seqs,
+            opts.max_model_len.max(1).div_ceil(block_size),
+            opts.profile == ProfileMode::Graph,
+        );
+        if records {
+            tracing::info!(
+                "{}: decode steps {} (buckets {:?})",
+                backend.device_name(),
+                if opts.enforce_eager { "run op by op (--enforce-eager)" } else { "replay recordings" },
+                steps.buckets
+            );
+        }
+        Ok(Self { steps, model, cache, usable_blocks: num_blocks, opts, backend })
+    }
+
+    /// KV blocks the scheduler may hand out.
+    pub fn num_blocks(&self) -> usize {
+        self.usable_blocks
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.cache.block_size
+    }
+
+    /// The device the model runs on.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Turns recorded steps off (`true`) or on for the next steps (benchmarks compare the two).
+    pub fn set_enforce_eager(&mut self, eager: bool) {
+        self.opts.enforce_eager = eager;
+    }
+
+    /// Drops every recording, so the next steps record again (benchmarks that change a backend setting between
+    /// runs: a recording keeps the kernels it was recorded with).
+    pub fn clear_recordings(&mut self) {
+        self.steps.recorded.clear();
+    }
+
+    /// Recordings made so far.
+    pub fn num_recordings(&self) -> usize {
+        self.steps.recorded.len()
+    }
+
+    /// The bucket a decode batch replays in, if it takes the recorded path.
+    fn bucket_for(&self, batch: &[ScheduledSeq]) -> Option<usize> {
+        if !self.backend.records() || self.opts.enforce_eager || batch.iter().any(|s| s.token_ids.len() != 1) {
+            return None;
+        }
+        if batch.iter().any(|s| s.block_tables.iter().any(|t| t.len() > self.steps.max_blocks)) {
+            return None;
+        }
+        self.steps.buckets.iter().copied().find(|&b| b >= batch.len())
+    }
+
+    /// Checks and flattens the step (once: a replayed step checks nothing), then replays it or runs it op by op.
+    fn run(&mut self, batch: &[ScheduledSeq], step: Read<'_, '_>) -> Result<StepOutput> {
+        if batch.is_empty() {
+            return Ok(match step.want {
+                Want::Logits => StepOutput::Logits(Vec::new()),
+                Want::Argmax => StepOutput::Ids(Vec::new()),
+                Want::Choose(_) => StepOutput::Sampled(SampledRows::default()),
+            });
+        }
+        let bucket = self.bucket_for(batch);
+        let width = if bucket.is_some() { self.steps.max_blocks } else { 0 };
+        let flat = self.model.flatten(batch, &self.cache, self.usable_blocks, width)?;
+        let vocab = self.model.params().vocab_size;
+        if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
+        }
+        match bucket {
+            Some(bucket) => self.run_recorded(flat, bucket, step),
+            None => {
+                let dev = DeviceBatch::upload(&self.backend, &flat)?;
+                let logits = self.forward(&flat, &dev)?;
+                self.read(&logits, None, flat.num_seqs(), step)
+            }
+        }
+    }
+
+    /// The forward pass over uploaded inputs, to the logits.
+    fn forward(&self, flat: &FlatBatch, dev: &DeviceBatch<B>) -> Result<B::Buffer> {
+        match self.model.forward_device(&self.backend, flat, dev, &self.cache, &NoComm, None)? {
+            DeviceOutput::Logits(logits) => Ok(logits),
+            DeviceOutput::Hidden { .. } => Err(EngineError::Backend("the model has no LM head".into())),
+        }
+    }
+
+    /// Reads a step's result from the first `real` rows of `logits`. With `masks` (a constrained step) the grammar
+    /// masks are computed now — the forward pass is already queued — and applied on the device. `ids`: the
+    /// recording's argmax of every row, valid for a step without masks.
+    fn read(&self, logits: &B::Buffer, ids: Option<&B::Buffer>, real: usize, step: Read<'_, '_>) -> Result<StepOutput> {
+        let b = &self.backend;
+        let vocab = self.model.params().vocab_size;
+        let masks = step.masks.map(|m| m());
+        match step.want {
+            Want::Choose(s) => match ids {
+                Some(ids) if masks.is_none() && s.is_plain_greedy() => {
+                    Ok(StepOutput::Sampled(SampledRows { ids: b.download_u32(ids, real)?, logprobs: vec![None; real] }))
+                }
+                _ => sample_on(b, logits, real, vocab, s, masks).map(StepOutput::Sampled),
+            },
+            Want::Logits => {
+                if let Some(m) = &masks {
+                    m.apply_on(b, logits, real, vocab)?;
+                }
+                let mut all = b.download_f32(logits)?;
+                all.truncate(real * vocab);
+                Ok(StepOutput::Logits(all))
+            }
+            Want::Argmax => {
+                let ids = match (ids, &masks) {
+                    (Some(ids), None) => return Ok(StepOutput::Ids(b.download_u32(ids, real)?)),
+                    (Some(ids), Some(m)) => {
+                        m.apply_on(b, logits, real, vocab)?;
+                        b.run(Op::ArgmaxRows { x: logits, out: ids, rows: real, width: vocab })?;
+                        return Ok(StepOutput::Ids(b.download_u32(ids, real)?));
+                    }
+                    (None, m) => {
+                        if let Some(m) = m {
+                            m.apply_on(b, logits, real, vocab)?;
+                        }
+                        b.alloc_u32_output(real)?
+                    }
+                };
+                b.run(Op::ArgmaxRows { x: logits, out: &ids, rows: real, width: vocab })?;
+                Ok(StepOutput::Ids(b.download_u32(&ids, real)?))
+            }
+        }
+    }
+
+    /// A decode step through its bucket: refill the bucket's inputs, then replay the key's recording, or — first
+    /// sight of the key — run the step op by op and record it for the next steps.
+    fn run_recorded(&mut self, mut flat: FlatBatch, bucket: usize, step: Read<'_, '_>) -> Result<StepOutput> {
+        let real = flat.num_seqs();
+        flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
+        let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
+        let key = (bucket, self.backend.decode_partitions(longest, bucket));
+        self.steps.inputs_for(&self.backend, bucket, &flat)?;
+        let dev = &self.steps.inputs[&bucket].dev;
+        if self.steps.unrecordable.contains(&key) {
+            let logits = self.forward(&flat, dev)?;
+            return self.read(&logits, None, real, step);
+        }
+        let Some(r) = self.steps.recorded.get(&key) else {
+            // First sight of this shape: run it op by op (this step's result; it also caches the attention work
+            // split), then record the same ops for the next steps.
+            let logits = self.forward(&flat, dev)?;
+            let got = self.read(&logits, None, real, step)?;
+            drop(logits);
+            self.record(&flat, key)?;
+            return Ok(got);
+        };
+        let timed = self.steps.profile.is_some();
+        self.backend.replay(&r.rec, timed)?;
+        let got = self.read(&r.logits, Some(&r.ids), real, step)?;
+        if let Some(p) = self.steps.profile.as_mut() {
+            let device_ms = self.steps.recorded.get(&key).and_then(|r| self.backend.replay_ms(&r.rec));
+            p.step(real, bucket, device_ms.unwrap_or(0.0));
+        }
+        Ok(got)
+    }
+
+    /// Records the forward pass and argmax of `flat` (already in its bucket's inputs) under `key`; a key that cannot
+    /// be recorded runs op by op from now on.
+    fn record(&mut self, flat: &FlatBatch, key: (usize, usize)) -> Result<()> {
+        let (b, bucket) = (&self.backend, key.0);
+        let dev = &self.steps.inputs[&bucket].dev;
+        let t0 = std::time::Instant::now();
+        b.begin_recording()?;
+        let ops = (|| -> Result<(B::Buffer, B::Buffer)> {
+            let logits = self.forward(flat, dev)?;
+            let ids = b.alloc_u32_output(bucket)?;
+            let vocab = self.model.params().vocab_size;
+            b.run(Op::ArgmaxRows { x: &logits, out: &ids, rows: bucket, width: vocab })?;
+            Ok((logits, ids))
+        })();
+        let rec = b.end_recording().map_err(EngineError::from);
+        match (ops, rec) {
+            (Ok((logits, ids)), Ok(rec)) => {
+                tracing::debug!(
+                    "recorded the decode step of batch {bucket} x {} partition(s) in {:.1} ms",
+                    key.1,
+                    t0.elapsed().as_secs_f64() * 1e3
+                );
+                self.steps.recorded.insert(key, Recorded { rec, logits, ids });
+            }
+            // The step itself ran (op by op, before): a shape that cannot be recorded runs op by op from now on.
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!("recording the decode step of batch {bucket} failed ({e}); it runs op by op");
+                self.steps.unrecordable.insert(key);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend + Send> StepRunner for ModelRunner<B>
+where
+    B::Buffer: Send,
+    B::Recording: Send,
+{
+    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
+        match self.run(batch, Read { want: Want::Logits, masks: None })? {
+            StepOutput::Logits(l) => Ok(l),
+            _ => Err(EngineError::Backend("expected logits".into())),
+        }
+    }
+
+    fn execute_greedy(&mut self, batch: &[ScheduledSeq]) -> Result<Option<Vec<u32>>> {
+        match self.run(batch, Read { want: Want::Argmax, masks: None })? {
+            StepOutput::Ids(ids) => Ok(Some(ids)),
+            _ => Err(EngineError::Backend("expected ids".into())),
+        }
+    }
+
+    fn execute_masked(
+        &mut self,
+        batch: &[ScheduledSeq],
+        greedy: bool,
+        masks: &mut dyn FnMut() -> StepMasks,
+    ) -> Result<StepOutput> {
+        let want = if greedy { Want::Argmax } else { Want::Logits };
+        self.run(batch, Read { want, masks: Some(masks) })
+    }
+
+    fn execute_sampled(
+        &mut self,
+        batch: &[ScheduledSeq],
+        sampling: &StepSampling,
+        masks: Option<&mut dyn FnMut() -> StepMasks>,
+    ) -> Result<SampledRows> {
+        if !sampling.logprobs_fit_device() {
+            // More alternatives than the device op reports (`--max-logprobs` above 20): the host sampler.
+            return super::sample_on_host(self, batch, sampling, masks);
+        }
+        match self.run(batch, Read { want: Want::Choose(sampling), masks })? {
+            StepOutput::Sampled(s) => Ok(s),
+            _ => Err(EngineError::Backend("expected sampled ids".into())),
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.params().vocab_size
+    }
+
+    fn device_name(&self) -> String {
+        self.backend.device_name()
+    }
+}
