@@ -13,7 +13,8 @@
 //!
 //! PVC native binaries (Data Center GPU Max, for Level Zero's `ZE_MODULE_FORMAT_NATIVE`): with Intel's `ocloc` named
 //! by `RSERVE_OCLOC` (its libraries in `RSERVE_OCLOC_LIBS`; scripts/setup.d/25-ocloc.sh), each embedded SPIR-V module
-//! is compiled with `ocloc compile -spirv_input -device pvc --format zebin -exclude_ir` and checked against the
+//! is compiled with `ocloc compile -spirv_input -device pvc --format zebin -exclude_ir -options
+//! -cl-intel-greater-than-4GB-buffer-required` (buffers over 4 GiB, see `PVC_BUILD_OPTIONS`) and checked against the
 //! committed `pvc/<module>.bin` the same way (warning when stale, written by `RSERVE_KERNELS_UPDATE=1`); without
 //! `ocloc` the committed binaries are embedded (a module without one embeds an empty binary: SPIR-V only).
 
@@ -147,7 +148,9 @@ fn main() {
          /// True when this build compiled the PVC binaries with ocloc; false when it embedded the committed ones.\n\
          pub const PVC_BUILT: bool = {pvc_built};\n\
          /// The ocloc arguments of the PVC binaries (after `compile -spirv_input -file <module>.spv`).\n\
-         pub const PVC_OCLOC_ARGS: &[&str] = &{PVC_OCLOC_ARGS:?};\n",
+         pub const PVC_OCLOC_ARGS: &[&str] = &{PVC_OCLOC_ARGS:?};\n\
+         /// The compiler options of the PVC binaries (ocloc `-options`): kernels that may index buffers over 4 GiB.\n\
+         pub const PVC_BUILD_OPTIONS: &str = {PVC_BUILD_OPTIONS:?};\n",
         pvc_built = ocloc.is_some()
     );
     std::fs::write(out_dir.join("modules.rs"), code).expect("write modules.rs");
@@ -186,6 +189,13 @@ fn pvc_binary(ocloc: Option<&str>, libs: &str, spv: &Path, out: &Path, committed
     }
 }
 
-/// How the PVC binaries are built (after `-file <spv>`): zebin, the format current drivers produce themselves, and
-/// without the SPIR-V inside (the backend holds it already).
-const PVC_OCLOC_ARGS: &[&str] = &["-device", "pvc", "--format", "zebin", "-exclude_ir"];
+/// IGC's option for kernels that may index buffers over 4 GiB (stateless addressing): the OpenCL spelling of Level
+/// Zero's `-ze-opt-greater-than-4GB-buffer-required`, which the backend passes to its SPIR-V builds. The Level Zero
+/// backend allocates buffers over the device's `maxMemAllocSize` (a PVC tile's 4 GiB) with relaxed limits, so every
+/// kernel must be built for them. For PVC, ocloc 22.43 already compiles every kernel stateless (`has_4gb_buffers`):
+/// the option leaves the code as it was and is recorded in the binary's `.misc.buildOptions`.
+const PVC_BUILD_OPTIONS: &str = "-cl-intel-greater-than-4GB-buffer-required";
+
+/// How the PVC binaries are built (after `-file <spv>`): zebin, the format current drivers produce themselves,
+/// without the SPIR-V inside (the backend holds it already), and for buffers over 4 GiB.
+const PVC_OCLOC_ARGS: &[&str] = &["-device", "pvc", "--format", "zebin", "-exclude_ir", "-options", PVC_BUILD_OPTIONS];

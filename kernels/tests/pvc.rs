@@ -1,7 +1,8 @@
 //! Every committed SPIR-V module through Intel's GPU compiler for PVC (Data Center GPU Max, Aurora's GPU):
-//! `ocloc compile -spirv_input -device pvc` must build each module, print no spill warning, and give every kernel
-//! zero scratch space; the table of kernels with their SIMD width and registers (GRF) comes from `ocloc disasm`'s
-//! dump of the binary's patch tokens and is printed (`cargo test -p rserve-kernels --test pvc -- --nocapture`).
+//! `ocloc compile -spirv_input -device pvc` with the binaries' compiler options (`PVC_BUILD_OPTIONS`: buffers over
+//! 4 GiB) must build each module, print no spill warning, and give every kernel zero scratch space; the table of
+//! kernels with their SIMD width and registers (GRF) comes from `ocloc disasm`'s dump of the binary's patch tokens
+//! and is printed (`cargo test -p rserve-kernels --test pvc -- --nocapture`).
 //!
 //! Runs when `RSERVE_OCLOC` names the compiler (scripts/setup.d/25-ocloc.sh unpacks Debian 12's; scripts/env.d sets
 //! it) with its libraries in `RSERVE_OCLOC_LIBS`, which only the compiler's own processes see.
@@ -90,6 +91,8 @@ fn every_module_builds_for_pvc_without_spills() {
                 spv.to_str().unwrap(),
                 "-device",
                 "pvc",
+                "-options",
+                rserve_kernels::PVC_BUILD_OPTIONS,
                 "-output_no_suffix",
                 "-output",
                 out.to_str().unwrap(),

@@ -149,6 +149,7 @@ mod tests {
             sub_device: None,
             memory_bytes: 0,
             max_alloc: 0,
+            relaxed_alloc_limits: false,
             compute_ordinal: 0,
             max_group_size: 0,
         }

@@ -16,7 +16,7 @@ use super::discovery::{DeviceInfo, Selected};
 use super::error::LzError;
 use super::handles::{Context, Kernel, Module};
 use super::loader::api;
-use super::memory::{Contents, LzBuffer, MemPool};
+use super::memory::{AllocLimits, Contents, LzBuffer, MemPool};
 use super::stream::{Recorded, Stream, StreamStats, RING_EVENTS};
 use crate::error::{BackendError, Result};
 use crate::kernels::{self, weight_data, Arg, KernelDevice, KernelTuning, Launch, PlanCache, WeightData};
@@ -25,8 +25,10 @@ use crate::{Backend, Op, WeightDType};
 /// Bytes of freed device memory kept for reuse across steps; above it the pool returns memory after a step.
 const CACHE_KEEP_BYTES: u64 = 1 << 30;
 
-/// Build flags for every SPIR-V module (the PVC binaries are built without flags too: `kernels/build.rs`).
-const BUILD_FLAGS: &str = "";
+/// Build flags for every SPIR-V module: kernels that may index buffers over 4 GiB (stateless addressing), which the
+/// pool allocates with relaxed limits over `maxMemAllocSize` (`memory`). The PVC binaries are built with IGC's
+/// spelling of the same option (`kernels/build.rs`); for them the driver ignores these flags.
+const BUILD_FLAGS: &str = "-ze-opt-greater-than-4GB-buffer-required";
 
 /// The Level Zero backend on one device (a tile under FLAT, a card under COMPOSITE).
 pub struct LevelZeroBackend {
@@ -65,7 +67,7 @@ impl LevelZeroBackend {
         }
         let ctx = Context::new(api, sel.driver, sel.device)?;
         let stream = Stream::new(&ctx, sel.info.compute_ordinal, RING_EVENTS)?;
-        let pool = MemPool::new(&ctx, sel.info.max_alloc);
+        let pool = MemPool::new(&ctx, AllocLimits::of(&sel.info));
         let mut modules = Vec::new();
         let mut kernels = HashMap::new();
         let policy = FormatPolicy::from_env()?;

@@ -1,5 +1,7 @@
 //! Process-wide counts of Level Zero handles created and destroyed, by kind, plus failed API calls. A test ends a
 //! run by asserting that every kind balances (nothing leaked, nothing destroyed twice) and that no call failed.
+//! Also the device allocations made with relaxed limits (over `maxMemAllocSize`), so a test sees that descriptor
+//! reached the driver.
 //!
 //! Invariant: a handle counts as destroyed only when its destroy call succeeded.
 
@@ -42,6 +44,7 @@ const N: usize = HandleKind::ALL.len();
 static CREATED: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 static DESTROYED: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 static FAILED_CALLS: AtomicU64 = AtomicU64::new(0);
+static RELAXED_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) fn created(kind: HandleKind) {
     CREATED[kind.index()].fetch_add(1, Ordering::Relaxed);
@@ -53,6 +56,16 @@ pub(crate) fn destroyed(kind: HandleKind) {
 
 pub(crate) fn call_failed() {
     FAILED_CALLS.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(crate) fn relaxed_allocation() {
+    RELAXED_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Successful `zeMemAllocDevice` calls whose descriptor chained `ze_relaxed_allocation_limits_exp_desc_t` (each is
+/// also a `DeviceMemory` handle of `handle_counts`).
+pub fn relaxed_allocations() -> u64 {
+    RELAXED_ALLOCATIONS.load(Ordering::Relaxed)
 }
 
 /// A snapshot of the counters.

@@ -1,6 +1,7 @@
 //! Finding the Level Zero device to run on: drivers, their GPU devices and tiles, under `ZE_FLAT_DEVICE_HIERARCHY`
 //! and `ZE_AFFINITY_MASK` (rules in `hierarchy`), with the properties the backend needs (memory size, largest
-//! allocation, compute queue group). Every failure says which variables were consulted.
+//! allocation and whether the driver may exceed it, compute queue group). Every failure says which variables were
+//! consulted.
 
 use std::ptr;
 
@@ -14,6 +15,9 @@ type Result<T> = std::result::Result<T, LzError>;
 
 /// Intel's PCI vendor id.
 pub const INTEL_VENDOR_ID: u32 = 0x8086;
+
+/// The driver extension that lets one allocation exceed `maxMemAllocSize` (`ZE_RELAXED_ALLOCATION_LIMITS_EXP_NAME`).
+pub const RELAXED_ALLOCATION_LIMITS: &str = "ZE_experimental_relaxed_allocation_limits";
 
 /// What the backend needs to know about a device.
 #[derive(Debug, Clone)]
@@ -30,6 +34,8 @@ pub struct DeviceInfo {
     pub memory_bytes: u64,
     /// Largest single allocation (`maxMemAllocSize`; 0 when the driver does not say).
     pub max_alloc: u64,
+    /// The driver advertises `RELAXED_ALLOCATION_LIMITS`: larger allocations are possible with its descriptor.
+    pub relaxed_alloc_limits: bool,
     /// The command-queue group used for kernels and copies.
     pub compute_ordinal: u32,
     /// Most work-items in one work-group (`maxTotalGroupSize`; 0 when the driver does not say).
@@ -126,6 +132,19 @@ fn ip_version(api: &Api, device: sys::ze_device_handle_t) -> Result<u32> {
     // SAFETY: valid device, properties struct and a chained extension struct alive for the call.
     unsafe { ze!(api, zeDeviceGetProperties(device, &mut p))? };
     Ok(ext.ip_version)
+}
+
+/// The names of the extensions `driver` advertises (`zeDriverGetExtensionProperties`).
+fn driver_extensions(api: &Api, driver: sys::ze_driver_handle_t) -> Result<Vec<String>> {
+    let mut n = 0u32;
+    // SAFETY: a null array asks for the count.
+    unsafe { ze!(api, zeDriverGetExtensionProperties(driver, &mut n, ptr::null_mut()))? };
+    let mut v = vec![sys::ze_driver_extension_properties_t::default(); n as usize];
+    if n > 0 {
+        // SAFETY: the array holds n structs.
+        unsafe { ze!(api, zeDriverGetExtensionProperties(driver, &mut n, v.as_mut_ptr()))? };
+    }
+    Ok(v.iter().take(n as usize).map(|e| c_name(&e.name)).collect())
 }
 
 fn memory_bytes(api: &Api, device: sys::ze_device_handle_t) -> Result<u64> {
@@ -246,6 +265,7 @@ pub fn select(index: Option<usize>) -> Result<Selected> {
         sub_device: sub,
         memory_bytes: memory_bytes(api, device)?,
         max_alloc: props.maxMemAllocSize,
+        relaxed_alloc_limits: driver_extensions(api, r.driver)?.iter().any(|e| e == RELAXED_ALLOCATION_LIMITS),
         compute_ordinal: compute_ordinal(api, device)?,
         max_group_size: max_group_size(api, device)?,
     };
@@ -267,5 +287,16 @@ pub fn intel_gpu() -> std::result::Result<String, String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_relaxed_limits_extension_is_named_as_in_the_header() {
+        let header = sys::ZE_RELAXED_ALLOCATION_LIMITS_EXP_NAME;
+        assert_eq!(RELAXED_ALLOCATION_LIMITS.as_bytes(), &header[..header.len() - 1]);
     }
 }

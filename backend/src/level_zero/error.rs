@@ -29,6 +29,12 @@ pub enum LzError {
     /// A request the backend cannot serve (sizes beyond the device's limits, wrong buffer kinds).
     #[error("{0}")]
     Invalid(String),
+    /// A buffer over the device's largest allocation, on a driver without the extension that lifts the limit.
+    #[error(
+        "a buffer of {bytes} bytes (a block of {class} bytes) exceeds the device's largest allocation ({max_alloc} \
+         bytes, maxMemAllocSize) and the driver does not advertise {extension}, which would allow it"
+    )]
+    AllocationTooLarge { bytes: usize, class: usize, max_alloc: u64, extension: &'static str },
 }
 
 /// The name of a `ze_result_t` (the codes of the Level Zero 1.x core API); "ZE_RESULT_UNKNOWN_CODE" otherwise.

@@ -1,7 +1,7 @@
 //! Safe owners of Level Zero objects: context, module (with its build log), kernel, immediate command list, event
-//! pool and event, and raw device allocations. Each owner destroys its handle in `Drop` and holds an `Arc` to its
-//! parent, so children are always destroyed before the context they live in. Every creation and successful
-//! destruction is counted (`counters`).
+//! pool and event, and raw device allocations (with relaxed size limits where asked). Each owner destroys its handle
+//! in `Drop` and holds an `Arc` to its parent, so children are always destroyed before the context they live in.
+//! Every creation and successful destruction is counted (`counters`).
 
 use std::ffi::{c_void, CString};
 use std::ptr;
@@ -419,18 +419,35 @@ impl Drop for Event {
     }
 }
 
-/// Allocates `bytes` (> 0) of device memory aligned to `align`.
-pub fn alloc_device(ctx: &Context, bytes: usize, align: usize) -> Result<*mut c_void> {
+/// Allocates `bytes` (> 0) of device memory aligned to `align`. With `relaxed`, the descriptor chains
+/// `ze_relaxed_allocation_limits_exp_desc_t` (`ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE`), which lets the size
+/// exceed the device's `maxMemAllocSize`; only for drivers that advertise the extension (the caller checks).
+pub fn alloc_device(ctx: &Context, bytes: usize, align: usize, relaxed: bool) -> Result<*mut c_void> {
+    let limits = sys::ze_relaxed_allocation_limits_exp_desc_t {
+        stype: sys::ZE_STRUCTURE_TYPE_RELAXED_ALLOCATION_LIMITS_EXP_DESC,
+        pNext: ptr::null(),
+        flags: sys::ZE_RELAXED_ALLOCATION_LIMITS_EXP_FLAG_MAX_SIZE,
+    };
     let desc = sys::ze_device_mem_alloc_desc_t {
         stype: sys::ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC,
-        pNext: ptr::null(),
+        pNext: if relaxed {
+            (&limits as *const sys::ze_relaxed_allocation_limits_exp_desc_t).cast()
+        } else {
+            ptr::null()
+        },
         flags: 0,
         ordinal: 0,
     };
     let mut p: *mut c_void = ptr::null_mut();
-    // SAFETY: valid context, device, descriptor and out pointer.
+    // SAFETY: valid context, device, descriptor (its chained struct alive for the call) and out pointer.
     unsafe { ze!(ctx.api, zeMemAllocDevice(ctx.raw, &desc, bytes, align, ctx.device, &mut p))? };
+    if p.is_null() {
+        return Err(LzError::Invalid(format!("zeMemAllocDevice succeeded but returned no memory for {bytes} bytes")));
+    }
     counters::created(HandleKind::DeviceMemory);
+    if relaxed {
+        counters::relaxed_allocation();
+    }
     Ok(p)
 }
 

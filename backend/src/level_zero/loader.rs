@@ -94,6 +94,7 @@ fn open() -> Result<Api, LzError> {
         zeDriverGet,
         zeDriverGetProperties,
         zeDriverGetApiVersion,
+        zeDriverGetExtensionProperties,
         zeDeviceGet,
         zeDeviceGetSubDevices,
         zeDeviceGetProperties,

@@ -11,11 +11,18 @@
 //! ever goes back to their list, never to the driver before the pool drops, so nothing outside a recording is handed
 //! memory that a later replay overwrites. Recordings share their list: they replay one at a time on one stream, and
 //! their activations are dead between replays.
+//!
+//! A class over the device's `maxMemAllocSize` (a PVC tile reports about 4 GiB; a large KV pool or a big model's
+//! embedding table needs more) is allocated with relaxed limits (`ze_relaxed_allocation_limits_exp_desc_t`) where
+//! the driver advertises the extension, and refused with `LzError::AllocationTooLarge` where it does not; every
+//! smaller class takes the plain call. The kernels are built for such buffers: `BUILD_FLAGS` in `backend` for
+//! SPIR-V, the ocloc options of `kernels/build.rs` for the PVC binaries.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::discovery::{DeviceInfo, RELAXED_ALLOCATION_LIMITS};
 use super::error::LzError;
 use super::handles::{alloc_device, free_device, Context};
 pub use crate::kernels::Contents;
@@ -31,6 +38,40 @@ pub fn size_class(bytes: usize) -> usize {
     let pow = usize::BITS - 1 - b.leading_zeros(); // floor(log2(b))
     let step = (1usize << pow) >> 2;
     b.div_ceil(step.max(1)) * step.max(1)
+}
+
+/// What one allocation may be on a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AllocLimits {
+    /// The largest single allocation (`maxMemAllocSize`; 0 when the driver does not say: no limit is checked).
+    pub max_alloc: u64,
+    /// The driver advertises `ZE_experimental_relaxed_allocation_limits`: a larger allocation is made with its
+    /// descriptor instead of refused.
+    pub relaxed: bool,
+}
+
+impl AllocLimits {
+    /// The limits the driver reported for the device.
+    pub fn of(info: &DeviceInfo) -> Self {
+        Self { max_alloc: info.max_alloc, relaxed: info.relaxed_alloc_limits }
+    }
+
+    /// Whether a block of `class` bytes (for a buffer of `bytes`) needs relaxed limits; the typed error when it
+    /// would and the driver lacks them.
+    pub fn needs_relaxed(self, bytes: usize, class: usize) -> Result<bool> {
+        if self.max_alloc == 0 || class as u64 <= self.max_alloc {
+            return Ok(false);
+        }
+        if !self.relaxed {
+            return Err(LzError::AllocationTooLarge {
+                bytes,
+                class,
+                max_alloc: self.max_alloc,
+                extension: RELAXED_ALLOCATION_LIMITS,
+            });
+        }
+        Ok(true)
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -61,14 +102,20 @@ struct Cache {
 /// The device memory of one backend.
 pub struct MemPool {
     ctx: Arc<Context>,
-    /// The device's largest single allocation (0: the driver did not say).
-    max_alloc: u64,
+    limits: AllocLimits,
     cache: Mutex<Cache>,
 }
 
 impl MemPool {
-    pub fn new(ctx: &Arc<Context>, max_alloc: u64) -> Arc<Self> {
-        Arc::new(Self { ctx: ctx.clone(), max_alloc, cache: Mutex::new(Cache::default()) })
+    pub fn new(ctx: &Arc<Context>, limits: AllocLimits) -> Arc<Self> {
+        if limits.max_alloc > 0 {
+            tracing::debug!(
+                "Level Zero: largest allocation {} bytes (maxMemAllocSize); larger ones {}",
+                limits.max_alloc,
+                if limits.relaxed { "with relaxed limits" } else { "refused (no relaxed-limits extension)" }
+            );
+        }
+        Arc::new(Self { ctx: ctx.clone(), limits, cache: Mutex::new(Cache::default()) })
     }
 
     fn lock(&self) -> MutexGuard<'_, Cache> {
@@ -76,16 +123,13 @@ impl MemPool {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A block of at least `bytes` bytes: a cached one of the same class, else a new allocation. Fails with the
-    /// driver's error (e.g. ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY); the caller may `trim` and retry.
+    /// A block of at least `bytes` bytes: a cached one of the same class, else a new allocation (with relaxed
+    /// limits over `maxMemAllocSize`). Fails with `LzError::AllocationTooLarge` over the limit on a driver without
+    /// relaxed limits, or with the driver's error (e.g. ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY); the caller may `trim`
+    /// and retry.
     pub fn take(&self, bytes: usize) -> Result<Block> {
         let class = size_class(bytes);
-        if self.max_alloc > 0 && class as u64 > self.max_alloc {
-            return Err(LzError::Invalid(format!(
-                "a buffer of {bytes} bytes exceeds the device's largest allocation ({} bytes, maxMemAllocSize)",
-                self.max_alloc
-            )));
-        }
+        let relaxed = self.limits.needs_relaxed(bytes, class)?;
         let mut c = self.lock();
         let recorded = c.recording;
         let list = if recorded { &mut c.recorded_free } else { &mut c.free };
@@ -98,7 +142,7 @@ impl MemPool {
             }
             None => {
                 drop(c);
-                let p = DevPtr(alloc_device(&self.ctx, class, ALIGN)?);
+                let p = DevPtr(alloc_device(&self.ctx, class, ALIGN, relaxed)?);
                 c = self.lock();
                 p
             }
@@ -197,7 +241,42 @@ impl Drop for LzBuffer {
 
 #[cfg(test)]
 mod tests {
-    use super::size_class;
+    use super::{size_class, AllocLimits};
+    use crate::level_zero::error::LzError;
+
+    const GIB: usize = 1 << 30;
+
+    #[test]
+    fn over_the_limit_without_the_extension_is_a_typed_error() {
+        // A PVC tile's limit, a 5 GiB KV pool, a driver without ZE_experimental_relaxed_allocation_limits.
+        let limits = AllocLimits { max_alloc: 4 << 30, relaxed: false };
+        let bytes = 5 * GIB - 100;
+        let e = limits.needs_relaxed(bytes, size_class(bytes)).unwrap_err();
+        assert!(
+            matches!(e, LzError::AllocationTooLarge { bytes: b, class, max_alloc, .. }
+                if b == bytes && class == 5 * GIB && max_alloc == 4 << 30),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        for part in
+            ["5368709020 bytes", "4294967296 bytes, maxMemAllocSize", "ZE_experimental_relaxed_allocation_limits"]
+        {
+            assert!(text.contains(part), "{part:?} missing from: {text}");
+        }
+        // Up to the limit the plain call serves.
+        assert!(!limits.needs_relaxed(4 * GIB, size_class(4 * GIB)).unwrap());
+    }
+
+    #[test]
+    fn over_the_limit_with_the_extension_is_relaxed_and_only_there() {
+        let limits = AllocLimits { max_alloc: 4 << 30, relaxed: true };
+        assert!(limits.needs_relaxed(5 * GIB, size_class(5 * GIB)).unwrap());
+        assert!(!limits.needs_relaxed(4 * GIB, size_class(4 * GIB)).unwrap());
+        assert!(!limits.needs_relaxed(1000, size_class(1000)).unwrap());
+        // A driver that reports no limit (0): every size takes the plain call.
+        let unknown = AllocLimits { max_alloc: 0, relaxed: false };
+        assert!(!unknown.needs_relaxed(64 * GIB, size_class(64 * GIB)).unwrap());
+    }
 
     #[test]
     fn size_classes_round_up_by_at_most_a_quarter() {

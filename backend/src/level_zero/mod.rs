@@ -5,9 +5,9 @@
 //! `error` names every `ze_result_t`; `handles` owns each Level Zero object and `counters` counts them; `hierarchy`
 //! holds the pure device-selection rules (`ZE_FLAT_DEVICE_HIERARCHY`, `ZE_AFFINITY_MASK`) and `discovery` applies
 //! them to the drivers found; `stream` orders commands with events on an immediate command list; `memory` is the
-//! stream-ordered device allocator; `aot` chooses between the PVC native binary and the SPIR-V of each module;
-//! `backend` ties them into the `Backend` and the `KernelDevice` of the
-//! device-neutral op layer (`backend::kernels`).
+//! stream-ordered device allocator (with relaxed limits above `maxMemAllocSize`); `aot` chooses between the PVC
+//! native binary and the SPIR-V of each module; `backend` ties them into the `Backend` and the `KernelDevice` of
+//! the device-neutral op layer (`backend::kernels`).
 //!
 //! Boundary: no other module of the engine calls Level Zero; `engine::device` only calls `open` and `auto`.
 
@@ -24,11 +24,11 @@ mod stream;
 
 pub use aot::{module_builds, ModuleBuilds};
 pub use backend::{LevelZeroBackend, LzRecording};
-pub use counters::{handle_counts, HandleCounts, HandleKind};
-pub use discovery::{DeviceInfo, INTEL_VENDOR_ID};
+pub use counters::{handle_counts, relaxed_allocations, HandleCounts, HandleKind};
+pub use discovery::{DeviceInfo, INTEL_VENDOR_ID, RELAXED_ALLOCATION_LIMITS};
 pub use error::{result_name, LzError};
 pub use loader::{consulted_vars, loader_components, CONSULTED_VARS, LOADER_ENV};
-pub use memory::LzBuffer;
+pub use memory::{AllocLimits, LzBuffer};
 pub use stream::StreamStats;
 
 /// `Some(index)` for a `--device` value that names Level Zero: `level-zero` (index None: the first device) or
@@ -46,13 +46,26 @@ pub fn parse_device_arg(arg: &str) -> Option<Result<Option<usize>, LzError>> {
     )
 }
 
-/// Opens the Level Zero device a `--device level-zero[:N]` value names.
-pub fn open(arg: &str) -> Result<LevelZeroBackend, LzError> {
+/// The device a `--device level-zero[:N]` value names.
+fn select(arg: &str) -> Result<discovery::Selected, LzError> {
     let index = match parse_device_arg(arg) {
         Some(r) => r?,
         None => return Err(LzError::Selection(format!("--device {arg} does not name a Level Zero device"))),
     };
-    let sel = discovery::select(index)?;
+    discovery::select(index)
+}
+
+/// Opens the Level Zero device a `--device level-zero[:N]` value names.
+pub fn open(arg: &str) -> Result<LevelZeroBackend, LzError> {
+    LevelZeroBackend::new(select(arg)?)
+}
+
+/// `open`, with `limits` in place of the allocation limits the driver reports (its `DeviceInfo` says them too): for
+/// tests on the loader's null driver, which reports neither `maxMemAllocSize` (0) nor the relaxed-limits extension.
+pub fn open_with_limits(arg: &str, limits: AllocLimits) -> Result<LevelZeroBackend, LzError> {
+    let mut sel = select(arg)?;
+    sel.info.max_alloc = limits.max_alloc;
+    sel.info.relaxed_alloc_limits = limits.relaxed;
     LevelZeroBackend::new(sel)
 }
 
