@@ -30,6 +30,7 @@ const SEQS: usize = 256;
 const PROMPT_LEN: usize = 512;
 const STEPS_PER_BATCH: usize = 512;
 const BS: usize = 16;
+const MAX_MODEL_LEN: usize = 2048;
 
 /// A buffer of `HostOnly`: its length only.
 struct Nothing(usize);
@@ -38,7 +39,7 @@ struct Nothing(usize);
 /// inputs are packed into one host buffer, as the CUDA backend packs them before its one host-to-device copy.
 #[derive(Default)]
 struct HostOnly {
-    packed: RefCell<Vec<u8>>,
+    packed: RefCell<Vec<u32>>,
     next: RefCell<u32>,
 }
 
@@ -104,7 +105,7 @@ impl Backend for HostOnly {
         let mut packed = self.packed.borrow_mut();
         packed.clear();
         for p in parts {
-            packed.extend(p.iter().flat_map(|v| v.to_le_bytes()));
+            packed.extend_from_slice(p);
         }
         black_box(&*packed);
         Ok(())
@@ -128,10 +129,11 @@ impl Bench {
         let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).expect("weights");
         let tokenizer = Arc::new(Tokenizer::from_gguf(&read_gguf_header(&gguf).expect("header")).expect("tokenizer"));
         let num_blocks = SEQS * (PROMPT_LEN + STEPS_PER_BATCH + 64).div_ceil(BS);
-        let opts = RunnerOptions { max_model_len: 2048, max_num_seqs: SEQS, ..Default::default() };
+        let opts = RunnerOptions { max_model_len: MAX_MODEL_LEN, max_num_seqs: SEQS, ..Default::default() };
         let runner =
             ModelRunner::with_options(HostOnly::default(), &params, &weights, num_blocks, BS, opts).expect("runner");
-        let mut cfg = SchedulerConfig::new(num_blocks, BS);
+        let mut cfg = SchedulerConfig::new(num_blocks, MAX_MODEL_LEN);
+        cfg.block_size = BS;
         cfg.max_num_seqs = SEQS;
         cfg.max_num_batched_tokens = 8192;
         let scheduler = Scheduler::new(cfg).expect("scheduler");
@@ -155,12 +157,17 @@ impl Bench {
             let request = GenerateRequest {
                 prompt_token_ids: prompt,
                 sampling: self.sampling.clone(),
-                stop: StopParams { max_tokens: 1 << 20, skip_special_tokens: true, ..Default::default() },
+                stop: StopParams {
+                    max_tokens: MAX_MODEL_LEN - PROMPT_LEN,
+                    skip_special_tokens: true,
+                    ..Default::default()
+                },
             };
             self.events.push(self.core.add(RequestId(id), request));
         }
         while self.core.scheduler().stats().num_running < SEQS || self.core.scheduler().stats().num_waiting > 0 {
             self.core.step();
+            self.drain();
         }
         // One more step, so every request has finished its prompt and decodes.
         self.core.step();

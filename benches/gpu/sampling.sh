@@ -4,7 +4,8 @@
 # greedy (temperature 0) then sampled (temperature 0.7, top_p 0.9); prints output tok/s, TPOT and the ratio.
 #
 # Needs target/release/rserve (built on any machine; no CUDA toolkit). Env: RSERVE_TEST_MODELS (default
-# ./models/x), OUT (default /tmp/rserve-gpu-sampling), PORT (8012), CONCURRENCY ("1 64 256").
+# ./models/x), OUT (default /tmp/rserve-gpu-sampling), PORT (8012), CONCURRENCY ("1 64 256"), SERVER_FLAGS (more
+# `rserve serve` flags, e.g. `--profile graph`: the server log then holds the device-busy share of decode steps).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/rserve-gpu-sampling}
@@ -18,7 +19,7 @@ export RSERVE_CACHE_DIR=${RSERVE_CACHE_DIR:-/tmp/rserve-cache}
 M=$(dummy_8b_model "$MODELS")
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
 start_server "$OUT/server.log" "$M" --device cuda --load-format dummy --dtype bfloat16 \
-  --max-model-len 2048 --max-num-seqs 256 --kv-cache-memory-bytes "${KV_BYTES:-40000000000}" || exit 1
+  --max-model-len 2048 --max-num-seqs 256 --kv-cache-memory-bytes "${KV_BYTES:-40000000000}" ${SERVER_FLAGS:-} || exit 1
 echo "server ready in ${STARTED_IN} s"
 bench() { # name clients prompts sampling-flags...
   local name=$1 c=$2 n=$3; shift 3

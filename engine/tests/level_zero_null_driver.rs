@@ -121,19 +121,7 @@ fn forward_step_on_the_null_driver_with_validation() {
     assert_eq!(lz::reported(&text, "LZ-PLANS"), Some("1"), "attention plans of 10 decode steps:\n{text}");
     // Three sampled rows: three u32 ids, nothing else.
     assert_eq!(lz::reported(&text, "LZ-READBACK"), Some("12"), "bytes read back by a sampled step:\n{text}");
-    let counts = lz::reported(&text, "LZ-COUNTS").unwrap_or_else(|| panic!("no counts in:\n{text}"));
-    // `Kind created/destroyed` pairs, then `failed_calls N`.
-    let words: Vec<&str> = counts.split_whitespace().collect();
-    assert_eq!(words.last(), Some(&"0"), "failed calls: {counts}");
-    for kind in HandleKind::ALL {
-        let name = format!("{kind:?}");
-        let i = words.iter().position(|w| *w == name).unwrap_or_else(|| panic!("{name} missing from {counts}"));
-        let (c, d) = words[i + 1].split_once('/').unwrap();
-        assert_eq!(c, d, "{name}: created/destroyed {c}/{d} ({counts})");
-        if kind != HandleKind::BuildLog {
-            assert_ne!(c, "0", "{name}: nothing was created ({counts})");
-        }
-    }
+    lz::assert_counts_balanced(&text, true);
 }
 
 /// Decode steps of one batch shape on `model` (a GGUF file or a checkpoint folder): two steps of warm-up (the
@@ -191,9 +179,7 @@ fn decode_steps_replay_a_recorded_command_list() {
     let components = lz::reported(&text, "LZ-COMPONENTS").unwrap_or_else(|| panic!("{text}"));
     assert!(components.contains("validation layer"), "the validation layer is not loaded: {components}");
     assert!(!text.contains("ZE_RESULT_ERROR"), "a Level Zero call failed:\n{text}");
-    let number = |key: &str| -> f64 {
-        lz::reported(&text, key).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {key} in:\n{text}"))
-    };
+    let number = |key: &str| lz::number(&text, key);
     for tag in ["SMOLLM2", "QWEN3"] {
         // One recording (one batch shape, one partition count), replayed by every one of the 100 steps ...
         assert_eq!(number(&format!("LZ-{tag}-RECORDINGS")), 1.0, "{text}");
@@ -209,15 +195,7 @@ fn decode_steps_replay_a_recorded_command_list() {
     assert!(number("LZ-SMOLLM2-LAYERS") > 4.0 * number("LZ-QWEN3-LAYERS"), "{text}");
     assert_eq!(number("LZ-SMOLLM2-APPENDS-PER-STEP"), 9.0, "{text}");
     assert_eq!(number("LZ-QWEN3-APPENDS-PER-STEP"), 9.0, "{text}");
-    let counts = lz::reported(&text, "LZ-COUNTS").unwrap_or_else(|| panic!("no counts in:\n{text}"));
-    let words: Vec<&str> = counts.split_whitespace().collect();
-    assert_eq!(words.last(), Some(&"0"), "failed calls: {counts}");
-    for kind in HandleKind::ALL {
-        let name = format!("{kind:?}");
-        let i = words.iter().position(|w| *w == name).unwrap_or_else(|| panic!("{name} missing from {counts}"));
-        let (c, d) = words[i + 1].split_once('/').unwrap();
-        assert_eq!(c, d, "{name}: created/destroyed {c}/{d} ({counts})");
-    }
+    lz::assert_counts_balanced(&text, false);
 }
 
 fn counters_in_child() {

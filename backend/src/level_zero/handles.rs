@@ -233,6 +233,20 @@ impl Drop for Kernel {
     }
 }
 
+/// An asynchronous queue of normal priority on command-queue group `ordinal`, queue 0 (an immediate list's or a
+/// command queue's).
+fn queue_desc(ordinal: u32) -> sys::ze_command_queue_desc_t {
+    sys::ze_command_queue_desc_t {
+        stype: sys::ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC,
+        pNext: ptr::null(),
+        ordinal,
+        index: 0,
+        flags: 0,
+        mode: sys::ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS,
+        priority: sys::ZE_COMMAND_QUEUE_PRIORITY_NORMAL,
+    }
+}
+
 /// A command list: immediate (commands start executing as they are appended) or regular (recorded, closed, then
 /// executed on a `CommandQueue` as often as needed).
 pub struct CommandList {
@@ -246,15 +260,7 @@ unsafe impl Send for CommandList {}
 impl CommandList {
     /// An asynchronous immediate command list on command-queue group `ordinal`, queue 0.
     pub fn immediate(ctx: &Arc<Context>, ordinal: u32) -> Result<Self> {
-        let desc = sys::ze_command_queue_desc_t {
-            stype: sys::ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC,
-            pNext: ptr::null(),
-            ordinal,
-            index: 0,
-            flags: 0,
-            mode: sys::ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS,
-            priority: sys::ZE_COMMAND_QUEUE_PRIORITY_NORMAL,
-        };
+        let desc = queue_desc(ordinal);
         let mut raw: sys::ze_command_list_handle_t = ptr::null_mut();
         // SAFETY: valid context, device, descriptor and out pointer.
         unsafe { ze!(ctx.api, zeCommandListCreateImmediate(ctx.raw, ctx.device, &desc, &mut raw))? };
@@ -299,15 +305,7 @@ unsafe impl Sync for CommandQueue {}
 impl CommandQueue {
     /// An asynchronous queue on command-queue group `ordinal`, queue 0.
     pub fn new(ctx: &Arc<Context>, ordinal: u32) -> Result<Arc<Self>> {
-        let desc = sys::ze_command_queue_desc_t {
-            stype: sys::ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC,
-            pNext: ptr::null(),
-            ordinal,
-            index: 0,
-            flags: 0,
-            mode: sys::ZE_COMMAND_QUEUE_MODE_ASYNCHRONOUS,
-            priority: sys::ZE_COMMAND_QUEUE_PRIORITY_NORMAL,
-        };
+        let desc = queue_desc(ordinal);
         let mut raw: sys::ze_command_queue_handle_t = ptr::null_mut();
         // SAFETY: valid context, device, descriptor and out pointer.
         unsafe { ze!(ctx.api, zeCommandQueueCreate(ctx.raw, ctx.device, &desc, &mut raw))? };

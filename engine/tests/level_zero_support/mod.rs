@@ -89,3 +89,26 @@ pub fn null_driver_case(name: &str) {
     assert!(!text.contains("ZE_RESULT_ERROR"), "a Level Zero call failed:\n{text}");
     assert_eq!(reported(&text, "LZ-OPS"), Some("ok"), "{text}");
 }
+
+/// The number the child printed as `PREFIX: value`; panics with the child's output when it is missing.
+pub fn number(text: &str, prefix: &str) -> f64 {
+    reported(text, prefix).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no number {prefix} in:\n{text}"))
+}
+
+/// Checks the child's `LZ-COUNTS` line (`Kind created/destroyed` pairs, then `failed_calls N`): no failed call and
+/// every kind balanced; with `all_used`, every kind but build logs was created at least once.
+pub fn assert_counts_balanced(text: &str, all_used: bool) {
+    use rserve_engine::backend::level_zero::HandleKind;
+    let counts = reported(text, "LZ-COUNTS").unwrap_or_else(|| panic!("no counts in:\n{text}"));
+    let words: Vec<&str> = counts.split_whitespace().collect();
+    assert_eq!(words.last(), Some(&"0"), "failed calls: {counts}");
+    for kind in HandleKind::ALL {
+        let name = format!("{kind:?}");
+        let i = words.iter().position(|w| *w == name).unwrap_or_else(|| panic!("{name} missing from {counts}"));
+        let (c, d) = words[i + 1].split_once('/').unwrap();
+        assert_eq!(c, d, "{name}: created/destroyed {c}/{d} ({counts})");
+        if all_used && kind != HandleKind::BuildLog {
+            assert_ne!(c, "0", "{name}: nothing was created ({counts})");
+        }
+    }
+}
