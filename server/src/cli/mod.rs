@@ -159,12 +159,13 @@ pub struct ModelArgs {
     /// Accepted for compatibility (rserve never runs code from model repositories).
     #[arg(long)]
     pub trust_remote_code: bool,
-    /// Run every step op by op: never capture CUDA graphs of decode steps (`--device cuda`; other devices always
-    /// run eagerly).
+    /// Run every step op by op: never record decode steps (CUDA graphs on `--device cuda`, command lists on
+    /// `--device level-zero`; the CPU and OpenCL always run op by op).
     #[arg(long)]
     pub enforce_eager: bool,
-    /// Timing output on `--device cuda`: `graph` prints the wall and GPU-busy time per graph decode step every 64
-    /// steps; `ops` a per-op breakdown of eager steps (with `--enforce-eager` for decode steps).
+    /// Timing output: `graph` prints the wall and device-busy time per recorded decode step every 64 steps
+    /// (`--device cuda`); `ops` a per-op breakdown of eager steps on `--device cuda` (with `--enforce-eager` for
+    /// decode steps).
     #[arg(long, value_parser = ["off", "graph", "ops"], default_value = "off")]
     pub profile: String,
 }
