@@ -1,9 +1,9 @@
 //! A step's batch as the kernels read it. Runners take the scheduler's `ScheduledSeq`s as they are; `FlatBatch`
 //! checks them against the cache and flattens them in one pass into the host vectors the kernels read (token ids,
 //! positions, slots, query starts, context lengths, block tables, last rows; slots and tables once per KV cache
-//! group), and `DeviceBatch` is the same on a backend. `forward_stage` flattens and uploads each step; the CUDA graph runner keeps one `DeviceBatch` per
-//! batch-size bucket and overwrites it in place, padding a decode batch to its bucket with rows that only touch a
-//! reserved KV block.
+//! group), and `DeviceBatch` is the same on a backend. A step run op by op uploads a new one; on a backend that
+//! records steps, the runner keeps one `DeviceBatch` per batch-size bucket and overwrites it in place, padding a
+//! decode batch to its bucket with rows that only touch a reserved KV block.
 //!
 //! The batch is checked here once a step: the ops of every layer then bound their indices in O(1).
 

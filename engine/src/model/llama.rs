@@ -14,8 +14,7 @@ use crate::model::flat::{DeviceBatch, FlatBatch};
 use crate::model::kv_cache::PagedKvCache;
 use crate::model::rope;
 use crate::model::rope::RopeTable;
-use crate::model::shard::{apply_cut, NoComm, Shard, TpCollective};
-use crate::runner::StepMasks;
+use crate::model::shard::{apply_cut, Shard, TpCollective};
 use crate::weights::Weights;
 use candle_core::Tensor;
 use rserve_scheduler::ScheduledSeq;
@@ -442,63 +441,6 @@ impl<B: Backend> LlamaModel<B> {
         let out = b.alloc_f32_scratch(n * h)?;
         b.run(Op::MoeCombine { y: &y, tiles: &tiles, weights: &weights, out: &out, rows: n, top_k, width: h })?;
         Ok(out)
-    }
-
-    /// Runs one step of the whole model: writes the batch's K/V into `cache` and returns `[num_seqs, vocab]` logits
-    /// (row-major) of the last token of each sequence.
-    pub fn forward(&self, b: &B, batch: &[ScheduledSeq], cache: &PagedKvCache<B>) -> Result<Vec<f32>> {
-        match self.forward_stage(b, batch, cache, &NoComm, None)? {
-            StageOutput::Logits(l) => Ok(l),
-            StageOutput::Hidden(_) => {
-                Err(EngineError::Backend("forward() on a model shard without the LM head".into()))
-            }
-        }
-    }
-
-    /// `forward` for a step with grammar masks: `masks` is called once the step's ops are queued on the device, and
-    /// its masks are applied to the logits there (`Op::MaskLogits`) before they are read back.
-    pub fn forward_masked(
-        &self,
-        b: &B,
-        batch: &[ScheduledSeq],
-        cache: &PagedKvCache<B>,
-        masks: &mut dyn FnMut() -> StepMasks,
-    ) -> Result<Vec<f32>> {
-        let num_seqs = batch.len();
-        if num_seqs == 0 {
-            return Ok(Vec::new());
-        }
-        let flat = self.flatten(batch, cache, cache.num_blocks, 0)?;
-        let dev = DeviceBatch::upload(b, &flat)?;
-        let DeviceOutput::Logits(logits) = self.forward_device(b, &flat, &dev, cache, &NoComm, None)? else {
-            return Err(EngineError::Backend("forward_masked() on a model shard without the LM head".into()));
-        };
-        masks().apply_on(b, &logits, num_seqs, self.params.vocab_size)?;
-        Ok(b.download_f32(&logits)?)
-    }
-
-    /// Runs one step and chooses each sequence's next token on the device (`sampling::device::sample_on`): only
-    /// ids (and requested log-probs) are read back. `masks` (a step with constrained rows) is called once the step's
-    /// ops are queued.
-    pub fn forward_sampled(
-        &self,
-        b: &B,
-        batch: &[ScheduledSeq],
-        cache: &PagedKvCache<B>,
-        sampling: &crate::sampling::StepSampling,
-        masks: Option<&mut dyn FnMut() -> StepMasks>,
-    ) -> Result<crate::sampling::SampledRows> {
-        let num_seqs = batch.len();
-        if num_seqs == 0 {
-            return Ok(Default::default());
-        }
-        let flat = self.flatten(batch, cache, cache.num_blocks, 0)?;
-        let dev = DeviceBatch::upload(b, &flat)?;
-        let DeviceOutput::Logits(logits) = self.forward_device(b, &flat, &dev, cache, &NoComm, None)? else {
-            return Err(EngineError::Backend("forward_sampled() on a model shard without the LM head".into()));
-        };
-        let grammar = masks.map(|m| m());
-        crate::sampling::device::sample_on(b, &logits, num_seqs, self.params.vocab_size, sampling, grammar)
     }
 
     /// Runs this shard's part of one step. `input` is the previous stage's hidden states (None on the first stage);

@@ -199,22 +199,23 @@ impl<B: Backend> ModelRunner<B> {
                 Ok(StepOutput::Logits(all))
             }
             Want::Argmax => {
-                let ids = match (ids, &masks) {
-                    (Some(ids), None) => return Ok(StepOutput::Ids(b.download_u32(ids, real)?)),
-                    (Some(ids), Some(m)) => {
-                        m.apply_on(b, logits, real, vocab)?;
-                        b.run(Op::ArgmaxRows { x: logits, out: ids, rows: real, width: vocab })?;
-                        return Ok(StepOutput::Ids(b.download_u32(ids, real)?));
-                    }
-                    (None, m) => {
-                        if let Some(m) = m {
-                            m.apply_on(b, logits, real, vocab)?;
-                        }
-                        b.alloc_u32_output(real)?
+                if let (Some(ids), None) = (ids, &masks) {
+                    return Ok(StepOutput::Ids(b.download_u32(ids, real)?));
+                }
+                if let Some(m) = &masks {
+                    m.apply_on(b, logits, real, vocab)?;
+                }
+                // Masked rows pick again from the masked logits (a recording's own argmax ran before the masks).
+                let fresh;
+                let out = match ids {
+                    Some(ids) => ids,
+                    None => {
+                        fresh = b.alloc_u32_output(real)?;
+                        &fresh
                     }
                 };
-                b.run(Op::ArgmaxRows { x: logits, out: &ids, rows: real, width: vocab })?;
-                Ok(StepOutput::Ids(b.download_u32(&ids, real)?))
+                b.run(Op::ArgmaxRows { x: logits, out, rows: real, width: vocab })?;
+                Ok(StepOutput::Ids(b.download_u32(out, real)?))
             }
         }
     }
