@@ -11,11 +11,14 @@
 //! Invariant: the concatenation of every piece returned by `push` plus `finish` equals
 //! `tokenizer.decode(all_ids, skip_special_tokens)` (for a detokenizer made by `new`). Pieces never end inside a
 //! character; a U+FFFD that the full decode also has is sent once it can no longer change.
+//! Byte-level BPE decoders are concatenative over bytes: for them the window is not needed, each id's bytes are
+//! appended to a `ByteStream` (`byte_stream.rs`), which holds back at most an unfinished character.
 //! One bounded exception: a byte-fallback run (`<0xNN>` tokens) longer than `MAX_BYTE_RUN_TOKENS` is sent while
 //! valid, although the tokenizer's decoder would turn the whole run into U+FFFD if an invalid byte came later.
 
 use std::sync::Arc;
 
+use super::byte_stream::ByteStream;
 use super::Tokenizer;
 use crate::error::Result;
 use rserve_scheduler::TokenId;
@@ -42,18 +45,25 @@ pub struct IncrementalDetokenizer {
     read: usize,
     /// `decode(ids[..read])`, cached.
     prefix_text: String,
+    /// Set when the tokenizer's decode is concatenative over bytes: the window is then unused.
+    bytes: Option<ByteStream>,
 }
 
 impl IncrementalDetokenizer {
     /// A detokenizer with no context: its output is exactly `decode(ids, skip_special_tokens)`.
     pub fn new(tokenizer: Arc<Tokenizer>, skip_special_tokens: bool) -> Self {
-        Self { tokenizer, skip_special_tokens, ids: Vec::new(), read: 0, prefix_text: String::new() }
+        let bytes = tokenizer.decode_bytes_of(TokenId(0)).map(|_| ByteStream::default());
+        Self { tokenizer, skip_special_tokens, ids: Vec::new(), read: 0, prefix_text: String::new(), bytes }
     }
 
     /// A detokenizer whose first piece is decoded after the last few `prompt_ids`, so a sentencepiece-style leading
     /// space of the first generated token is kept (as it would be in `decode(prompt + generated)`). The prompt's
     /// text is not returned.
     pub fn with_prompt(tokenizer: Arc<Tokenizer>, prompt_ids: &[TokenId], skip_special_tokens: bool) -> Result<Self> {
+        if tokenizer.decode_bytes_of(TokenId(0)).is_some() {
+            // Concatenative: the prompt cannot change how the first generated token decodes.
+            return Ok(Self::new(tokenizer, skip_special_tokens));
+        }
         let mut context: Vec<u32> = prompt_ids
             .iter()
             .copied()
@@ -63,7 +73,7 @@ impl IncrementalDetokenizer {
         context.drain(..context.len().saturating_sub(PROMPT_CONTEXT_TOKENS));
         let prefix_text = tokenizer.decode_raw(&context, skip_special_tokens)?;
         let read = context.len();
-        Ok(Self { tokenizer, skip_special_tokens, ids: context, read, prefix_text })
+        Ok(Self { tokenizer, skip_special_tokens, ids: context, read, prefix_text, bytes: None })
     }
 
     /// Feeds one generated id; returns the text that became final (often empty).
@@ -72,6 +82,9 @@ impl IncrementalDetokenizer {
         // sentencepiece decoders from treating the next token as the first one.
         if self.skip_special_tokens && self.tokenizer.is_special_token(id) {
             return Ok(String::new());
+        }
+        if let Some(stream) = self.bytes.as_mut() {
+            return Ok(stream.push(self.tokenizer.decode_bytes_of(id).unwrap_or_default()));
         }
         self.ids.push(id.0);
         let text = self.decode(&self.ids)?;
@@ -110,6 +123,9 @@ impl IncrementalDetokenizer {
 
     /// Ends the stream: returns whatever is still held back (possibly with U+FFFD, as the full decode has it).
     pub fn finish(&mut self) -> Result<String> {
+        if let Some(stream) = self.bytes.as_mut() {
+            return Ok(stream.finish());
+        }
         let text = self.decode(&self.ids)?;
         let out = suffix_after(&text, &self.prefix_text).to_owned();
         self.prefix_text = text;
@@ -117,14 +133,15 @@ impl IncrementalDetokenizer {
         Ok(out)
     }
 
-    /// How many ids the window holds now (context plus unsent); small for real text, whatever the output length.
+    /// How many ids the window holds now (context plus unsent; with a byte stream, the ids whose bytes wait for the
+    /// rest of a character); small for real text, whatever the output length.
     pub fn window_len(&self) -> usize {
-        self.ids.len()
+        self.bytes.as_ref().map_or(self.ids.len(), ByteStream::held_ids)
     }
 
     /// True when ids are held back waiting for more bytes.
     pub fn has_pending(&self) -> bool {
-        self.read < self.ids.len()
+        self.bytes.as_ref().map_or(self.read < self.ids.len(), |b| b.held_ids() > 0)
     }
 
     /// `text` = `decode(ids[..end])`: sends what lies past the prefix text and moves the window.

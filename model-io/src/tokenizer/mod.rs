@@ -10,12 +10,14 @@
 //! The public API speaks [`TokenId`]; the wrapped `tokenizers` crate and the fields here keep bare `u32`s.
 
 mod byte_level;
+mod byte_stream;
 pub mod detok;
 mod gguf;
 mod hf_config;
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::Content;
 use tokenizers::DecoderWrapper;
@@ -41,6 +43,9 @@ pub struct Tokenizer {
     /// Ids of `<0xNN>` tokens when the decoder turns them into bytes (sentencepiece byte fallback); else empty.
     byte_fallback_ids: HashSet<u32>,
     byte_level_decoder: bool,
+    /// With a byte-level decoder: the bytes each id stands for in a decode (empty for ids outside the vocabulary),
+    /// so streaming can concatenate them instead of decoding windows of ids.
+    decode_bytes: Option<Arc<[Box<[u8]>]>>,
 }
 
 /// Special-token names/ids gathered from a source, before they are checked against the vocabulary.
@@ -113,6 +118,7 @@ impl Tokenizer {
             inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
         let byte_level_decoder = matches!(inner.get_decoder(), Some(DecoderWrapper::ByteLevel(_)));
         let byte_fallback_ids = byte_fallback_ids(&inner);
+        let decode_bytes = byte_level_decoder.then(|| decode_bytes(&inner));
         let id_of = |token: &Option<String>| token.as_deref().and_then(|t| inner.token_to_id(t));
 
         let mut bos_token = specials.bos_token;
@@ -174,6 +180,7 @@ impl Tokenizer {
             special_ids,
             byte_fallback_ids,
             byte_level_decoder,
+            decode_bytes,
         })
     }
 
@@ -315,6 +322,13 @@ impl Tokenizer {
         self.byte_fallback_ids.contains(&id.0)
     }
 
+    /// The bytes `id` adds to a decode, when the decoder is concatenative over bytes (byte-level BPE); `None` for
+    /// other decoders. Ids outside the vocabulary add nothing.
+    pub(crate) fn decode_bytes_of(&self, id: TokenId) -> Option<&[u8]> {
+        let table = self.decode_bytes.as_ref()?;
+        Some(table.get(id.0 as usize).map_or(&[][..], |b| &b[..]))
+    }
+
     /// The wrapped tokenizer (e.g. to `.save()` it as `tokenizer.json`).
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
@@ -329,6 +343,19 @@ fn byte_fallback_ids(inner: &tokenizers::Tokenizer) -> HashSet<u32> {
         return HashSet::new();
     }
     (0..=255u32).filter_map(|b| inner.token_to_id(&format!("<0x{b:02X}>"))).collect()
+}
+
+/// What the byte-level decoder makes of each id: the byte of every character of the token's string, or the
+/// string's own UTF-8 when a character lies outside the byte-level alphabet (as `tokenizers`' `ByteLevel` decoder).
+fn decode_bytes(inner: &tokenizers::Tokenizer) -> Arc<[Box<[u8]>]> {
+    let n = inner.get_vocab_size(true) as u32;
+    let top = inner.get_added_tokens_decoder().keys().copied().max().map_or(n, |m| n.max(m + 1));
+    (0..top)
+        .map(|id| match inner.id_to_token(id) {
+            Some(token) => byte_level::unspell(&token).unwrap_or_else(|| token.into_bytes()).into_boxed_slice(),
+            None => Box::default(),
+        })
+        .collect()
 }
 
 #[allow(dead_code)]
