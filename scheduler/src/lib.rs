@@ -59,6 +59,7 @@ pub use block_hash::BlockHasher;
 pub use block_pool::BlockPool;
 pub use config::{SchedulerConfig, DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS};
 pub use error::SchedulerError;
+pub use id_map::{IdMap, IdSet};
 pub use ids::{BlockHash, BlockId, RequestId, TokenId};
 pub use kv_cache_manager::{KvCacheManager, RequestBlocks};
 pub use kv_groups::{KvGroupSpec, NULL_BLOCK};

@@ -2,13 +2,12 @@
 //! commands, runs steps while work exists, samples, and streams each request's events. A step that fails fails its
 //! requests; a panic ends the loop with an error to every request it holds (`faults.rs` says why).
 
-use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rserve_scheduler::{FinishStatus, NewRequest, RequestId, Scheduler, SchedulerOutput, TokenId};
+use rserve_scheduler::{FinishStatus, IdMap, NewRequest, RequestId, Scheduler, SchedulerOutput, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::faults::{self, StepHooks};
@@ -51,7 +50,7 @@ pub(crate) struct EngineLoop {
     pub(crate) metrics: Arc<EngineMetrics>,
     pub(crate) eos_token_ids: Vec<TokenId>,
     pub(crate) seed: u64,
-    live: HashMap<RequestId, Live>,
+    live: IdMap<RequestId, Live>,
     shutting_down: bool,
     /// Testing only (`--testing-fail-engine-after-requests N`): the request after the first N makes the thread exit as
     /// if it had crashed.
@@ -83,7 +82,7 @@ impl EngineLoop {
             metrics,
             eos_token_ids,
             seed,
-            live: HashMap::new(),
+            live: IdMap::default(),
             shutting_down: false,
             fail_after_requests: None,
             requests_seen: 0,
@@ -390,7 +389,7 @@ impl EngineLoop {
         sampling: &StepSampling,
     ) -> crate::Result<(SampledRows, Vec<Option<String>>)> {
         let vocab = self.runner.vocab_size();
-        let mut live: HashMap<RequestId, &mut GrammarState> =
+        let mut live: IdMap<RequestId, &mut GrammarState> =
             self.live.iter_mut().filter_map(|(id, l)| Some((*id, l.constraint.as_mut()?))).collect();
         let rows: Vec<Option<&mut GrammarState>> =
             out.seqs.iter().map(|s| if s.sample { live.remove(&s.request_id) } else { None }).collect();
