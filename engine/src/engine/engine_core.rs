@@ -1,6 +1,6 @@
 //! `EngineCore`: the engine loop driven one step at a time on the caller's thread, without the engine thread, its
-//! command channel or the server: requests go in, `step()` runs one scheduler step through the runner and hands each
-//! request's output to its event channel. The host side of a step can be measured with it
+//! command channel or the server: requests go in, `step()` runs one scheduler step through the runner and hands its
+//! tokens to the output thread, which sends each request's events. The host side of a step can be measured with it
 //! (`benches/benches/host_step.rs`) with a runner that does the runner's host work and no device work.
 
 use std::sync::Arc;
@@ -40,18 +40,21 @@ impl EngineCore {
     pub fn add(&mut self, id: RequestId, request: GenerateRequest) -> UnboundedReceiver<RequestEvent> {
         let (tx, rx) = unbounded_channel();
         self.inner.add(id, request, tx);
+        self.inner.flush();
         rx
     }
 
     /// Ends a request as a client abort does (its blocks are freed at once); its channel gets no further event.
     pub fn abort(&mut self, id: RequestId) {
         self.inner.handle(super::handle::Command::Abort { id });
+        self.inner.flush();
     }
 
-    /// Runs one engine step: schedule, the runner's step, the token choice, the scheduler's update and each
-    /// request's output.
+    /// Runs one engine step: the requests the output thread ended are aborted, then schedule, the runner's step,
+    /// the token choice, the scheduler's update, and the step's tokens go to the output thread (which makes each
+    /// request's events on its own thread, as in the server).
     pub fn step(&mut self) {
-        self.inner.step();
+        self.inner.step_once();
     }
 
     /// The scheduler (its queues and KV cache).

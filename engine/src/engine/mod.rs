@@ -11,6 +11,7 @@ pub mod handle;
 mod masks;
 pub mod metrics;
 mod output;
+mod output_thread;
 pub(crate) mod phase;
 pub mod replicas;
 mod start;

@@ -1,5 +1,6 @@
 //! The engine loop: one thread owns the scheduler, the model runner and every live request's state. It takes
-//! commands, runs steps while work exists, samples, and streams each request's events. A step that fails fails its
+//! commands, runs steps while work exists, samples, and hands each step's tokens to the output thread
+//! (`output_thread.rs`), which makes the requests' events while the next step runs. A step that fails fails its
 //! requests; a panic ends the loop with an error to every request it holds (`faults.rs` says why).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -15,26 +16,25 @@ use super::handle::Command;
 use super::masks::GrammarState;
 use super::metrics::{EngineMetrics, Finished, RequestStats};
 use super::output::TextOutput;
-use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage};
+use super::output_thread::{self, Ended, ToOutput};
+use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, Usage};
 use crate::runner::StepRunner;
-use crate::sampling::{self, RowParams, SampledRows, StepSampling, NO_LOGPROBS};
+use crate::sampling::{self, RowLogprobs, RowParams, SampledRows, StepSampling, NO_LOGPROBS};
 use crate::structured::Constraint;
 use crate::tokenizer::Tokenizer;
 
 /// State of one request while it lives in the engine.
 struct Live {
-    events: UnboundedSender<RequestEvent>,
     prompt: Vec<TokenId>,
     output: Vec<TokenId>,
     sampling: SamplingParams,
     /// The key of the request's random stream: its `seed`, or one derived from the engine's seed and its id.
     seed: u64,
-    text: TextOutput,
     /// Timestamps and counts for the metrics (queue, prefill, decode times ...).
     stats: RequestStats,
     cached_tokens: usize,
-    /// Log-probs of tokens sampled this step, sent with the next delta.
-    logprobs: Vec<TokenLogprob>,
+    /// Log-probs of the token sampled this step, sent with it.
+    logprobs: Option<RowLogprobs>,
     /// The model's EOS ids stop this request (`ignore_eos` unset).
     stops_on_eos: bool,
     /// Structured output: the grammar state that masks this request's logits.
@@ -64,6 +64,13 @@ pub(crate) struct EngineLoop {
     pub(crate) max_request_time: Option<Duration>,
     /// Set once a panic ended the loop (shared with `EngineHandle`, whose `is_alive` turns false at once).
     pub(crate) dead: Arc<AtomicBool>,
+    /// This step's messages to the output thread, sent together when the step ends.
+    outbox: Vec<ToOutput>,
+    /// The output thread's inbox (`None` once closed) and its thread.
+    to_output: Option<std::sync::mpsc::Sender<Vec<ToOutput>>>,
+    output_thread: Option<std::thread::JoinHandle<()>>,
+    /// Requests the output thread ended (stop strings, closed channels), for the scheduler to abort.
+    ended: std::sync::mpsc::Receiver<Ended>,
 }
 
 impl EngineLoop {
@@ -75,6 +82,16 @@ impl EngineLoop {
         eos_token_ids: Vec<TokenId>,
         seed: u64,
     ) -> Self {
+        let (to_output, inbox) = std::sync::mpsc::channel();
+        let (ended_tx, ended) = std::sync::mpsc::channel();
+        let tok = tokenizer.clone();
+        // Without its own thread (none can be started) the loop still works: every send then fails and the engine
+        // reports itself dead, as after a panic.
+        let output_thread = std::thread::Builder::new()
+            .name("rserve-output".into())
+            .spawn(move || output_thread::run(tok, inbox, ended_tx))
+            .map_err(|e| tracing::error!("cannot start the output thread: {e}"))
+            .ok();
         Self {
             scheduler,
             runner,
@@ -90,7 +107,58 @@ impl EngineLoop {
             hooks: StepHooks::default(),
             max_request_time: None,
             dead: Arc::new(AtomicBool::new(false)),
+            outbox: Vec::new(),
+            to_output: Some(to_output),
+            output_thread,
+            ended,
         }
+    }
+
+    /// Sends this step's messages to the output thread.
+    pub(super) fn flush(&mut self) {
+        if self.outbox.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.outbox);
+        let sent = self.to_output.as_ref().is_some_and(|tx| tx.send(batch).is_ok());
+        if !sent && !self.dead.swap(true, Ordering::SeqCst) {
+            tracing::error!("the output thread is gone: no request can get its output; the engine stops");
+            self.shutting_down = true;
+        }
+    }
+
+    /// Lets the output thread finish what it was sent, and waits for it.
+    fn close_outputs(&mut self) {
+        self.flush();
+        self.to_output = None;
+        if let Some(t) = self.output_thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Aborts the requests the output thread ended (a stop string matched, the client is gone, the text failed).
+    fn apply_ended(&mut self) {
+        while let Ok(e) = self.ended.try_recv() {
+            let (id, reason) = match e {
+                Ended::Stop(id) => (id, "stop"),
+                Ended::Gone(id) => (id, "abort"),
+                Ended::Failed(id) => (id, "error"),
+            };
+            if let Some(live) = self.live.remove(&id) {
+                self.observe_end(&live, reason);
+                self.scheduler.abort(id);
+            }
+        }
+    }
+
+    /// One turn of the loop's work: the output thread's ends, one step, its messages out.
+    pub(super) fn step_once(&mut self) {
+        self.apply_ended();
+        if self.scheduler.has_unfinished() {
+            self.step_started = Instant::now();
+            self.step();
+        }
+        self.flush();
     }
 
     /// Runs until a `Shutdown` command arrives or every handle is gone, or until a panic: the engine is dead then,
@@ -102,12 +170,15 @@ impl EngineLoop {
             Ok(()) => self.publish_gauges(),
             Err(payload) => self.die(&faults::panic_message(&*payload), &rx),
         }
+        self.close_outputs();
     }
 
     /// The loop proper.
     fn serve(&mut self, rx: &std::sync::mpsc::Receiver<Command>) {
         loop {
+            self.apply_ended();
             if !self.scheduler.has_unfinished() {
+                self.flush();
                 self.publish_gauges();
                 match rx.recv() {
                     Ok(cmd) => self.handle(cmd),
@@ -122,13 +193,11 @@ impl EngineLoop {
                 for id in ids {
                     self.finish(id, FinishReason::Abort, None, false);
                 }
+                self.flush();
                 break;
             }
             self.expire_overdue();
-            if self.scheduler.has_unfinished() {
-                self.step_started = Instant::now();
-                self.step();
-            }
+            self.step_once();
         }
     }
 
@@ -143,10 +212,12 @@ impl EngineLoop {
             self.live.len()
         );
         let error = format!("the engine failed: {message}");
-        for (_, live) in std::mem::take(&mut self.live) {
+        // What is still in the outbox (requests added before the step, tokens it made) goes first.
+        for (id, live) in std::mem::take(&mut self.live) {
             self.observe_end(&live, "error");
-            let _ = live.events.send(RequestEvent::Error(error.clone()));
+            self.outbox.push(ToOutput::Fail { id, message: error.clone() });
         }
+        self.flush();
         while let Ok(cmd) = rx.try_recv() {
             if let Command::Add { events, .. } = cmd {
                 let _ = events.send(RequestEvent::Error(error.clone()));
@@ -190,6 +261,7 @@ impl EngineLoop {
                 if let Some(live) = self.live.remove(&id) {
                     self.observe_end(&live, "abort");
                     self.scheduler.abort(id);
+                    self.outbox.push(ToOutput::Forget { id });
                 }
             }
             Command::ResetPrefixCache { preempt_running, reply } => {
@@ -215,7 +287,9 @@ impl EngineLoop {
     fn fail_for_testing(&mut self, events: UnboundedSender<RequestEvent>) {
         tracing::error!("--testing-fail-engine-after-requests: the engine thread exits now, as if it had failed");
         drop(events);
-        self.live.clear();
+        for (id, _) in std::mem::take(&mut self.live) {
+            self.outbox.push(ToOutput::Forget { id });
+        }
         self.shutting_down = true;
     }
 
@@ -252,18 +326,18 @@ impl EngineLoop {
             return;
         }
         let constraint = sampling.constraint.as_ref().map(|g| GrammarState::new(Constraint::new(g)));
+        let prompt_tokens = prompt_token_ids.len();
+        self.outbox.push(ToOutput::Add { id, text: Box::new(text), events, prompt_tokens });
         self.live.insert(
             id,
             Live {
-                events,
                 prompt: prompt_token_ids,
                 output: Vec::new(),
                 sampling,
                 seed,
-                text,
                 stats: RequestStats::new(Instant::now(), stop.max_tokens),
                 cached_tokens: 0,
-                logprobs: Vec::new(),
+                logprobs: None,
                 stops_on_eos: !stop.ignore_eos,
                 constraint,
                 include_stop,
@@ -363,15 +437,7 @@ impl EngineLoop {
             if let Some(g) = live.constraint.as_mut() {
                 g.sampled(token);
             }
-            if let Some(lp) = lp {
-                let name = |id: TokenId| self.tokenizer.token_to_string(id).unwrap_or_default();
-                live.logprobs.push(TokenLogprob {
-                    token_id: token,
-                    token: name(token),
-                    logprob: lp.chosen,
-                    top: lp.top.into_iter().map(|(id, l)| (TokenId(id), name(TokenId(id)), l)).collect(),
-                });
-            }
+            live.logprobs = lp;
             sampled.push((s.request_id, token));
         }
         for (id, message) in failed {
@@ -426,7 +492,7 @@ impl EngineLoop {
         tracing::error!("request {} failed: {message}", id.0);
         if let Some(live) = self.live.remove(&id) {
             self.observe_end(&live, "error");
-            let _ = live.events.send(RequestEvent::Error(message));
+            self.outbox.push(ToOutput::Fail { id, message });
         }
         self.scheduler.abort(id);
     }
@@ -435,46 +501,16 @@ impl EngineLoop {
         let now = Instant::now();
         let Some(live) = self.live.get_mut(&id) else { return };
         let stops_on_eos = live.stops_on_eos;
-        let mut text = String::new();
-        let mut stop_str = None;
         if let Some(t) = token {
             live.output.push(t);
             let timing = live.stats.token(now);
             self.metrics.observe_token(timing, live.prompt.len(), live.cached_tokens);
             // A stop token's own text is not part of the output, unless the request asked for it.
-            if live.include_stop || !matches!(finished, Some(FinishStatus::StopToken(_))) {
-                match live.text.push(t) {
-                    Ok((s, stop)) => {
-                        text = s;
-                        stop_str = stop;
-                    }
-                    Err(e) => {
-                        let _ = live.events.send(RequestEvent::Error(e.to_string()));
-                        if let Some(live) = self.live.remove(&id) {
-                            self.observe_end(&live, "error");
-                        }
-                        self.scheduler.abort(id);
-                        return;
-                    }
-                }
-            }
+            let show = live.include_stop || !matches!(finished, Some(FinishStatus::StopToken(_)));
+            let (logprobs, cached_tokens) = (live.logprobs.take(), live.cached_tokens);
+            self.outbox.push(ToOutput::Token { id, token: t, show, logprobs, cached_tokens });
         }
-        let logprobs = std::mem::take(&mut live.logprobs);
-        if !text.is_empty() || token.is_some() {
-            let delta = RequestEvent::Delta { text, token_ids: token.into_iter().collect(), logprobs };
-            if live.events.send(delta).is_err() {
-                // The client went away: free its blocks now.
-                if let Some(live) = self.live.remove(&id) {
-                    self.observe_end(&live, "abort");
-                }
-                self.scheduler.abort(id);
-                return;
-            }
-        }
-        if let Some(s) = stop_str {
-            self.scheduler.abort(id);
-            self.finish(id, FinishReason::Stop, Some(StopReason::Text(s)), false);
-        } else if let Some(f) = finished {
+        if let Some(f) = finished {
             let (reason, stop) = match f {
                 // As vLLM: the model's EOS is checked first and reports no stop reason, even when the user listed
                 // the same id in stop_token_ids.
@@ -488,24 +524,17 @@ impl EngineLoop {
         }
     }
 
-    /// Sends the request's last text (when `flush`) and its `Finished` event, and forgets it. The scheduler side is
-    /// already done (or is aborted by the caller).
+    /// Has the output thread send the request's last text (when `flush`) and its `Finished` event, and forgets it.
+    /// The scheduler side is already done (or is aborted by the caller).
     fn finish(&mut self, id: RequestId, reason: FinishReason, stop_reason: Option<StopReason>, flush: bool) {
-        let Some(mut live) = self.live.remove(&id) else { return };
-        if flush {
-            if let Ok((rest, _)) = live.text.finish() {
-                if !rest.is_empty() {
-                    let _ = live.events.send(RequestEvent::Delta { text: rest, token_ids: vec![], logprobs: vec![] });
-                }
-            }
-        }
+        let Some(live) = self.live.remove(&id) else { return };
         let usage = Usage {
             prompt_tokens: live.prompt.len(),
             completion_tokens: live.output.len(),
             cached_tokens: live.cached_tokens,
         };
         self.observe_end(&live, reason.as_str());
-        let _ = live.events.send(RequestEvent::Finished { reason, usage, stop_reason });
+        self.outbox.push(ToOutput::Finish { id, reason, stop_reason, usage, flush });
     }
 
     fn fail_step(&mut self, out: &SchedulerOutput, message: &str) {
@@ -513,7 +542,8 @@ impl EngineLoop {
         for s in &out.seqs {
             if let Some(live) = self.live.remove(&s.request_id) {
                 self.observe_end(&live, "error");
-                let _ = live.events.send(RequestEvent::Error(format!("model step failed: {message}")));
+                let (id, message) = (s.request_id, format!("model step failed: {message}"));
+                self.outbox.push(ToOutput::Fail { id, message });
             }
             self.scheduler.abort(s.request_id);
         }
