@@ -4,8 +4,8 @@
 //! split-KV decode over a long context) appended without a single failed call; at shutdown every handle the wrapper
 //! created is destroyed. Decode steps of one batch at growing contexts build the attention work split once, not once
 //! a step. A sampled decode step reads back one id per row. Decode steps of one batch shape replay one recorded
-//! command list: over 100 steps no command list is created and no device memory allocated, and a step costs the
-//! same few appends on a 30-layer and a 4-layer model. With the null driver nothing executes, so the logits are not
+//! command list: over 100 steps, launched and then collected as the engine does, no command list is created and no
+//! device memory allocated, and a step costs the same few appends on a 30-layer and a 4-layer model. With the null driver nothing executes, so the logits are not
 //! checked.
 //!
 //! Modules: the forward step creates every module from its PVC native binary (`ZE_MODULE_FORMAT_NATIVE`), through
@@ -22,7 +22,7 @@ use rserve_engine::backend::level_zero::{handle_counts, loader_components, modul
 use rserve_engine::backend::Backend;
 use rserve_engine::engine::device::Device;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
-use rserve_engine::runner::{ModelRunner, StepRunner};
+use rserve_engine::runner::{Launch, ModelRunner, StepRunner};
 use rserve_engine::sampling::adjust::Edit;
 use rserve_engine::sampling::{RowParams, StepSampling};
 use rserve_engine::source::{resolve_model, ResolveOptions};
@@ -140,8 +140,13 @@ fn recorded_steps_of(model: &std::path::Path, tag: &str) {
     let (lists, memory) = (created(HandleKind::CommandList), created(HandleKind::DeviceMemory));
     let before = runner.backend().stream_stats().unwrap();
     let pool = runner.backend().memory_usage();
+    // As the engine runs them: launched (the replay queued, nothing waited for), then collected.
+    let greedy =
+        StepSampling { params: [RowParams::GREEDY; 3].iter().flat_map(|r| r.pack()).collect(), ..Default::default() };
     for step in 2..102 {
-        let ids = runner.execute_greedy(&batch(step)).unwrap().unwrap();
+        let launched = runner.launch(&batch(step), &greedy).unwrap();
+        assert!(matches!(launched, Launch::Running), "a recorded decode step is queued, not run to its end");
+        let ids = runner.collect(&greedy).unwrap().ids;
         assert_eq!(ids.len(), 3);
     }
     let after = runner.backend().stream_stats().unwrap();

@@ -18,7 +18,7 @@ use super::metrics::{EngineMetrics, Finished, RequestStats};
 use super::output::TextOutput;
 use super::output_thread::{self, Ended, ToOutput};
 use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, Usage};
-use crate::runner::StepRunner;
+use crate::runner::{Launch, StepRunner};
 use crate::sampling::{self, RowLogprobs, RowParams, SampledRows, StepSampling, NO_LOGPROBS};
 use crate::structured::Constraint;
 use crate::tokenizer::Tokenizer;
@@ -362,13 +362,15 @@ impl EngineLoop {
         } else if constrained {
             self.execute_constrained(&out, &sampling)
         } else {
-            self.runner.execute_sampled(&out.seqs, &sampling, None).map(|r| (r, Vec::new()))
+            self.launch_and_collect(&out, &sampling).map(|r| (r, Vec::new()))
         };
         let sampled = match result {
             Ok((rows, errors)) => self.take_sampled(&out, rows, &errors),
             Err(e) => return self.fail_step(&out, &e.to_string()),
         };
-        self.observe_step(&out);
+        if constrained {
+            self.observe_step(&out);
+        }
         let outputs = self.scheduler.update_from_output(&out, &sampled);
         for o in outputs {
             self.on_output(o.request_id, o.new_token, o.finished);
@@ -376,6 +378,25 @@ impl EngineLoop {
         // Hand the buffers back so the next schedule() refills them instead of allocating.
         self.scheduler.recycle(out);
         self.publish_gauges();
+    }
+
+    /// Runs a step without grammar masks: launched on the device, then, while it computes, the host's work that does
+    /// not need its tokens (the requests the output thread ended, the messages of commands handled before the step,
+    /// the step's metrics and gauges), then its tokens collected.
+    fn launch_and_collect(&mut self, out: &SchedulerOutput, sampling: &StepSampling) -> crate::Result<SampledRows> {
+        match self.runner.launch(&out.seqs, sampling)? {
+            Launch::Done(rows) => {
+                self.observe_step(out);
+                Ok(rows)
+            }
+            Launch::Running => {
+                self.apply_ended();
+                self.flush();
+                self.observe_step(out);
+                self.publish_gauges();
+                self.runner.collect(sampling)
+            }
+        }
     }
 
     /// The step's token choice: each sampling row's draw (its seed, and its output length as the place in its random

@@ -67,6 +67,15 @@ pub enum StepOutput {
     Sampled(SampledRows),
 }
 
+/// What `StepRunner::launch` did.
+#[derive(Debug)]
+pub enum Launch {
+    /// The step ran to its end here: its tokens.
+    Done(SampledRows),
+    /// The step is queued on the device; `collect` chooses and reads its tokens.
+    Running,
+}
+
 /// What the engine thread needs from a runner.
 pub trait StepRunner: Send {
     /// Runs one step over the scheduler's sequences as they are (checked and flattened once, here); returns
@@ -105,6 +114,17 @@ pub trait StepRunner: Send {
         masks: Option<&mut dyn FnMut() -> StepMasks>,
     ) -> Result<SampledRows> {
         sample_on_host(self, batch, sampling, masks)
+    }
+    /// Starts one step without waiting for the device, so the engine does its own work while the device computes;
+    /// `Launch::Running` means `collect` must be called (with the same `sampling`) before the next step. This
+    /// default runs the whole step here (`execute_sampled`).
+    fn launch(&mut self, batch: &[ScheduledSeq], sampling: &StepSampling) -> Result<Launch> {
+        self.execute_sampled(batch, sampling, None).map(Launch::Done)
+    }
+    /// Waits for the launched step and chooses its tokens as `sampling` says.
+    fn collect(&mut self, sampling: &StepSampling) -> Result<SampledRows> {
+        let _ = sampling;
+        Err(crate::error::EngineError::Backend("no step was launched".into()))
     }
     fn vocab_size(&self) -> usize;
     fn device_name(&self) -> String;

@@ -9,6 +9,10 @@
 //! - Every other step (prefill chunks, mixed steps, batches beyond the largest bucket, `--enforce-eager`, backends
 //!   that do not record) uploads its inputs and runs op by op.
 //!
+//! The engine launches a step (`StepRunner::launch`: the inputs written and the replay or the ops queued) and
+//! collects it later (`collect`: the token choice queued behind the forward pass, the ids read), so the host works
+//! while the device computes.
+//!
 //! Either way the token choice happens where the logits are (`sampling::device::sample_on`; a recording's own
 //! argmax for plain greedy steps), so only ids come back, unless the step asks for logits.
 
@@ -23,7 +27,7 @@ use crate::sampling::{SampledRows, StepSampling};
 use crate::weights::Weights;
 
 use super::recorded::{Recorded, RecordedSteps};
-use super::{ProfileMode, RunnerOptions, StepMasks, StepOutput, StepRunner};
+use super::{Launch, ProfileMode, RunnerOptions, StepMasks, StepOutput, StepRunner};
 
 /// What a step reads back.
 enum Want<'s> {
@@ -41,9 +45,26 @@ struct Read<'m, 's> {
     masks: Option<&'m mut dyn FnMut() -> StepMasks>,
 }
 
+/// A step whose forward pass is queued and whose result is not read yet.
+enum Pending<B: Backend> {
+    /// A replay of the recording under this key (its logits and ids are the recording's), of `real` sequences.
+    Replayed { key: (usize, usize), real: usize },
+    /// A step run op by op: its logits.
+    Eager { logits: B::Buffer, real: usize },
+}
+
+/// What `queue` did: the step is read already (a first sight that it recorded, an empty batch), or its forward
+/// pass is queued and `read_pending` reads it as the `Read` says.
+enum Queued<'m, 's, B: Backend> {
+    Done(StepOutput),
+    Pending(Pending<B>, Read<'m, 's>),
+}
+
 /// A llama-family model on backend `B` with its KV cache.
 pub struct ModelRunner<B: Backend> {
-    // Field order is drop order: recordings and their buffers before the model, the cache and the backend.
+    // Field order is drop order: a launched step's buffers and the recordings before the model, the cache and the
+    // backend.
+    launched: Option<Pending<B>>,
     steps: RecordedSteps<B>,
     model: LlamaModel<B>,
     cache: PagedKvCache<B>,
@@ -98,7 +119,7 @@ impl<B: Backend> ModelRunner<B> {
                 steps.buckets
             );
         }
-        Ok(Self { steps, model, cache, usable_blocks: num_blocks, opts, backend })
+        Ok(Self { launched: None, steps, model, cache, usable_blocks: num_blocks, opts, backend })
     }
 
     /// KV blocks the scheduler may hand out.
@@ -144,12 +165,36 @@ impl<B: Backend> ModelRunner<B> {
 
     /// Checks and flattens the step (once: a replayed step checks nothing), then replays it or runs it op by op.
     fn run(&mut self, batch: &[ScheduledSeq], step: Read<'_, '_>) -> Result<StepOutput> {
+        match self.queue(batch, step)? {
+            Queued::Done(out) => Ok(out),
+            Queued::Pending(p, step) => self.read_pending(p, step),
+        }
+    }
+
+    /// Reads a queued step (waiting for the device).
+    fn read_pending(&mut self, p: Pending<B>, step: Read<'_, '_>) -> Result<StepOutput> {
+        match p {
+            Pending::Eager { logits, real } => self.read(&logits, None, real, step),
+            Pending::Replayed { key, real } => {
+                let r = self.steps.recorded.get(&key).ok_or_else(|| EngineError::Backend("recording gone".into()))?;
+                let got = self.read(&r.logits, Some(&r.ids), real, step)?;
+                if let Some(p) = self.steps.profile.as_mut() {
+                    let device_ms = self.steps.recorded.get(&key).and_then(|r| self.backend.replay_ms(&r.rec));
+                    p.step(real, key.0, device_ms.unwrap_or(0.0));
+                }
+                Ok(got)
+            }
+        }
+    }
+
+    /// Checks and flattens the step, then queues its replay or its ops; `step` says how it will be read.
+    fn queue<'m, 's>(&mut self, batch: &[ScheduledSeq], step: Read<'m, 's>) -> Result<Queued<'m, 's, B>> {
         if batch.is_empty() {
-            return Ok(match step.want {
+            return Ok(Queued::Done(match step.want {
                 Want::Logits => StepOutput::Logits(Vec::new()),
                 Want::Argmax => StepOutput::Ids(Vec::new()),
                 Want::Choose(_) => StepOutput::Sampled(SampledRows::default()),
-            });
+            }));
         }
         let bucket = self.bucket_for(batch);
         let width = if bucket.is_some() { self.steps.max_blocks } else { 0 };
@@ -159,11 +204,11 @@ impl<B: Backend> ModelRunner<B> {
             return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
         }
         match bucket {
-            Some(bucket) => self.run_recorded(flat, bucket, step),
+            Some(bucket) => self.queue_recorded(flat, bucket, step),
             None => {
                 let dev = DeviceBatch::upload(&self.backend, &flat)?;
                 let logits = self.forward(&flat, &dev)?;
-                self.read(&logits, None, flat.num_seqs(), step)
+                Ok(Queued::Pending(Pending::Eager { logits, real: flat.num_seqs() }, step))
             }
         }
     }
@@ -222,7 +267,12 @@ impl<B: Backend> ModelRunner<B> {
 
     /// A decode step through its bucket: refill the bucket's inputs, then replay the key's recording, or — first
     /// sight of the key — run the step op by op and record it for the next steps.
-    fn run_recorded(&mut self, mut flat: FlatBatch, bucket: usize, step: Read<'_, '_>) -> Result<StepOutput> {
+    fn queue_recorded<'m, 's>(
+        &mut self,
+        mut flat: FlatBatch,
+        bucket: usize,
+        step: Read<'m, 's>,
+    ) -> Result<Queued<'m, 's, B>> {
         let real = flat.num_seqs();
         flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
         let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
@@ -231,7 +281,7 @@ impl<B: Backend> ModelRunner<B> {
         let dev = &self.steps.inputs[&bucket].dev;
         if self.steps.unrecordable.contains(&key) {
             let logits = self.forward(&flat, dev)?;
-            return self.read(&logits, None, real, step);
+            return Ok(Queued::Pending(Pending::Eager { logits, real }, step));
         }
         let Some(r) = self.steps.recorded.get(&key) else {
             // First sight of this shape: run it op by op (this step's result; it also caches the attention work
@@ -240,16 +290,11 @@ impl<B: Backend> ModelRunner<B> {
             let got = self.read(&logits, None, real, step)?;
             drop(logits);
             self.record(&flat, key)?;
-            return Ok(got);
+            return Ok(Queued::Done(got));
         };
         let timed = self.steps.profile.is_some();
         self.backend.replay(&r.rec, timed)?;
-        let got = self.read(&r.logits, Some(&r.ids), real, step)?;
-        if let Some(p) = self.steps.profile.as_mut() {
-            let device_ms = self.steps.recorded.get(&key).and_then(|r| self.backend.replay_ms(&r.rec));
-            p.step(real, bucket, device_ms.unwrap_or(0.0));
-        }
-        Ok(got)
+        Ok(Queued::Pending(Pending::Replayed { key, real }, step))
     }
 
     /// Records the forward pass and argmax of `flat` (already in its bucket's inputs) under `key`; a key that cannot
@@ -326,6 +371,30 @@ where
             return super::sample_on_host(self, batch, sampling, masks);
         }
         match self.run(batch, Read { want: Want::Choose(sampling), masks })? {
+            StepOutput::Sampled(s) => Ok(s),
+            _ => Err(EngineError::Backend("expected sampled ids".into())),
+        }
+    }
+
+    fn launch(&mut self, batch: &[ScheduledSeq], sampling: &StepSampling) -> Result<Launch> {
+        // A step launched and never collected (its engine step failed before): its result is not wanted.
+        self.launched = None;
+        if !sampling.logprobs_fit_device() {
+            return Ok(Launch::Done(super::sample_on_host(self, batch, sampling, None)?));
+        }
+        match self.queue(batch, Read { want: Want::Choose(sampling), masks: None })? {
+            Queued::Done(StepOutput::Sampled(s)) => Ok(Launch::Done(s)),
+            Queued::Done(_) => Err(EngineError::Backend("expected sampled ids".into())),
+            Queued::Pending(p, _) => {
+                self.launched = Some(p);
+                Ok(Launch::Running)
+            }
+        }
+    }
+
+    fn collect(&mut self, sampling: &StepSampling) -> Result<SampledRows> {
+        let p = self.launched.take().ok_or_else(|| EngineError::Backend("no step was launched".into()))?;
+        match self.read_pending(p, Read { want: Want::Choose(sampling), masks: None })? {
             StepOutput::Sampled(s) => Ok(s),
             _ => Err(EngineError::Backend("expected sampled ids".into())),
         }
