@@ -1,12 +1,15 @@
 //! Criterion benchmark of the host side of one engine step at 256 running sequences: `EngineCore::step` (schedule,
-//! the step's sampling rows, the runner's host work, the scheduler's update, each request's detokenization and
-//! event) with SmolLM2-135M's shape and tokenizer, every request in steady-state decode. The runner is the real
+//! the step's sampling rows, the runner's host work, the scheduler's update, the step's tokens handed to the output
+//! thread) with SmolLM2-135M's shape and tokenizer, every request in steady-state decode. The runner is the real
 //! `ModelRunner` on `HostOnly`, a backend whose ops do nothing: what is timed is everything a step costs the host
 //! (flattening and checking the batch, padding it to its bucket, packing the step inputs into one host buffer as a
 //! device backend does, the replay call, the token choice's parameters, reading the ids) and nothing of the device.
 //!
-//! `host_step_256/greedy` and `host_step_256/sampled` (temperature 0.7, top-p 0.9). Every 512 steps the requests are
-//! aborted and 256 new ones prefilled outside the timed region, so contexts stay between 512 and 1024 tokens.
+//! `host_step_256/greedy` and `host_step_256/sampled` (temperature 0.7, top-p 0.9) time the engine thread's step
+//! (what the device waits for); the output thread's work for the step (detokenization, the events) is waited for
+//! after the timed region. `host_step_256/greedy_with_outputs` times both: the step and its 256 events received.
+//! Every 512 steps the requests are aborted and 256 new ones prefilled outside the timed region, so contexts stay
+//! between 512 and 1024 tokens.
 
 use std::cell::RefCell;
 use std::hint::black_box;
@@ -169,9 +172,25 @@ impl Bench {
             self.core.step();
             self.drain();
         }
-        // One more step, so every request has finished its prompt and decodes.
+        // One more step, so every request has finished its prompt and decodes; its events are all out before the
+        // timed steps.
         self.core.step();
+        std::thread::sleep(Duration::from_millis(50));
         self.drain();
+    }
+
+    /// Waits until every request's event of the last step (one token each) came from the output thread.
+    fn wait_outputs(&mut self) {
+        for rx in &mut self.events {
+            loop {
+                match rx.blocking_recv() {
+                    Some(RequestEvent::Delta { token_ids, .. }) if !token_ids.is_empty() => break,
+                    Some(RequestEvent::Error(m)) => panic!("a request failed: {m}"),
+                    Some(_) => {}
+                    None => panic!("a request's channel closed"),
+                }
+            }
+        }
     }
 
     /// What the server's side would read from the channels (not timed).
@@ -191,7 +210,8 @@ fn bench_host_step(c: &mut Criterion) {
     group.sample_size(30).measurement_time(Duration::from_secs(10));
     let greedy = SamplingParams { temperature: 0.0, ..Default::default() };
     let sampled = SamplingParams { temperature: 0.7, top_p: 0.9, ..Default::default() };
-    for (name, sampling) in [("greedy", greedy), ("sampled", sampled)] {
+    let cases = [("greedy", greedy.clone(), false), ("sampled", sampled, false), ("greedy_with_outputs", greedy, true)];
+    for (name, sampling, with_outputs) in cases {
         let mut bench = Bench::new(sampling);
         let mut steps = 0usize;
         group.bench_function(name, |b| {
@@ -204,9 +224,15 @@ fn bench_host_step(c: &mut Criterion) {
                     }
                     let start = Instant::now();
                     bench.core.step();
+                    if with_outputs {
+                        bench.wait_outputs();
+                    }
                     total += start.elapsed();
                     steps += 1;
-                    bench.drain();
+                    if !with_outputs {
+                        // Outside the timed region: the output thread's work for this step ends before the next.
+                        bench.wait_outputs();
+                    }
                 }
                 total
             })
