@@ -203,6 +203,9 @@ impl<B: Backend> ModelRunner<B> {
         if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
         }
+        if let (Some(p), None) = (self.steps.profile.as_mut(), bucket) {
+            p.other_step();
+        }
         match bucket {
             Some(bucket) => self.queue_recorded(flat, bucket, step),
             None => {
@@ -280,10 +283,16 @@ impl<B: Backend> ModelRunner<B> {
         self.steps.inputs_for(&self.backend, bucket, &flat)?;
         let dev = &self.steps.inputs[&bucket].dev;
         if self.steps.unrecordable.contains(&key) {
+            if let Some(p) = self.steps.profile.as_mut() {
+                p.other_step();
+            }
             let logits = self.forward(&flat, dev)?;
             return Ok(Queued::Pending(Pending::Eager { logits, real }, step));
         }
         let Some(r) = self.steps.recorded.get(&key) else {
+            if let Some(p) = self.steps.profile.as_mut() {
+                p.other_step();
+            }
             // First sight of this shape: run it op by op (this step's result; it also caches the attention work
             // split), then record the same ops for the next steps.
             let logits = self.forward(&flat, dev)?;

@@ -119,7 +119,10 @@ impl<B: Backend> RecordedSteps<B> {
     }
 }
 
-/// `--profile graph`: wall and device time of recorded decode steps, printed every 64 of them.
+/// `--profile graph`: wall and device time of recorded decode steps that follow one another, printed every 64 of
+/// them. The wall time of a step runs from the end of the previous one, so the host's work between them counts; a
+/// step after any other kind of step (a prefill chunk, a step run op by op) or after an idle engine is not counted,
+/// since its wall time would hold that other step.
 #[derive(Default)]
 pub(super) struct Profile {
     steps: usize,
@@ -133,13 +136,10 @@ impl Profile {
     /// Counts one replayed step of `real` sequences in `bucket` whose replay took `device_ms` on the device.
     pub(super) fn step(&mut self, real: usize, bucket: usize, device_ms: f64) {
         let now = Instant::now();
-        // Wall time of a step: from the end of the previous step (host work in between counts), unless the engine
-        // sat idle.
-        let wall = match self.last_end {
+        let wall = match self.last_end.replace(now) {
             Some(t) if now.duration_since(t).as_secs_f64() < 1.0 => now.duration_since(t).as_secs_f64() * 1e3,
-            _ => device_ms,
+            _ => return,
         };
-        self.last_end = Some(now);
         self.steps += 1;
         self.batch = real;
         self.wall_ms += wall;
@@ -155,6 +155,11 @@ impl Profile {
             );
             *self = Profile { last_end: self.last_end, ..Profile::default() };
         }
+    }
+
+    /// A step that is not a replayed decode step ran: the next replayed step is not counted.
+    pub(super) fn other_step(&mut self) {
+        self.last_end = None;
     }
 }
 

@@ -163,8 +163,8 @@ pub struct ModelArgs {
     /// `--device level-zero`; the CPU and OpenCL always run op by op).
     #[arg(long)]
     pub enforce_eager: bool,
-    /// Timing output: `graph` prints the wall and device-busy time per recorded decode step every 64 steps
-    /// (`--device cuda`); `ops` a per-op breakdown of eager steps on `--device cuda` (with `--enforce-eager` for
+    /// Timing output: `graph` prints the wall and device-busy time per recorded decode step every 64 steps that
+    /// follow one another (`--device cuda`); `ops` a per-op breakdown of eager steps on `--device cuda` (with `--enforce-eager` for
     /// decode steps).
     #[arg(long, value_parser = ["off", "graph", "ops"], default_value = "off")]
     pub profile: String,
