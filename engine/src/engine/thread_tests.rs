@@ -148,3 +148,79 @@ fn a_request_past_max_request_time_ends_with_abort() {
     tx.send(Command::Shutdown).expect("running");
     engine.thread.join().expect("joins");
 }
+
+/// An `EngineCore` on the fake runner (no delay), stepped here.
+fn core() -> crate::engine::engine_core::EngineCore {
+    let scheduler = Scheduler::new(SchedulerConfig::new(512, 4096)).expect("scheduler");
+    let runner = Box::new(FakeRunner { delay: Duration::ZERO });
+    crate::engine::engine_core::EngineCore::new(scheduler, runner, tokenizer(), Vec::new()).expect("engine")
+}
+
+fn request(max_tokens: usize, stop: &[&str]) -> GenerateRequest {
+    GenerateRequest {
+        prompt_token_ids: vec![TokenId(1), TokenId(2)],
+        sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
+        stop: StopParams {
+            max_tokens,
+            stop: stop.iter().map(|s| s.to_string()).collect(),
+            skip_special_tokens: true,
+            ..StopParams::default()
+        },
+    }
+}
+
+/// Steps `core` until its scheduler holds no request (at most `limit` steps); returns the steps taken.
+fn step_until_empty(core: &mut crate::engine::engine_core::EngineCore, limit: usize) -> usize {
+    for n in 0..limit {
+        if !core.scheduler().has_unfinished() {
+            return n;
+        }
+        core.step();
+        // The output thread's answer (a stop string, a closed channel) comes back between steps.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("the scheduler still holds requests after {limit} steps");
+}
+
+#[test]
+fn a_stop_string_found_on_the_output_thread_ends_the_request_and_frees_its_blocks() {
+    let mut core = core();
+    // Every step yields "w3": the stop string matches at the second token.
+    let rx = core.add(RequestId(1), request(1000, &["w3 w3"]));
+    let steps = step_until_empty(&mut core, 50);
+    assert!(steps < 50);
+    assert_eq!(core.scheduler().kv_cache().num_used_blocks(), 0, "the stopped request's blocks are freed");
+    let evs = events(rx);
+    let text: String = evs
+        .iter()
+        .filter_map(|e| if let RequestEvent::Delta { text, .. } = e { Some(text.as_str()) } else { None })
+        .collect();
+    // The word-level decoder joins words with spaces: the text before the stop string is the space after the prompt.
+    assert_eq!(text, " ");
+    match evs.last() {
+        Some(RequestEvent::Finished { reason, usage, stop_reason }) => {
+            assert_eq!(*reason, FinishReason::Stop);
+            assert_eq!(*stop_reason, Some(crate::api::StopReason::Text("w3 w3".into())));
+            assert_eq!(usage.completion_tokens, 2, "tokens computed after the stop are not counted");
+        }
+        other => panic!("{other:?}"),
+    }
+    let finished = evs.iter().filter(|e| matches!(e, RequestEvent::Finished { .. })).count();
+    assert_eq!(finished, 1, "{evs:?}");
+}
+
+#[test]
+fn a_client_gone_is_aborted_before_the_engine_runs_out_of_work() {
+    let mut core = core();
+    let rx = core.add(RequestId(1), request(1000, &[]));
+    core.step();
+    drop(rx);
+    let steps = step_until_empty(&mut core, 50);
+    assert!(steps < 50);
+    assert_eq!(core.scheduler().kv_cache().num_used_blocks(), 0);
+    // Another request is served as before.
+    let rx = core.add(RequestId(2), request(3, &[]));
+    step_until_empty(&mut core, 10);
+    let evs = events(rx);
+    assert!(matches!(evs.last(), Some(RequestEvent::Finished { reason: FinishReason::Length, .. })), "{evs:?}");
+}
