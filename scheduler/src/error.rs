@@ -6,6 +6,10 @@ use crate::ids::RequestId;
 /// Errors of the `rserve-scheduler` crate.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchedulerError {
+    /// A step's block-table delta does not fit the tables a runner kept (`BlockTables::apply`).
+    #[error("block tables of request {id}: {reason}")]
+    BlockTableDelta { id: crate::RequestId, reason: String },
+
     /// A configuration field that must be positive is zero.
     #[error("scheduler config: `{field}` must be at least 1, got 0")]
     ZeroConfigValue { field: &'static str },

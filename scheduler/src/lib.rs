@@ -29,7 +29,8 @@
 //! the one [`BlockPool`] and every request holds one block table per group, all of the same length. A sliding group
 //! returns the blocks that fall before its window to the pool as the request advances (their table entries point at
 //! the reserved [`NULL_BLOCK`], block 0, then), and each group has its own prefix-cache keys; a hit is the longest
-//! prefix every group can serve. [`ScheduledSeq`] carries one block table and one slot mapping per group. A model
+//! prefix every group can serve. [`ScheduledSeq`] carries one block table (whole on a first schedule, the appended ids after: a runner keeps the
+//! tables in a [`BlockTables`]) and one slot mapping per group. A model
 //! without sliding layers has one full group and behaves as before. `SchedulerConfig::min_num_blocks` is the
 //! smallest cache that one request of `max_model_len` tokens can run in (what `SchedulerConfig::validate` checks).
 //! The engine reads held blocks through `Scheduler::kv()` ([`KvCacheManager::blocks_held`],
@@ -38,11 +39,13 @@
 //! Modules: [`ids`] (newtype ids), `config` ([`SchedulerConfig`]), `error` ([`SchedulerError`]), `block_hash`
 //! (chained block keys), `block_pool` ([`BlockPool`]: ref counts, LRU free queue, prefix cache), `kv_cache_manager`
 //! ([`KvCacheManager`]: block tables per KV cache group), `kv_groups` ([`KvGroupSpec`]: global or sliding-window
-//! groups of layers), `request` ([`Request`]), `output` (step in/out types), `prefill_limits` ([`PrefillLimits`]: how many
+//! groups of layers), `request` ([`Request`]), `output` (step in/out types), `block_tables` ([`BlockTables`]: the runner's side of the
+//! block-table deltas), `prefill_limits` ([`PrefillLimits`]: how many
 //! requests prefill per step, how many of them long, the longest chunk), `scheduler` ([`Scheduler`]).
 
 mod block_hash;
 mod block_pool;
+mod block_tables;
 mod config;
 mod error;
 mod free_queue;
@@ -57,6 +60,7 @@ mod scheduler;
 
 pub use block_hash::BlockHasher;
 pub use block_pool::BlockPool;
+pub use block_tables::BlockTables;
 pub use config::{SchedulerConfig, DEFAULT_BLOCK_SIZE, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS};
 pub use error::SchedulerError;
 pub use id_map::{IdMap, IdSet};

@@ -13,23 +13,30 @@ pub struct ScheduledSeq {
     /// Equals the request's `num_computed_tokens` before this step; the tokens sit at positions
     /// `start_position..start_position + token_ids.len()`.
     pub start_position: usize,
-    /// The request's whole block table in each KV cache group after allocation (`SchedulerConfig::kv_groups`
-    /// order; all the same length). In a sliding-window group the entries before the window are
-    /// [`crate::NULL_BLOCK`].
+    /// Per KV cache group (`SchedulerConfig::kv_groups` order): on the request's first schedule since its
+    /// (re)admission (`is_first_schedule`), its whole block table after allocation; after that, only the block ids
+    /// appended to it since the request's previous step (often none), as vLLM v1 sends a cached request's new block
+    /// ids. A runner keeps each request's tables (`rserve_engine`'s `BlockTables`). In a sliding-window group the
+    /// entries before the window are [`crate::NULL_BLOCK`] in a whole table; an entry that leaves the window later
+    /// is not sent again (no kernel reads it).
     pub block_tables: Vec<Vec<BlockId>>,
+    /// Each group's table length after this step's allocation (all groups have the same).
+    pub num_blocks: usize,
     /// Per group, per token, the cache slot its KV is written to: `block_id * block_size + offset`.
     pub slot_mappings: Vec<Vec<u32>>,
     /// True when this step computes all known tokens of the request, so the runner samples one token for it.
     pub sample: bool,
     /// Prompt tokens this request got from the prefix cache at its first admission (for usage and metrics).
     pub num_cached_tokens: usize,
-    /// First time scheduled since (re)admission: the runner may (re)build per-request state.
+    /// First time scheduled since (re)admission: `block_tables` are whole, and the runner (re)builds per-request
+    /// state.
     pub is_first_schedule: bool,
 }
 
 impl ScheduledSeq {
     /// A step that computes `token_ids` at positions `start_position..` of a sequence whose blocks are
-    /// `block_table` (one KV cache group), with the slot mapping that table implies, and samples after them. The
+    /// `block_table` (one KV cache group, whole: a first schedule), with the slot mapping that table implies, and
+    /// samples after them. The
     /// scheduler fills its own (recycled) entries; this is for runners driven without one (tests, benchmarks, other
     /// MPI ranks).
     pub fn new(token_ids: Vec<TokenId>, start_position: usize, block_table: Vec<BlockId>, block_size: usize) -> Self {
@@ -56,11 +63,12 @@ impl ScheduledSeq {
             request_id: RequestId(0),
             token_ids,
             start_position,
+            num_blocks: block_tables.first().map_or(0, Vec::len),
             block_tables,
             slot_mappings,
             sample: true,
             num_cached_tokens: 0,
-            is_first_schedule: false,
+            is_first_schedule: true,
         }
     }
 

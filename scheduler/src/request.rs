@@ -48,6 +48,8 @@ pub struct Request {
     pub(crate) num_cached_tokens: Option<usize>,
     /// Set on (re)admission, cleared once the request was scheduled.
     pub(crate) first_schedule_pending: bool,
+    /// Block-table entries (per group) the runner has been sent since the request's last (re)admission.
+    pub(crate) blocks_sent: usize,
 }
 
 impl Request {
@@ -86,6 +88,7 @@ impl Request {
             status: RequestStatus::Waiting,
             num_cached_tokens: None,
             first_schedule_pending: true,
+            blocks_sent: 0,
         })
     }
 

@@ -399,6 +399,7 @@ fn next_seq<'a>(seqs: &'a mut Vec<ScheduledSeq>, filled: &mut usize) -> &'a mut 
             token_ids: Vec::new(),
             start_position: 0,
             block_tables: Vec::new(),
+            num_blocks: 0,
             slot_mappings: Vec::new(),
             sample: false,
             num_cached_tokens: 0,
@@ -410,10 +411,14 @@ fn next_seq<'a>(seqs: &'a mut Vec<ScheduledSeq>, filled: &mut usize) -> &'a mut 
 }
 
 /// Rewrites `s` with `req`'s next `num_new` tokens, whose slots `tables` (one per KV cache group) cover, reusing
-/// `s`'s buffers (the outer vectors are sized to the group count on first use, the inner ones are refilled).
+/// `s`'s buffers (the outer vectors are sized to the group count on first use, the inner ones are refilled). The
+/// tables go whole on the request's first schedule, else only the blocks appended since its previous step.
 fn fill_seq(s: &mut ScheduledSeq, req: &mut Request, tables: &[RequestBlocks], num_new: usize, block_size: usize) {
     let start = req.num_computed_tokens;
     let end = start + num_new;
+    let first = std::mem::replace(&mut req.first_schedule_pending, false);
+    let num_blocks = tables.first().map_or(0, |t| t.blocks().len());
+    let sent = if first { 0 } else { req.blocks_sent.min(num_blocks) };
     s.request_id = req.id;
     s.token_ids.clear();
     s.token_ids.extend_from_slice(&req.token_ids[start..end]);
@@ -422,14 +427,16 @@ fn fill_seq(s: &mut ScheduledSeq, req: &mut Request, tables: &[RequestBlocks], n
     s.slot_mappings.resize_with(tables.len(), Vec::new);
     for ((table, slots), t) in s.block_tables.iter_mut().zip(s.slot_mappings.iter_mut()).zip(tables) {
         table.clear();
-        table.extend_from_slice(t.blocks());
+        table.extend_from_slice(&t.blocks()[sent..]);
         slots.clear();
         // The tokens computed sit at or after the first block the first query reads: never a null entry.
         push_slots(slots, t.blocks(), start..end, block_size);
     }
+    s.num_blocks = num_blocks;
+    req.blocks_sent = num_blocks;
     s.sample = end == req.num_tokens();
     s.num_cached_tokens = req.num_cached_tokens.unwrap_or(0);
-    s.is_first_schedule = std::mem::replace(&mut req.first_schedule_pending, false);
+    s.is_first_schedule = first;
 }
 
 /// Index of running request `id`, searching forward from `from` first.

@@ -8,9 +8,9 @@ use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
 use rserve_scheduler::{
-    KvGroupSpec, RequestId, Scheduler, SchedulerConfig, SchedulerOutput, SchedulerStats, NULL_BLOCK,
+    BlockTables, KvGroupSpec, RequestId, Scheduler, SchedulerConfig, SchedulerOutput, SchedulerStats, NULL_BLOCK,
 };
-use support::{check_step, new_request, record, sample_step, Outcome};
+use support::{check_kept, check_step, new_request, record, sample_step, Outcome};
 
 const VOCAB: u32 = 1000;
 
@@ -33,7 +33,8 @@ fn check_groups(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String> 
         for (g, spec) in sched.config().kv_groups.iter().enumerate() {
             let held = sched.kv().blocks_held(s.request_id, g);
             let first = spec.first_needed_block(s.start_position, bs);
-            let table = &s.block_tables[g];
+            let tables = sched.kv().block_tables(s.request_id).ok_or("scheduled request without blocks")?;
+            let table = tables[g].blocks();
             if table.len() != end.div_ceil(bs) || held != table.len() - first {
                 return Err(format!(
                     "{} group {g} at {}..{end}: holds {held} of {} entries, first needed {first}",
@@ -50,9 +51,11 @@ fn check_groups(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String> 
     Ok(())
 }
 
-fn step(sched: &mut Scheduler, outcomes: &mut HashMap<RequestId, Outcome>) -> SchedulerOutput {
+/// One step, checked; `kept` is the runner's side of the block-table deltas, checked against the manager.
+fn step(sched: &mut Scheduler, outcomes: &mut HashMap<RequestId, Outcome>, kept: &mut BlockTables) -> SchedulerOutput {
     let out = sched.schedule();
     check_step(sched, &out).unwrap();
+    check_kept(sched, &out, kept).unwrap();
     check_groups(sched, &out).unwrap();
     let sampled = sample_step(&out, VOCAB);
     record(&sched.update_from_output(&out, &sampled), outcomes).unwrap();
@@ -71,9 +74,10 @@ fn chunked_prefill_and_decode_fill_every_group() {
         assert_eq!(sched.stats().num_blocks_total, total, "the null block is not usable");
         sched.add_request(new_request(1, (1..=100).collect(), 60, 0, vec![])).unwrap();
         let mut outcomes = HashMap::new();
+        let mut kept = BlockTables::default();
         let (mut prefill_steps, mut most_sliding) = (0, 0);
         while sched.has_unfinished() {
-            let out = step(&mut sched, &mut outcomes);
+            let out = step(&mut sched, &mut outcomes, &mut kept);
             let s = &out.seqs[0];
             if s.token_ids.len() > 1 {
                 prefill_steps += 1;
@@ -100,11 +104,12 @@ fn two_requests_with_three_groups_share_the_pool() {
     sched.add_request(new_request(1, (1..=70).collect(), 40, 0, vec![])).unwrap();
     sched.add_request(new_request(2, (500..=530).collect(), 50, 0, vec![])).unwrap();
     let mut outcomes = HashMap::new();
+    let mut kept = BlockTables::default();
     for _ in 0..10_000 {
         if !sched.has_unfinished() {
             break;
         }
-        step(&mut sched, &mut outcomes);
+        step(&mut sched, &mut outcomes, &mut kept);
     }
     assert!(!sched.has_unfinished());
     assert_eq!((outcomes[&RequestId(1)].tokens.len(), outcomes[&RequestId(2)].tokens.len()), (40, 50));
@@ -119,15 +124,16 @@ fn prefix_hits_with_a_sliding_group() {
     let mut sched = Scheduler::new(c).unwrap();
     let prompt: Vec<u32> = (1..=8 * window as u32 + 3).collect(); // 131 tokens: 32 full blocks
     let mut outcomes = HashMap::new();
+    let mut kept = BlockTables::default();
     sched.add_request(new_request(1, prompt.clone(), 4, 0, vec![])).unwrap();
     while sched.has_unfinished() {
-        step(&mut sched, &mut outcomes);
+        step(&mut sched, &mut outcomes, &mut kept);
     }
 
     // After request 1 finished: request 2 hits the 32 full blocks (128 tokens); its sliding table is null before
     // the window of the token at 128.
     sched.add_request(new_request(2, prompt.clone(), 20, 0, vec![])).unwrap();
-    let out = step(&mut sched, &mut outcomes);
+    let out = step(&mut sched, &mut outcomes, &mut kept);
     let s = &out.seqs[0];
     assert_eq!((s.request_id, s.start_position, s.num_cached_tokens), (RequestId(2), 128, 128));
     let first = KvGroupSpec::sliding(window).first_needed_block(128, bs);
@@ -138,15 +144,15 @@ fn prefix_hits_with_a_sliding_group() {
 
     // While request 2 runs (it has freed its early sliding blocks, which stay cached): request 3 hits too.
     for _ in 0..5 {
-        step(&mut sched, &mut outcomes);
+        step(&mut sched, &mut outcomes, &mut kept);
     }
     sched.add_request(new_request(3, prompt.clone(), 3, 0, vec![])).unwrap();
-    let out = step(&mut sched, &mut outcomes);
+    let out = step(&mut sched, &mut outcomes, &mut kept);
     let s3 = out.seqs.iter().find(|s| s.request_id == RequestId(3)).unwrap();
     assert_eq!((s3.start_position, s3.num_cached_tokens), (128, 128));
     assert!(s3.block_tables[1][..first].iter().all(|&b| b == NULL_BLOCK));
     while sched.has_unfinished() {
-        step(&mut sched, &mut outcomes);
+        step(&mut sched, &mut outcomes, &mut kept);
     }
     let st = sched.stats();
     assert_eq!((st.num_blocks_used, st.num_blocks_free), (0, sched.config().num_blocks - 1));
@@ -263,6 +269,7 @@ fn run_with_stats(
     let mut sched = Scheduler::new(cfg).map_err(|e| e.to_string())?;
     let null = usize::from(w.groups.iter().any(|g| g.window.is_some()));
     let mut outcomes = HashMap::new();
+    let mut kept = BlockTables::default();
     let mut aborted = HashSet::new();
     let last_arrival = w.arrivals.iter().map(|a| a.step).max().unwrap_or(0);
     for step in 0..20_000 {
@@ -290,6 +297,7 @@ fn run_with_stats(
         let out = sched.schedule();
         check_step(&sched, &out).map_err(|e| format!("step {step}: {e}"))?;
         check_groups(&sched, &out).map_err(|e| format!("step {step}: {e}"))?;
+        check_kept(&sched, &out, &mut kept).map_err(|e| format!("step {step}: {e}"))?;
         for id in due(true) {
             if sched.abort(id) {
                 aborted.insert(id);

@@ -9,8 +9,8 @@ mod support;
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
-use rserve_scheduler::{FinishStatus, PrefillLimits, RequestId, Scheduler, SchedulerConfig};
-use support::{check_step, new_request, record, sample_step, Outcome};
+use rserve_scheduler::{BlockTables, FinishStatus, PrefillLimits, RequestId, Scheduler, SchedulerConfig};
+use support::{check_kept, check_step, new_request, record, sample_step, Outcome};
 
 /// Small vocabulary so that sampled tokens hit stop tokens now and then.
 const VOCAB: u32 = 48;
@@ -146,6 +146,8 @@ fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool, recycle: bool) -> 
     let mut aborted = HashSet::new();
     let mut arrived_at: HashMap<RequestId, usize> = HashMap::new();
     let last_arrival = w.arrivals.iter().map(|a| a.step).max().unwrap_or(0);
+    // What a runner keeps of the block-table deltas: each scheduled request's whole tables, equal to the manager's.
+    let mut kept = BlockTables::default();
     for step in 0..MAX_STEPS {
         for (k, a) in w.arrivals.iter().enumerate() {
             if a.step == step {
@@ -176,6 +178,7 @@ fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool, recycle: bool) -> 
         }
         let out = sched.schedule();
         check_step(&sched, &out).map_err(|e| format!("step {step}: {e}"))?;
+        check_kept(&sched, &out, &mut kept).map_err(|e| format!("step {step}: {e}"))?;
         let mid = due(true);
         for &id in &mid {
             if sched.abort(id) {
@@ -202,6 +205,11 @@ fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool, recycle: bool) -> 
             }
             if st.num_running + st.num_waiting != 0 {
                 return Err(format!("requests left: {st:?}"));
+            }
+            // The next step tells the runner of the last ends.
+            kept.forget(sched.schedule().finished_ids);
+            if !kept.is_empty() {
+                return Err(format!("the runner keeps the tables of {} ended requests", kept.len()));
             }
             return Ok(Run { outcomes, aborted, preemptions: st.num_preemptions });
         }

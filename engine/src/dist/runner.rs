@@ -94,17 +94,19 @@ enum Ranks {
 pub struct MpiRunner {
     ranks: Ranks,
     vocab: usize,
+    /// The block tables kept from the scheduler's deltas: the wire and the ranks' steps take whole tables.
+    tables: rserve_scheduler::BlockTables,
 }
 
 impl MpiRunner {
     /// Replica 0: rank 0 runs `rank`, its own shard, with the other ranks.
     pub fn local(rank: Box<dyn RankStep>, vocab: usize) -> Self {
-        Self { ranks: Ranks::Local(rank), vocab }
+        Self { ranks: Ranks::Local(rank), vocab, tables: Default::default() }
     }
 
     /// A replica whose ranks are all other processes, driven through `comm`.
     pub fn remote(comm: DriverComm, vocab: usize) -> Self {
-        Self { ranks: Ranks::Remote(comm), vocab }
+        Self { ranks: Ranks::Remote(comm), vocab, tables: Default::default() }
     }
 
     /// Tells a remote replica's ranks the KV block count (rank 0's value, as for replica 0).
@@ -115,6 +117,12 @@ impl MpiRunner {
 
 impl StepRunner for MpiRunner {
     fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
+        self.tables.apply(batch).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+        let whole: Vec<ScheduledSeq> = batch
+            .iter()
+            .map(|s| ScheduledSeq { block_tables: self.tables.of(s).to_vec(), is_first_schedule: true, ..s.clone() })
+            .collect();
+        let batch = whole.as_slice();
         let mut msg = wire::encode(batch);
         let (logits, from) = match &self.ranks {
             Ranks::Local(rank) => {
@@ -135,6 +143,10 @@ impl StepRunner for MpiRunner {
             return Err(EngineError::Backend(format!("rank {from} returned malformed logits")));
         }
         Ok(logits)
+    }
+
+    fn finished(&mut self, ids: &[rserve_scheduler::RequestId]) {
+        self.tables.forget(ids.iter().copied());
     }
 
     fn vocab_size(&self) -> usize {

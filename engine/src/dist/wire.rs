@@ -47,6 +47,7 @@ pub fn decode(data: &[u32]) -> Result<Vec<ScheduledSeq>> {
         }
         seqs.push(ScheduledSeq {
             token_ids,
+            num_blocks: nb,
             block_tables,
             slot_mappings,
             ..ScheduledSeq::new(Vec::new(), start, Vec::new(), 1)

@@ -348,6 +348,9 @@ impl EngineLoop {
 
     pub(super) fn step(&mut self) {
         let out = self.scheduler.schedule();
+        // Before the step: the runner forgets what it kept of the requests that ended since the last one.
+        self.runner.finished(&out.finished_ids);
+        self.runner.finished(&out.preempted);
         if out.seqs.is_empty() {
             // Nothing could be scheduled (e.g. every waiting request waits for blocks held by none): don't spin.
             std::thread::sleep(Duration::from_millis(1));

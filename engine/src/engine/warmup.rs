@@ -53,16 +53,15 @@ pub(crate) fn warm_up(runner: &mut dyn StepRunner, kv: &KvCacheManager, limits: 
     let tables: Vec<Vec<BlockId>> = (0..groups).map(|_| free_blocks.by_ref().take(needed).collect()).collect();
     // Ordinary token ids spread over the vocabulary (no special token needed: the logits are thrown away).
     let token = |i: usize| TokenId(((1 + i * 7919) % limits.vocab_size) as u32);
-    let step = |tokens: Vec<TokenId>, start: usize, first: bool| {
+    let step = |tokens: Vec<TokenId>, start: usize| {
+        // Whole tables every step (each a first schedule), under an id no request has (the handle numbers requests
+        // from 1); the runner forgets it after the warm-up.
         let mut seq = ScheduledSeq::with_groups(tokens, start, tables.clone(), limits.block_size);
-        // No request has id 0 (the handle numbers requests from 1); a runner that keeps per-request state builds it
-        // on the first schedule.
         seq.request_id = RequestId(0);
-        seq.is_first_schedule = first;
         vec![seq]
     };
     let fail = |what: &str, e: EngineError| EngineError::Backend(format!("start-up warm-up ({what}): {e}"));
-    runner.execute(&step((0..prefill).map(token).collect(), 0, true)).map_err(|e| fail("prefill", e))?;
+    runner.execute(&step((0..prefill).map(token).collect(), 0)).map_err(|e| fail("prefill", e))?;
     // The engine's own paths, greedy and sampled in turn: the token choice on the device (its kernels' first
     // launches and compilation, a greedy decode graph's capture), as requests will take them.
     let greedy = StepSampling::greedy(1);
@@ -71,10 +70,11 @@ pub(crate) fn warm_up(runner: &mut dyn StepRunner, kv: &KvCacheManager, limits: 
         ..StepSampling::default()
     };
     for (i, pos) in (prefill..prefill + decode).enumerate() {
-        let batch = step(vec![token(pos)], pos, false);
+        let batch = step(vec![token(pos)], pos);
         let choice = if i % 2 == 0 { &greedy } else { &sampled };
         runner.execute_sampled(&batch, choice, None).map_err(|e| fail("decode", e))?;
     }
+    runner.finished(&[RequestId(0)]);
     Ok(prefill + decode)
 }
 
@@ -119,7 +119,8 @@ mod tests {
         assert!(prefill.token_ids.iter().all(|t| (t.0 as usize) < 100));
         for (i, step) in r.steps[1..].iter().enumerate() {
             assert_eq!((step[0].token_ids.len(), step[0].start_position), (1, PREFILL_TOKENS + i));
-            assert!(!step[0].is_first_schedule);
+            // Whole tables each step: the warm-up sends no deltas.
+            assert!(step[0].is_first_schedule && step[0].block_tables == prefill.block_tables);
         }
         // Each group has its own free blocks (none shared), and the pool is left as it was.
         let tables = &prefill.block_tables;

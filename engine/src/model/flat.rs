@@ -7,7 +7,7 @@
 //!
 //! The batch is checked here once a step: the ops of every layer then bound their indices in O(1).
 
-use rserve_scheduler::ScheduledSeq;
+use rserve_scheduler::{BlockId, BlockTables, ScheduledSeq};
 
 use crate::backend::{AttentionMeta, Backend};
 use crate::error::{EngineError, Result};
@@ -33,9 +33,11 @@ impl FlatBatch {
     /// Checks `seqs` against a cache of `num_blocks` blocks of `block_size` tokens in `num_groups` KV cache groups
     /// (tokens to compute, one slot each per group, at the place the group's block table gives their position,
     /// tables long enough and inside the cache) and flattens them with block tables `max_blocks` wide (at least the
-    /// longest table; 0: exactly that).
+    /// longest table; 0: exactly that). Each sequence's whole tables come from `tables` (`BlockTables::of`: its
+    /// own on a first schedule, else the ones kept from the scheduler's deltas, already applied).
     pub fn new(
         seqs: &[ScheduledSeq],
+        tables: &BlockTables,
         block_size: usize,
         num_blocks: usize,
         num_groups: usize,
@@ -43,7 +45,7 @@ impl FlatBatch {
     ) -> Result<Self> {
         let n = seqs.iter().map(|s| s.token_ids.len()).sum();
         let num_seqs = seqs.len();
-        let longest = seqs.iter().flat_map(|s| s.block_tables.iter().map(Vec::len)).max().unwrap_or(0).max(1);
+        let longest = seqs.iter().flat_map(|s| tables.of(s).iter().map(Vec::len)).max().unwrap_or(0).max(1);
         let max_blocks = max_blocks.max(longest);
         let mut f = FlatBatch {
             ids: Vec::with_capacity(n),
@@ -57,13 +59,13 @@ impl FlatBatch {
         };
         f.query_start.push(0);
         for (i, s) in seqs.iter().enumerate() {
-            check_seq(s, block_size, num_blocks, num_groups)
+            let whole = tables.of(s);
+            check_seq(s, whole, block_size, num_blocks, num_groups)
                 .map_err(|m| EngineError::InvalidArgument(format!("batch sequence {i}: {m}")))?;
             f.ids.extend(s.token_ids.iter().map(|t| t.0));
             f.positions.extend((0..s.token_ids.len()).map(|t| (s.start_position + t) as u32));
-            for g in 0..num_groups {
+            for (g, table) in whole.iter().enumerate() {
                 f.slots[g].extend_from_slice(&s.slot_mappings[g]);
-                let table = &s.block_tables[g];
                 let row = &mut f.tables[g][i * max_blocks..i * max_blocks + table.len()];
                 row.iter_mut().zip(table).for_each(|(t, b)| *t = b.0);
             }
@@ -166,19 +168,25 @@ impl<B: Backend> DeviceBatch<B> {
 
 /// The shapes the kernels rely on for one sequence: tokens to compute, one slot each where the block table puts its
 /// position, a table that holds the context and lies inside the cache.
-fn check_seq(s: &ScheduledSeq, block_size: usize, num_blocks: usize, groups: usize) -> std::result::Result<(), String> {
+fn check_seq(
+    s: &ScheduledSeq,
+    tables: &[Vec<BlockId>],
+    block_size: usize,
+    num_blocks: usize,
+    groups: usize,
+) -> std::result::Result<(), String> {
     if s.token_ids.is_empty() {
         return Err("no tokens".into());
     }
-    if s.block_tables.len() != groups || s.slot_mappings.len() != groups {
+    if tables.len() != groups || s.slot_mappings.len() != groups {
         return Err(format!(
             "{} block tables and {} slot mappings for {groups} KV cache groups",
-            s.block_tables.len(),
+            tables.len(),
             s.slot_mappings.len()
         ));
     }
     let ctx = s.start_position + s.token_ids.len();
-    for (table, slots) in s.block_tables.iter().zip(&s.slot_mappings) {
+    for (table, slots) in tables.iter().zip(&s.slot_mappings) {
         if slots.len() != s.token_ids.len() {
             return Err(format!("{} slots for {} tokens", slots.len(), s.token_ids.len()));
         }
@@ -216,7 +224,7 @@ mod tests {
     #[test]
     fn flattens_and_pads_a_decode_batch() {
         let batch = [seq(&[5, 6], 0, &[3]), seq(&[7], 20, &[1, 2])];
-        let mut f = FlatBatch::new(&batch, 16, 10, 1, 4).unwrap();
+        let mut f = FlatBatch::new(&batch, &BlockTables::default(), 16, 10, 1, 4).unwrap();
         assert_eq!(f.ids, vec![5, 6, 7]);
         assert_eq!(f.positions, vec![0, 1, 20]);
         assert_eq!(f.slots, vec![vec![48, 49, 36]]);
@@ -232,7 +240,7 @@ mod tests {
         assert_eq!(f.tables[0][8..], [9, 0, 0, 0, 9, 0, 0, 0]);
         assert_eq!(f.last_rows, vec![1, 2, 3, 4]);
         // Tables are at least as wide as the longest one.
-        assert_eq!(FlatBatch::new(&batch, 16, 10, 1, 0).unwrap().max_blocks, 2);
+        assert_eq!(FlatBatch::new(&batch, &BlockTables::default(), 16, 10, 1, 0).unwrap().max_blocks, 2);
     }
 
     #[test]
@@ -240,16 +248,17 @@ mod tests {
         // A global group and a sliding-window one whose first block was freed (the null block 0).
         let tables = vec![vec![BlockId(3), BlockId(4)], vec![BlockId(0), BlockId(5)]];
         let s = ScheduledSeq::with_groups(vec![TokenId(1)], 20, tables, 16);
-        let f = FlatBatch::new(std::slice::from_ref(&s), 16, 10, 2, 0).unwrap();
+        let f = FlatBatch::new(std::slice::from_ref(&s), &BlockTables::default(), 16, 10, 2, 0).unwrap();
         assert_eq!(f.slots, vec![vec![68], vec![84]]);
         assert_eq!(f.tables, vec![vec![3, 4], vec![0, 5]]);
-        let err = FlatBatch::new(&[s], 16, 10, 1, 0).unwrap_err().to_string();
+        let err = FlatBatch::new(&[s], &BlockTables::default(), 16, 10, 1, 0).unwrap_err().to_string();
         assert!(err.contains("2 block tables and 2 slot mappings for 1 KV cache groups"), "{err}");
     }
 
     #[test]
     fn refuses_a_batch_the_cache_cannot_hold() {
-        let err = |seqs: &[ScheduledSeq]| FlatBatch::new(seqs, 16, 4, 1, 0).unwrap_err().to_string();
+        let err =
+            |seqs: &[ScheduledSeq]| FlatBatch::new(seqs, &BlockTables::default(), 16, 4, 1, 0).unwrap_err().to_string();
         assert!(err(&[seq(&[1], 0, &[4])]).contains("block-4 is outside the cache of 4 blocks"));
         assert!(err(&[seq(&[1], 0, &[0]), seq(&[], 3, &[1])]).contains("batch sequence 1: no tokens"));
         let mut short = seq(&[1; 3], 15, &[0, 1]);

@@ -343,15 +343,17 @@ impl<B: Backend> LlamaModel<B> {
     }
 
     /// Checks and flattens a step's batch for this model and `cache` (`FlatBatch::new` against its first
-    /// `num_blocks` blocks, then LongRoPE's choice of factors per sequence).
+    /// `num_blocks` blocks, the sequences' whole tables from `tables`, then LongRoPE's choice of factors per
+    /// sequence).
     pub fn flatten(
         &self,
         batch: &[ScheduledSeq],
+        tables: &rserve_scheduler::BlockTables,
         cache: &PagedKvCache<B>,
         num_blocks: usize,
         max_blocks: usize,
     ) -> Result<FlatBatch> {
-        let mut flat = FlatBatch::new(batch, cache.block_size, num_blocks, cache.num_groups, max_blocks)?;
+        let mut flat = FlatBatch::new(batch, tables, cache.block_size, num_blocks, cache.num_groups, max_blocks)?;
         if let Some(after) = self.long_rope_after {
             flat.mark_long_rope(after);
         }
@@ -458,7 +460,8 @@ impl<B: Backend> LlamaModel<B> {
         if num_seqs == 0 {
             return Ok(StageOutput::Logits(Vec::new()));
         }
-        let flat = self.flatten(batch, cache, cache.num_blocks, 0)?;
+        // The MPI wire carries whole tables (each sequence a first schedule).
+        let flat = self.flatten(batch, &rserve_scheduler::BlockTables::default(), cache, cache.num_blocks, 0)?;
         let dev = DeviceBatch::upload(b, &flat)?;
         let logits = match self.forward_device(b, &flat, &dev, cache, comm, input)? {
             DeviceOutput::Hidden { residual, delta } => {

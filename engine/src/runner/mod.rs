@@ -126,6 +126,11 @@ pub trait StepRunner: Send {
         let _ = sampling;
         Err(crate::error::EngineError::Backend("no step was launched".into()))
     }
+    /// The scheduler's ended requests (finished, aborted, preempted): a runner that keeps per-request state (the
+    /// block tables it keeps from the scheduler's deltas) drops theirs. This default keeps nothing.
+    fn finished(&mut self, ids: &[rserve_scheduler::RequestId]) {
+        let _ = ids;
+    }
     fn vocab_size(&self) -> usize;
     fn device_name(&self) -> String;
 }

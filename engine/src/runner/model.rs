@@ -25,6 +25,7 @@ use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, KvLayout, LlamaModel, P
 use crate::sampling::device::sample_on;
 use crate::sampling::{SampledRows, StepSampling};
 use crate::weights::Weights;
+use rserve_scheduler::{BlockTables, RequestId};
 
 use super::recorded::{Recorded, RecordedSteps};
 use super::{Launch, ProfileMode, RunnerOptions, StepMasks, StepOutput, StepRunner};
@@ -66,6 +67,8 @@ pub struct ModelRunner<B: Backend> {
     // backend.
     launched: Option<Pending<B>>,
     steps: RecordedSteps<B>,
+    /// Each running request's block tables, kept from the scheduler's deltas.
+    tables: BlockTables,
     model: LlamaModel<B>,
     cache: PagedKvCache<B>,
     /// Blocks the scheduler may hand out; on a backend that records, block `usable_blocks` is the padding rows' own.
@@ -119,7 +122,16 @@ impl<B: Backend> ModelRunner<B> {
                 steps.buckets
             );
         }
-        Ok(Self { launched: None, steps, model, cache, usable_blocks: num_blocks, opts, backend })
+        Ok(Self {
+            launched: None,
+            steps,
+            tables: BlockTables::default(),
+            model,
+            cache,
+            usable_blocks: num_blocks,
+            opts,
+            backend,
+        })
     }
 
     /// KV blocks the scheduler may hand out.
@@ -157,7 +169,7 @@ impl<B: Backend> ModelRunner<B> {
         if !self.backend.records() || self.opts.enforce_eager || batch.iter().any(|s| s.token_ids.len() != 1) {
             return None;
         }
-        if batch.iter().any(|s| s.block_tables.iter().any(|t| t.len() > self.steps.max_blocks)) {
+        if batch.iter().any(|s| s.num_blocks > self.steps.max_blocks) {
             return None;
         }
         self.steps.buckets.iter().copied().find(|&b| b >= batch.len())
@@ -198,7 +210,8 @@ impl<B: Backend> ModelRunner<B> {
         }
         let bucket = self.bucket_for(batch);
         let width = if bucket.is_some() { self.steps.max_blocks } else { 0 };
-        let flat = self.model.flatten(batch, &self.cache, self.usable_blocks, width)?;
+        self.tables.apply(batch).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+        let flat = self.model.flatten(batch, &self.tables, &self.cache, self.usable_blocks, width)?;
         let vocab = self.model.params().vocab_size;
         if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
@@ -407,6 +420,10 @@ where
             StepOutput::Sampled(s) => Ok(s),
             _ => Err(EngineError::Backend("expected sampled ids".into())),
         }
+    }
+
+    fn finished(&mut self, ids: &[RequestId]) {
+        self.tables.forget(ids.iter().copied());
     }
 
     fn vocab_size(&self) -> usize {

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use rserve_scheduler::{
-    BlockId, FinishStatus, NewRequest, RequestId, RequestOutput, Scheduler, SchedulerOutput, TokenId,
+    BlockId, BlockTables, FinishStatus, NewRequest, RequestId, RequestOutput, Scheduler, SchedulerOutput, TokenId,
 };
 
 /// Next token of the fake model: a mix of the last computed token and its position, reduced to `vocab`.
@@ -84,12 +84,15 @@ pub fn check_step(sched: &Scheduler, out: &SchedulerOutput) -> Result<(), String
             if slots.len() != s.token_ids.len() {
                 return Err(format!("{} group {g}: {} tokens, {} slots", s.request_id, s.token_ids.len(), slots.len()));
             }
-            if tables[g].blocks() != table.as_slice() || table.len() != s.block_tables[0].len() {
+            // A first schedule sends the whole table, later steps the entries appended since the previous one.
+            let whole = tables[g].blocks();
+            let sent = if s.is_first_schedule { whole } else { &whole[whole.len().saturating_sub(table.len())..] };
+            if s.num_blocks != whole.len() || sent != table.as_slice() || table.len() != s.block_tables[0].len() {
                 return Err(format!("{} group {g}: block table differs from the manager's", s.request_id));
             }
             for (k, &slot) in slots.iter().enumerate() {
                 let p = s.start_position + k;
-                let block = table[p / bs];
+                let block = whole[p / bs];
                 if Some(block) == null {
                     return Err(format!("{} group {g}: position {p} computed into the null block", s.request_id));
                 }
@@ -179,6 +182,29 @@ pub fn record(results: &[RequestOutput], outcomes: &mut HashMap<RequestId, Outco
             o.tokens.push(t);
         }
         o.finish = r.finished;
+    }
+    Ok(())
+}
+
+/// Applies a step's block-table deltas to `kept` (after forgetting the requests that ended or were preempted) and
+/// checks each scheduled request's kept tables against the manager's: equal, but where the manager has since
+/// replaced an entry that left a sliding window with the null block.
+pub fn check_kept(sched: &Scheduler, out: &SchedulerOutput, kept: &mut BlockTables) -> Result<(), String> {
+    kept.forget(out.finished_ids.iter().chain(&out.preempted).copied());
+    kept.apply(&out.seqs).map_err(|e| e.to_string())?;
+    let null = sched.kv_cache().null_block();
+    for s in &out.seqs {
+        let whole = sched.kv_cache().block_tables(s.request_id).ok_or("scheduled request without blocks")?;
+        let tables = kept.of(s);
+        if tables.len() != whole.len() {
+            return Err(format!("{}: {} groups kept for {}", s.request_id, tables.len(), whole.len()));
+        }
+        for (g, (k, w)) in tables.iter().zip(whole).enumerate() {
+            let same = k.len() == w.len() && k.iter().zip(w.blocks()).all(|(a, b)| a == b || Some(*b) == null);
+            if !same {
+                return Err(format!("{} group {g}: kept {k:?}, the manager has {:?}", s.request_id, w.blocks()));
+            }
+        }
     }
     Ok(())
 }
