@@ -52,7 +52,7 @@ pub struct IncrementalDetokenizer {
 impl IncrementalDetokenizer {
     /// A detokenizer with no context: its output is exactly `decode(ids, skip_special_tokens)`.
     pub fn new(tokenizer: Arc<Tokenizer>, skip_special_tokens: bool) -> Self {
-        let bytes = tokenizer.decode_bytes_of(TokenId(0)).map(|_| ByteStream::default());
+        let bytes = tokenizer.decodes_by_bytes().then(ByteStream::default);
         Self { tokenizer, skip_special_tokens, ids: Vec::new(), read: 0, prefix_text: String::new(), bytes }
     }
 
@@ -60,7 +60,7 @@ impl IncrementalDetokenizer {
     /// space of the first generated token is kept (as it would be in `decode(prompt + generated)`). The prompt's
     /// text is not returned.
     pub fn with_prompt(tokenizer: Arc<Tokenizer>, prompt_ids: &[TokenId], skip_special_tokens: bool) -> Result<Self> {
-        if tokenizer.decode_bytes_of(TokenId(0)).is_some() {
+        if tokenizer.decodes_by_bytes() {
             // Concatenative: the prompt cannot change how the first generated token decodes.
             return Ok(Self::new(tokenizer, skip_special_tokens));
         }

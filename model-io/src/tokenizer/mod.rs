@@ -322,6 +322,11 @@ impl Tokenizer {
         self.byte_fallback_ids.contains(&id.0)
     }
 
+    /// Whether decoding is concatenative over bytes (each id stands for fixed bytes, `decode_bytes_of` gives them).
+    pub(crate) fn decodes_by_bytes(&self) -> bool {
+        self.decode_bytes.is_some()
+    }
+
     /// The bytes `id` adds to a decode, when the decoder is concatenative over bytes (byte-level BPE); `None` for
     /// other decoders. Ids outside the vocabulary add nothing.
     pub(crate) fn decode_bytes_of(&self, id: TokenId) -> Option<&[u8]> {
