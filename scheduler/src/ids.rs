@@ -35,6 +35,12 @@ impl BlockId {
 #[repr(transparent)]
 pub struct TokenId(pub u32);
 
+impl TokenId {
+    /// A token the scheduler has scheduled to be computed before its id is known: the id the step before samples,
+    /// which the runner feeds from that step's device output (async scheduling). Never a vocabulary id.
+    pub const PLACEHOLDER: TokenId = TokenId(u32::MAX);
+}
+
 impl From<u32> for TokenId {
     #[inline]
     fn from(id: u32) -> Self {

@@ -306,10 +306,10 @@ impl KvCacheManager {
         }
     }
 
-    /// Registers `req`'s blocks that are full and computed (`num_computed_tokens`) in the prefix cache, in every group
-    /// (null entries skipped). Call it after the step that computed them ran, so that no request can hit a block
-    /// before its KV is written.
-    pub fn cache_computed_blocks(&mut self, req: &Request) {
+    /// Registers `req`'s blocks that are full and computed (the first `computed` tokens, whose ids are known) in the
+    /// prefix cache, in every group (null entries skipped). Call it after the step that computed them ran, so that no
+    /// request can hit a block before its KV is written.
+    pub fn cache_computed_blocks(&mut self, req: &Request, computed: usize) {
         if !self.caching_enabled() {
             return;
         }
@@ -317,7 +317,7 @@ impl KvCacheManager {
             return;
         };
         for (g, t) in tables.iter_mut().enumerate() {
-            let num_full = (req.num_computed_tokens / self.block_size).min(req.block_hashes.len()).min(t.blocks.len());
+            let num_full = (computed / self.block_size).min(req.block_hashes.len()).min(t.blocks.len());
             for i in t.num_cached_blocks.max(t.num_null)..num_full {
                 self.pool.cache_block(t.blocks[i], self.hasher.group_key(req.block_hashes[i], g));
             }
@@ -476,7 +476,7 @@ mod tests {
         assert_eq!(table.len(), 3);
         let mut a = a;
         a.num_computed_tokens = 10;
-        mgr.cache_computed_blocks(&a);
+        mgr.cache_computed_blocks(&a, a.num_computed_tokens);
         assert_eq!(mgr.pool().num_cached_blocks(), 2, "the partial third block is not cached");
 
         // Same first 9 tokens, then different: blocks 0 and 1 (tokens 0..8) hit.
@@ -509,7 +509,7 @@ mod tests {
         let mut a = request(1, (0..8).collect(), &mgr);
         mgr.allocate_slots(&a, 8, &[]).unwrap();
         a.num_computed_tokens = 8;
-        mgr.cache_computed_blocks(&a);
+        mgr.cache_computed_blocks(&a, a.num_computed_tokens);
         mgr.free(a.id);
         // b hits block 0 (free, cached) and needs 2 more blocks for tokens 4..12: 1 hit + 2 new = 3 free blocks.
         let mut tokens: Vec<u32> = (0..4).collect();
@@ -534,7 +534,7 @@ mod tests {
         let mut a = request(1, (0..8).collect(), &mgr);
         mgr.allocate_slots(&a, 8, &[]).unwrap();
         a.num_computed_tokens = 8;
-        mgr.cache_computed_blocks(&a);
+        mgr.cache_computed_blocks(&a, a.num_computed_tokens);
         let b = request(2, (0..9).collect(), &mgr);
         assert_eq!(mgr.get_computed_blocks(&b), (vec![], 0));
         mgr.free(a.id);
@@ -559,7 +559,7 @@ mod tests {
             assert_eq!(mgr.num_free_blocks() + mgr.num_used_blocks(), mgr.num_blocks());
             mgr.check_invariants().unwrap();
             r.num_computed_tokens = c + 1;
-            mgr.cache_computed_blocks(r);
+            mgr.cache_computed_blocks(r, r.num_computed_tokens);
         }
     }
 
@@ -704,13 +704,13 @@ mod tests {
                 // Compute the rest token by token (as decode steps), then free: blocks go back cached.
                 let Some(_) = mgr.allocate_slots(&r, 1, &hits) else { continue };
                 r.num_computed_tokens = n + 1;
-                mgr.cache_computed_blocks(&r);
+                mgr.cache_computed_blocks(&r, r.num_computed_tokens);
                 while r.num_computed_tokens < r.num_tokens() {
                     if mgr.allocate_slots(&r, 1, &[]).is_none() {
                         break;
                     }
                     r.num_computed_tokens += 1;
-                    mgr.cache_computed_blocks(&r);
+                    mgr.cache_computed_blocks(&r, r.num_computed_tokens);
                 }
                 mgr.check_invariants().unwrap();
                 if next(4) != 0 {

@@ -39,8 +39,12 @@ pub struct Request {
     pub(crate) max_tokens: usize,
     pub(crate) min_tokens: usize,
     pub(crate) stop_token_ids: Vec<TokenId>,
-    /// Tokens whose KV is in the cache (positions `0..num_computed_tokens`).
+    /// Tokens whose KV is computed or being computed by a scheduled step (positions `0..num_computed_tokens`):
+    /// advanced when a step is scheduled, as vLLM v1 does, so the next step can be scheduled before this one ends.
     pub(crate) num_computed_tokens: usize,
+    /// Tokens scheduled to be sampled whose ids have not come back (`update_from_output`): each is a position
+    /// after `token_ids` whose KV a later step may already compute from an id the runner feeds on its device.
+    pub(crate) num_output_placeholders: usize,
     /// Prefix-cache key of every full block of `token_ids`.
     pub(crate) block_hashes: Vec<BlockHash>,
     pub(crate) status: RequestStatus,
@@ -84,6 +88,7 @@ impl Request {
             min_tokens: new.min_tokens,
             stop_token_ids: new.stop_token_ids,
             num_computed_tokens: 0,
+            num_output_placeholders: 0,
             block_hashes: Vec::new(),
             status: RequestStatus::Waiting,
             num_cached_tokens: None,
@@ -119,9 +124,27 @@ impl Request {
         &self.token_ids[self.prompt_len..]
     }
 
-    /// Tokens whose KV is computed and in the cache.
+    /// Tokens whose KV is computed, or scheduled to be.
     pub fn num_computed_tokens(&self) -> usize {
         self.num_computed_tokens
+    }
+
+    /// Sampled tokens scheduled whose ids have not come back yet.
+    pub fn num_output_placeholders(&self) -> usize {
+        self.num_output_placeholders
+    }
+
+    /// Known tokens plus the ones scheduled to be sampled.
+    pub(crate) fn num_tokens_with_placeholders(&self) -> usize {
+        self.token_ids.len() + self.num_output_placeholders
+    }
+
+    /// Whether every token this request may still generate is already scheduled (its length limits are reached
+    /// once the placeholders come back), so it must not be scheduled again.
+    pub(crate) fn limits_reached_in_flight(&self, max_model_len: usize) -> bool {
+        self.num_output_placeholders > 0
+            && (self.num_output_tokens() + self.num_output_placeholders >= self.max_tokens
+                || self.num_tokens_with_placeholders() >= max_model_len)
     }
 
     /// Prefix-cache keys of the full blocks of [`Request::token_ids`].

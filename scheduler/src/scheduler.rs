@@ -9,6 +9,13 @@
 //! to `update_from_output()` and may hand the output back with `recycle()` so the next step reuses its buffers.
 //! `abort()` may be called at any time between those calls.
 //!
+//! Async scheduling (vLLM v1's): `schedule()` advances each request's `num_computed_tokens` as it schedules, and a
+//! token it schedules to be sampled is a placeholder until its id comes back. So the engine may call `schedule()`
+//! again before the previous step's `update_from_output()`: a running request whose sample is still out is scheduled
+//! for its next position with [`TokenId::PLACEHOLDER`] as input (the runner feeds the id on its device), unless its
+//! length limits are reached by the samples in flight. Outputs are applied in step order; an output whose request was
+//! preempted, aborted or finished since (its next token would not sit where the output says) is ignored.
+//!
 //! KV cache groups: the scheduler serves the groups of `SchedulerConfig::kv_groups` through one
 //! [`KvCacheManager`]; every scheduled seq carries one block table and slot mapping per group. All groups' tables of
 //! a request have the same length, so capacity is read from group 0.
@@ -164,7 +171,11 @@ impl Scheduler {
         while i < self.running.len() && budget > 0 {
             let req = &self.running[i];
             let id = req.id;
-            let remaining = req.num_tokens().saturating_sub(req.num_computed_tokens);
+            if req.limits_reached_in_flight(self.cfg.max_model_len) {
+                i += 1;
+                continue;
+            }
+            let remaining = req.num_tokens_with_placeholders().saturating_sub(req.num_computed_tokens);
             let prompt_len = req.prompt_len;
             let num_new = match prefills.allowed(&limits, remaining, prompt_len) {
                 Ok(n) => n.min(budget),
@@ -269,15 +280,17 @@ impl Scheduler {
     fn preempt(&mut self, mut req: Request) {
         self.kv.free(req.id);
         req.num_computed_tokens = 0;
+        // Samples still out are ignored when they come back: the request recomputes from its known tokens.
+        req.num_output_placeholders = 0;
         req.status = RequestStatus::Waiting;
         self.waiting.push_front(req);
         self.num_preemptions += 1;
     }
 
-    /// Applies a step's results: advances `num_computed_tokens` of every scheduled request, caches blocks that became
-    /// full, appends each sampled token and checks the stop conditions. Finished requests are freed and reported.
+    /// Applies a step's results, in the order steps were scheduled: caches blocks that became full and computed,
+    /// appends each sampled token and checks the stop conditions. Finished requests are freed and reported.
     /// `sampled` holds one `(id, token)` per seq of `out` with `sample == true`, ideally in the same order. Entries of
-    /// requests aborted since `schedule()` are ignored.
+    /// requests aborted, finished or preempted since `schedule()` are ignored, as is an output applied twice.
     pub fn update_from_output(
         &mut self,
         out: &SchedulerOutput,
@@ -295,21 +308,26 @@ impl Scheduler {
             };
             run_cursor = idx + 1;
             let req = &mut self.running[idx];
-            if req.status != RequestStatus::Running || req.num_computed_tokens != seq.start_position {
-                continue; // stale entry: an output applied twice
+            let end = seq.start_position + seq.token_ids.len();
+            if req.status != RequestStatus::Running || end > req.num_computed_tokens {
+                continue; // stale entry: the request was preempted (and recomputes) since this step
             }
-            let before = req.num_computed_tokens;
-            req.num_computed_tokens += seq.token_ids.len();
-            if req.num_computed_tokens / bs > before / bs {
-                // At least one block became full and computed in this step.
-                self.kv.cache_computed_blocks(req);
+            // Blocks full of computed tokens whose ids are known become prefix-cache hits.
+            let computed = end.min(req.num_tokens());
+            if computed / bs > seq.start_position / bs {
+                self.kv.cache_computed_blocks(req, computed);
             }
-            if !seq.sample {
+            // A sample lands at position `end`: only while that is the request's next token (not preempted, rolled
+            // back or applied already) and one of its samples is out.
+            if !seq.sample || end != req.num_tokens() || req.num_output_placeholders == 0 {
                 continue;
             }
+            req.num_output_placeholders -= 1;
             let Some(token) = find_sample(sampled, &mut sample_cursor, seq.request_id) else {
-                // No sample came back: recompute the last token next step rather than stall with nothing to compute.
-                req.num_computed_tokens -= 1;
+                // No sample came back: recompute the last token next step rather than stall with nothing to
+                // compute; steps already scheduled after this one computed from the missing id and are ignored.
+                req.num_output_placeholders = 0;
+                req.num_computed_tokens = req.num_tokens() - 1;
                 continue;
             };
             req.append_output(token);
@@ -367,7 +385,15 @@ impl Scheduler {
                 return Err(format!("running {} has status {:?}", r.id, r.status));
             }
             let cap = self.kv.block_table(r.id).map_or(0, |t| t.len()) * self.cfg.block_size;
-            if r.num_computed_tokens >= r.num_tokens() || r.num_computed_tokens > cap {
+            // With no sample out, a request has a token left to compute; with samples out, it may be computed up
+            // to the last placeholder.
+            let known = r.num_tokens_with_placeholders();
+            let ahead = if r.num_output_placeholders == 0 {
+                r.num_computed_tokens >= known
+            } else {
+                r.num_computed_tokens > known
+            };
+            if ahead || r.num_computed_tokens > cap {
                 return Err(format!(
                     "{}: {} computed of {} tokens, capacity {cap}",
                     r.id,
@@ -411,17 +437,20 @@ fn next_seq<'a>(seqs: &'a mut Vec<ScheduledSeq>, filled: &mut usize) -> &'a mut 
 }
 
 /// Rewrites `s` with `req`'s next `num_new` tokens, whose slots `tables` (one per KV cache group) cover, reusing
-/// `s`'s buffers (the outer vectors are sized to the group count on first use, the inner ones are refilled). The
-/// tables go whole on the request's first schedule, else only the blocks appended since its previous step.
+/// `s`'s buffers (the outer vectors are sized to the group count on first use, the inner ones are refilled), and
+/// advances the request past them. Positions whose ids are not back yet are [`TokenId::PLACEHOLDER`]. The tables go
+/// whole on the request's first schedule, else only the blocks appended since its previous step.
 fn fill_seq(s: &mut ScheduledSeq, req: &mut Request, tables: &[RequestBlocks], num_new: usize, block_size: usize) {
     let start = req.num_computed_tokens;
     let end = start + num_new;
     let first = std::mem::replace(&mut req.first_schedule_pending, false);
     let num_blocks = tables.first().map_or(0, |t| t.blocks().len());
     let sent = if first { 0 } else { req.blocks_sent.min(num_blocks) };
+    let known = req.token_ids.len();
     s.request_id = req.id;
     s.token_ids.clear();
-    s.token_ids.extend_from_slice(&req.token_ids[start..end]);
+    s.token_ids.extend_from_slice(&req.token_ids[start.min(known)..end.min(known)]);
+    s.token_ids.resize(num_new, TokenId::PLACEHOLDER);
     s.start_position = start;
     s.block_tables.resize_with(tables.len(), Vec::new);
     s.slot_mappings.resize_with(tables.len(), Vec::new);
@@ -434,9 +463,11 @@ fn fill_seq(s: &mut ScheduledSeq, req: &mut Request, tables: &[RequestBlocks], n
     }
     s.num_blocks = num_blocks;
     req.blocks_sent = num_blocks;
-    s.sample = end == req.num_tokens();
+    s.sample = end == req.num_tokens_with_placeholders();
     s.num_cached_tokens = req.num_cached_tokens.unwrap_or(0);
     s.is_first_schedule = first;
+    req.num_computed_tokens = end;
+    req.num_output_placeholders += usize::from(s.sample);
 }
 
 /// Index of running request `id`, searching forward from `from` first.

@@ -9,8 +9,10 @@ mod support;
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
-use rserve_scheduler::{BlockTables, FinishStatus, PrefillLimits, RequestId, Scheduler, SchedulerConfig};
-use support::{check_kept, check_step, new_request, record, sample_step, Outcome};
+use rserve_scheduler::{
+    BlockTables, FinishStatus, PrefillLimits, RequestId, Scheduler, SchedulerConfig, SchedulerOutput, TokenId,
+};
+use support::{check_kept, check_step, new_request, record, resolve_placeholders, sample_step, Outcome};
 
 /// Small vocabulary so that sampled tokens hit stop tokens now and then.
 const VOCAB: u32 = 48;
@@ -138,9 +140,21 @@ struct Run {
     preemptions: u64,
 }
 
-/// Runs the workload to the end, checking every step; `with_aborts` applies the arrivals' aborts;
-/// `recycle` hands every output back to the scheduler so later steps reuse its buffers.
-fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool, recycle: bool) -> Result<Run, String> {
+/// How the workload is driven.
+#[derive(Debug, Clone, Copy)]
+struct Drive {
+    /// Apply the arrivals' aborts.
+    aborts: bool,
+    /// Hand every output back to the scheduler so later steps reuse its buffers.
+    recycle: bool,
+    /// Async scheduling: each step is scheduled before the previous step's output is applied (its samples are fed
+    /// to the placeholders as a runner does on its device).
+    ahead: bool,
+}
+
+/// Runs the workload to the end, checking every step.
+fn run(w: &Workload, cfg: SchedulerConfig, d: Drive) -> Result<Run, String> {
+    let Drive { aborts: with_aborts, recycle, ahead } = d;
     let mut sched = Scheduler::new(cfg).map_err(|e| e.to_string())?;
     let mut outcomes: HashMap<RequestId, Outcome> = HashMap::new();
     let mut aborted = HashSet::new();
@@ -148,6 +162,7 @@ fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool, recycle: bool) -> 
     let last_arrival = w.arrivals.iter().map(|a| a.step).max().unwrap_or(0);
     // What a runner keeps of the block-table deltas: each scheduled request's whole tables, equal to the manager's.
     let mut kept = BlockTables::default();
+    let mut in_flight: Option<(SchedulerOutput, Vec<(RequestId, TokenId)>)> = None;
     for step in 0..MAX_STEPS {
         for (k, a) in w.arrivals.iter().enumerate() {
             if a.step == step {
@@ -185,19 +200,40 @@ fn run(w: &Workload, cfg: SchedulerConfig, with_aborts: bool, recycle: bool) -> 
                 aborted.insert(id);
             }
         }
-        let sampled = sample_step(&out, VOCAB);
+        let samples_out: HashMap<RequestId, TokenId> = in_flight
+            .as_ref()
+            .map(|(_, s): &(SchedulerOutput, Vec<_>)| s.iter().copied().collect())
+            .unwrap_or_default();
+        let sampled = sample_step(&resolve_placeholders(&out, &samples_out)?, VOCAB);
         if sampled.len() != out.num_samples() {
             return Err("sample count mismatch".into());
         }
-        let results = sched.update_from_output(&out, &sampled);
+        // Without async scheduling a step's output is applied before the next is scheduled; with it, the previous
+        // step's output is applied now, while this one is "on the device".
+        let (applied, applied_samples) = match ahead {
+            false => (out, sampled),
+            true => match in_flight.replace((out, sampled)) {
+                Some(prev) => prev,
+                None => continue,
+            },
+        };
+        let results = sched.update_from_output(&applied, &applied_samples);
         if let Some(r) = results.iter().find(|r| aborted.contains(&r.request_id)) {
             return Err(format!("step {step}: output for aborted {}", r.request_id));
         }
         record(&results, &mut outcomes)?;
         if recycle {
-            sched.recycle(out);
+            sched.recycle(applied);
         }
         sched.check_invariants().map_err(|e| format!("step {step} after update: {e}"))?;
+        if ahead && !sched.has_unfinished() {
+            // The step still in flight computes only for ended requests: its output changes nothing.
+            if let Some((out, sampled)) = in_flight.take() {
+                if !sched.update_from_output(&out, &sampled).is_empty() {
+                    return Err(format!("step {step}: output after every request ended"));
+                }
+            }
+        }
         if step >= last_arrival && !sched.has_unfinished() {
             let st = sched.stats();
             if st.num_blocks_used != 0 || st.num_blocks_free != st.num_blocks_total {
@@ -258,7 +294,9 @@ proptest! {
 
     #[test]
     fn invariants_hold_under_random_traffic(w in workload()) {
-        let r = run(&w, w.config(), true, w.caching).map_err(TestCaseError::fail)?;
+        let r = run(&w, w.config(), Drive { aborts: true, recycle: w.caching, ahead: false }).map_err(TestCaseError::fail)?;
+        check_outcomes(&w, &r).map_err(TestCaseError::fail)?;
+        let r = run(&w, w.config(), Drive { aborts: true, recycle: w.caching, ahead: true }).map_err(TestCaseError::fail)?;
         check_outcomes(&w, &r).map_err(TestCaseError::fail)?;
     }
 }
@@ -270,16 +308,19 @@ proptest! {
     /// preempted, with prefix caching off.
     #[test]
     fn outputs_do_not_depend_on_cache_size_preemption_or_caching(w in workload()) {
-        let tight = run(&w, w.config(), false, true).map_err(TestCaseError::fail)?;
+        let tight = run(&w, w.config(), Drive { aborts: false, recycle: true, ahead: false }).map_err(TestCaseError::fail)?;
         check_outcomes(&w, &tight).map_err(TestCaseError::fail)?;
         let mut roomy_cfg = w.config();
         roomy_cfg.num_blocks = w.arrivals.len() * w.max_model_len.div_ceil(w.block_size) + 1;
         roomy_cfg.enable_prefix_caching = false;
-        let roomy = run(&w, roomy_cfg, false, false).map_err(TestCaseError::fail)?;
+        let roomy = run(&w, roomy_cfg, Drive { aborts: false, recycle: false, ahead: false }).map_err(TestCaseError::fail)?;
         prop_assert_eq!(roomy.preemptions, 0);
+        // Async scheduling (one step ahead, tight cache) computes the same tokens.
+        let ahead = run(&w, w.config(), Drive { aborts: false, recycle: true, ahead: true }).map_err(TestCaseError::fail)?;
         for k in 0..w.arrivals.len() {
             let id = RequestId(k as u64);
             prop_assert_eq!(&tight.outcomes[&id], &roomy.outcomes[&id], "request {}", id);
+            prop_assert_eq!(&ahead.outcomes[&id], &roomy.outcomes[&id], "request {} (async scheduling)", id);
         }
     }
 }
@@ -311,9 +352,12 @@ fn harness_sees_preemptions_and_prefix_hits() {
         arrivals,
         limits: None,
     };
-    let r = run(&w, w.config(), false, true).unwrap();
+    let r = run(&w, w.config(), Drive { aborts: false, recycle: true, ahead: false }).unwrap();
     check_outcomes(&w, &r).unwrap();
     assert!(r.preemptions > 0);
+    let r = run(&w, w.config(), Drive { aborts: false, recycle: true, ahead: true }).unwrap();
+    check_outcomes(&w, &r).unwrap();
+    assert!(r.preemptions > 0, "async scheduling preempts too");
     let mut sched = Scheduler::new(w.config()).unwrap();
     sched.add_request(new_request(0, w.prompt(&w.arrivals[0]), 1, 0, vec![])).unwrap();
     while sched.has_unfinished() {

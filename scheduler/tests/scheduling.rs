@@ -385,3 +385,37 @@ fn partial_prefill_limits_keep_decodes_flowing_and_let_short_prompts_pass_long_o
     assert!((1..=5).all(|id| outcomes[&RequestId(id)].finish.is_some()));
     assert_eq!(sched.stats().num_blocks_used, 0);
 }
+
+/// Async scheduling: the next step is scheduled while a sample is out. The running request computes its next
+/// position from a placeholder; a request whose `max_tokens` the samples out reach is not scheduled again; an output
+/// applied after its request ended (a stop token in flight) is ignored; and the blocks all come back.
+#[test]
+fn async_scheduling_schedules_ahead_of_samples() {
+    let mut sched = Scheduler::new(cfg(4, 16, 64)).unwrap();
+    sched.add_request(new_request(1, vec![5, 6, 7], 3, 0, vec![900])).unwrap();
+    sched.add_request(new_request(2, vec![8, 9], 2, 0, vec![])).unwrap();
+    let s1 = sched.schedule();
+    assert_eq!(s1.seqs.len(), 2);
+    assert!(s1.seqs.iter().all(|s| s.sample));
+    // Step 2 is scheduled before step 1's samples are back: one placeholder each, at the next position.
+    let s2 = sched.schedule();
+    assert_eq!(s2.seqs.len(), 2);
+    for (s, start) in s2.seqs.iter().zip([3, 2]) {
+        assert_eq!((s.start_position, s.token_ids.as_slice(), s.sample), (start, &[TokenId::PLACEHOLDER][..], true));
+    }
+    assert_eq!(sched.request(RequestId(2)).unwrap().num_output_placeholders(), 2);
+    let out1 = sched.update_from_output(&s1, &[(RequestId(1), TokenId(11)), (RequestId(2), TokenId(21))]);
+    assert!(out1.iter().all(|o| o.finished.is_none()), "{out1:?}");
+    // Request 2 reaches max_tokens = 2 with the sample still out: step 3 has only request 1.
+    let s3 = sched.schedule();
+    assert_eq!(s3.seqs.iter().map(|s| s.request_id).collect::<Vec<_>>(), vec![RequestId(1)]);
+    // Request 1 samples its stop token in step 2: step 3's output for it is computed but ignored.
+    let out2 = sched.update_from_output(&s2, &[(RequestId(1), TokenId(900)), (RequestId(2), TokenId(22))]);
+    assert_eq!(out2.len(), 2);
+    assert_eq!(out2[0].finished, Some(FinishStatus::StopToken(TokenId(900))));
+    assert_eq!(out2[1].finished, Some(FinishStatus::Length));
+    assert!(sched.update_from_output(&s3, &[(RequestId(1), TokenId(12))]).is_empty());
+    assert!(!sched.has_unfinished());
+    assert_eq!(sched.kv_cache().num_used_blocks(), 0);
+    sched.check_invariants().unwrap();
+}

@@ -29,6 +29,24 @@ pub fn sample_step(out: &SchedulerOutput, vocab: u32) -> Vec<(RequestId, TokenId
         .collect()
 }
 
+/// The step as a runner computes it one step behind the scheduler (async scheduling): each
+/// [`TokenId::PLACEHOLDER`] is the token its request sampled in the step still in flight (`in_flight`), as a runner
+/// feeds it on its device. Fails for a placeholder without one.
+pub fn resolve_placeholders(
+    out: &SchedulerOutput,
+    in_flight: &HashMap<RequestId, TokenId>,
+) -> Result<SchedulerOutput, String> {
+    let mut resolved = out.clone();
+    for s in &mut resolved.seqs {
+        for t in s.token_ids.iter_mut().filter(|t| **t == TokenId::PLACEHOLDER) {
+            *t = *in_flight
+                .get(&s.request_id)
+                .ok_or(format!("{}: a placeholder and no sample in flight", s.request_id))?;
+        }
+    }
+    Ok(resolved)
+}
+
 /// Token ids from bare numbers.
 pub fn toks(ids: impl IntoIterator<Item = u32>) -> Vec<TokenId> {
     ids.into_iter().map(TokenId).collect()
