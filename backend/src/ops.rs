@@ -270,6 +270,10 @@ pub enum Op<'a, B> {
     },
     /// `out[i] = x[rows[i]]`: pick the rows whose logits are needed.
     GatherRows { x: &'a B, rows: &'a B, out: &'a B, num_rows: usize, width: usize },
+    /// `ids[i] = prev[from[i]]` for each `i < count` whose `from[i]` is below `prev_len`; other entries are kept: a
+    /// step's input ids take the ids the step before it sampled on the device (async scheduling), without a trip
+    /// through the host. `from[i] = u32::MAX` keeps the id the host wrote.
+    FeedTokens { ids: &'a B, prev: &'a B, from: &'a B, count: usize, prev_len: usize },
     /// Routing of a mixture-of-experts layer: from `logits[rows, experts]`, each row's `top_k` most probable experts
     /// (most probable first, the lowest index among equal ones) into `ids[rows * top_k]` (u32) with their softmax
     /// probabilities in `weights[rows * top_k]`, divided by the sum of the chosen ones when `renormalize`.

@@ -195,6 +195,35 @@ op_parity!(gather_rows, tol = 0.0, |b, rng| {
     vec![("out", b.download_f32(&out).unwrap(), width)]
 });
 
+/// A step's ids, some taken from the previous step's samples (`Op::FeedTokens`); `from` past `prev_len` (every
+/// third row, and one row naming the index just past the samples) keeps the host's id. Returns the ids and the
+/// values expected.
+fn fed_ids<B: Backend>(b: &B, rng: &mut StdRng) -> (Vec<u32>, Vec<u32>) {
+    let (count, prev_len) = (37, 20);
+    let host: Vec<u32> = (0..count).map(|_| rng.gen_range(0..50_000)).collect();
+    let prev: Vec<u32> = (0..prev_len + 3).map(|_| rng.gen_range(0..50_000)).collect();
+    let mut from: Vec<u32> =
+        (0..count).map(|i| if i % 3 == 0 { u32::MAX } else { rng.gen_range(0..prev_len as u32) }).collect();
+    from[1] = prev_len as u32;
+    from[2] = prev_len as u32 - 1;
+    let want = host.iter().zip(&from).map(|(&h, &f)| if (f as usize) < prev_len { prev[f as usize] } else { h });
+    let want = want.collect();
+    let (ids, prev, from) = (b.upload_u32(&host).unwrap(), b.upload_u32(&prev).unwrap(), b.upload_u32(&from).unwrap());
+    b.run(Op::FeedTokens { ids: &ids, prev: &prev, from: &from, count, prev_len }).unwrap();
+    (b.download_u32(&ids, count).unwrap(), want)
+}
+
+op_parity!(feed_tokens, tol = 0.0, |b, rng| {
+    let (got, _) = fed_ids(b, &mut rng);
+    vec![("ids", got.iter().map(|&t| t as f32).collect(), got.len())]
+});
+
+#[test]
+fn feed_tokens_takes_the_named_samples_and_keeps_the_rest() {
+    let (got, want) = fed_ids(&rserve_engine::backend::cpu::CpuBackend::new(), &mut backends::rng(7));
+    assert_eq!(got, want);
+}
+
 op_parity!(mask_logits, tol = 0.0, |b, rng| {
     let mut outs = Vec::new();
     // A vocabulary that is not a multiple of 32 (the last word is partial) and one that is; rows with every token

@@ -45,7 +45,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
         ],
     ),
     ("attention_prefill", &["paged_attention_prefill", "paged_attention_prefill_bf16", "paged_attention_prefill_f16"]),
-    ("elementwise", &["gated_act", "gated_act_bf16", "gated_act_f16", "soft_cap", "gather_rows"]),
+    ("elementwise", &["gated_act", "gated_act_bf16", "gated_act_f16", "soft_cap", "gather_rows", "feed_tokens"]),
     ("embedding", &["embedding_f32", "embedding_bf16", "embedding_f16"]),
     ("kv_cache", &["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"]),
     (
@@ -165,6 +165,7 @@ pub mod names {
     pub const GATED_ACT: ByType = ["gated_act", "gated_act_bf16", "gated_act_f16"];
     pub const SOFT_CAP: &str = "soft_cap";
     pub const GATHER_ROWS: &str = "gather_rows";
+    pub const FEED_TOKENS: &str = "feed_tokens";
     /// By KV-cache type.
     pub const ROPE_WRITE_KV: ByType = ["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"];
     /// By KV-cache type.

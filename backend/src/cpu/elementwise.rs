@@ -212,6 +212,19 @@ pub(super) fn gather_rows(x: &[f32], rows: &[u32], out: &mut [f32], num_rows: us
     Ok(())
 }
 
+/// `ids[i] = prev[from[i]]` where `from[i] < prev_len` (`Op::FeedTokens`).
+pub(super) fn feed_tokens(ids: &mut [u32], prev: &[u32], from: &[u32], count: usize, prev_len: usize) -> Result<()> {
+    check_len("feed_tokens ids", ids.len(), count)?;
+    check_len("feed_tokens prev", prev.len(), prev_len)?;
+    check_len("feed_tokens from", from.len(), count)?;
+    for (id, &f) in ids[..count].iter_mut().zip(&from[..count]) {
+        if (f as usize) < prev_len {
+            *id = prev[f as usize];
+        }
+    }
+    Ok(())
+}
+
 /// Sets the logits whose mask bit is clear to -inf (`ceil(vocab / 32)` mask words a row).
 pub(super) fn mask_logits(logits: &mut [f32], mask: &[u32], rows: usize, vocab: usize) -> Result<()> {
     let words = vocab.div_ceil(32);

@@ -370,6 +370,9 @@ impl Backend for CpuBackend {
             Op::GatherRows { x, rows, out, num_rows, width } => {
                 elementwise::gather_rows(&x.f32()?, &rows.u32()?, &mut out.f32_mut()?, num_rows, width)
             }
+            Op::FeedTokens { ids, prev, from, count, prev_len } => {
+                elementwise::feed_tokens(&mut ids.u32_mut()?, &prev.u32()?, &from.u32()?, count, prev_len)
+            }
             Op::MaskLogits { logits, mask, rows, vocab } => {
                 elementwise::mask_logits(&mut logits.f32_mut()?, &mask.u32()?, rows, vocab)
             }

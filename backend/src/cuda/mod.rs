@@ -393,6 +393,7 @@ fn op_name<B>(op: &Op<'_, B>) -> &'static str {
         Op::SoftCap { .. } => "soft_cap",
         Op::PagedAttention { .. } => "attention",
         Op::GatherRows { .. } => "gather_rows",
+        Op::FeedTokens { .. } => "feed_tokens",
         Op::MaskLogits { .. } => "mask_logits",
         Op::AdjustLogits { .. } => "adjust_logits",
         Op::ArgmaxRows { .. } => "argmax_rows",

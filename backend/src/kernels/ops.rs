@@ -144,6 +144,30 @@ pub(super) fn gather_rows<D: KernelDevice>(
     d.launch(&Launch::items(kernel, args, width, [num_rows, 1]))
 }
 
+/// `ids[i] = prev[from[i]]` where `from[i] < prev_len` (`Op::FeedTokens`).
+pub(super) fn feed_tokens<D: KernelDevice>(
+    d: &D,
+    [ids, prev, from]: [&D::Buf; 3],
+    count: usize,
+    prev_len: usize,
+) -> Result<()> {
+    d.contents(ids).u32("feed_tokens ids", count)?;
+    d.contents(prev).u32("feed_tokens prev", prev_len)?;
+    d.contents(from).u32("feed_tokens from", count)?;
+    if count == 0 {
+        return Ok(());
+    }
+    let kernel = names::FEED_TOKENS;
+    let args = vec![
+        Arg::Buf(ids),
+        Arg::Buf(prev),
+        Arg::Buf(from),
+        u32_arg(count, kernel, "count")?,
+        u32_arg(prev_len, kernel, "prev_len")?,
+    ];
+    d.launch(&Launch::items(kernel, args, count, [1, 1]))
+}
+
 /// Grammar masks (one bit per token, `ceil(vocab / 32)` words a row) applied to `[rows, vocab]` logits.
 pub(super) fn mask_logits<D: KernelDevice>(
     d: &D,

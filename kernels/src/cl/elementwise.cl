@@ -42,6 +42,17 @@ KERNEL void soft_cap(GLOBAL float* x, uint width, float cap) {
     if (i < width) x[r * width + i] = cap * tanh(x[r * width + i] / cap);
 }
 
+// Grid: ceil(count / ELEM_WG) groups. Async scheduling's feed: a step's input ids take the ids the previous step
+// sampled on the device; from[i] past prev_len (u32::MAX) keeps the host's id.
+KERNEL void feed_tokens(GLOBAL uint* ids, GLOBAL const uint* prev, GLOBAL const uint* from, uint count, uint prev_len) {
+    GRID_DEP_SYNC();
+    uint i = global_id0();
+    if (i < count) {
+        uint f = from[i];
+        if (f < prev_len) ids[i] = prev[f];
+    }
+}
+
 // Grid: (ceil(width / ELEM_WG) groups, num_rows); the host checks rows[] against x's row count.
 KERNEL void gather_rows(GLOBAL const float* x, GLOBAL const uint* rows, GLOBAL float* out, uint width) {
     GRID_DEP_SYNC();
