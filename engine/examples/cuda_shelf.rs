@@ -132,8 +132,7 @@ fn check(models: &Path, name: &str) -> R<usize> {
         }
     }
     let weights = rserve_engine::weights::load(&resolved, &params, candle_core::DType::F32)?;
-    let opts =
-        RunnerOptions { max_model_len: 1024, max_num_seqs: 16, enforce_eager: false, profile: Default::default() };
+    let opts = RunnerOptions { max_model_len: 1024, max_num_seqs: 16, enforce_eager: false, ..Default::default() };
     let mut r = ModelRunner::with_options(CudaBackend::new(0)?, &params, &weights, t.num_blocks(), BS, opts)?;
     let mut alone = 0;
     for p in &prompts {

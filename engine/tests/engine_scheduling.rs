@@ -1,5 +1,5 @@
-//! The engine thread on the real SmolLM2 model: preemption under a tiny KV cache, chunked prefill and prefix caching
-//! change how work is scheduled but never the greedy tokens; a shared prefix is computed once.
+//! The engine thread on the real SmolLM2 model: preemption under a tiny KV cache, chunked prefill, prefix caching and
+//! async scheduling change how work is scheduled but never the tokens; a shared prefix is computed once.
 
 use rserve_engine::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopParams};
 use rserve_engine::engine::{start, EngineConfig, EngineHandle};
@@ -109,4 +109,40 @@ fn shared_prefix_is_computed_once() {
     assert!(plain.is_alive());
     plain.shutdown();
     assert!(!plain.is_alive(), "a stopped engine thread is not alive");
+}
+
+/// A sampled request with its own seed; `penalty`: a repetition penalty, whose steps wait for the step before (the
+/// penalty reads the output so far).
+fn sampled(prompt: Vec<TokenId>, max_tokens: usize, seed: u64, penalty: bool) -> GenerateRequest {
+    let repetition_penalty = if penalty { 1.3 } else { 1.0 };
+    GenerateRequest {
+        prompt_token_ids: prompt,
+        sampling: SamplingParams { temperature: 0.8, seed: Some(seed), repetition_penalty, ..Default::default() },
+        stop: StopParams { max_tokens, ignore_eos: true, skip_special_tokens: true, ..Default::default() },
+    }
+}
+
+#[test]
+fn async_scheduling_keeps_tokens_under_preemption_and_mixed_sampling() {
+    // Greedy and seeded sampled requests, one with a penalty (its steps fall back to waiting), in a cache that
+    // preempts: the same tokens whether each step is scheduled after the one before ended or while it runs.
+    let reqs = || {
+        (0..6u32)
+            .map(|i| match i % 3 {
+                0 => greedy(prompt(i, 20 + 7 * i as usize), 40),
+                1 => sampled(prompt(i, 20 + 7 * i as usize), 40, u64::from(i), false),
+                _ => sampled(prompt(i, 20 + 7 * i as usize), 40, u64::from(i), i == 2),
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut off = config(128, 128, 2048);
+    off.async_scheduling = false;
+    let sync = start(off).unwrap();
+    let want = tokens(run_all(&sync, reqs()));
+    sync.shutdown();
+    let ahead = start(config(128, 128, 2048)).unwrap();
+    let got = tokens(run_all(&ahead, reqs()));
+    assert!(ahead.metrics().num_preemptions.get() > 0, "the tiny cache never preempted");
+    assert_eq!(got, want, "outputs changed under async scheduling");
+    ahead.shutdown();
 }

@@ -174,6 +174,7 @@ fn server_info(args: &ServeArgs, config: &EngineConfig) -> ServerInfo {
         ("max_num_seqs", json!(config.max_num_seqs)),
         ("max_num_batched_tokens", json!(config.max_num_batched_tokens)),
         ("enforce_eager", json!(config.enforce_eager)),
+        ("async_scheduling", json!(config.async_scheduling)),
         ("generation_config", json!(config.generation_config)),
     ];
     ServerInfo { config }

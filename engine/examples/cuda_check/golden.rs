@@ -72,8 +72,7 @@ pub fn check(golden: &str, gguf: &str) -> R<usize> {
     // The server's runner: decode steps replayed from CUDA graphs, tokens picked on the device; every prompt alone
     // (bucket 1) and all prompts in one ragged batch (padded to a bucket).
     let weights = rserve_engine::weights::load(&resolved, &params, candle_core::DType::F32)?;
-    let opts =
-        RunnerOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
+    let opts = RunnerOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, ..Default::default() };
     let mut runner = ModelRunner::with_options(CudaBackend::new(0)?, &params, &weights, 1024, 16, opts)?;
     let prompts: Vec<(Vec<u32>, Vec<u32>)> = g["prompts"]
         .as_array()

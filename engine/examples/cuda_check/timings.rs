@@ -67,8 +67,7 @@ pub fn bench(dir: &str, tuning_variants: &[String]) -> R<()> {
     // Room for the warm-up and timed steps of both modes (each starts again at `ctx`).
     let timed: usize = std::env::var("RSERVE_BENCH_STEPS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
     let per_seq = (ctx + 3 + timed.max(64) + 1).div_ceil(bs);
-    let opts =
-        RunnerOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, profile: Default::default() };
+    let opts = RunnerOptions { max_model_len: 2048, max_num_seqs: 256, enforce_eager: false, ..Default::default() };
     let mut runner = ModelRunner::with_options(CudaBackend::new(0)?, &params, &weights, per_seq * max_batch, bs, opts)?;
     drop(weights);
     println!("bench: dummy weights generated and uploaded in {:.1} s", t0.elapsed().as_secs_f64());

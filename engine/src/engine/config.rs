@@ -132,6 +132,9 @@ pub struct EngineConfig {
     pub load_format: String,
     /// `--enforce-eager`: no CUDA graphs (decode steps run op by op).
     pub enforce_eager: bool,
+    /// Async scheduling (the default; `--no-async-scheduling` turns it off): a step is scheduled and launched while
+    /// the one before it runs, where the runner overlaps steps.
+    pub async_scheduling: bool,
     /// `--profile`: timing output of the CUDA runner.
     pub profile: crate::runner::ProfileMode,
     /// `--download-dir`: the Hugging Face cache folder to look models and tokenizers up in and download to; None: the
@@ -197,6 +200,7 @@ impl EngineConfig {
             cpu_packed_weights: true,
             load_format: "auto".into(),
             enforce_eager: false,
+            async_scheduling: true,
             profile: Default::default(),
             testing_fail_after_requests: None,
             testing_panic_in_step_after: None,

@@ -415,6 +415,7 @@ fn load_model(
                 max_num_seqs: cfg.max_num_seqs,
                 enforce_eager: cfg.enforce_eager,
                 profile: cfg.profile,
+                async_scheduling: cfg.async_scheduling,
             };
             device.build_runner_with(params, &weights, plan.num_blocks, cfg.block_size, opts)?
         }

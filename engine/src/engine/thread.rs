@@ -2,13 +2,19 @@
 //! commands, runs steps while work exists, samples, and hands each step's tokens to the output thread
 //! (`output_thread.rs`), which makes the requests' events while the next step runs. A step that fails fails its
 //! requests; a panic ends the loop with an error to every request it holds (`faults.rs` says why).
+//!
+//! Async scheduling (vLLM's): where the runner overlaps steps (`StepRunner::overlaps`), a step is scheduled and
+//! launched while the one before it still runs on the device, its placeholders fed from that step's chosen ids on the
+//! device; then the step before is collected and its tokens applied. A step whose token choice needs the previous
+//! step's ids on the host (grammar masks, penalties or banned words over the output so far) waits for that step
+//! instead: the step in flight is collected first and the placeholders are filled from the tokens it chose.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rserve_scheduler::{FinishStatus, IdMap, NewRequest, RequestId, Scheduler, SchedulerOutput, TokenId};
+use rserve_scheduler::{FinishStatus, IdMap, IdSet, NewRequest, RequestId, Scheduler, SchedulerOutput, TokenId};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::faults::{self, StepHooks};
@@ -43,6 +49,12 @@ struct Live {
     include_stop: bool,
 }
 
+/// A step launched on the device and not collected yet (async scheduling).
+struct InFlight {
+    out: SchedulerOutput,
+    sampling: StepSampling,
+}
+
 pub(crate) struct EngineLoop {
     pub(crate) scheduler: Scheduler,
     pub(crate) runner: Box<dyn StepRunner>,
@@ -71,6 +83,8 @@ pub(crate) struct EngineLoop {
     output_thread: Option<std::thread::JoinHandle<()>>,
     /// Requests the output thread ended (stop strings, closed channels), for the scheduler to abort.
     ended: std::sync::mpsc::Receiver<Ended>,
+    /// The step on the device while the next one is scheduled (async scheduling).
+    in_flight: Option<InFlight>,
 }
 
 impl EngineLoop {
@@ -111,6 +125,7 @@ impl EngineLoop {
             to_output: Some(to_output),
             output_thread,
             ended,
+            in_flight: None,
         }
     }
 
@@ -157,6 +172,9 @@ impl EngineLoop {
         if self.scheduler.has_unfinished() {
             self.step_started = Instant::now();
             self.step();
+        } else {
+            // Every request of the step in flight ended meanwhile: its result is read and changes nothing.
+            self.complete_in_flight();
         }
         self.flush();
     }
@@ -178,6 +196,7 @@ impl EngineLoop {
         loop {
             self.apply_ended();
             if !self.scheduler.has_unfinished() {
+                self.complete_in_flight();
                 self.flush();
                 self.publish_gauges();
                 match rx.recv() {
@@ -189,6 +208,8 @@ impl EngineLoop {
                 self.handle(cmd);
             }
             if self.shutting_down {
+                self.in_flight = None;
+                self.runner.abandon();
                 let ids: Vec<RequestId> = self.live.keys().copied().collect();
                 for id in ids {
                     self.finish(id, FinishReason::Abort, None, false);
@@ -347,19 +368,32 @@ impl EngineLoop {
     }
 
     pub(super) fn step(&mut self) {
-        let out = self.scheduler.schedule();
+        let mut out = self.scheduler.schedule();
         // Before the step: the runner forgets what it kept of the requests that ended since the last one.
         self.runner.finished(&out.finished_ids);
         self.runner.finished(&out.preempted);
         if out.seqs.is_empty() {
+            if self.in_flight.is_some() {
+                // Every running request's limits are reached by the samples in flight.
+                self.complete_in_flight();
+                return;
+            }
             // Nothing could be scheduled (e.g. every waiting request waits for blocks held by none): don't spin.
             std::thread::sleep(Duration::from_millis(1));
             self.publish_gauges();
             return;
         }
-        let sampling = self.step_sampling(&out);
         let constrained =
             out.seqs.iter().any(|s| s.sample && self.live.get(&s.request_id).is_some_and(|l| l.constraint.is_some()));
+        if !constrained && self.overlappable(&out) {
+            return self.step_ahead(out);
+        }
+        if self.in_flight.is_some() {
+            // This step's token choice needs the previous step's ids on the host: that step ends first.
+            self.complete_in_flight();
+            self.fill_placeholders(&mut out);
+        }
+        let sampling = self.step_sampling(&out);
         let result = if let Err(e) = self.hooks.before_step() {
             Err(e)
         } else if constrained {
@@ -367,13 +401,89 @@ impl EngineLoop {
         } else {
             self.launch_and_collect(&out, &sampling).map(|r| (r, Vec::new()))
         };
-        let sampled = match result {
-            Ok((rows, errors)) => self.take_sampled(&out, rows, &errors),
-            Err(e) => return self.fail_step(&out, &e.to_string()),
-        };
-        if constrained {
-            self.observe_step(&out);
+        match result {
+            Ok((rows, errors)) => {
+                if constrained {
+                    self.observe_step(&out);
+                }
+                self.apply_step(out, rows, &errors);
+            }
+            Err(e) => self.fail_step(&out, &e.to_string()),
         }
+    }
+
+    /// Whether `out` may run while the step before it is still on the device: the runner feeds placeholders, and no
+    /// sampling row's choice depends on its request's output so far (penalties, banned words), which the step in
+    /// flight is still extending.
+    fn overlappable(&self, out: &SchedulerOutput) -> bool {
+        if !self.runner.overlaps() {
+            return false;
+        }
+        out.seqs.iter().filter(|s| s.sample).all(|s| {
+            self.live.get(&s.request_id).is_none_or(|l| {
+                let p = &l.sampling;
+                p.repetition_penalty == 1.0
+                    && p.presence_penalty == 0.0
+                    && p.frequency_penalty == 0.0
+                    && p.bad_words.is_empty()
+            })
+        })
+    }
+
+    /// Launches `out` with the step before it still in flight, then collects that one and applies its tokens (the
+    /// host's work for it overlaps `out` on the device).
+    fn step_ahead(&mut self, out: SchedulerOutput) {
+        let sampling = self.step_sampling(&out);
+        let launched = match self.hooks.before_step() {
+            Err(e) => Err(e),
+            Ok(()) => self.runner.launch(&out.seqs, &sampling),
+        };
+        match launched {
+            Ok(Launch::Running) => {
+                self.observe_step(&out);
+                match self.in_flight.replace(InFlight { out, sampling }) {
+                    Some(before) => self.collect_step(before),
+                    None => {
+                        self.apply_ended();
+                        self.flush();
+                        self.publish_gauges();
+                    }
+                }
+            }
+            Ok(Launch::Done(rows)) => {
+                // It ran to its end here (after the step before it, which is read first).
+                self.complete_in_flight();
+                self.observe_step(&out);
+                self.apply_step(out, rows, &[]);
+            }
+            Err(e) => {
+                self.complete_in_flight();
+                self.fail_step(&out, &e.to_string());
+            }
+        }
+    }
+
+    /// Collects the step in flight, if any, and applies its tokens.
+    fn complete_in_flight(&mut self) {
+        if let Some(f) = self.in_flight.take() {
+            self.collect_step(f);
+        }
+    }
+
+    /// Waits for a launched step and applies its tokens; the host's work that needs none of them is done first.
+    fn collect_step(&mut self, f: InFlight) {
+        self.apply_ended();
+        self.flush();
+        self.publish_gauges();
+        match self.runner.collect(&f.sampling) {
+            Ok(rows) => self.apply_step(f.out, rows, &[]),
+            Err(e) => self.fail_step(&f.out, &e.to_string()),
+        }
+    }
+
+    /// Gives a step's tokens to the scheduler and the requests. `errors`: the step's grammar errors by row.
+    fn apply_step(&mut self, out: SchedulerOutput, rows: SampledRows, errors: &[Option<String>]) {
+        let sampled = self.take_sampled(&out, rows, errors);
         let outputs = self.scheduler.update_from_output(&out, &sampled);
         for o in outputs {
             self.on_output(o.request_id, o.new_token, o.finished);
@@ -381,6 +491,22 @@ impl EngineLoop {
         // Hand the buffers back so the next schedule() refills them instead of allocating.
         self.scheduler.recycle(out);
         self.publish_gauges();
+    }
+
+    /// After the step in flight was applied: each placeholder of `out` becomes the token its request got (0 for a
+    /// request that ended meanwhile, whose result is ignored).
+    fn fill_placeholders(&self, out: &mut SchedulerOutput) {
+        for s in &mut out.seqs {
+            if !s.token_ids.contains(&TokenId::PLACEHOLDER) {
+                continue;
+            }
+            let known = self.scheduler.request(s.request_id).map(|r| r.token_ids());
+            for (k, t) in s.token_ids.iter_mut().enumerate() {
+                if *t == TokenId::PLACEHOLDER {
+                    *t = known.and_then(|ids| ids.get(s.start_position + k)).copied().unwrap_or(TokenId(0));
+                }
+            }
+        }
     }
 
     /// Runs a step without grammar masks: launched on the device, then, while it computes, the host's work that does
@@ -410,14 +536,18 @@ impl EngineLoop {
         let mut s = StepSampling { params: Vec::with_capacity(out.seqs.len() * 8), ..StepSampling::default() };
         let mut logprobs = Vec::new();
         let mut any_logprobs = false;
-        let rows = out.seqs.iter().map(|q| self.live.get(&q.request_id).filter(|_| q.sample));
+        // A request whose sample in the step in flight is not back yet draws at the place after it.
+        let out_now: IdSet<RequestId> =
+            self.in_flight.iter().flat_map(|f| f.out.seqs.iter().filter(|q| q.sample).map(|q| q.request_id)).collect();
+        let rows = out.seqs.iter().map(|q| self.live.get(&q.request_id).filter(|_| q.sample).map(|l| (q, l)));
         for (r, live) in rows.enumerate() {
-            let Some(l) = live else {
+            let Some((q, l)) = live else {
                 s.params.extend(RowParams::GREEDY.pack());
                 logprobs.push(NO_LOGPROBS);
                 continue;
             };
-            s.params.extend(crate::sampling::row_params(&l.sampling, l.seed, l.output.len() as u64).pack());
+            let place = l.output.len() + usize::from(out_now.contains(&q.request_id));
+            s.params.extend(crate::sampling::row_params(&l.sampling, l.seed, place as u64).pack());
             sampling::adjust::push_row(&mut s.edits, r as u32, &l.sampling, &l.prompt, &l.output, vocab);
             let n = l.sampling.logprobs.map_or(NO_LOGPROBS, |n| n.min(u32::MAX as usize - 1) as u32);
             any_logprobs |= n != NO_LOGPROBS;

@@ -116,16 +116,24 @@ pub trait StepRunner: Send {
         sample_on_host(self, batch, sampling, masks)
     }
     /// Starts one step without waiting for the device, so the engine does its own work while the device computes;
-    /// `Launch::Running` means `collect` must be called (with the same `sampling`) before the next step. This
-    /// default runs the whole step here (`execute_sampled`).
+    /// `Launch::Running` means `collect` must be called (with the same `sampling`) to read it. Where `overlaps`,
+    /// one more step may be launched before that, and its `TokenId::PLACEHOLDER` ids are the ones the step still in
+    /// flight samples for the same requests. This default runs the whole step here (`execute_sampled`).
     fn launch(&mut self, batch: &[ScheduledSeq], sampling: &StepSampling) -> Result<Launch> {
         self.execute_sampled(batch, sampling, None).map(Launch::Done)
     }
-    /// Waits for the launched step and chooses its tokens as `sampling` says.
+    /// Waits for the oldest launched step and reads the tokens it chose as `sampling` says.
     fn collect(&mut self, sampling: &StepSampling) -> Result<SampledRows> {
         let _ = sampling;
         Err(crate::error::EngineError::Backend("no step was launched".into()))
     }
+    /// Whether a step may be launched while the previous one is in flight, its placeholders fed on the device from
+    /// that step's chosen ids (async scheduling). This default: no.
+    fn overlaps(&self) -> bool {
+        false
+    }
+    /// Forgets the launched steps not collected (their engine step failed or their requests are gone).
+    fn abandon(&mut self) {}
     /// The scheduler's ended requests (finished, aborted, preempted): a runner that keeps per-request state (the
     /// block tables it keeps from the scheduler's deltas) drops theirs. This default keeps nothing.
     fn finished(&mut self, ids: &[rserve_scheduler::RequestId]) {
@@ -165,12 +173,20 @@ pub struct RunnerOptions {
     pub enforce_eager: bool,
     /// `--profile`: what to time.
     pub profile: ProfileMode,
+    /// Steps may overlap (`StepRunner::overlaps`): async scheduling, unless `--no-async-scheduling`.
+    pub async_scheduling: bool,
 }
 
 impl Default for RunnerOptions {
     /// 256 sequences of up to 4096 tokens, recorded where the backend records.
     fn default() -> Self {
-        Self { max_model_len: 4096, max_num_seqs: 256, enforce_eager: false, profile: ProfileMode::Off }
+        Self {
+            max_model_len: 4096,
+            max_num_seqs: 256,
+            enforce_eager: false,
+            profile: ProfileMode::Off,
+            async_scheduling: true,
+        }
     }
 }
 

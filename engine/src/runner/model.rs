@@ -9,9 +9,11 @@
 //! - Every other step (prefill chunks, mixed steps, batches beyond the largest bucket, `--enforce-eager`, backends
 //!   that do not record) uploads its inputs and runs op by op.
 //!
-//! The engine launches a step (`StepRunner::launch`: the inputs written and the replay or the ops queued) and
-//! collects it later (`collect`: the token choice queued behind the forward pass, the ids read), so the host works
-//! while the device computes.
+//! The engine launches a step (`StepRunner::launch`: the inputs written, the replay or the ops and the token choice
+//! queued) and collects it later (`collect`: the ids read), so the host works while the device computes. With async
+//! scheduling the engine launches the next step before it collects this one: positions whose ids the step in flight
+//! samples come as `TokenId::PLACEHOLDER`, and `Op::FeedTokens` copies those ids into the next step's inputs on the
+//! device, in queue order, so no id travels through the host between the two steps.
 //!
 //! Either way the token choice happens where the logits are (`sampling::device::sample_on`; a recording's own
 //! argmax for plain greedy steps), so only ids come back, unless the step asks for logits.
@@ -22,10 +24,11 @@ use crate::engine::phase::Phase;
 use crate::error::{EngineError, Result};
 use crate::model::shard::NoComm;
 use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, KvLayout, LlamaModel, PagedKvCache, ScheduledSeq};
-use crate::sampling::device::sample_on;
+use crate::sampling::device::{queue_sample_on, sample_on, QueuedChoice};
 use crate::sampling::{SampledRows, StepSampling};
 use crate::weights::Weights;
-use rserve_scheduler::{BlockTables, RequestId};
+use rserve_scheduler::{BlockTables, IdMap, RequestId, TokenId};
+use std::collections::VecDeque;
 
 use super::recorded::{Recorded, RecordedSteps};
 use super::{Launch, ProfileMode, RunnerOptions, StepMasks, StepOutput, StepRunner};
@@ -54,6 +57,28 @@ enum Pending<B: Backend> {
     Eager { logits: B::Buffer, real: usize },
 }
 
+/// Where a launched step's chosen ids are on the device.
+enum Chosen<B: Backend> {
+    /// The recording's own argmax under this key (a plain greedy replay of `rows` sequences): valid until that
+    /// recording replays again (`ModelRunner::keep_ids` copies them out first).
+    Recording { key: (usize, usize), rows: usize },
+    /// A choice queued at launch, in buffers of its own.
+    Queued(QueuedChoice<B>),
+    /// The first `rows` ids of a recording's argmax, copied out before the recording replayed again.
+    Copied { ids: B::Buffer, rows: usize },
+}
+
+/// A launched step not collected yet.
+struct InFlight<B: Backend> {
+    chosen: Chosen<B>,
+    /// Each sequence's row in the step, by request: where a later step's placeholders take their ids from.
+    rows: IdMap<RequestId, u32>,
+    /// The logits of a step run op by op, which its queued choice reads.
+    _logits: Option<B::Buffer>,
+    /// A replayed step's key and real rows (`--profile graph`).
+    replayed: Option<((usize, usize), usize)>,
+}
+
 /// What `queue` did: the step is read already (a first sight that it recorded, an empty batch), or its forward
 /// pass is queued and `read_pending` reads it as the `Read` says.
 enum Queued<'m, 's, B: Backend> {
@@ -63,9 +88,12 @@ enum Queued<'m, 's, B: Backend> {
 
 /// A llama-family model on backend `B` with its KV cache.
 pub struct ModelRunner<B: Backend> {
-    // Field order is drop order: a launched step's buffers and the recordings before the model, the cache and the
+    // Field order is drop order: launched steps' buffers and the recordings before the model, the cache and the
     // backend.
-    launched: Option<Pending<B>>,
+    /// Launched steps not collected yet, oldest first (two at most: async scheduling launches one ahead).
+    launched: VecDeque<InFlight<B>>,
+    /// `0..max_num_seqs` on the device: the rows `keep_ids` copies.
+    iota: Option<B::Buffer>,
     steps: RecordedSteps<B>,
     /// Each running request's block tables, kept from the scheduler's deltas.
     tables: BlockTables,
@@ -123,7 +151,8 @@ impl<B: Backend> ModelRunner<B> {
             );
         }
         Ok(Self {
-            launched: None,
+            launched: VecDeque::new(),
+            iota: None,
             steps,
             tables: BlockTables::default(),
             model,
@@ -211,7 +240,8 @@ impl<B: Backend> ModelRunner<B> {
         let bucket = self.bucket_for(batch);
         let width = if bucket.is_some() { self.steps.max_blocks } else { 0 };
         self.tables.apply(batch).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
-        let flat = self.model.flatten(batch, &self.tables, &self.cache, self.usable_blocks, width)?;
+        let mut flat = self.model.flatten(batch, &self.tables, &self.cache, self.usable_blocks, width)?;
+        let feed = self.placeholders(batch, &mut flat)?;
         let vocab = self.model.params().vocab_size;
         if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
@@ -220,9 +250,12 @@ impl<B: Backend> ModelRunner<B> {
             p.other_step();
         }
         match bucket {
-            Some(bucket) => self.queue_recorded(flat, bucket, step),
+            Some(bucket) => self.queue_recorded(flat, bucket, feed.as_deref(), step),
             None => {
                 let dev = DeviceBatch::upload(&self.backend, &flat)?;
+                if let Some(from) = &feed {
+                    self.feed(&dev.ids, from)?;
+                }
                 let logits = self.forward(&flat, &dev)?;
                 Ok(Queued::Pending(Pending::Eager { logits, real: flat.num_seqs() }, step))
             }
@@ -287,6 +320,7 @@ impl<B: Backend> ModelRunner<B> {
         &mut self,
         mut flat: FlatBatch,
         bucket: usize,
+        feed: Option<&[u32]>,
         step: Read<'m, 's>,
     ) -> Result<Queued<'m, 's, B>> {
         let real = flat.num_seqs();
@@ -295,6 +329,9 @@ impl<B: Backend> ModelRunner<B> {
         let key = (bucket, self.backend.decode_partitions(longest, bucket));
         self.steps.inputs_for(&self.backend, bucket, &flat)?;
         let dev = &self.steps.inputs[&bucket].dev;
+        if let Some(from) = feed {
+            self.feed(&dev.ids, from)?;
+        }
         if self.steps.unrecordable.contains(&key) {
             if let Some(p) = self.steps.profile.as_mut() {
                 p.other_step();
@@ -302,7 +339,7 @@ impl<B: Backend> ModelRunner<B> {
             let logits = self.forward(&flat, dev)?;
             return Ok(Queued::Pending(Pending::Eager { logits, real }, step));
         }
-        let Some(r) = self.steps.recorded.get(&key) else {
+        if !self.steps.recorded.contains_key(&key) {
             if let Some(p) = self.steps.profile.as_mut() {
                 p.other_step();
             }
@@ -313,10 +350,96 @@ impl<B: Backend> ModelRunner<B> {
             drop(logits);
             self.record(&flat, key)?;
             return Ok(Queued::Done(got));
-        };
+        }
         let timed = self.steps.profile.is_some();
+        self.keep_ids(key)?;
+        let r = &self.steps.recorded[&key];
         self.backend.replay(&r.rec, timed)?;
         Ok(Queued::Pending(Pending::Replayed { key, real }, step))
+    }
+
+    /// Replaces each placeholder of `flat` (a position whose id the last launched step samples) by 0 and returns,
+    /// per token, the row of that step to feed it from (`u32::MAX`: the host's id), or None without placeholders.
+    fn placeholders(&self, batch: &[ScheduledSeq], flat: &mut FlatBatch) -> Result<Option<Vec<u32>>> {
+        if !flat.ids.contains(&TokenId::PLACEHOLDER.0) {
+            return Ok(None);
+        }
+        let prev = self.launched.back();
+        let mut from = vec![u32::MAX; flat.ids.len()];
+        let mut at = 0;
+        for s in batch {
+            for k in 0..s.token_ids.len() {
+                if flat.ids[at + k] != TokenId::PLACEHOLDER.0 {
+                    continue;
+                }
+                let row = prev.and_then(|p| p.rows.get(&s.request_id)).ok_or_else(|| {
+                    EngineError::InvalidArgument(format!(
+                        "request {}: a token to compute whose id no launched step samples",
+                        s.request_id.0
+                    ))
+                })?;
+                from[at + k] = *row;
+                flat.ids[at + k] = 0;
+            }
+            at += s.token_ids.len();
+        }
+        Ok(Some(from))
+    }
+
+    /// Feeds the last launched step's chosen ids into `ids` where `from` names one of its rows (`Op::FeedTokens`).
+    fn feed(&self, ids: &B::Buffer, from: &[u32]) -> Result<()> {
+        let prev = self.launched.back().ok_or_else(|| EngineError::Backend("no launched step to feed from".into()))?;
+        let (chosen, rows) = match &prev.chosen {
+            Chosen::Recording { key, rows } => {
+                let r = self.steps.recorded.get(key).ok_or_else(|| EngineError::Backend("recording gone".into()))?;
+                (&r.ids, *rows)
+            }
+            Chosen::Queued(c) => (&c.ids, c.rows()),
+            Chosen::Copied { ids, rows } => (ids, *rows),
+        };
+        let from_buf = self.backend.upload_u32(from)?;
+        let op = Op::FeedTokens { ids, prev: chosen, from: &from_buf, count: from.len(), prev_len: rows };
+        Ok(self.backend.run(op)?)
+    }
+
+    /// Before the recording under `key` replays: a launched step whose ids are still that recording's argmax gets
+    /// them copied into a buffer of its own, which the replay does not overwrite.
+    fn keep_ids(&mut self, key: (usize, usize)) -> Result<()> {
+        for i in 0..self.launched.len() {
+            let Chosen::Recording { key: k, rows } = self.launched[i].chosen else { continue };
+            if k != key {
+                continue;
+            }
+            if self.iota.is_none() {
+                let all: Vec<u32> = (0..self.steps.buckets.last().copied().unwrap_or(1) as u32).collect();
+                self.iota = Some(self.backend.upload_u32(&all)?);
+            }
+            let (b, r) = (&self.backend, &self.steps.recorded[&key]);
+            let (ids, iota) = (b.alloc_u32_output(rows)?, self.iota.as_ref().expect("set above"));
+            b.run(Op::FeedTokens { ids: &ids, prev: &r.ids, from: iota, count: rows, prev_len: rows })?;
+            self.launched[i].chosen = Chosen::Copied { ids, rows };
+        }
+        Ok(())
+    }
+
+    /// Reads a launched step's ids (waiting for the device).
+    fn read_in_flight(&mut self, f: InFlight<B>) -> Result<SampledRows> {
+        let b = &self.backend;
+        let got = match &f.chosen {
+            Chosen::Queued(c) => c.read(b)?,
+            Chosen::Recording { key, rows } => {
+                let r = self.steps.recorded.get(key).ok_or_else(|| EngineError::Backend("recording gone".into()))?;
+                SampledRows { ids: b.download_u32(&r.ids, *rows)?, logprobs: vec![None; *rows] }
+            }
+            Chosen::Copied { ids, rows } => {
+                SampledRows { ids: b.download_u32(ids, *rows)?, logprobs: vec![None; *rows] }
+            }
+        };
+        if let (Some((key, real)), Some(p)) = (f.replayed, self.steps.profile.as_mut()) {
+            let device_ms = self.steps.recorded.get(&key).and_then(|r| self.backend.replay_ms(&r.rec));
+            p.step(real, key.0, device_ms.unwrap_or(0.0));
+        }
+        Ok(got)
     }
 
     /// Records the forward pass and argmax of `flat` (already in its bucket's inputs) under `key`; a key that cannot
@@ -399,27 +522,45 @@ where
     }
 
     fn launch(&mut self, batch: &[ScheduledSeq], sampling: &StepSampling) -> Result<Launch> {
-        // A step launched and never collected (its engine step failed before): its result is not wanted.
-        self.launched = None;
         if !sampling.logprobs_fit_device() {
             return Ok(Launch::Done(super::sample_on_host(self, batch, sampling, None)?));
         }
-        match self.queue(batch, Read { want: Want::Choose(sampling), masks: None })? {
-            Queued::Done(StepOutput::Sampled(s)) => Ok(Launch::Done(s)),
-            Queued::Done(_) => Err(EngineError::Backend("expected sampled ids".into())),
-            Queued::Pending(p, _) => {
-                self.launched = Some(p);
-                Ok(Launch::Running)
+        let rows: IdMap<RequestId, u32> = batch.iter().enumerate().map(|(i, s)| (s.request_id, i as u32)).collect();
+        let vocab = self.model.params().vocab_size;
+        // The choice is queued now, behind the forward pass: a step launched after this one may replay the same
+        // recording (overwriting its logits) or feed on these ids before this one is collected.
+        let (chosen, logits, replayed) = match self.queue(batch, Read { want: Want::Choose(sampling), masks: None })? {
+            Queued::Done(StepOutput::Sampled(s)) => return Ok(Launch::Done(s)),
+            Queued::Done(_) => return Err(EngineError::Backend("expected sampled ids".into())),
+            Queued::Pending(Pending::Eager { logits, real }, _) => {
+                let c = queue_sample_on(&self.backend, &logits, real, vocab, sampling, None)?;
+                (Chosen::Queued(c), Some(logits), None)
             }
-        }
+            Queued::Pending(Pending::Replayed { key, real }, _) if sampling.is_plain_greedy() => {
+                (Chosen::Recording { key, rows: real }, None, Some((key, real)))
+            }
+            Queued::Pending(Pending::Replayed { key, real }, _) => {
+                let r = self.steps.recorded.get(&key).ok_or_else(|| EngineError::Backend("recording gone".into()))?;
+                let c = queue_sample_on(&self.backend, &r.logits, real, vocab, sampling, None)?;
+                (Chosen::Queued(c), None, Some((key, real)))
+            }
+        };
+        self.launched.push_back(InFlight { chosen, rows, _logits: logits, replayed });
+        Ok(Launch::Running)
     }
 
-    fn collect(&mut self, sampling: &StepSampling) -> Result<SampledRows> {
-        let p = self.launched.take().ok_or_else(|| EngineError::Backend("no step was launched".into()))?;
-        match self.read_pending(p, Read { want: Want::Choose(sampling), masks: None })? {
-            StepOutput::Sampled(s) => Ok(s),
-            _ => Err(EngineError::Backend("expected sampled ids".into())),
-        }
+    fn collect(&mut self, _sampling: &StepSampling) -> Result<SampledRows> {
+        let f = self.launched.pop_front().ok_or_else(|| EngineError::Backend("no step was launched".into()))?;
+        self.read_in_flight(f)
+    }
+
+    fn overlaps(&self) -> bool {
+        // `--profile graph` times each replay once it is read, before the next one is queued.
+        self.opts.async_scheduling && self.steps.profile.is_none()
+    }
+
+    fn abandon(&mut self) {
+        self.launched.clear();
     }
 
     fn finished(&mut self, ids: &[RequestId]) {

@@ -19,6 +19,53 @@ pub fn sample_on<B: Backend>(
     s: &StepSampling,
     grammar: Option<StepMasks>,
 ) -> Result<SampledRows> {
+    if rows == 0 {
+        check_rows(s, rows)?;
+        return Ok(SampledRows::default());
+    }
+    queue_sample_on(b, logits, rows, vocab, s, grammar)?.read(b)
+}
+
+/// A token choice queued on the device behind the forward pass that makes its logits: the chosen ids stay in a
+/// buffer of their own (a later step may feed them to its inputs, `Op::FeedTokens`) until `read`.
+pub struct QueuedChoice<B: Backend> {
+    /// `[rows]` chosen ids.
+    pub ids: B::Buffer,
+    rows: usize,
+    /// The log-prob values and top ids, and how many alternatives each row asked for.
+    logprobs: Option<(B::Buffer, B::Buffer, Vec<u32>)>,
+}
+
+impl<B: Backend> QueuedChoice<B> {
+    /// Rows chosen.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Waits for the choice and reads the ids (and the log-probs asked for).
+    pub fn read(&self, b: &B) -> Result<SampledRows> {
+        let rows = self.rows;
+        let chosen = b.download_u32(&self.ids, rows)?;
+        let Some((values, top_ids, want)) = &self.logprobs else {
+            return Ok(SampledRows { ids: chosen, logprobs: vec![None; rows] });
+        };
+        let width = 1 + LOGPROBS_MAX_TOP;
+        let vals = b.download_f32(values)?;
+        let tops = b.download_u32(top_ids, rows * LOGPROBS_MAX_TOP)?;
+        let logprobs = (0..rows)
+            .map(|r| {
+                let n = want[r];
+                (n != NO_LOGPROBS).then(|| RowLogprobs {
+                    chosen: vals[r * width],
+                    top: (0..n as usize).map(|j| (tops[r * LOGPROBS_MAX_TOP + j], vals[r * width + 1 + j])).collect(),
+                })
+            })
+            .collect();
+        Ok(SampledRows { ids: chosen, logprobs })
+    }
+}
+
+fn check_rows(s: &StepSampling, rows: usize) -> Result<()> {
     if s.rows() != rows || (!s.logprobs.is_empty() && s.logprobs.len() != rows) {
         return Err(EngineError::Backend(format!(
             "sampling: {} rows of parameters and {} of log-probs for {rows} sequences",
@@ -26,8 +73,21 @@ pub fn sample_on<B: Backend>(
             s.logprobs.len()
         )));
     }
+    Ok(())
+}
+
+/// Queues the token choice of `sample_on` (`rows` > 0) without waiting for it.
+pub fn queue_sample_on<B: Backend>(
+    b: &B,
+    logits: &B::Buffer,
+    rows: usize,
+    vocab: usize,
+    s: &StepSampling,
+    grammar: Option<StepMasks>,
+) -> Result<QueuedChoice<B>> {
+    check_rows(s, rows)?;
     if rows == 0 {
-        return Ok(SampledRows::default());
+        return Err(EngineError::Backend("sampling: a choice of no rows".into()));
     }
     if let Some(m) = s.merged_masks(grammar) {
         m.apply_on(b, logits, rows, vocab)?;
@@ -54,7 +114,7 @@ pub fn sample_on<B: Backend>(
     let ids = b.alloc_u32_output(rows)?;
     b.run(Op::SampleRows { logits, params: &params, ids: &ids, rows, vocab })?;
     if !wants {
-        return Ok(SampledRows { ids: b.download_u32(&ids, rows)?, logprobs: vec![None; rows] });
+        return Ok(QueuedChoice { ids, rows, logprobs: None });
     }
     let width = 1 + LOGPROBS_MAX_TOP;
     let want = b.upload_u32(&s.logprobs)?;
@@ -62,17 +122,5 @@ pub fn sample_on<B: Backend>(
     let top_ids = b.alloc_u32_output(rows * LOGPROBS_MAX_TOP)?;
     let source = raw.as_ref().unwrap_or(logits);
     b.run(Op::RowLogprobs { logits: source, ids: &ids, want: &want, values: &values, top_ids: &top_ids, rows, vocab })?;
-    let chosen = b.download_u32(&ids, rows)?;
-    let vals = b.download_f32(&values)?;
-    let tops = b.download_u32(&top_ids, rows * LOGPROBS_MAX_TOP)?;
-    let logprobs = (0..rows)
-        .map(|r| {
-            let n = s.logprobs[r];
-            (n != NO_LOGPROBS).then(|| RowLogprobs {
-                chosen: vals[r * width],
-                top: (0..n as usize).map(|j| (tops[r * LOGPROBS_MAX_TOP + j], vals[r * width + 1 + j])).collect(),
-            })
-        })
-        .collect();
-    Ok(SampledRows { ids: chosen, logprobs })
+    Ok(QueuedChoice { ids, rows, logprobs: Some((values, top_ids, s.logprobs.clone())) })
 }

@@ -249,6 +249,14 @@ pub struct SchedulerArgs {
     /// its KV cache blocks freed. Default: no limit.
     #[arg(long, value_name = "SECONDS")]
     pub max_request_time: Option<f64>,
+    /// Schedule each step while the one before it runs on the device, feeding its sampled ids to the next step on
+    /// the device (the default; steps whose sampling needs the output so far, such as grammar masks or penalties,
+    /// still wait for the step before).
+    #[arg(long, overrides_with = "no_async_scheduling")]
+    pub async_scheduling: bool,
+    /// Schedule each step after the one before it ended.
+    #[arg(long, overrides_with = "async_scheduling")]
+    pub no_async_scheduling: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -653,6 +661,7 @@ impl EngineArgs {
             n => return Err(CliError::MaxLogprobs(n)),
         };
         cfg.enforce_eager = m.enforce_eager;
+        cfg.async_scheduling = !s.no_async_scheduling;
         cfg.profile = rserve_engine::runner::ProfileMode::parse(&m.profile).unwrap_or_default();
         cfg.max_waiting = max_num_waiting;
         cfg.tensor_parallel_size = p.tensor_parallel_size;

@@ -82,7 +82,6 @@ const fn rserve(names: &'static [&'static str], arity: Arity) -> VllmFlag {
 }
 
 // Why a flag changes nothing, or why it is refused (one line each; the log and README print them).
-const ASYNC_SCHEDULING: &str = "rserve's engine thread overlaps host and device work on its own";
 const CHUNKED_PREFILL: &str = "chunked prefill is always on in rserve (vLLM v1's scheduler)";
 const CONTENT_FORMAT: &str = "text message content is passed to chat templates as a string";
 const CONTEXT_PARALLEL: &str = "context parallelism is not implemented; use -tp / -pp";
@@ -483,7 +482,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--cache-aware-admission-window"], V, Ignored(SCHEDULER)),
     v(&["--cache-aware-admission-threshold"], V, Ignored(SCHEDULER)),
     v(&["--disable-hybrid-kv-cache-manager", "--enable-hybrid-kv-cache-manager"], S, Ignored(KV_CACHE)),
-    v(&["--async-scheduling", "--no-async-scheduling"], S, Ignored(ASYNC_SCHEDULING)),
+    v(&["--async-scheduling", "--no-async-scheduling"], S, Implemented),
     v(&["--stream-interval"], V, Ignored(STREAM_INTERVAL)),
     // CompilationConfig
     v(&["--cudagraph-capture-sizes"], N, Ignored(CUDA_GRAPHS)),
