@@ -163,7 +163,8 @@ pub trait Backend {
         let _ = (recording, timed);
         Err(BackendError::Device(format!("{}: this backend records no steps", self.device_name())))
     }
-    /// Device milliseconds of `recording`'s last timed replay, once the step's result was read back.
+    /// Device milliseconds of `recording`'s oldest timed replay whose time was not read yet (each replay's time is
+    /// read once, in replay order), once that step's result was read back.
     fn replay_ms(&self, recording: &Self::Recording) -> Option<f64> {
         let _ = recording;
         None

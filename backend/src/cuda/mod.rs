@@ -357,8 +357,9 @@ impl CudaBackend {
 pub struct Graph {
     exec: cudarc::driver::CudaGraph,
     _plan: Option<AttnPlan<CuBuffer>>,
-    /// Events around the last timed replay (`Backend::replay_ms`).
-    timing: RefCell<Option<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>>,
+    /// Events around each timed replay not read yet, oldest first (`Backend::replay_ms`): with async scheduling the
+    /// same graph is replayed again before the earlier replay is read.
+    timing: RefCell<std::collections::VecDeque<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>>,
 }
 
 // SAFETY: a graph is created, replayed and destroyed by whichever single thread owns it (the engine thread owns the
@@ -521,14 +522,18 @@ impl Backend for CudaBackend {
         let start = self.record_event()?;
         CudaBackend::replay(self, g)?;
         let end = self.record_event()?;
-        *g.timing.borrow_mut() = Some((start, end));
+        let mut timing = g.timing.borrow_mut();
+        // Replays nobody reads the time of (the step was abandoned) are not kept for ever.
+        if timing.len() >= 4 {
+            timing.pop_front();
+        }
+        timing.push_back((start, end));
         Ok(())
     }
 
     fn replay_ms(&self, g: &Graph) -> Option<f64> {
-        let t = g.timing.borrow();
-        let (start, end) = t.as_ref()?;
-        start.elapsed_ms(end).ok().map(f64::from)
+        let (start, end) = g.timing.borrow_mut().pop_front()?;
+        start.elapsed_ms(&end).ok().map(f64::from)
     }
 
     fn decode_partitions(&self, longest: usize, rows: usize) -> usize {

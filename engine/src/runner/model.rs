@@ -555,8 +555,7 @@ where
     }
 
     fn overlaps(&self) -> bool {
-        // `--profile graph` times each replay once it is read, before the next one is queued.
-        self.opts.async_scheduling && self.steps.profile.is_none()
+        self.opts.async_scheduling
     }
 
     fn abandon(&mut self) {
