@@ -26,9 +26,13 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 
 
 def prefilled(line: str) -> list[dict]:
-    """A conversation whose last (assistant) message repeats `line`, ending at a line start."""
+    """A conversation whose last (assistant) message repeats `line` after a `L:` label, ending with the label (the
+    continued message is cut after its trimmed text, so it cannot end with the newline). A `<think>` line keeps its
+    `<think>` in the prompt, as the templates of those models open the reasoning there (and a prompt whose last marker
+    is `</think>` has closed the reasoning, which vLLM reads as no reasoning to split)."""
+    opened = "<think>" if line.startswith("<think>") else ""
     return [{"role": "user", "content": "Repeat the line."},
-            {"role": "assistant", "content": (line + "\n") * 4}]
+            {"role": "assistant", "content": "".join(f"L:{line}\n" for _ in range(4)) + "L:" + opened}]
 
 
 def ask(client, line: str, stream: bool = False, **kw):
@@ -99,7 +103,7 @@ def test_thinking_off_is_all_content(parser_server):
         pytest.skip("only Qwen3 and DeepSeek V3 read a thinking switch")
     kw = {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}} if parser == "qwen3" else {}
     message = ask(server.client(), THINK, **kw).choices[0].message
-    assert (message.reasoning, message.content) == (None, THINK)
+    assert (message.reasoning, message.content) == (None, THINK.removeprefix("<think>"))
 
 
 def test_tool_calls_are_read_after_the_reasoning(parser_server):

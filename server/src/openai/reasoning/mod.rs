@@ -101,8 +101,12 @@ impl ReasoningReading {
 }
 
 /// Whether the prompt itself closed the reasoning (vLLM's `prompt_is_reasoning_end`): its last marker is the end
-/// marker, as when Qwen3's template writes `<think>\n\n</think>` for `enable_thinking: false`.
+/// marker, as when Qwen3's template writes `<think>\n\n</think>` for `enable_thinking: false`. Only for the parsers
+/// whose templates open the reasoning in the prompt; Mistral's model opens it itself, after the prompt.
 pub fn prompt_ends_reasoning(parser: ReasoningParser, prompt: &str) -> bool {
+    if parser == ReasoningParser::Mistral {
+        return false;
+    }
     match parser.markers() {
         Some((start, end)) => match (prompt.rfind(start), prompt.rfind(end)) {
             (s, Some(e)) => s.is_none_or(|s| s < e),
