@@ -75,4 +75,3 @@ pub(crate) fn compute(rows: Vec<Option<&mut GrammarState>>, vocab: usize) -> (St
         .collect();
     (masks, errors)
 }
-

@@ -255,7 +255,11 @@ impl ChatStream {
         calls.extend(tool_piece.calls);
         let has_content = tool_piece.content.as_ref().is_some_and(|c| !c.is_empty());
         let logprobs = if has_content { logprobs } else { None };
-        out.extend(self.piece_chunks(index, StreamPiece { content: tool_piece.content.filter(|c| !c.is_empty()), calls }, logprobs));
+        out.extend(self.piece_chunks(
+            index,
+            StreamPiece { content: tool_piece.content.filter(|c| !c.is_empty()), calls },
+            logprobs,
+        ));
         out
     }
 

@@ -177,7 +177,8 @@ fn chat_response_shape() {
             ..Default::default()
         },
     ];
-    let v = serde_json::to_value(chat_response(meta(), 5, outputs, false, &ToolReading::default(), None)).expect("json");
+    let v =
+        serde_json::to_value(chat_response(meta(), 5, outputs, false, &ToolReading::default(), None)).expect("json");
     // vLLM: null when EOS ended the choice, the id (a number) for a stop token id, the string for a stop string.
     assert_eq!(v["choices"][2]["stop_reason"], json!(42));
     assert_eq!(v["object"], "chat.completion");

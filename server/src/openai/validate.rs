@@ -7,9 +7,9 @@ use rserve_engine::chat_template::ToolCall;
 use rserve_engine::structured::Grammar;
 use rserve_engine::TokenId;
 
+use crate::openai::reasoning::{ReasoningParser, ReasoningReading};
 use crate::openai::request_extras;
 use crate::openai::structured;
-use crate::openai::reasoning::{ReasoningParser, ReasoningReading};
 use crate::openai::tools::{self, ToolMode, ToolReading, ToolSettings};
 use crate::openai::types::{
     ChatCompletionRequest, ChatMessageIn, CompletionRequest, MessageContent, PromptField, SamplingFields, StopField,
@@ -519,7 +519,8 @@ pub fn chat_prompt_with_tools(
     tools: Option<&[serde_json::Value]>,
     add_generation_prompt: bool,
 ) -> Result<Vec<TokenId>> {
-    render_prompt(engine, &ChatRender { turns, tools, add_generation_prompt, variables: None }, None).map(|(_, ids)| ids)
+    render_prompt(engine, &ChatRender { turns, tools, add_generation_prompt, variables: None }, None)
+        .map(|(_, ids)| ids)
 }
 
 /// Renders a conversation and tokenizes it (no second BOS when the template wrote one); `continue_final`: the last
@@ -609,9 +610,8 @@ pub fn chat(
     // vLLM's rule: a grammar (structured outputs, a forced tool call) applies to the text after the reasoning, unless
     // there is none to wait for or the request leaves it out.
     if let Some(r) = reasoning.as_ref().filter(|r| r.include && !r.identity && c.sampling.constraint.is_some()) {
-        let marker = engine
-            .encode(r.parser.end_marker(), false)
-            .map_err(|e| ValidationError::Tokenization(e.to_string()))?;
+        let marker =
+            engine.encode(r.parser.end_marker(), false).map_err(|e| ValidationError::Tokenization(e.to_string()))?;
         c.sampling.constraint_after = Some(marker);
     }
     let requests = requests_for_prompt(&c, prompt, info, "messages")?;

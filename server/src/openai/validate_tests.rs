@@ -514,8 +514,9 @@ fn tool_conversation() -> serde_json::Value {
 
 #[test]
 fn tool_calls_and_tool_results_reach_the_template() {
-    let v = chat(&chat_req(json!({"messages": tool_conversation()})), &FakeEngine::new(4096), &Default::default(), None)
-        .expect("valid");
+    let v =
+        chat(&chat_req(json!({"messages": tool_conversation()})), &FakeEngine::new(4096), &Default::default(), None)
+            .expect("valid");
     let want = "<s>user: Weather in Paris?\nassistant:  [call c1 get_weather({\"city\":\"Paris\"})] \
                 [call c2 get_time({})]\ntool[c1]: 18 C\ntool: noon\nassistant: Sunny.\nassistant:";
     assert_eq!(rendered(&v), want);

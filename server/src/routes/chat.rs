@@ -52,8 +52,7 @@ pub async fn create(
         Ok(sse::response(renderer, merged))
     } else {
         let outputs = fanout::collect(merged, n).await?;
-        let mut response =
-            render::chat_response(
+        let mut response = render::chat_response(
             meta,
             valid.prompt_tokens,
             outputs,

@@ -77,7 +77,8 @@ impl ReasoningReading {
         let thinking_off = match parser {
             ReasoningParser::Qwen3 => kwarg_bool(kwargs, "enable_thinking") == Some(false),
             ReasoningParser::DeepseekV3 => {
-                !(kwarg_bool(kwargs, "thinking").unwrap_or(false) || kwarg_bool(kwargs, "enable_thinking").unwrap_or(false))
+                !(kwarg_bool(kwargs, "thinking").unwrap_or(false)
+                    || kwarg_bool(kwargs, "enable_thinking").unwrap_or(false))
             }
             _ => false,
         };
@@ -89,7 +90,9 @@ impl ReasoningReading {
         let inner = match (self.identity, self.parser, self.parser.markers()) {
             (true, ..) => Inner::Identity,
             (false, ReasoningParser::GptOss, _) => Inner::Harmony(HarmonySplitter::default()),
-            (false, ReasoningParser::Mistral, Some((s, e))) => Inner::Think(ThinkSplitter::new(s, e, ThinkStyle::Closed)),
+            (false, ReasoningParser::Mistral, Some((s, e))) => {
+                Inner::Think(ThinkSplitter::new(s, e, ThinkStyle::Closed))
+            }
             (false, ReasoningParser::Qwen3, Some((s, e))) => {
                 Inner::Think(ThinkSplitter::new(s, e, ThinkStyle::OpenedQwen3))
             }

@@ -22,7 +22,9 @@ fn s(v: &str) -> Option<String> {
 fn streamed(parser: ReasoningParser, pieces: &[&str]) -> (Option<String>, Option<String>, Vec<FunctionCall>) {
     let mut split = reading(parser, json!({"thinking": true})).splitter();
     let (mut r, mut c, mut calls) = (String::new(), String::new(), Vec::new());
-    for p in pieces.iter().map(|p| split.push(p)).chain(std::iter::once(split.finish())) {
+    let mut all: Vec<ReasoningPiece> = pieces.iter().map(|p| split.push(p)).collect();
+    all.push(split.finish());
+    for p in all {
         r.push_str(&p.reasoning);
         c.push_str(&p.content);
         calls.extend(p.calls);

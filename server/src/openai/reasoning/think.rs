@@ -105,10 +105,8 @@ impl ThinkSplitter {
                     let end = self.held.find(self.end);
                     let call = self.tool_call_start();
                     // The earliest of the three decides.
-                    let first = [start.map(|i| (i, 0)), end.map(|i| (i, 1)), call.map(|i| (i, 2))]
-                        .into_iter()
-                        .flatten()
-                        .min();
+                    let first =
+                        [start.map(|i| (i, 0)), end.map(|i| (i, 1)), call.map(|i| (i, 2))].into_iter().flatten().min();
                     match first {
                         Some((i, 0)) => {
                             out.reasoning.push_str(&self.held[..i]);
