@@ -28,6 +28,10 @@ pub struct SamplingParams {
     pub logprobs: Option<usize>,
     /// Structured output: every sampled token keeps the text a prefix of a sentence of this grammar.
     pub constraint: Option<Grammar>,
+    /// The grammar starts only once the output holds these ids (a reasoning parser's end marker: vLLM applies
+    /// structured outputs to the text after the reasoning); the marker itself is not part of the grammar's text.
+    /// `None`: from the first output token.
+    pub constraint_after: Option<Vec<TokenId>>,
     /// vLLM's `allowed_token_ids`: only these ids may be sampled (sorted, deduplicated).
     pub allowed_token_ids: Option<Vec<TokenId>>,
     /// vLLM's `bad_words` as token sequences: the last token of a sequence is banned when the output so far ends
@@ -49,6 +53,7 @@ impl Default for SamplingParams {
             logit_bias: Vec::new(),
             logprobs: None,
             constraint: None,
+            constraint_after: None,
             allowed_token_ids: None,
             bad_words: Vec::new(),
         }

@@ -22,6 +22,7 @@ use crate::testing::{FakeEngine, REPLY};
 fn settings() -> ServerSettings {
     ServerSettings {
         tools: Default::default(),
+        reasoning: None,
         served_model_names: vec!["smol".into(), "alias".into()],
         api_keys: Vec::new(),
         default_chat_template_kwargs: Default::default(),

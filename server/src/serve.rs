@@ -64,6 +64,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             auto_tool_choice: args.frontend.enable_auto_tool_choice,
             parser: args.frontend.tool_call_parser,
         },
+        reasoning: args.frontend.reasoning_parser,
         server_load_tracking: args.frontend.enable_server_load_tracking,
         dev_mode: cli::server_dev_mode()?.then(|| server_info(&args, &config)),
     };

@@ -33,6 +33,8 @@ pub struct ServerSettings {
     pub log_requests: bool,
     /// `--enable-auto-tool-choice` and `--tool-call-parser`.
     pub tools: ToolSettings,
+    /// `--reasoning-parser`: how chat answers split into reasoning and content.
+    pub reasoning: Option<crate::openai::reasoning::ReasoningParser>,
     /// `--enable-server-load-tracking`: count the generation requests in progress for `/load`.
     pub server_load_tracking: bool,
     /// `VLLM_SERVER_DEV_MODE`: the development routes are served, and `/server_info` answers with this.

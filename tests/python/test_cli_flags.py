@@ -108,7 +108,8 @@ def test_one_warning_per_ignored_flag(job_script_server):
 @pytest.mark.parametrize("flags, fragment", [
     (["--lora-modules", "a=b"], "--lora-modules is not supported by rserve: LoRA adapters"),
     (["--headless"], "--headless is not supported by rserve"),
-    (["--reasoning-parser", "deepseek_r1"], "--reasoning-parser is not supported by rserve: reasoning parsers"),
+    (["--reasoning-parser-plugin", "my_parser.py"],
+     "--reasoning-parser-plugin is not supported by rserve: only the built-in reasoning parsers"),
     (["--quantization", "awq"], "--quantization awq does not match the checkpoint"),
 ])
 def test_refused_flags_exit_1_with_one_line(flags, fragment):

@@ -346,7 +346,10 @@ impl EngineLoop {
             let _ = events.send(RequestEvent::Error(e.to_string()));
             return;
         }
-        let constraint = sampling.constraint.as_ref().map(|g| GrammarState::new(Constraint::new(g)));
+        let constraint = sampling
+            .constraint
+            .as_ref()
+            .map(|g| GrammarState::new(Constraint::new(g), sampling.constraint_after.as_deref()));
         let prompt_tokens = prompt_token_ids.len();
         self.outbox.push(ToOutput::Add { id, text: Box::new(text), events, prompt_tokens });
         self.live.insert(

@@ -1,12 +1,23 @@
-//! `\d` as vLLM's structured outputs read it: the ASCII digits `[0-9]`, not every Unicode digit (Rust's `regex`
-//! syntax, which llguidance follows, takes `\d` as Unicode's `Nd` class, so a phone-number pattern could produce
-//! digits of other scripts). Applied to regex constraints and to the `pattern`s of a JSON schema.
+//! `\d`, `\w` and `\s` as vLLM's structured outputs read them (xgrammar, its default backend): ASCII classes
+//! (`[0-9]`, `[0-9A-Za-z_]`, `[ \t\n\r\f\v]`), not Unicode's (Rust's `regex` syntax, which llguidance follows, takes
+//! them as Unicode classes, so a phone-number pattern could produce digits of other scripts and `\w+` letters of any
+//! alphabet). Applied to regex constraints and to the `pattern`s of a JSON schema.
 
 use serde_json::Value;
 
-/// `re` with `\d` as `[0-9]` (inside a class: `0-9`) and `\D` outside a class as `[^0-9]`; every other escape, and
-/// `\D` inside a class, as written.
-pub fn ascii_digits(re: &str) -> String {
+/// The ASCII members of `\d`, `\w` and `\s`, as written inside a class.
+fn ascii_members(class: char) -> Option<&'static str> {
+    match class {
+        'd' => Some("0-9"),
+        'w' => Some("0-9A-Za-z_"),
+        's' => Some(" \\t\\n\\r\\f\\v"),
+        _ => None,
+    }
+}
+
+/// `re` with `\d`, `\w`, `\s` as their ASCII classes (inside a class: their members) and `\D`, `\W`, `\S` outside a
+/// class as the negated classes; every other escape, and the negated ones inside a class, as written.
+pub fn ascii_classes(re: &str) -> String {
     let mut out = String::with_capacity(re.len() + 8);
     let mut chars = re.chars().peekable();
     // Depth of `[...]` classes (nested classes are Rust regex syntax); a `]` right after `[` or `[^` is literal.
@@ -15,9 +26,21 @@ pub fn ascii_digits(re: &str) -> String {
     while let Some(c) = chars.next() {
         match c {
             '\\' => match chars.next() {
-                Some('d') if depth == 0 => out.push_str("[0-9]"),
-                Some('d') => out.push_str("0-9"),
-                Some('D') if depth == 0 => out.push_str("[^0-9]"),
+                Some(e) if ascii_members(e).is_some() => {
+                    let members = ascii_members(e).unwrap_or_default();
+                    if depth == 0 {
+                        out.push('[');
+                        out.push_str(members);
+                        out.push(']');
+                    } else {
+                        out.push_str(members);
+                    }
+                }
+                Some(e) if depth == 0 && ascii_members(e.to_ascii_lowercase()).is_some() && e.is_ascii_uppercase() => {
+                    out.push_str("[^");
+                    out.push_str(ascii_members(e.to_ascii_lowercase()).unwrap_or_default());
+                    out.push(']');
+                }
                 Some(e) => {
                     out.push('\\');
                     out.push(e);
@@ -44,24 +67,24 @@ pub fn ascii_digits(re: &str) -> String {
     out
 }
 
-/// `schema` with `ascii_digits` applied to every `pattern` keyword and every `patternProperties` key.
-pub fn schema_ascii_digits(schema: &Value) -> Value {
+/// `schema` with `ascii_classes` applied to every `pattern` keyword and every `patternProperties` key.
+pub fn schema_ascii_classes(schema: &Value) -> Value {
     match schema {
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| {
                     let v = match (k.as_str(), v) {
-                        ("pattern", Value::String(p)) => Value::String(ascii_digits(p)),
+                        ("pattern", Value::String(p)) => Value::String(ascii_classes(p)),
                         ("patternProperties", Value::Object(props)) => Value::Object(
-                            props.iter().map(|(p, s)| (ascii_digits(p), schema_ascii_digits(s))).collect(),
+                            props.iter().map(|(p, s)| (ascii_classes(p), schema_ascii_classes(s))).collect(),
                         ),
-                        _ => schema_ascii_digits(v),
+                        _ => schema_ascii_classes(v),
                     };
                     (k.clone(), v)
                 })
                 .collect(),
         ),
-        Value::Array(items) => Value::Array(items.iter().map(schema_ascii_digits).collect()),
+        Value::Array(items) => Value::Array(items.iter().map(schema_ascii_classes).collect()),
         other => other.clone(),
     }
 }
@@ -72,12 +95,20 @@ mod tests {
 
     #[test]
     fn digit_classes_become_ascii_and_other_escapes_stay() {
-        assert_eq!(ascii_digits(r"\d{3}-\d{4}"), "[0-9]{3}-[0-9]{4}");
-        assert_eq!(ascii_digits(r"[\d_]+\D"), "[0-9_]+[^0-9]");
-        assert_eq!(ascii_digits(r"\\d\.\w"), r"\\d\.\w");
-        assert_eq!(ascii_digits(r"[]\d][^\d]"), "[]0-9][^0-9]");
-        assert_eq!(ascii_digits(r"[\D]"), r"[\D]");
-        assert_eq!(ascii_digits("trailing\\"), "trailing\\");
+        assert_eq!(ascii_classes(r"\d{3}-\d{4}"), "[0-9]{3}-[0-9]{4}");
+        assert_eq!(ascii_classes(r"[\d_]+\D"), "[0-9_]+[^0-9]");
+        assert_eq!(ascii_classes(r"\\d\.\q"), r"\\d\.\q");
+        assert_eq!(ascii_classes(r"[]\d][^\d]"), "[]0-9][^0-9]");
+        assert_eq!(ascii_classes(r"[\D]"), r"[\D]");
+        assert_eq!(ascii_classes("trailing\\"), "trailing\\");
+    }
+
+    #[test]
+    fn word_and_space_classes_become_ascii() {
+        assert_eq!(ascii_classes(r"\w+\s\W\S"), r"[0-9A-Za-z_]+[ \t\n\r\f\v][^0-9A-Za-z_][^ \t\n\r\f\v]");
+        assert_eq!(ascii_classes(r"[\w.-]+@"), r"[0-9A-Za-z_.-]+@");
+        assert_eq!(ascii_classes(r"[\s,]"), r"[ \t\n\r\f\v,]");
+        assert_eq!(ascii_classes(r"[\W]"), r"[\W]");
     }
 
     #[test]
@@ -94,6 +125,6 @@ mod tests {
             "patternProperties": {"^x[0-9]$": {"pattern": "[0-9]"}},
             "description": r"\d stays in prose"
         });
-        assert_eq!(schema_ascii_digits(&s), want);
+        assert_eq!(schema_ascii_classes(&s), want);
     }
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::compiler::GrammarError;
 use super::gbnf;
-use super::regex_classes::{ascii_digits, schema_ascii_digits};
+use super::regex_classes::{ascii_classes, schema_ascii_classes};
 
 /// One structured-output constraint.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,9 +42,9 @@ impl GrammarSpec {
     /// when the grammar is compiled.
     pub(crate) fn to_llguidance(&self) -> Result<TopLevelGrammar, GrammarError> {
         Ok(match self {
-            GrammarSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema_ascii_digits(schema)),
+            GrammarSpec::JsonSchema(schema) => TopLevelGrammar::from_json_schema(schema_ascii_classes(schema)),
             GrammarSpec::JsonObject => TopLevelGrammar::from_json_schema(serde_json::json!({"type": "object"})),
-            GrammarSpec::Regex(r) => TopLevelGrammar::from_regex(&ascii_digits(r)),
+            GrammarSpec::Regex(r) => TopLevelGrammar::from_regex(&ascii_classes(r)),
             GrammarSpec::Choice(choices) => {
                 if choices.is_empty() {
                     return Err(GrammarError("a choice needs at least one string".to_owned()));

@@ -17,6 +17,7 @@ pub mod vllm_flags;
 pub use compat::Notice;
 
 pub use crate::human::parse_human_int;
+use crate::openai::reasoning::ReasoningParser;
 use crate::openai::tool_parsers::ToolParser;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -342,6 +343,11 @@ pub struct FrontendArgs {
     /// How the model writes tool calls: llama3_json (Llama 3.1-3.3), hermes (Qwen2.5, Qwen3, Hermes), mistral.
     #[arg(long, value_enum)]
     pub tool_call_parser: Option<ToolParser>,
+    /// How the model's reasoning is split from its answer (the `reasoning` field of chat answers): deepseek_r1
+    /// (DeepSeek-R1 and its distills, QwQ), deepseek_v3 (DeepSeek V3.1+ with `thinking`), qwen3, gpt_oss (harmony
+    /// channels and tool calls), mistral (`[THINK]`).
+    #[arg(long, value_enum, help_heading = "StructuredOutputsConfig")]
+    pub reasoning_parser: Option<ReasoningParser>,
     /// Origins browsers may call the API from, a JSON list (e.g. '["https://app.example"]', '["*"]' for any).
     /// Cross-origin browser access is disabled by default.
     #[arg(long, default_value = "[]", value_parser = parse_json_list)]

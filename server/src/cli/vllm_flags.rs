@@ -129,7 +129,7 @@ const NO_OFFLOAD: &str = "weights and KV cache stay on the device; no CPU offloa
 const NO_OTLP: &str = "no OpenTelemetry trace export";
 const NO_PLUGINS: &str = "rserve loads no Python plugins, classes or extra configuration";
 const NO_REASONING: &str = "no reasoning-effort handling";
-const NO_REASONING_PARSER: &str = "reasoning parsers are not implemented (reasoning would come back as content)";
+const NO_REASONING_PARSER: &str = "only the built-in reasoning parsers are available (--reasoning-parser)";
 const NO_REMOTE_CODE: &str = "rserve never runs code from model repositories";
 const NO_SLEEP: &str = "no sleep mode";
 const NO_SLIDING_WINDOW: &str =
@@ -314,7 +314,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--enable-mamba-cache-stochastic-rounding", "--disable-mamba-cache-stochastic-rounding"], S, Ignored(NO_MAMBA)),
     v(&["--mamba-cache-philox-rounds"], V, Ignored(NO_MAMBA)),
     // StructuredOutputsConfig
-    v(&["--reasoning-parser"], V, Refused(NO_REASONING_PARSER)),
+    v(&["--reasoning-parser"], V, Implemented),
     v(&["--reasoning-parser-plugin"], V, Refused(NO_REASONING_PARSER)),
     // ParallelConfig
     v(&["--distributed-executor-backend"], V, Implemented),

@@ -108,6 +108,7 @@ fn sample(flag: &Value) -> Vec<String> {
 fn rserve_sample(name: &str) -> Option<String> {
     match name {
         "--tool-call-parser" => Some("hermes".into()),
+        "--reasoning-parser" => Some("qwen3".into()),
         "--default-chat-template-kwargs" => Some("{}".into()),
         "--config" => {
             let path = std::env::temp_dir().join(format!("rserve-sample-{}.yaml", std::process::id()));

@@ -2,6 +2,7 @@
 //! conversion of engine events into response bodies and stream chunks (`render`, `logprobs`).
 
 pub mod logprobs;
+pub mod reasoning;
 pub mod render;
 pub mod request_extras;
 pub mod structured;

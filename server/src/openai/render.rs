@@ -10,12 +10,13 @@ use serde::Serialize;
 use crate::error::ApiError;
 use crate::fanout::ChoiceOutput;
 use crate::openai::logprobs;
+use crate::openai::reasoning::{ReasoningReading, ReasoningSplit};
 use crate::openai::tool_stream::{StreamPiece, ToolStream};
 use crate::openai::tools::{self, ToolMode, ToolReading};
 use crate::openai::types::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse, ChatDelta,
-    ChatLogprobs, ChunkUsage, CompletionChoice, CompletionLogprobs, CompletionResponse, FunctionOut, ResponseHead,
-    ToolCallOut, UsageOut,
+    ChatLogprobs, ChunkUsage, CompletionChoice, CompletionLogprobs, CompletionResponse, FunctionDelta, FunctionOut,
+    ResponseHead, ToolCallDelta, ToolCallOut, UsageOut,
 };
 use crate::openai::validate::ValidPrompt;
 use crate::sse::StreamRenderer;
@@ -74,6 +75,7 @@ pub fn chat_response(
     outputs: Vec<ChoiceOutput>,
     with_logprobs: bool,
     tools: &ToolReading,
+    reasoning: Option<&ReasoningReading>,
 ) -> ChatCompletionResponse {
     let completion = outputs.iter().map(|o| o.usage.completion_tokens).sum();
     let cached = outputs.iter().map(|o| o.usage.cached_tokens).max().unwrap_or(0);
@@ -81,7 +83,7 @@ pub fn chat_response(
         .into_iter()
         .enumerate()
         .map(|(index, o)| {
-            let (content, calls) = tools::read_output(&tools.mode, tools.parallel, &o.text);
+            let (content, calls, reasoning) = read_choice(tools, reasoning, &o.text);
             let finish_reason = o.finish.map(|f| tools::finish_reason(&tools.mode, f.as_str(), !calls.is_empty()));
             let tool_calls = calls
                 .into_iter()
@@ -94,7 +96,7 @@ pub fn chat_response(
             ChatChoice {
                 index,
                 logprobs: with_logprobs.then(|| logprobs::chat(&o.logprobs)),
-                message: AssistantMessage { role: "assistant", content, tool_calls },
+                message: AssistantMessage { role: "assistant", content, tool_calls, reasoning },
                 finish_reason,
                 stop_reason: o.stop_reason.map(Into::into),
             }
@@ -105,6 +107,28 @@ pub fn chat_response(
         choices,
         usage: UsageOut::new(prompt_tokens, completion, cached),
     }
+}
+
+/// A finished choice's text: its reasoning split off first (with a parser), then its content read for tool calls;
+/// calls the reasoning parser read itself (harmony's) come first. Returns (content, calls, reasoning).
+fn read_choice(
+    tools: &ToolReading,
+    reasoning: Option<&ReasoningReading>,
+    text: &str,
+) -> (Option<String>, Vec<tools::ToolCall>, Option<String>) {
+    let Some(reading) = reasoning else {
+        let (content, calls) = tools::read_output(&tools.mode, tools.parallel, text);
+        return (content, calls, None);
+    };
+    let (thought, content, parser_calls) = reading.splitter().split_whole(text);
+    let (content, mut calls) = match content {
+        Some(c) => tools::read_output(&tools.mode, tools.parallel, &c),
+        None => (None, Vec::new()),
+    };
+    let mut all: Vec<tools::ToolCall> =
+        parser_calls.into_iter().map(|call| tools::ToolCall { id: tools::call_id(), call }).collect();
+    all.append(&mut calls);
+    (content.filter(|c| !c.is_empty()), all, thought)
 }
 
 /// The response to a non-streaming completions request; choice `i` belongs to prompt `i / n`.
@@ -152,13 +176,15 @@ pub struct ChatStream {
     tools: Vec<ToolStream>,
     /// `echo`: content sent right after each choice's role chunk.
     echo: Option<String>,
+    /// Per choice, with a reasoning parser: its splitter, and how many calls it read (their stream indices).
+    reasoning: Vec<(ReasoningSplit, usize)>,
 }
 
 impl ChatStream {
     pub fn new(meta: ResponseMeta, n: usize, prompt_tokens: usize, include_usage: bool, with_logprobs: bool) -> Self {
         let usage = UsageSum { prompt: prompt_tokens, ..UsageSum::default() };
         let tools = (0..n).map(|_| ToolStream::new(ToolMode::Off, true)).collect();
-        Self { meta, n, include_usage, with_logprobs, usage, failed: false, tools, echo: None }
+        Self { meta, n, include_usage, with_logprobs, usage, failed: false, tools, echo: None, reasoning: Vec::new() }
     }
 
     /// Sends `echo` as the first content of every choice (chat `echo`).
@@ -171,6 +197,89 @@ impl ChatStream {
     pub fn with_tools(mut self, reading: &ToolReading) -> Self {
         self.tools = (0..self.n).map(|_| ToolStream::new(reading.mode.clone(), reading.parallel)).collect();
         self
+    }
+
+    /// Splits every choice's text into reasoning and content first, as `reading` says.
+    pub fn with_reasoning(mut self, reading: Option<&ReasoningReading>) -> Self {
+        self.reasoning = reading.map(|r| (0..self.n).map(|_| (r.splitter(), 0)).collect()).unwrap_or_default();
+        self
+    }
+
+    /// The chunks of a piece of output with a reasoning parser: the reasoning (with the event's log-probs), then
+    /// the content through the tool reading, then the calls the reasoning parser read. `last`: the choice ended,
+    /// so what either side held back comes out.
+    fn reasoning_chunks(
+        &mut self,
+        index: usize,
+        text: &str,
+        mut logprobs: Option<ChatLogprobs>,
+        last: bool,
+    ) -> Vec<String> {
+        let Some((split, made)) = self.reasoning.get_mut(index) else { return Vec::new() };
+        let piece = if last { split.finish() } else { split.push(text) };
+        let first_call = *made;
+        *made += piece.calls.len();
+        let mut out = Vec::new();
+        if !piece.reasoning.is_empty() {
+            let delta = ChatDelta { reasoning: Some(piece.reasoning), ..ChatDelta::default() };
+            let choice =
+                ChatChunkChoice { index, delta, logprobs: logprobs.take(), finish_reason: None, stop_reason: None };
+            out.push(self.chunk(vec![choice], self.null_usage()));
+        }
+        let tool_piece = match self.tools.get_mut(index) {
+            Some(t) if !t.is_off() => {
+                let mut p = if piece.content.is_empty() { StreamPiece::default() } else { t.push(&piece.content) };
+                if last {
+                    let rest = t.finish();
+                    p.content = match (p.content, rest.content) {
+                        (Some(a), Some(b)) => Some(a + &b),
+                        (a, b) => a.or(b),
+                    };
+                    p.calls.extend(rest.calls);
+                }
+                p
+            }
+            _ => StreamPiece { content: (!piece.content.is_empty()).then_some(piece.content), calls: Vec::new() },
+        };
+        let mut calls: Vec<ToolCallDelta> = piece
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, call)| ToolCallDelta {
+                index: first_call + i,
+                id: Some(tools::call_id()),
+                kind: Some("function"),
+                function: FunctionDelta { name: Some(call.name), arguments: call.arguments },
+            })
+            .collect();
+        calls.extend(tool_piece.calls);
+        let has_content = tool_piece.content.as_ref().is_some_and(|c| !c.is_empty());
+        let logprobs = if has_content { logprobs } else { None };
+        out.extend(self.piece_chunks(
+            index,
+            StreamPiece { content: tool_piece.content.filter(|c| !c.is_empty()), calls },
+            logprobs,
+        ));
+        out
+    }
+
+    /// The end of a choice without a reasoning parser: what its tool reading held back, and its finish reason.
+    fn finish_tools(&mut self, index: usize, reason: &'static str) -> (Vec<String>, &'static str) {
+        match self.tools.get_mut(index) {
+            Some(t) if !t.is_off() => {
+                let piece = t.finish();
+                let made = t.made_calls();
+                let mode = t.mode().clone();
+                (self.piece_chunks(index, piece, None), tools::finish_reason(&mode, reason, made))
+            }
+            _ => (Vec::new(), reason),
+        }
+    }
+
+    /// Whether choice `index` made tool calls, through its tool reading or its reasoning parser.
+    fn made_calls(&self, index: usize) -> bool {
+        self.tools.get(index).is_some_and(ToolStream::made_calls)
+            || self.reasoning.get(index).is_some_and(|(_, made)| *made > 0)
     }
 
     /// The chunks of a piece of a choice's stream: content (with the event's log-probs), then tool-call deltas.
@@ -202,7 +311,7 @@ impl StreamRenderer for ChatStream {
     fn start(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         for index in 0..self.n {
-            let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()), tool_calls: None };
+            let delta = ChatDelta { role: Some("assistant"), content: Some(String::new()), ..ChatDelta::default() };
             out.push(self.chunk(
                 vec![ChatChunkChoice { index, delta, logprobs: None, finish_reason: None, stop_reason: None }],
                 self.null_usage(),
@@ -225,6 +334,9 @@ impl StreamRenderer for ChatStream {
                     return Vec::new();
                 }
                 let logprobs = self.with_logprobs.then(|| logprobs::chat(&lps));
+                if !self.reasoning.is_empty() {
+                    return self.reasoning_chunks(index, &text, logprobs, false);
+                }
                 match self.tools.get_mut(index) {
                     Some(t) if !t.is_off() => {
                         let piece = t.push(&text);
@@ -240,14 +352,12 @@ impl StreamRenderer for ChatStream {
             RequestEvent::Finished { reason, usage, stop_reason } => {
                 self.usage.completion += usage.completion_tokens;
                 self.usage.cached = self.usage.cached.max(usage.cached_tokens);
-                let (mut out, finish_reason) = match self.tools.get_mut(index) {
-                    Some(t) if !t.is_off() => {
-                        let piece = t.finish();
-                        let made = t.made_calls();
-                        let mode = t.mode().clone();
-                        (self.piece_chunks(index, piece, None), tools::finish_reason(&mode, reason.as_str(), made))
-                    }
-                    _ => (Vec::new(), reason.as_str()),
+                let (mut out, finish_reason) = if !self.reasoning.is_empty() {
+                    let out = self.reasoning_chunks(index, "", None, true);
+                    let mode = self.tools.get(index).map(|t| t.mode().clone()).unwrap_or(ToolMode::Off);
+                    (out, tools::finish_reason(&mode, reason.as_str(), self.made_calls(index)))
+                } else {
+                    self.finish_tools(index, reason.as_str())
                 };
                 let choice = ChatChunkChoice {
                     index,

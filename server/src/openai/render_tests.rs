@@ -177,14 +177,15 @@ fn chat_response_shape() {
             ..Default::default()
         },
     ];
-    let v = serde_json::to_value(chat_response(meta(), 5, outputs, false, &ToolReading::default())).expect("json");
+    let v =
+        serde_json::to_value(chat_response(meta(), 5, outputs, false, &ToolReading::default(), None)).expect("json");
     // vLLM: null when EOS ended the choice, the id (a number) for a stop token id, the string for a stop string.
     assert_eq!(v["choices"][2]["stop_reason"], json!(42));
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["id"], "chatcmpl-1");
     assert_eq!(
         v["choices"][0],
-        json!({"index": 0, "message": {"role": "assistant", "content": "Hello", "tool_calls": []}, "logprobs": null, "finish_reason": "stop", "stop_reason": null})
+        json!({"index": 0, "message": {"role": "assistant", "content": "Hello", "tool_calls": [], "reasoning": null}, "logprobs": null, "finish_reason": "stop", "stop_reason": null})
     );
     assert_eq!(v["choices"][1]["finish_reason"], "length");
     assert_eq!(
@@ -233,7 +234,7 @@ fn the_head_comes_first_and_in_order() {
         to_json(&chunk),
         r#"{"id":"chatcmpl-1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"a","logprobs":null,"finish_reason":null,"stop_reason":null}]}"#
     );
-    let v = to_json(&chat_response(meta(), 1, Vec::new(), false, &ToolReading::default()));
+    let v = to_json(&chat_response(meta(), 1, Vec::new(), false, &ToolReading::default(), None));
     assert_eq!(
         v,
         r#"{"id":"chatcmpl-1","object":"chat.completion","created":7,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":0,"total_tokens":1,"prompt_tokens_details":{"cached_tokens":0}}}"#

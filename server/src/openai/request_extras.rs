@@ -1,6 +1,6 @@
 //! vLLM's request fields beyond OpenAI's that change the output, read and checked here (each error names its field):
 //! `include_stop_str_in_output`, `allowed_token_ids`, `bad_words`, `truncate_prompt_tokens` (both routes) and the chat
-//! options `echo`, `continue_final_message`, `chat_template_kwargs`, `documents`.
+//! options `echo`, `continue_final_message`, `chat_template_kwargs`, `documents`, `reasoning_effort`.
 
 use rserve_engine::TokenId;
 use serde_json::{Map, Value};
@@ -134,6 +134,32 @@ pub fn chat_extras(req: &ChatCompletionRequest, add_generation_prompt: bool) -> 
         None
     };
     Ok(ChatExtras { echo, continue_final_message, variables })
+}
+
+/// `reasoning_effort` as vLLM accepts it.
+const REASONING_EFFORTS: [&str; 7] = ["none", "minimal", "low", "medium", "high", "xhigh", "max"];
+
+/// Checks `reasoning_effort` and hands it to the chat template as vLLM does: as the `reasoning_effort` variable (over
+/// one of the same name in `chat_template_kwargs`), and as `enable_thinking` (false for "none") unless the request
+/// set that itself.
+pub fn reasoning_effort(req: &ChatCompletionRequest, variables: &mut Map<String, Value>) -> Result<()> {
+    let effort = match req.reasoning_effort.as_ref().filter(|v| !v.is_null()) {
+        None => return Ok(()),
+        Some(Value::String(e)) if REASONING_EFFORTS.contains(&e.as_str()) => e.clone(),
+        Some(v) => {
+            return Err(invalid(
+                "reasoning_effort",
+                format!("must be one of {}, got {v}", REASONING_EFFORTS.join(", ")),
+            ))
+        }
+    };
+    let user_set_thinking =
+        req.chat_template_kwargs.as_ref().and_then(Value::as_object).is_some_and(|k| k.contains_key("enable_thinking"));
+    if !user_set_thinking {
+        variables.insert("enable_thinking".into(), Value::Bool(effort != "none"));
+    }
+    variables.insert("reasoning_effort".into(), Value::String(effort));
+    Ok(())
 }
 
 fn message_text(m: &ChatMessageIn) -> String {

@@ -184,6 +184,10 @@ requests_with_sampling_fields! {
         pub tools: Option<Value>,
         pub tool_choice: Option<Value>,
         pub parallel_tool_calls: Option<bool>,
+        /// With a `--reasoning-parser`: false leaves the reasoning out of the answer (default true).
+        pub include_reasoning: Option<bool>,
+        /// One of vLLM's efforts (`validate::reasoning_effort`), handed to the chat template.
+        pub reasoning_effort: Option<Value>,
         // Known but not supported (refused when set).
         pub functions: Option<Value>,
         pub function_call: Option<Value>,
@@ -318,6 +322,8 @@ pub struct AssistantMessage {
     pub content: Option<String>,
     /// Always present (empty without calls), as vLLM writes it.
     pub tool_calls: Vec<ToolCallOut>,
+    /// vLLM's reasoning field (`--reasoning-parser`): null when there is none.
+    pub reasoning: Option<String>,
 }
 
 /// A function call in a response: `{"id", "type": "function", "function": {"name", "arguments"}}`.
@@ -394,6 +400,9 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Reasoning text (`--reasoning-parser`), named as vLLM names it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }

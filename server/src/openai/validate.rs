@@ -7,6 +7,7 @@ use rserve_engine::chat_template::ToolCall;
 use rserve_engine::structured::Grammar;
 use rserve_engine::TokenId;
 
+use crate::openai::reasoning::{ReasoningParser, ReasoningReading};
 use crate::openai::request_extras;
 use crate::openai::structured;
 use crate::openai::tools::{self, ToolMode, ToolReading, ToolSettings};
@@ -375,6 +376,8 @@ pub struct ValidChat {
     pub tools: ToolReading,
     /// `echo`: text put in front of every choice's content.
     pub echo: Option<String>,
+    /// How the choices split into reasoning and content (`--reasoning-parser`).
+    pub reasoning: Option<ReasoningReading>,
 }
 
 fn unsupported(field: &str, what: &str) -> ValidationError {
@@ -517,11 +520,17 @@ pub fn chat_prompt_with_tools(
     add_generation_prompt: bool,
 ) -> Result<Vec<TokenId>> {
     render_prompt(engine, &ChatRender { turns, tools, add_generation_prompt, variables: None }, None)
+        .map(|(_, ids)| ids)
 }
 
 /// Renders a conversation and tokenizes it (no second BOS when the template wrote one); `continue_final`: the last
 /// message's content, after which the rendered text is cut (`continue_final_message`).
-fn render_prompt(engine: &dyn Engine, render: &ChatRender<'_>, continue_final: Option<&str>) -> Result<Vec<TokenId>> {
+/// Returns the rendered text with its ids.
+fn render_prompt(
+    engine: &dyn Engine,
+    render: &ChatRender<'_>,
+    continue_final: Option<&str>,
+) -> Result<(String, Vec<TokenId>)> {
     let mut text = engine
         .render_chat(render)
         .ok_or(ValidationError::NoChatTemplate)?
@@ -530,17 +539,24 @@ fn render_prompt(engine: &dyn Engine, render: &ChatRender<'_>, continue_final: O
         text = request_extras::cut_after_final_message(&text, last)?;
     }
     let starts_with_bos = engine.bos_token().is_some_and(|b| !b.is_empty() && text.starts_with(&b));
-    engine.encode(&text, !starts_with_bos).map_err(|e| ValidationError::Tokenization(e.to_string()))
+    let ids = engine.encode(&text, !starts_with_bos).map_err(|e| ValidationError::Tokenization(e.to_string()))?;
+    Ok((text, ids))
 }
 
 /// Checks a chat request and turns it into engine requests.
-pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine, tool_settings: &ToolSettings) -> Result<ValidChat> {
+pub fn chat(
+    req: &ChatCompletionRequest,
+    engine: &dyn Engine,
+    tool_settings: &ToolSettings,
+    reasoning_parser: Option<ReasoningParser>,
+) -> Result<ValidChat> {
     refuse_unimplemented(&named_fields!(req; functions, function_call, chat_template))?;
     let info = engine.info();
     let mut c = common(&req.sampling, info, &engine.default_sampling())?;
     request_extras::apply_sampling_extras(&req.sampling, engine, &mut c)?;
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
-    let extras = request_extras::chat_extras(req, add_generation_prompt)?;
+    let mut extras = request_extras::chat_extras(req, add_generation_prompt)?;
+    request_extras::reasoning_effort(req, &mut extras.variables)?;
     c.sampling.constraint = constraint(&req.sampling, engine)?;
     let plan = tools::plan(req, tool_settings)?;
     if let Some(spec) = &plan.grammar {
@@ -560,6 +576,10 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine, tool_settings: &To
         if parser.needs_special_tokens() {
             c.stop.skip_special_tokens = false;
         }
+    }
+    if reasoning_parser.is_some_and(ReasoningParser::needs_special_tokens) {
+        // The parser's markers are special tokens: keep them in the text (vLLM does the same).
+        c.stop.skip_special_tokens = false;
     }
     let top = match req.top_logprobs {
         Some(k) if k < 0 || k as u64 > info.max_logprobs as u64 => {
@@ -583,7 +603,17 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine, tool_settings: &To
         variables: Some(&extras.variables),
     };
     let continued = extras.continue_final_message.then(|| turns.last().map(|t| t.content.as_str()).unwrap_or(""));
-    let prompt = render_prompt(engine, &render, continued)?;
+    let (prompt_text, prompt) = render_prompt(engine, &render, continued)?;
+    let include_reasoning = req.include_reasoning.unwrap_or(true);
+    let reasoning =
+        reasoning_parser.map(|p| ReasoningReading::new(p, include_reasoning, &extras.variables, &prompt_text));
+    // vLLM's rule: a grammar (structured outputs, a forced tool call) applies to the text after the reasoning, unless
+    // there is none to wait for or the request leaves it out.
+    if let Some(r) = reasoning.as_ref().filter(|r| r.include && !r.identity && c.sampling.constraint.is_some()) {
+        let marker =
+            engine.encode(r.parser.end_marker(), false).map_err(|e| ValidationError::Tokenization(e.to_string()))?;
+        c.sampling.constraint_after = Some(marker);
+    }
     let requests = requests_for_prompt(&c, prompt, info, "messages")?;
     let prompt_tokens = requests.first().map_or(0, |r| r.prompt_token_ids.len());
     let tools = ToolReading { mode: plan.mode, parallel: plan.parallel };
@@ -595,6 +625,7 @@ pub fn chat(req: &ChatCompletionRequest, engine: &dyn Engine, tool_settings: &To
         logprobs,
         tools,
         echo: extras.echo,
+        reasoning,
     })
 }
 

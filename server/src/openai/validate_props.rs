@@ -134,7 +134,7 @@ proptest! {
         let mut b = b;
         b["messages"] = msgs;
         if let Ok(req) = serde_json::from_value::<ChatCompletionRequest>(b) {
-            if let Ok(valid) = chat(&req, &FakeEngine::new(MAX_MODEL_LEN), &Default::default()) {
+            if let Ok(valid) = chat(&req, &FakeEngine::new(MAX_MODEL_LEN), &Default::default(), None) {
                 runnable(&valid.requests)?;
             }
         }

@@ -19,7 +19,7 @@ fn chat_with(extra: serde_json::Value) -> Result<ValidChat> {
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
     }
-    chat(&chat_req(body), &FakeEngine::new(64), &Default::default())
+    chat(&chat_req(body), &FakeEngine::new(64), &Default::default(), None)
 }
 
 fn compl_with(extra: serde_json::Value) -> Result<ValidCompletion> {
@@ -128,7 +128,7 @@ fn content_parts_are_joined() {
         {"role": "user", "content": "c"},
         {"role": "assistant", "content": null}
     ]}));
-    let v = chat(&req, &engine, &Default::default()).expect("valid");
+    let v = chat(&req, &engine, &Default::default(), None).expect("valid");
     let text = engine.decode(&v.requests[0].prompt_token_ids, false).expect("decodes");
     assert_eq!(text, "<s>system: a\nb\nuser: c\nassistant: \nassistant:");
 }
@@ -278,7 +278,7 @@ fn rule_too_many_choices() {
 #[test]
 fn rule_messages() {
     refused(
-        chat(&chat_req(json!({"messages": []})), &FakeEngine::new(64), &Default::default()),
+        chat(&chat_req(json!({"messages": []})), &FakeEngine::new(64), &Default::default(), None),
         ValidationError::MessagesEmpty,
         "messages",
     );
@@ -297,7 +297,7 @@ fn rule_messages() {
     let mut engine = FakeEngine::new(64);
     engine.has_template = false;
     let req = chat_req(json!({"messages": [{"role": "user", "content": "hi"}]}));
-    refused(chat(&req, &engine, &Default::default()), ValidationError::NoChatTemplate, "messages");
+    refused(chat(&req, &engine, &Default::default(), None), ValidationError::NoChatTemplate, "messages");
     refused(
         chat_with(json!({"messages": [{"role": "bogus", "content": "x"}]})),
         ValidationError::ChatTemplate("chat template: unknown role bogus".into()),
@@ -417,7 +417,7 @@ fn chat_template_options_shape_the_prompt() {
     let msgs = json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "The answer is"}]);
     let body = json!({"messages": msgs, "add_generation_prompt": false, "continue_final_message": true,
         "chat_template_kwargs": {"enable_thinking": false}, "documents": [{"title": "t"}], "echo": true});
-    let v = chat(&chat_req(body), &FakeEngine::new(4096), &Default::default()).expect("valid");
+    let v = chat(&chat_req(body), &FakeEngine::new(4096), &Default::default(), None).expect("valid");
     let text = rendered(&v);
     assert!(text.ends_with("assistant: The answer is"), "cut after the final message: {text:?}");
     assert!(text.contains("enable_thinking=false") && text.contains("documents=[{"), "{text}");
@@ -514,8 +514,9 @@ fn tool_conversation() -> serde_json::Value {
 
 #[test]
 fn tool_calls_and_tool_results_reach_the_template() {
-    let v = chat(&chat_req(json!({"messages": tool_conversation()})), &FakeEngine::new(4096), &Default::default())
-        .expect("valid");
+    let v =
+        chat(&chat_req(json!({"messages": tool_conversation()})), &FakeEngine::new(4096), &Default::default(), None)
+            .expect("valid");
     let want = "<s>user: Weather in Paris?\nassistant:  [call c1 get_weather({\"city\":\"Paris\"})] \
                 [call c2 get_time({})]\ntool[c1]: 18 C\ntool: noon\nassistant: Sunny.\nassistant:";
     assert_eq!(rendered(&v), want);

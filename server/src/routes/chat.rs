@@ -37,7 +37,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     with_default_kwargs(&mut req, &state.settings.default_chat_template_kwargs);
     let model = state.resolve_model(req.model.as_deref())?;
-    let valid = validate::chat(&req, state.engine.as_ref(), &state.settings.tools)?;
+    let valid = validate::chat(&req, state.engine.as_ref(), &state.settings.tools, state.settings.reasoning)?;
     let meta = ResponseMeta::new("chatcmpl", model);
     let n = valid.requests.len();
     let merged = fanout::merge(
@@ -47,12 +47,19 @@ pub async fn create(
     if valid.stream {
         let renderer = ChatStream::new(meta, n, valid.prompt_tokens, valid.include_usage, valid.logprobs.is_some())
             .with_tools(&valid.tools)
-            .with_echo(valid.echo);
+            .with_echo(valid.echo)
+            .with_reasoning(valid.reasoning.as_ref());
         Ok(sse::response(renderer, merged))
     } else {
         let outputs = fanout::collect(merged, n).await?;
-        let mut response =
-            render::chat_response(meta, valid.prompt_tokens, outputs, valid.logprobs.is_some(), &valid.tools);
+        let mut response = render::chat_response(
+            meta,
+            valid.prompt_tokens,
+            outputs,
+            valid.logprobs.is_some(),
+            &valid.tools,
+            valid.reasoning.as_ref(),
+        );
         // Chat `echo`: the last message's content in front of each choice's (vLLM's shape).
         if let Some(echo) = valid.echo.filter(|e| !e.is_empty()) {
             for c in &mut response.choices {

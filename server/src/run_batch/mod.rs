@@ -146,6 +146,7 @@ fn settings(served_model_names: Vec<String>) -> ServerSettings {
         max_num_queued_reqs: None,
         log_requests: false,
         tools: ToolSettings { auto_tool_choice: false, parser: None },
+        reasoning: None,
         server_load_tracking: false,
         dev_mode: None,
     }
