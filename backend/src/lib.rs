@@ -135,6 +135,13 @@ pub trait Backend {
     fn download_f32(&self, buf: &Self::Buffer) -> Result<Vec<f32>>;
     /// Read the first `len` values of a u32 buffer back to the host.
     fn download_u32(&self, buf: &Self::Buffer, len: usize) -> Result<Vec<u32>>;
+    /// Queues a read of the first `len` values of `buf` behind every op queued so far and returns at once: `wait`
+    /// on the result waits for those ops only, not for work queued after this call (a step launched behind the
+    /// one whose ids are read). None: this backend reads only in `download_u32`, which waits for every op queued.
+    fn read_u32_later(&self, buf: &Self::Buffer, len: usize) -> Result<Option<Box<dyn PendingRead>>> {
+        let _ = (buf, len);
+        Ok(None)
+    }
     /// Bytes read back to the host so far (`download_f32`, `download_u32`): how tests see what a step reads back.
     /// 0 on backends whose buffers are host memory.
     fn bytes_read_back(&self) -> u64 {
@@ -194,6 +201,12 @@ pub trait Backend {
         }
         Ok(())
     }
+}
+
+/// A read-back queued on a device (`Backend::read_u32_later`).
+pub trait PendingRead: Send {
+    /// Waits for the ops queued before the read, and returns the values read.
+    fn wait(self: Box<Self>) -> Result<Vec<u32>>;
 }
 
 /// Step inputs on the device (`Backend::upload_inputs`): the allocation they share, if packed, and one buffer per part.

@@ -20,6 +20,7 @@ mod buffer;
 pub mod host;
 mod kernels;
 mod profile;
+mod readback;
 
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Mutex};
@@ -51,6 +52,8 @@ pub struct CudaBackend {
     workspace: RefCell<Option<CuBuffer>>,
     capturing: Cell<bool>,
     pool: Arc<Pool>,
+    /// Pinned host buffers of queued read-backs (`Backend::read_u32_later`).
+    pinned: Arc<readback::PinnedPool>,
     blas: bsys::cublasHandle_t,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
@@ -114,6 +117,7 @@ impl CudaBackend {
             workspace: RefCell::new(Some(workspace)),
             capturing: Cell::new(false),
             pool,
+            pinned: Arc::default(),
             blas,
             stream,
             ctx,
@@ -501,6 +505,14 @@ impl Backend for CudaBackend {
         let mut out = vec![0u32; len];
         self.copy_out(buf, &mut out)?;
         Ok(out)
+    }
+
+    fn read_u32_later(&self, buf: &CuBuffer, len: usize) -> Result<Option<Box<dyn crate::PendingRead>>> {
+        self.bind()?;
+        if self.capturing.get() {
+            return Err(be("cuda: a read-back cannot be part of a captured graph"));
+        }
+        self.pinned.read_later(&self.ctx, &self.stream, buf, len).map(Some)
     }
 
     fn records(&self) -> bool {

@@ -71,6 +71,9 @@ enum Chosen<B: Backend> {
 /// A launched step not collected yet.
 struct InFlight<B: Backend> {
     chosen: Chosen<B>,
+    /// The ids' read-back, queued at launch where the backend can (`Backend::read_u32_later`): collecting waits for
+    /// this step only, not for the step launched behind it.
+    read: Option<Box<dyn rserve_backend::PendingRead>>,
     /// Each sequence's row in the step, by request: where a later step's placeholders take their ids from.
     rows: IdMap<RequestId, u32>,
     /// The logits of a step run op by op, which its queued choice reads.
@@ -407,7 +410,8 @@ impl<B: Backend> ModelRunner<B> {
     fn keep_ids(&mut self, key: (usize, usize)) -> Result<()> {
         for i in 0..self.launched.len() {
             let Chosen::Recording { key: k, rows } = self.launched[i].chosen else { continue };
-            if k != key {
+            // A step whose read-back is queued already has its ids copied before the replay.
+            if k != key || self.launched[i].read.is_some() {
                 continue;
             }
             if self.iota.is_none() {
@@ -423,9 +427,25 @@ impl<B: Backend> ModelRunner<B> {
     }
 
     /// Reads a launched step's ids (waiting for the device).
-    fn read_in_flight(&mut self, f: InFlight<B>) -> Result<SampledRows> {
+    fn read_in_flight(&mut self, mut f: InFlight<B>) -> Result<SampledRows> {
+        let got = match (&f.chosen, f.read.take()) {
+            (_, Some(read)) => {
+                let ids = read.wait()?;
+                SampledRows { logprobs: vec![None; ids.len()], ids }
+            }
+            (chosen, None) => self.read_chosen(chosen)?,
+        };
+        if let (Some((key, real)), Some(p)) = (f.replayed, self.steps.profile.as_mut()) {
+            let device_ms = self.steps.recorded.get(&key).and_then(|r| self.backend.replay_ms(&r.rec));
+            p.step(real, key.0, device_ms.unwrap_or(0.0));
+        }
+        Ok(got)
+    }
+
+    /// Reads a launched step's ids from the device (waiting for every op queued).
+    fn read_chosen(&self, chosen: &Chosen<B>) -> Result<SampledRows> {
         let b = &self.backend;
-        let got = match &f.chosen {
+        Ok(match chosen {
             Chosen::Queued(c) => c.read(b)?,
             Chosen::Recording { key, rows } => {
                 let r = self.steps.recorded.get(key).ok_or_else(|| EngineError::Backend("recording gone".into()))?;
@@ -434,12 +454,7 @@ impl<B: Backend> ModelRunner<B> {
             Chosen::Copied { ids, rows } => {
                 SampledRows { ids: b.download_u32(ids, *rows)?, logprobs: vec![None; *rows] }
             }
-        };
-        if let (Some((key, real)), Some(p)) = (f.replayed, self.steps.profile.as_mut()) {
-            let device_ms = self.steps.recorded.get(&key).and_then(|r| self.backend.replay_ms(&r.rec));
-            p.step(real, key.0, device_ms.unwrap_or(0.0));
-        }
-        Ok(got)
+        })
     }
 
     /// Records the forward pass and argmax of `flat` (already in its bucket's inputs) under `key`; a key that cannot
@@ -545,7 +560,15 @@ where
                 (Chosen::Queued(c), None, Some((key, real)))
             }
         };
-        self.launched.push_back(InFlight { chosen, rows, _logits: logits, replayed });
+        let read = match &chosen {
+            Chosen::Queued(c) if !c.has_logprobs() => self.backend.read_u32_later(&c.ids, c.rows())?,
+            Chosen::Recording { key, rows } => match self.steps.recorded.get(key) {
+                Some(r) => self.backend.read_u32_later(&r.ids, *rows)?,
+                None => None,
+            },
+            _ => None,
+        };
+        self.launched.push_back(InFlight { chosen, read, rows, _logits: logits, replayed });
         Ok(Launch::Running)
     }
 

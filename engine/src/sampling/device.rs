@@ -42,6 +42,11 @@ impl<B: Backend> QueuedChoice<B> {
         self.rows
     }
 
+    /// Whether log-probs are read with the ids.
+    pub fn has_logprobs(&self) -> bool {
+        self.logprobs.is_some()
+    }
+
     /// Waits for the choice and reads the ids (and the log-probs asked for).
     pub fn read(&self, b: &B) -> Result<SampledRows> {
         let rows = self.rows;
