@@ -16,6 +16,8 @@ pub(crate) use crate::kernels::Contents;
 #[derive(Debug)]
 pub struct ClBuffer {
     mem: Buffer<u8>,
+    /// Bytes allocated (what `write_inputs` may write in place).
+    bytes: usize,
     pub(super) contents: Contents,
 }
 
@@ -41,11 +43,15 @@ impl ClBuffer {
         // before returning; without it `ptr` is null.
         let mem = unsafe { Buffer::<u8>::create(ctx, flags, size, ptr) }
             .map_err(|e| cl_err(&format!("allocating {bytes} bytes"), e))?;
-        Ok(Self { mem, contents })
+        Ok(Self { mem, bytes: size, contents })
     }
 
     pub(super) fn mem(&self) -> cl_mem {
         self.mem.get()
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
     }
 
     pub(super) fn mem_mut(&mut self) -> &mut Buffer<u8> {

@@ -1,5 +1,5 @@
 //! The kernels on one device: every SPIR-V module of `rserve-kernels` built with `clCreateProgramWithIL`, one
-//! kernel object per entry point, and `enqueue`, which sets a launch's arguments in order and enqueues its ND-range.
+//! kernel object per entry point; `set_args` sets a launch's arguments in order, `enqueue` enqueues its ND-range.
 
 use std::collections::HashMap;
 
@@ -59,8 +59,9 @@ impl Kernels {
         Ok(Self { kernels, _programs: programs })
     }
 
-    /// Sets the arguments of `l` in order and enqueues it on `queue`. Empty grids launch nothing.
-    pub(super) fn enqueue(&self, queue: &CommandQueue, l: &Launch<'_, ClBuffer>) -> Result<()> {
+    /// Sets the arguments of `l` in order: the kernel to launch or record next, or None for an empty grid (nothing
+    /// to launch).
+    pub(super) fn set_args(&self, l: &Launch<'_, ClBuffer>) -> Result<Option<&Kernel>> {
         let kernel = self
             .kernels
             .get(l.kernel)
@@ -77,16 +78,16 @@ impl Kernels {
             };
             r.map_err(|e| cl_err(&format!("{}: argument {i}", l.kernel), e))?;
         }
-        if l.global.contains(&0) {
-            return Ok(());
-        }
-        let local = [l.local, 1, 1];
-        // SAFETY: every argument was set above; the grid and work-group sizes are valid for the kernel (checked
-        // against its maximum work-group size when it was built).
-        unsafe {
-            queue.enqueue_nd_range_kernel(kernel.get(), 3, std::ptr::null(), l.global.as_ptr(), local.as_ptr(), &[])
-        }
+        Ok((!l.global.contains(&0)).then_some(kernel))
+    }
+}
+
+/// Enqueues `kernel` (its arguments set for `l` by `Kernels::set_args`) on `queue`.
+pub(super) fn enqueue(queue: &CommandQueue, kernel: &Kernel, l: &Launch<'_, ClBuffer>) -> Result<()> {
+    let local = [l.local, 1, 1];
+    // SAFETY: every argument was set; the grid and work-group sizes are valid for the kernel (checked against its
+    // maximum work-group size when it was built).
+    unsafe { queue.enqueue_nd_range_kernel(kernel.get(), 3, std::ptr::null(), l.global.as_ptr(), local.as_ptr(), &[]) }
         .map(drop)
         .map_err(|e| cl_err(&format!("launching {}", l.kernel), e))
-    }
 }

@@ -161,7 +161,8 @@ pub struct ModelArgs {
     #[arg(long)]
     pub trust_remote_code: bool,
     /// Run every step op by op: never record decode steps (CUDA graphs on `--device cuda`, command lists on
-    /// `--device level-zero`; the CPU and OpenCL always run op by op).
+    /// `--device level-zero`, command-buffers on `--device opencl` where the runtime has `cl_khr_command_buffer`; the
+    /// CPU always runs op by op).
     #[arg(long)]
     pub enforce_eager: bool,
     /// Timing output: `graph` prints the wall and device-busy time per recorded decode step every 64 steps that
