@@ -162,7 +162,7 @@ def _sample(flag: dict) -> list[str]:
     if not flag["takes_value"]:
         return []
     # Where rserve checks more than vLLM's parser does (a registry name, a JSON object).
-    overrides = {"--tool-call-parser": "hermes", "--default-chat-template-kwargs": "{}"}
+    overrides = {"--tool-call-parser": "hermes", "--reasoning-parser": "qwen3", "--default-chat-template-kwargs": "{}"}
     if flag["names"][0] in overrides:
         return [overrides[flag["names"][0]]]
     choices = [c for c in flag["choices"] or [] if c != "None"]
