@@ -313,6 +313,8 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     .unwrap();
     kernels::run(d, Op::SoftCap { x: &f(3 * vocab), rows: 3, width: vocab, cap: 30.0 }).unwrap();
     kernels::run(d, Op::GatherRows { x: &x, rows: &u(vec![3, 39]), out: &f(2 * h), num_rows: 2, width: h }).unwrap();
+    let feed = (u(vec![0; 4]), u(vec![7, 8]), u(vec![1, u32::MAX, 0, 5]));
+    kernels::run(d, Op::FeedTokens { ids: &feed.0, prev: &feed.1, from: &feed.2, count: 4, prev_len: 2 }).unwrap();
     kernels::run(d, Op::MaskLogits { logits: &f(3 * 1000), mask: &u(vec![u32::MAX; 3 * 32]), rows: 3, vocab: 1000 })
         .unwrap();
     // The token choice: penalty edits, the draw, log-probs.
