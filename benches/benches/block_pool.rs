@@ -26,6 +26,7 @@ fn new_request(id: u64) -> NewRequest {
         max_tokens: 1,
         min_tokens: 0,
         stop_token_ids: vec![],
+        skip_prefix_cache: false,
     }
 }
 

@@ -32,6 +32,7 @@ fn steady_state_scheduler() -> Scheduler {
                 max_tokens: 1 << 30,
                 min_tokens: 0,
                 stop_token_ids: vec![TokenId(u32::MAX)],
+                skip_prefix_cache: false,
             })
             .expect("valid request");
     }

@@ -26,6 +26,10 @@ pub struct SamplingParams {
     pub logit_bias: Vec<(TokenId, f32)>,
     /// Return the sampled token's log-probability and this many top alternatives (None: no log-probs).
     pub logprobs: Option<usize>,
+    /// vLLM's `prompt_logprobs`: the log-probability of every prompt token after the first, given the tokens before
+    /// it, with this many top alternatives (None: none). Such a request is not served from the prefix cache: its
+    /// whole prompt is computed, as vLLM does, so every position has logits.
+    pub prompt_logprobs: Option<usize>,
     /// Structured output: every sampled token keeps the text a prefix of a sentence of this grammar.
     pub constraint: Option<Grammar>,
     /// The grammar starts only once the output holds these ids (a reasoning parser's end marker: vLLM applies
@@ -52,6 +56,7 @@ impl Default for SamplingParams {
             repetition_penalty: 1.0,
             logit_bias: Vec::new(),
             logprobs: None,
+            prompt_logprobs: None,
             constraint: None,
             constraint_after: None,
             allowed_token_ids: None,
@@ -151,6 +156,9 @@ pub enum RequestEvent {
     Finished { reason: FinishReason, usage: Usage, stop_reason: Option<StopReason> },
     /// The engine failed to run this request (internal error); no more events follow.
     Error(String),
+    /// `prompt_logprobs`: the first prompt token's text (nothing scores it), then the log-probs of every later prompt
+    /// token given the ones before it; sent once, before the first `Delta`.
+    PromptLogprobs { first: String, scored: Vec<TokenLogprob> },
 }
 
 /// Static facts about the loaded engine, for `/v1/models`, validation and start-up logs.

@@ -60,6 +60,7 @@ fn gemma3_local_layers_hold_only_their_window_and_outputs_match_transformers() {
                 max_tokens: STEPS,
                 min_tokens: 0,
                 stop_token_ids: vec![],
+                skip_prefix_cache: false,
             })
             .unwrap();
         let mut got = Vec::new();

@@ -140,7 +140,7 @@ impl KvCacheManager {
     /// `L * block_size`) reads, from its `first_needed_block` to `L`, and its entries before are [`NULL_BLOCK`]. The
     /// blocks are not referenced yet: pass the tables to [`KvCacheManager::allocate_slots`].
     pub fn get_computed_blocks(&self, req: &Request) -> (Vec<Vec<BlockId>>, usize) {
-        if !self.caching_enabled() || req.num_tokens() == 0 {
+        if !self.caching_enabled() || req.num_tokens() == 0 || req.skip_prefix_cache {
             return (Vec::new(), 0);
         }
         let bs = self.block_size;
@@ -461,6 +461,7 @@ mod tests {
             max_tokens: 8,
             min_tokens: 0,
             stop_token_ids: vec![],
+            skip_prefix_cache: false,
         };
         let mut r = Request::new(new, 1 << 20).unwrap();
         mgr.update_block_hashes(&mut r);

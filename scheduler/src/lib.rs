@@ -12,6 +12,7 @@
 //!     max_tokens: 2,
 //!     min_tokens: 0,
 //!     stop_token_ids: vec![TokenId(0)],
+//!     skip_prefix_cache: false,
 //! }).unwrap();
 //! while sched.has_unfinished() {
 //!     let step = sched.schedule();

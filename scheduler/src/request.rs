@@ -16,6 +16,9 @@ pub struct NewRequest {
     pub min_tokens: usize,
     /// Tokens that end the request; already includes EOS unless the user asked to ignore it.
     pub stop_token_ids: Vec<TokenId>,
+    /// Never served from the prefix cache (vLLM's rule for a request that wants prompt log-probs: every prompt
+    /// position is computed). Its full blocks still become hits for other requests.
+    pub skip_prefix_cache: bool,
 }
 
 /// Where a request is in its life.
@@ -39,6 +42,8 @@ pub struct Request {
     pub(crate) max_tokens: usize,
     pub(crate) min_tokens: usize,
     pub(crate) stop_token_ids: Vec<TokenId>,
+    /// `NewRequest::skip_prefix_cache`.
+    pub(crate) skip_prefix_cache: bool,
     /// Tokens whose KV is computed or being computed by a scheduled step (positions `0..num_computed_tokens`):
     /// advanced when a step is scheduled, as vLLM v1 does, so the next step can be scheduled before this one ends.
     pub(crate) num_computed_tokens: usize,
@@ -87,6 +92,7 @@ impl Request {
             max_tokens: new.max_tokens,
             min_tokens: new.min_tokens,
             stop_token_ids: new.stop_token_ids,
+            skip_prefix_cache: new.skip_prefix_cache,
             num_computed_tokens: 0,
             num_output_placeholders: 0,
             block_hashes: Vec::new(),
@@ -194,6 +200,7 @@ mod tests {
             max_tokens,
             min_tokens,
             stop_token_ids: vec![TokenId(99)],
+            skip_prefix_cache: false,
         }
     }
 

@@ -85,6 +85,28 @@ fn prefix_caching_disabled_computes_everything() {
 }
 
 #[test]
+fn a_request_that_skips_the_prefix_cache_computes_its_whole_prompt_and_still_fills_it() {
+    let mut sched = Scheduler::new(cfg(16, 64, 512)).unwrap();
+    let prompt: Vec<u32> = (1..=40).collect();
+    let mut outcomes = HashMap::new();
+    sched.add_request(new_request(1, prompt.clone(), 1, 0, vec![])).unwrap();
+    run_to_end(&mut sched, &mut outcomes);
+    // Prompt log-probs need every position's logits: the cached blocks are not used.
+    let uncached =
+        rserve_scheduler::NewRequest { skip_prefix_cache: true, ..new_request(2, prompt.clone(), 1, 0, vec![]) };
+    sched.add_request(uncached).unwrap();
+    let out = sched.schedule();
+    check_step(&sched, &out).unwrap();
+    assert_eq!((out.seqs[0].start_position, out.seqs[0].token_ids.len(), out.seqs[0].num_cached_tokens), (0, 40, 0));
+    assert_eq!(sched.stats().prefix_cache_hits, 0);
+    let sampled = sample_step(&out, VOCAB);
+    sched.update_from_output(&out, &sampled);
+    run_to_end(&mut sched, &mut outcomes);
+    // Its blocks are cached for others all the same.
+    assert_eq!(cached_tokens(&sched, prompt), 32);
+}
+
+#[test]
 fn eviction_takes_least_recently_freed_blocks_tail_first() {
     // 8 blocks of 4 slots. A and B each cache 2 full blocks and finish, A first.
     let mut sched = Scheduler::new(cfg(4, 8, 32)).unwrap();

@@ -42,6 +42,8 @@ pub struct ChoiceOutput {
     pub finish: Option<FinishReason>,
     pub stop_reason: Option<StopReason>,
     pub usage: Usage,
+    /// The prompt's log-probs, when asked: its first token's text, then every later token's scores.
+    pub prompt_logprobs: Option<(String, Vec<TokenLogprob>)>,
 }
 
 /// Runs all choices to the end. An engine error fails the whole request.
@@ -60,6 +62,7 @@ pub async fn collect(mut merged: Merged, n: usize) -> Result<Vec<ChoiceOutput>, 
                 out.stop_reason = stop_reason;
             }
             RequestEvent::Error(message) => return Err(ApiError::Internal(message)),
+            RequestEvent::PromptLogprobs { first, scored } => out.prompt_logprobs = Some((first, scored)),
         }
     }
     if outputs.iter().any(|o| o.finish.is_none()) {

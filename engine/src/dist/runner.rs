@@ -9,13 +9,15 @@ use crate::backend::Backend;
 use crate::config::ModelParams;
 use crate::error::{EngineError, Result};
 use crate::model::{KvLayout, LlamaModel, PagedKvCache, ScheduledSeq, StageOutput};
-use crate::runner::StepRunner;
+use crate::runner::{StepMasks, StepRunner};
+use crate::sampling::{prompt, SampledRows, StepSampling};
 use crate::weights::Weights;
 
 /// One rank's part of a step, whatever its device.
 pub trait RankStep: Send {
-    /// This rank's part of a step; Some(logits) on the rank that must deliver them to rank 0.
-    fn step(&self, batch: &[ScheduledSeq]) -> Result<Option<Vec<f32>>>;
+    /// This rank's part of a step; Some(logits) on the rank that must deliver them to rank 0: each sequence's last
+    /// row's, then `prompt_rows`'.
+    fn step(&self, batch: &[ScheduledSeq], prompt_rows: &[u32]) -> Result<Option<Vec<f32>>>;
     fn comm(&self) -> &MpiComm;
     fn device_name(&self) -> String;
 }
@@ -54,10 +56,11 @@ where
     LlamaModel<B>: Send,
     PagedKvCache<B>: Send,
 {
-    fn step(&self, batch: &[ScheduledSeq]) -> Result<Option<Vec<f32>>> {
+    fn step(&self, batch: &[ScheduledSeq], prompt_rows: &[u32]) -> Result<Option<Vec<f32>>> {
         let l = self.comm.layout;
         let input = if l.stage() > 0 { Some(self.comm.recv(l.rank_of(l.stage() - 1, l.tp_rank()))) } else { None };
-        match self.model.forward_stage(&self.backend, batch, &self.cache, &self.comm, input.as_deref())? {
+        let (b, cache, comm) = (&self.backend, &self.cache, &self.comm);
+        match self.model.forward_stage(b, batch, prompt_rows, cache, comm, input.as_deref())? {
             StageOutput::Hidden(h) => {
                 self.comm.send(l.rank_of(l.stage() + 1, l.tp_rank()), &h);
                 Ok(None)
@@ -115,20 +118,21 @@ impl MpiRunner {
     }
 }
 
-impl StepRunner for MpiRunner {
-    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
+impl MpiRunner {
+    /// Runs one step on the replica's ranks: the logits of each sequence's last row, then of `prompt_rows`.
+    fn run(&mut self, batch: &[ScheduledSeq], prompt_rows: &[u32]) -> Result<Vec<f32>> {
         self.tables.apply(batch).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
         let whole: Vec<ScheduledSeq> = batch
             .iter()
             .map(|s| ScheduledSeq { block_tables: self.tables.of(s).to_vec(), is_first_schedule: true, ..s.clone() })
             .collect();
         let batch = whole.as_slice();
-        let mut msg = wire::encode(batch);
+        let mut msg = wire::encode(batch, prompt_rows);
         let (logits, from) = match &self.ranks {
             Ranks::Local(rank) => {
                 rank.comm().broadcast(&mut msg);
                 let l = rank.comm().layout;
-                match rank.step(batch)? {
+                match rank.step(batch, prompt_rows)? {
                     Some(logits) => (logits, l.logits_rank()),
                     None => (rank.comm().recv(l.logits_rank()), l.logits_rank()),
                 }
@@ -139,10 +143,42 @@ impl StepRunner for MpiRunner {
                 (comm.recv_logits(), rank)
             }
         };
-        if logits.len() != batch.len() * self.vocab {
+        if logits.len() != (batch.len() + prompt_rows.len()) * self.vocab {
             return Err(EngineError::Backend(format!("rank {from} returned malformed logits")));
         }
         Ok(logits)
+    }
+}
+
+impl StepRunner for MpiRunner {
+    fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
+        self.run(batch, &[])
+    }
+
+    fn execute_sampled(
+        &mut self,
+        batch: &[ScheduledSeq],
+        sampling: &StepSampling,
+        masks: Option<&mut dyn FnMut() -> StepMasks>,
+    ) -> Result<SampledRows> {
+        if sampling.prompt.is_empty() {
+            return crate::runner::sample_on_host(self, batch, sampling, masks);
+        }
+        // Prompt log-probs: the prompt rows' logits come back after the sequences' and are scored here.
+        let mut query_start = vec![0u32];
+        query_start.extend(batch.iter().scan(0u32, |at, s| {
+            *at += s.token_ids.len() as u32;
+            Some(*at)
+        }));
+        let rows = prompt::logit_rows(&sampling.prompt, &query_start);
+        let mut logits = self.run(batch, &rows)?;
+        let (own, scored) = logits.split_at_mut(batch.len() * self.vocab);
+        if let Some(m) = masks {
+            m().apply_host(own, self.vocab);
+        }
+        let mut out = crate::sampling::step::sample_host(own, self.vocab, sampling);
+        out.prompt = prompt::score_host(scored, &sampling.prompt, self.vocab);
+        Ok(out)
     }
 
     fn finished(&mut self, ids: &[rserve_scheduler::RequestId]) {
@@ -218,8 +254,8 @@ pub fn run_worker(
         if msg.is_empty() {
             return Ok(());
         }
-        let batch = wire::decode(&msg)?;
-        if let Some(logits) = rank.step(&batch)? {
+        let (batch, prompt_rows) = wire::decode(&msg)?;
+        if let Some(logits) = rank.step(&batch, &prompt_rows)? {
             rank.comm().send_to_driver(&logits);
         }
     }

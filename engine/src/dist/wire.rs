@@ -1,13 +1,15 @@
 //! The wire format of one step broadcast from rank 0: the scheduler's sequences flattened into `u32`s (what a
 //! forward step reads of them; the other ranks sample nothing).
 //! Layout: `[num_seqs, then per sequence: n_tokens, start_position, n_groups, n_blocks, tokens.., then per KV cache
-//! group: blocks.., slots..]` (every group's table has `n_blocks` entries).
+//! group: blocks.., slots..; then n_prompt_rows, prompt rows..]` (every group's table has `n_blocks` entries; the
+//! prompt rows are the batch rows whose logits the step returns after the sequences' last ones, for prompt
+//! log-probs).
 
 use rserve_scheduler::{BlockId, ScheduledSeq, TokenId};
 
 use crate::error::{EngineError, Result};
 
-pub fn encode(batch: &[ScheduledSeq]) -> Vec<u32> {
+pub fn encode(batch: &[ScheduledSeq], prompt_rows: &[u32]) -> Vec<u32> {
     let mut out = vec![batch.len() as u32];
     for s in batch {
         let n_blocks = s.block_table().len();
@@ -19,10 +21,13 @@ pub fn encode(batch: &[ScheduledSeq]) -> Vec<u32> {
             out.extend(slots);
         }
     }
+    out.push(prompt_rows.len() as u32);
+    out.extend_from_slice(prompt_rows);
     out
 }
 
-pub fn decode(data: &[u32]) -> Result<Vec<ScheduledSeq>> {
+/// The sequences and prompt rows of an `encode`d step.
+pub fn decode(data: &[u32]) -> Result<(Vec<ScheduledSeq>, Vec<u32>)> {
     let bad = || EngineError::Backend("malformed step message".into());
     let mut it = data.iter().copied();
     let mut take = |n: usize| -> Result<Vec<u32>> {
@@ -53,7 +58,9 @@ pub fn decode(data: &[u32]) -> Result<Vec<ScheduledSeq>> {
             ..ScheduledSeq::new(Vec::new(), start, Vec::new(), 1)
         });
     }
-    Ok(seqs)
+    let n = take(1)?[0] as usize;
+    let prompt_rows = take(n)?;
+    Ok((seqs, prompt_rows))
 }
 
 #[cfg(test)]
@@ -66,8 +73,9 @@ mod tests {
             ScheduledSeq::new(vec![TokenId(1), TokenId(2), TokenId(3)], 0, vec![BlockId(4)], 16),
             ScheduledSeq::new(vec![TokenId(9)], 17, vec![BlockId(0), BlockId(2)], 16),
         ];
-        assert_eq!(decode(&encode(&b)).unwrap(), b);
-        assert!(decode(&encode(&b)[..5]).is_err());
+        assert_eq!(decode(&encode(&b, &[])).unwrap(), (b.to_vec(), vec![]));
+        assert!(decode(&encode(&b, &[])[..5]).is_err());
+        assert_eq!(decode(&encode(&b, &[0, 1])).unwrap(), (b.to_vec(), vec![0, 1]));
         // Two KV cache groups (a sliding-window group with its first block freed).
         let g = [ScheduledSeq::with_groups(
             vec![TokenId(5)],
@@ -75,8 +83,8 @@ mod tests {
             vec![vec![BlockId(3), BlockId(4)], vec![BlockId(0), BlockId(6)]],
             16,
         )];
-        assert_eq!(decode(&encode(&g)).unwrap(), g);
+        assert_eq!(decode(&encode(&g, &[])).unwrap(), (g.to_vec(), vec![]));
         // The bytes on the wire are the bare ids: one sequence of 1 token at 17, 1 group of 2 blocks.
-        assert_eq!(encode(&b[1..]), [1, 1, 17, 1, 2, 9, 0, 2, 33]);
+        assert_eq!(encode(&b[1..], &[]), [1, 1, 17, 1, 2, 9, 0, 2, 33, 0]);
     }
 }

@@ -26,6 +26,8 @@ pub(crate) enum ToOutput {
     /// One sampled token (its log-probs, when asked). `show`: its text is part of the output (false for a stop
     /// token the request does not include). `cached_tokens`: the request's prompt tokens from the prefix cache.
     Token { id: RequestId, token: TokenId, show: bool, logprobs: Option<RowLogprobs>, cached_tokens: usize },
+    /// The request's prompt log-probs: its first token, then each later prompt token with its scores.
+    Prompt { id: RequestId, first: TokenId, scored: Vec<(TokenId, RowLogprobs)> },
     /// The request ended in the engine: its last held-back text (when `flush`), then `Finished`.
     Finish { id: RequestId, reason: FinishReason, stop_reason: Option<StopReason>, usage: Usage, flush: bool },
     /// The request failed: an `Error` event ends it.
@@ -119,10 +121,17 @@ fn handle(tokenizer: &Tokenizer, live: &mut IdMap<RequestId, Request>, msg: ToOu
         ToOutput::Forget { id } => {
             live.remove(&id);
         }
+        ToOutput::Prompt { id, first, scored } => {
+            if let Some(r) = live.get(&id) {
+                let first = tokenizer.token_to_string(first).unwrap_or_default();
+                let scored = scored.into_iter().map(|(t, lp)| named(tokenizer, t, lp)).collect();
+                let _ = r.events.send(RequestEvent::PromptLogprobs { first, scored });
+            }
+        }
     }
 }
 
-/// The log-probs of one sampled token with the text of each token named.
+/// The log-probs of one token with the text of each token named.
 fn named(tokenizer: &Tokenizer, token: TokenId, lp: RowLogprobs) -> TokenLogprob {
     let name = |id: TokenId| tokenizer.token_to_string(id).unwrap_or_default();
     TokenLogprob {

@@ -25,6 +25,7 @@ use super::output::TextOutput;
 use super::output_thread::{self, Ended, ToOutput};
 use crate::api::{FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, Usage};
 use crate::runner::{Launch, StepRunner};
+use crate::sampling::prompt::{PromptLogprobs, PromptRows};
 use crate::sampling::{self, RowLogprobs, RowParams, SampledRows, StepSampling, NO_LOGPROBS};
 use crate::structured::Constraint;
 use crate::tokenizer::Tokenizer;
@@ -41,6 +42,9 @@ struct Live {
     cached_tokens: usize,
     /// Log-probs of the token sampled this step, sent with it.
     logprobs: Option<RowLogprobs>,
+    /// `prompt_logprobs`: the scores of the prompt's positions so far (position 0 never has one), until they are
+    /// sent with the first token; None when not asked or sent.
+    prompt_scores: Option<Vec<Option<RowLogprobs>>>,
     /// The model's EOS ids stop this request (`ignore_eos` unset).
     stops_on_eos: bool,
     /// Structured output: the grammar state that masks this request's logits.
@@ -48,6 +52,9 @@ struct Live {
     /// A stop token's text is part of the output (`include_stop_str_in_output`).
     include_stop: bool,
 }
+
+/// The score of a prompt position no step scored (not expected: such requests compute their whole prompt).
+const NAN_ROW: RowLogprobs = RowLogprobs { chosen: f32::NAN, top: Vec::new() };
 
 /// A step launched on the device and not collected yet (async scheduling).
 struct InFlight {
@@ -341,6 +348,7 @@ impl EngineLoop {
             max_tokens: stop.max_tokens,
             min_tokens: stop.min_tokens,
             stop_token_ids: stop_ids,
+            skip_prefix_cache: sampling.prompt_logprobs.is_some(),
         };
         if let Err(e) = self.scheduler.add_request(new) {
             let _ = events.send(RequestEvent::Error(e.to_string()));
@@ -351,6 +359,7 @@ impl EngineLoop {
             .as_ref()
             .map(|g| GrammarState::new(Constraint::new(g), sampling.constraint_after.as_deref()));
         let prompt_tokens = prompt_token_ids.len();
+        let prompt_scores = sampling.prompt_logprobs.map(|_| vec![None; prompt_tokens]);
         self.outbox.push(ToOutput::Add { id, text: Box::new(text), events, prompt_tokens });
         self.live.insert(
             id,
@@ -362,6 +371,7 @@ impl EngineLoop {
                 stats: RequestStats::new(Instant::now(), stop.max_tokens),
                 cached_tokens: 0,
                 logprobs: None,
+                prompt_scores,
                 stops_on_eos: !stop.ignore_eos,
                 constraint,
                 include_stop,
@@ -564,7 +574,49 @@ impl EngineLoop {
             .iter()
             .map(|q| self.live.get(&q.request_id).filter(|_| q.sample).map(|l| (&l.sampling, l.output.as_slice())));
         s.bans = sampling::step::ban_masks(bans, vocab);
+        s.prompt = self.prompt_rows(out);
         s
+    }
+
+    /// The rows of `out`'s prompt chunks that score the prompt token after them, for the requests that want prompt
+    /// log-probs and have not got them yet.
+    fn prompt_rows(&self, out: &SchedulerOutput) -> Vec<PromptRows> {
+        let mut rows = Vec::new();
+        for (r, q) in out.seqs.iter().enumerate() {
+            let Some(l) = self.live.get(&q.request_id).filter(|l| l.prompt_scores.is_some()) else { continue };
+            let top = l.sampling.prompt_logprobs.unwrap_or(0).min(u32::MAX as usize - 1) as u32;
+            // A row at position i scores prompt token i + 1: up to the prompt's second-to-last token.
+            let end = (q.start_position + q.token_ids.len()).min(l.prompt.len().saturating_sub(1));
+            if q.start_position < end {
+                let targets = l.prompt[q.start_position + 1..=end].iter().map(|t| t.0).collect();
+                rows.push(PromptRows { seq: r as u32, targets, top });
+            }
+        }
+        rows
+    }
+
+    /// Keeps the prompt scores a step read, and sends each request's whole set once its prompt is computed (before
+    /// its first token).
+    fn take_prompt_scores(&mut self, out: &SchedulerOutput, scored: Vec<PromptLogprobs>) {
+        for p in scored {
+            let Some(q) = out.seqs.get(p.seq as usize) else { continue };
+            let Some(scores) = self.live.get_mut(&q.request_id).and_then(|l| l.prompt_scores.as_mut()) else {
+                continue;
+            };
+            for (i, row) in p.rows.into_iter().enumerate() {
+                if let Some(slot) = scores.get_mut(q.start_position + 1 + i) {
+                    *slot = Some(row);
+                }
+            }
+        }
+        for q in out.seqs.iter().filter(|q| q.sample) {
+            let Some(l) = self.live.get_mut(&q.request_id) else { continue };
+            let Some(scores) = l.prompt_scores.take() else { continue };
+            let Some(&first) = l.prompt.first() else { continue };
+            // Every position after the first was scored once the prompt is computed (no prefix-cache hits).
+            let scored = scores.into_iter().zip(&l.prompt).skip(1).map(|(lp, &t)| (t, lp.unwrap_or(NAN_ROW))).collect();
+            self.outbox.push(ToOutput::Prompt { id: q.request_id, first, scored });
+        }
     }
 
     /// The step's chosen tokens for the sequences that sample, with their log-probs; each constrained sequence's
@@ -575,6 +627,7 @@ impl EngineLoop {
         rows: SampledRows,
         errors: &[Option<String>],
     ) -> Vec<(RequestId, TokenId)> {
+        self.take_prompt_scores(out, rows.prompt);
         let mut sampled = Vec::new();
         let mut failed = Vec::new();
         let mut logprobs = rows.logprobs.into_iter();

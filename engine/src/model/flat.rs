@@ -25,7 +25,8 @@ pub struct FlatBatch {
     /// Per KV cache group: `num_seqs x max_blocks`, unused entries 0.
     pub tables: Vec<Vec<u32>>,
     pub max_blocks: usize,
-    /// The row of each sequence's last token (whose logits the step returns).
+    /// The rows whose logits the step returns: each sequence's last token's, in order, then the prompt rows a
+    /// step scores for prompt log-probs (`with_prompt_rows`).
     pub last_rows: Vec<u32>,
 }
 
@@ -74,6 +75,15 @@ impl FlatBatch {
             f.last_rows.push(f.ids.len() as u32 - 1);
         }
         Ok(f)
+    }
+
+    /// Adds `rows` (rows of this batch) after the sequences' last rows, so the step returns their logits too.
+    pub fn with_prompt_rows(&mut self, rows: &[u32]) -> Result<()> {
+        if let Some(r) = rows.iter().find(|&&r| r as usize >= self.ids.len()) {
+            return Err(EngineError::InvalidArgument(format!("prompt row {r} of a batch of {} rows", self.ids.len())));
+        }
+        self.last_rows.extend_from_slice(rows);
+        Ok(())
     }
 
     pub fn num_groups(&self) -> usize {

@@ -107,7 +107,8 @@ pub struct LlamaModel<B: Backend> {
 pub enum DeviceOutput<B: Backend> {
     /// Not the last stage: the hidden state is `residual + delta`.
     Hidden { residual: B::Buffer, delta: Option<B::Buffer> },
-    /// `[num_seqs, vocab slice]` logits of each sequence's last token.
+    /// `[rows, vocab slice]` logits of the batch's `FlatBatch::last_rows`: each sequence's last token, then any prompt
+    /// rows the step scores.
     Logits(B::Buffer),
 }
 
@@ -115,7 +116,8 @@ pub enum DeviceOutput<B: Backend> {
 pub enum StageOutput {
     /// Hidden states `[tokens, hidden]` for the next stage.
     Hidden(Vec<f32>),
-    /// `[num_seqs, vocab]` logits of each sequence's last token (full vocabulary, gathered over TP ranks).
+    /// `[rows, vocab]` logits of each sequence's last token, then of the step's prompt rows (full vocabulary,
+    /// gathered over TP ranks).
     Logits(Vec<f32>),
 }
 
@@ -446,11 +448,13 @@ impl<B: Backend> LlamaModel<B> {
     }
 
     /// Runs this shard's part of one step. `input` is the previous stage's hidden states (None on the first stage);
-    /// TP partial sums are combined through `comm`.
+    /// TP partial sums are combined through `comm`. The last stage returns the logits of each sequence's last row,
+    /// then of `prompt_rows` (rows of the batch, for prompt log-probs).
     pub fn forward_stage(
         &self,
         b: &B,
         batch: &[ScheduledSeq],
+        prompt_rows: &[u32],
         cache: &PagedKvCache<B>,
         comm: &dyn TpCollective,
         input: Option<&[f32]>,
@@ -461,7 +465,9 @@ impl<B: Backend> LlamaModel<B> {
             return Ok(StageOutput::Logits(Vec::new()));
         }
         // The MPI wire carries whole tables (each sequence a first schedule).
-        let flat = self.flatten(batch, &rserve_scheduler::BlockTables::default(), cache, cache.num_blocks, 0)?;
+        let mut flat = self.flatten(batch, &rserve_scheduler::BlockTables::default(), cache, cache.num_blocks, 0)?;
+        flat.with_prompt_rows(prompt_rows)?;
+        let out_rows = flat.last_rows.len();
         let dev = DeviceBatch::upload(b, &flat)?;
         let logits = match self.forward_device(b, &flat, &dev, cache, comm, input)? {
             DeviceOutput::Hidden { residual, delta } => {
@@ -480,11 +486,11 @@ impl<B: Backend> LlamaModel<B> {
         }
         // Each rank holds a vocabulary slice of every row: gather and interleave into full rows.
         let all = comm.all_gather(&local)?;
-        let mut full = vec![0f32; num_seqs * p.vocab_size];
+        let mut full = vec![0f32; out_rows * p.vocab_size];
         let mut at = 0;
         for r in 0..comm.tp_size() {
             let part = Shard { tp_rank: r, ..self.shard.clone() }.vocab(p);
-            for s in 0..num_seqs {
+            for s in 0..out_rows {
                 full[s * p.vocab_size + part.start..s * p.vocab_size + part.end]
                     .copy_from_slice(&all[at..at + part.len()]);
                 at += part.len();
@@ -640,33 +646,35 @@ impl<B: Backend> LlamaModel<B> {
         let (Some(norm), Some(head)) = (&self.norm, &self.lm_head) else {
             return Ok(DeviceOutput::Hidden { residual, delta });
         };
-        // Only the last row of each sequence needs logits. With one row per sequence (a decode step; every sequence
-        // has at least one) the last rows are all the rows, in order: no gather.
+        // Only the rows in `last_rows` need logits: each sequence's last (and, for prompt log-probs, the prompt rows
+        // after the sequences'). With one row per sequence and no others (a decode step) they are all the rows, in
+        // order: no gather.
         let x = delta.as_ref().unwrap_or(&zeros);
-        let last = b.alloc_matmul_input(num_seqs * h, head)?;
-        if num_seqs == n {
+        let out_rows = flat.last_rows.len();
+        let last = b.alloc_matmul_input(out_rows * h, head)?;
+        if num_seqs == n && out_rows == n {
             b.run(Op::AddRmsNorm { x, residual: &residual, weight: norm, out: &last, rows: n, hidden: h, eps })?;
         } else {
             let rows_buf = &dev.last_rows;
-            let last_delta = b.alloc_f32_scratch(num_seqs * h)?;
-            let last_res = b.alloc_f32_scratch(num_seqs * h)?;
-            b.run(Op::GatherRows { x, rows: rows_buf, out: &last_delta, num_rows: num_seqs, width: h })?;
-            b.run(Op::GatherRows { x: &residual, rows: rows_buf, out: &last_res, num_rows: num_seqs, width: h })?;
+            let last_delta = b.alloc_f32_scratch(out_rows * h)?;
+            let last_res = b.alloc_f32_scratch(out_rows * h)?;
+            b.run(Op::GatherRows { x, rows: rows_buf, out: &last_delta, num_rows: out_rows, width: h })?;
+            b.run(Op::GatherRows { x: &residual, rows: rows_buf, out: &last_res, num_rows: out_rows, width: h })?;
             b.run(Op::AddRmsNorm {
                 x: &last_delta,
                 residual: &last_res,
                 weight: norm,
                 out: &last,
-                rows: num_seqs,
+                rows: out_rows,
                 hidden: h,
                 eps,
             })?;
         }
         let vocab = self.shard.vocab(p).len();
-        let logits = b.alloc_f32_scratch(num_seqs * vocab)?;
-        b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: num_seqs, k: h, n: vocab })?;
+        let logits = b.alloc_f32_scratch(out_rows * vocab)?;
+        b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: out_rows, k: h, n: vocab })?;
         if let Some(cap) = p.final_softcap {
-            b.run(Op::SoftCap { x: &logits, rows: num_seqs, width: vocab, cap: cap as f32 })?;
+            b.run(Op::SoftCap { x: &logits, rows: out_rows, width: vocab, cap: cap as f32 })?;
         }
         Ok(DeviceOutput::Logits(logits))
     }

@@ -25,6 +25,7 @@ use crate::error::{EngineError, Result};
 use crate::model::shard::NoComm;
 use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, KvLayout, LlamaModel, PagedKvCache, ScheduledSeq};
 use crate::sampling::device::{queue_sample_on, sample_on, QueuedChoice};
+use crate::sampling::prompt::{logit_rows, score_on, PromptLogprobs, PromptRows};
 use crate::sampling::{SampledRows, StepSampling};
 use crate::weights::Weights;
 use rserve_scheduler::{BlockTables, IdMap, RequestId, TokenId};
@@ -47,6 +48,14 @@ enum Want<'s> {
 struct Read<'m, 's> {
     want: Want<'s>,
     masks: Option<&'m mut dyn FnMut() -> StepMasks>,
+    /// Prompt rows the step scores (`prompt_logprobs`): it runs op by op and scores them before it is read.
+    prompt: &'s [PromptRows],
+}
+
+impl<'m, 's> Read<'m, 's> {
+    fn new(want: Want<'s>, masks: Option<&'m mut dyn FnMut() -> StepMasks>) -> Self {
+        Self { want, masks, prompt: &[] }
+    }
 }
 
 /// A step whose forward pass is queued and whose result is not read yet.
@@ -80,6 +89,8 @@ struct InFlight<B: Backend> {
     _logits: Option<B::Buffer>,
     /// A replayed step's key and real rows (`--profile graph`).
     replayed: Option<((usize, usize), usize)>,
+    /// The step's prompt scores (read when it was launched).
+    prompt: Vec<PromptLogprobs>,
 }
 
 /// What `queue` did: the step is read already (a first sight that it recorded, an empty batch), or its forward
@@ -97,6 +108,8 @@ pub struct ModelRunner<B: Backend> {
     launched: VecDeque<InFlight<B>>,
     /// `0..max_num_seqs` on the device: the rows `keep_ids` copies.
     iota: Option<B::Buffer>,
+    /// The prompt scores of the step queued last, until its reader takes them.
+    scored: Vec<PromptLogprobs>,
     steps: RecordedSteps<B>,
     /// Each running request's block tables, kept from the scheduler's deltas.
     tables: BlockTables,
@@ -156,6 +169,7 @@ impl<B: Backend> ModelRunner<B> {
         Ok(Self {
             launched: VecDeque::new(),
             iota: None,
+            scored: Vec::new(),
             steps,
             tables: BlockTables::default(),
             model,
@@ -209,10 +223,34 @@ impl<B: Backend> ModelRunner<B> {
 
     /// Checks and flattens the step (once: a replayed step checks nothing), then replays it or runs it op by op.
     fn run(&mut self, batch: &[ScheduledSeq], step: Read<'_, '_>) -> Result<StepOutput> {
-        match self.queue(batch, step)? {
-            Queued::Done(out) => Ok(out),
-            Queued::Pending(p, step) => self.read_pending(p, step),
-        }
+        let out = match self.queue(batch, step)? {
+            Queued::Done(out) => out,
+            Queued::Pending(p, step) => self.read_pending(p, step)?,
+        };
+        Ok(match out {
+            StepOutput::Sampled(mut s) => {
+                s.prompt = std::mem::take(&mut self.scored);
+                StepOutput::Sampled(s)
+            }
+            other => other,
+        })
+    }
+
+    /// A step whose choice the device ops cannot make (more log-prob alternatives than they report): its logits are
+    /// read back and chosen on the host.
+    fn sample_host_step(
+        &mut self,
+        batch: &[ScheduledSeq],
+        sampling: &StepSampling,
+        masks: Option<&mut dyn FnMut() -> StepMasks>,
+    ) -> Result<SampledRows> {
+        let read = Read { want: Want::Logits, masks, prompt: &sampling.prompt };
+        let StepOutput::Logits(mut logits) = self.run(batch, read)? else {
+            return Err(EngineError::Backend("expected logits".into()));
+        };
+        let mut rows = crate::sampling::step::sample_host(&mut logits, self.model.params().vocab_size, sampling);
+        rows.prompt = std::mem::take(&mut self.scored);
+        Ok(rows)
     }
 
     /// Reads a queued step (waiting for the device).
@@ -240,10 +278,14 @@ impl<B: Backend> ModelRunner<B> {
                 Want::Choose(_) => StepOutput::Sampled(SampledRows::default()),
             }));
         }
-        let bucket = self.bucket_for(batch);
+        self.scored.clear();
+        let bucket = self.bucket_for(batch).filter(|_| step.prompt.is_empty());
         let width = if bucket.is_some() { self.steps.max_blocks } else { 0 };
         self.tables.apply(batch).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
         let mut flat = self.model.flatten(batch, &self.tables, &self.cache, self.usable_blocks, width)?;
+        if !step.prompt.is_empty() {
+            flat.with_prompt_rows(&logit_rows(step.prompt, &flat.query_start))?;
+        }
         let feed = self.placeholders(batch, &mut flat)?;
         let vocab = self.model.params().vocab_size;
         if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
@@ -260,6 +302,9 @@ impl<B: Backend> ModelRunner<B> {
                     self.feed(&dev.ids, from)?;
                 }
                 let logits = self.forward(&flat, &dev)?;
+                if !step.prompt.is_empty() {
+                    self.scored = score_on(&self.backend, &logits, flat.num_seqs(), step.prompt, vocab)?;
+                }
                 Ok(Queued::Pending(Pending::Eager { logits, real: flat.num_seqs() }, step))
             }
         }
@@ -283,7 +328,7 @@ impl<B: Backend> ModelRunner<B> {
         match step.want {
             Want::Choose(s) => match ids {
                 Some(ids) if masks.is_none() && s.is_plain_greedy() => {
-                    Ok(StepOutput::Sampled(SampledRows { ids: b.download_u32(ids, real)?, logprobs: vec![None; real] }))
+                    Ok(StepOutput::Sampled(SampledRows::of_ids(b.download_u32(ids, real)?)))
                 }
                 _ => sample_on(b, logits, real, vocab, s, masks).map(StepOutput::Sampled),
             },
@@ -428,13 +473,14 @@ impl<B: Backend> ModelRunner<B> {
 
     /// Reads a launched step's ids (waiting for the device).
     fn read_in_flight(&mut self, mut f: InFlight<B>) -> Result<SampledRows> {
-        let got = match (&f.chosen, f.read.take()) {
+        let mut got = match (&f.chosen, f.read.take()) {
             (_, Some(read)) => {
                 let ids = read.wait()?;
-                SampledRows { logprobs: vec![None; ids.len()], ids }
+                SampledRows::of_ids(ids)
             }
             (chosen, None) => self.read_chosen(chosen)?,
         };
+        got.prompt = std::mem::take(&mut f.prompt);
         if let (Some((key, real)), Some(p)) = (f.replayed, self.steps.profile.as_mut()) {
             let device_ms = self.steps.recorded.get(&key).and_then(|r| self.backend.replay_ms(&r.rec));
             p.step(real, key.0, device_ms.unwrap_or(0.0));
@@ -449,11 +495,9 @@ impl<B: Backend> ModelRunner<B> {
             Chosen::Queued(c) => c.read(b)?,
             Chosen::Recording { key, rows } => {
                 let r = self.steps.recorded.get(key).ok_or_else(|| EngineError::Backend("recording gone".into()))?;
-                SampledRows { ids: b.download_u32(&r.ids, *rows)?, logprobs: vec![None; *rows] }
+                SampledRows::of_ids(b.download_u32(&r.ids, *rows)?)
             }
-            Chosen::Copied { ids, rows } => {
-                SampledRows { ids: b.download_u32(ids, *rows)?, logprobs: vec![None; *rows] }
-            }
+            Chosen::Copied { ids, rows } => SampledRows::of_ids(b.download_u32(ids, *rows)?),
         })
     }
 
@@ -497,14 +541,14 @@ where
     B::Recording: Send,
 {
     fn execute(&mut self, batch: &[ScheduledSeq]) -> Result<Vec<f32>> {
-        match self.run(batch, Read { want: Want::Logits, masks: None })? {
+        match self.run(batch, Read::new(Want::Logits, None))? {
             StepOutput::Logits(l) => Ok(l),
             _ => Err(EngineError::Backend("expected logits".into())),
         }
     }
 
     fn execute_greedy(&mut self, batch: &[ScheduledSeq]) -> Result<Option<Vec<u32>>> {
-        match self.run(batch, Read { want: Want::Argmax, masks: None })? {
+        match self.run(batch, Read::new(Want::Argmax, None))? {
             StepOutput::Ids(ids) => Ok(Some(ids)),
             _ => Err(EngineError::Backend("expected ids".into())),
         }
@@ -517,7 +561,7 @@ where
         masks: &mut dyn FnMut() -> StepMasks,
     ) -> Result<StepOutput> {
         let want = if greedy { Want::Argmax } else { Want::Logits };
-        self.run(batch, Read { want, masks: Some(masks) })
+        self.run(batch, Read::new(want, Some(masks)))
     }
 
     fn execute_sampled(
@@ -528,9 +572,9 @@ where
     ) -> Result<SampledRows> {
         if !sampling.logprobs_fit_device() {
             // More alternatives than the device op reports (`--max-logprobs` above 20): the host sampler.
-            return super::sample_on_host(self, batch, sampling, masks);
+            return self.sample_host_step(batch, sampling, masks);
         }
-        match self.run(batch, Read { want: Want::Choose(sampling), masks })? {
+        match self.run(batch, Read { want: Want::Choose(sampling), masks, prompt: &sampling.prompt })? {
             StepOutput::Sampled(s) => Ok(s),
             _ => Err(EngineError::Backend("expected sampled ids".into())),
         }
@@ -538,14 +582,18 @@ where
 
     fn launch(&mut self, batch: &[ScheduledSeq], sampling: &StepSampling) -> Result<Launch> {
         if !sampling.logprobs_fit_device() {
-            return Ok(Launch::Done(super::sample_on_host(self, batch, sampling, None)?));
+            return Ok(Launch::Done(self.sample_host_step(batch, sampling, None)?));
         }
         let rows: IdMap<RequestId, u32> = batch.iter().enumerate().map(|(i, s)| (s.request_id, i as u32)).collect();
         let vocab = self.model.params().vocab_size;
         // The choice is queued now, behind the forward pass: a step launched after this one may replay the same
         // recording (overwriting its logits) or feed on these ids before this one is collected.
-        let (chosen, logits, replayed) = match self.queue(batch, Read { want: Want::Choose(sampling), masks: None })? {
-            Queued::Done(StepOutput::Sampled(s)) => return Ok(Launch::Done(s)),
+        let read = Read { want: Want::Choose(sampling), masks: None, prompt: &sampling.prompt };
+        let (chosen, logits, replayed) = match self.queue(batch, read)? {
+            Queued::Done(StepOutput::Sampled(mut s)) => {
+                s.prompt = std::mem::take(&mut self.scored);
+                return Ok(Launch::Done(s));
+            }
             Queued::Done(_) => return Err(EngineError::Backend("expected sampled ids".into())),
             Queued::Pending(Pending::Eager { logits, real }, _) => {
                 let c = queue_sample_on(&self.backend, &logits, real, vocab, sampling, None)?;
@@ -568,7 +616,8 @@ where
             },
             _ => None,
         };
-        self.launched.push_back(InFlight { chosen, read, rows, _logits: logits, replayed });
+        let prompt = std::mem::take(&mut self.scored);
+        self.launched.push_back(InFlight { chosen, read, rows, _logits: logits, replayed, prompt });
         Ok(Launch::Running)
     }
 

@@ -52,7 +52,7 @@ impl<B: Backend> QueuedChoice<B> {
         let rows = self.rows;
         let chosen = b.download_u32(&self.ids, rows)?;
         let Some((values, top_ids, want)) = &self.logprobs else {
-            return Ok(SampledRows { ids: chosen, logprobs: vec![None; rows] });
+            return Ok(SampledRows::of_ids(chosen));
         };
         let width = 1 + LOGPROBS_MAX_TOP;
         let vals = b.download_f32(values)?;
@@ -66,7 +66,7 @@ impl<B: Backend> QueuedChoice<B> {
                 })
             })
             .collect();
-        Ok(SampledRows { ids: chosen, logprobs })
+        Ok(SampledRows { ids: chosen, logprobs, prompt: Vec::new() })
     }
 }
 

@@ -9,6 +9,7 @@ pub mod adjust;
 pub mod device;
 pub mod masks;
 pub mod penalties;
+pub mod prompt;
 pub mod reference;
 pub mod step;
 

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use rserve_kernels::launch::{LOGPROBS_MAX_TOP, SAMPLE_PARAM_WORDS};
 
 use super::params::RowParams;
+use super::prompt::{PromptLogprobs, PromptRows};
 use super::{adjust, draw, logprobs, masks};
 use crate::api::SamplingParams;
 use crate::runner::StepMasks;
@@ -39,6 +40,8 @@ pub struct StepSampling {
     pub logprobs: Vec<u32>,
     /// Rows' `allowed_token_ids` and `bad_words` as mask bits (None when no row has them).
     pub bans: Option<StepMasks>,
+    /// Prompt chunks whose rows score the prompt tokens after them (`prompt_logprobs`), by sequence.
+    pub prompt: Vec<PromptRows>,
 }
 
 /// What a step chose: a token per row, and the log-probs of the rows that want them (chosen, then top).
@@ -46,6 +49,16 @@ pub struct StepSampling {
 pub struct SampledRows {
     pub ids: Vec<u32>,
     pub logprobs: Vec<Option<RowLogprobs>>,
+    /// The scores of the step's `StepSampling::prompt` rows, in its order.
+    pub prompt: Vec<PromptLogprobs>,
+}
+
+impl SampledRows {
+    /// Chosen ids without log-probs.
+    pub fn of_ids(ids: Vec<u32>) -> Self {
+        let logprobs = vec![None; ids.len()];
+        Self { ids, logprobs, prompt: Vec::new() }
+    }
 }
 
 /// A row's log-probs: the chosen token's, and the top alternatives (highest first).
@@ -138,7 +151,7 @@ pub fn sample_host(logits: &mut [f32], vocab: usize, s: &StepSampling) -> Sample
         })
         .collect();
     let (ids, logprobs) = out.into_iter().unzip();
-    SampledRows { ids, logprobs }
+    SampledRows { ids, logprobs, prompt: Vec::new() }
 }
 
 /// `masks::apply`'s rules of each row, as mask bits (`None` when no row has `allowed_token_ids` or `bad_words`).

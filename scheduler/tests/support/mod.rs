@@ -54,7 +54,14 @@ pub fn toks(ids: impl IntoIterator<Item = u32>) -> Vec<TokenId> {
 
 /// A request with prompt and stop tokens given as bare numbers.
 pub fn new_request(id: u64, prompt: Vec<u32>, max_tokens: usize, min_tokens: usize, stop: Vec<u32>) -> NewRequest {
-    NewRequest { id: RequestId(id), prompt_token_ids: toks(prompt), max_tokens, min_tokens, stop_token_ids: toks(stop) }
+    NewRequest {
+        id: RequestId(id),
+        prompt_token_ids: toks(prompt),
+        max_tokens,
+        min_tokens,
+        stop_token_ids: toks(stop),
+        skip_prefix_cache: false,
+    }
 }
 
 /// Checks one step's output against the scheduler's limits and the KV cache: the token budget and sequence cap, one

@@ -3,7 +3,9 @@
 
 use rserve_engine::api::TokenLogprob;
 
-use crate::openai::types::{ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, OrderedLogprobs, TopLogprobOut};
+use crate::openai::types::{
+    ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, OrderedLogprobs, PromptLogprobsOut, TopLogprobOut,
+};
 
 /// The floor for log-probs: JSON has no -infinity (vLLM uses the same floor).
 pub const LOGPROB_FLOOR: f32 = -9999.0;
@@ -56,6 +58,35 @@ pub fn completion(tokens: &[TokenLogprob], mut offset: usize, out: &mut Completi
     offset
 }
 
+/// Legacy completions log-probs of an echoed prompt: its first token has none (null), every later one its own
+/// (`completion`'s form). Returns the character offset after them.
+pub fn completion_prompt(first: &str, scored: &[TokenLogprob], out: &mut CompletionLogprobs) -> usize {
+    out.tokens.push(first.to_owned());
+    out.token_logprobs.push(None);
+    out.top_logprobs.push(None);
+    out.text_offset.push(0);
+    completion(scored, first.chars().count(), out)
+}
+
+/// vLLM's `prompt_logprobs` of a prompt: null for its first token, then per token a map from token id to
+/// `{"logprob", "rank", "decoded_token"}`, the prompt token first, then its top alternatives. An alternative's rank is
+/// its place among them; the prompt token's is its place there too, and null when it is not among them (the device
+/// reports log-probs, not the place of every token).
+pub fn prompt(scored: &[TokenLogprob]) -> PromptLogprobsOut {
+    let entry = |lp: f32, rank: Option<usize>, text: &str| serde_json::json!({"logprob": finite(lp), "rank": rank, "decoded_token": text});
+    let mut out: PromptLogprobsOut = vec![None];
+    for t in scored {
+        let mut map = serde_json::Map::new();
+        let rank = t.top.iter().position(|(id, _, _)| *id == t.token_id).map(|i| i + 1);
+        map.insert(t.token_id.0.to_string(), entry(t.logprob, rank, &t.token));
+        for (i, (id, text, lp)) in t.top.iter().enumerate() {
+            map.entry(id.0.to_string()).or_insert_with(|| entry(*lp, Some(i + 1), text));
+        }
+        out.push(Some(map));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use rserve_engine::TokenId;
@@ -93,5 +124,22 @@ mod tests {
         assert_eq!(v["top_logprobs"][0], serde_json::json!({"c": -0.5, "ab": -1.0}));
         assert_eq!(v["top_logprobs"][1], serde_json::json!({"é": -0.125}));
         assert_eq!(v["tokens"], serde_json::json!(["ab", "é"]));
+    }
+
+    #[test]
+    fn prompt_scores_in_both_forms() {
+        let scored = [tl(7, "b", -1.5, &[(3, "c", -0.5), (7, "b", -1.5)]), tl(9, "dd", -4.0, &[(3, "c", -0.1)])];
+        let mut lp = CompletionLogprobs::default();
+        assert_eq!(completion_prompt("a", &scored, &mut lp), 4);
+        assert_eq!(lp.tokens, ["a", "b", "dd"]);
+        assert_eq!(lp.token_logprobs, [None, Some(-1.5), Some(-4.0)]);
+        assert_eq!(lp.text_offset, [0, 1, 2]);
+        assert!(lp.top_logprobs[0].is_none());
+        let v = serde_json::to_value(prompt(&scored)).expect("json");
+        assert_eq!(v[0], serde_json::Value::Null);
+        assert_eq!(v[1]["7"], serde_json::json!({"logprob": -1.5, "rank": 2, "decoded_token": "b"}));
+        assert_eq!(v[1]["3"]["rank"], 1);
+        assert_eq!(v[2]["9"]["rank"], serde_json::Value::Null);
+        assert_eq!(v[2].as_object().map(|m| m.len()), Some(2));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rserve_engine::api::RequestEvent;
+use rserve_engine::api::{FinishReason, RequestEvent, Usage};
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -79,6 +79,8 @@ pub fn chat_response(
 ) -> ChatCompletionResponse {
     let completion = outputs.iter().map(|o| o.usage.completion_tokens).sum();
     let cached = outputs.iter().map(|o| o.usage.cached_tokens).max().unwrap_or(0);
+    // The prompt is every choice's: vLLM reports its scores once, beside the choices.
+    let prompt_logprobs = outputs.iter().find_map(|o| o.prompt_logprobs.as_ref()).map(|(_, s)| logprobs::prompt(s));
     let choices = outputs
         .into_iter()
         .enumerate()
@@ -106,6 +108,7 @@ pub fn chat_response(
         head: meta.head("chat.completion"),
         choices,
         usage: UsageOut::new(prompt_tokens, completion, cached),
+        prompt_logprobs,
     }
 }
 
@@ -131,32 +134,49 @@ fn read_choice(
     (content.filter(|c| !c.is_empty()), all, thought)
 }
 
-/// The response to a non-streaming completions request; choice `i` belongs to prompt `i / n`.
+/// The response to a non-streaming completions request; choice `i` belongs to prompt `i / n`. `prompt_only`: each
+/// choice is its echoed prompt alone (`max_tokens: 0`), the token the engine generated left out.
 pub fn completion_response(
     meta: ResponseMeta,
     prompts: &[ValidPrompt],
     n: usize,
     outputs: Vec<ChoiceOutput>,
     with_logprobs: bool,
+    prompt_only: bool,
 ) -> CompletionResponse {
     let n = n.max(1);
     let mut usage = UsageSum { prompt: prompts.iter().map(|p| p.token_count).sum(), ..UsageSum::default() };
     let mut choices = Vec::with_capacity(outputs.len());
-    for (index, o) in outputs.into_iter().enumerate() {
+    for (index, mut o) in outputs.into_iter().enumerate() {
+        if prompt_only {
+            // The one token the engine had to generate is not part of the answer.
+            o = ChoiceOutput {
+                finish: Some(FinishReason::Length),
+                usage: Usage { completion_tokens: 0, ..o.usage },
+                prompt_logprobs: o.prompt_logprobs,
+                ..ChoiceOutput::default()
+            };
+        }
         usage.completion += o.usage.completion_tokens;
         if index.checked_rem(n) == Some(0) {
             usage.cached += o.usage.cached_tokens;
         }
-        let echo = prompts.get(index / n).and_then(|p| p.echo.as_deref()).unwrap_or("");
+        let echo = prompts.get(index / n).and_then(|p| p.echo.as_deref());
         let logprobs = with_logprobs.then(|| {
             let mut lp = CompletionLogprobs::default();
-            logprobs::completion(&o.logprobs, echo.chars().count(), &mut lp);
+            // An echoed prompt's own tokens come first, scored (vLLM's form of scoring a text).
+            let offset = match (echo, &o.prompt_logprobs) {
+                (Some(_), Some((first, scored))) => logprobs::completion_prompt(first, scored, &mut lp),
+                (e, _) => e.map_or(0, |e| e.chars().count()),
+            };
+            logprobs::completion(&o.logprobs, offset, &mut lp);
             lp
         });
         choices.push(CompletionChoice {
             index,
-            text: format!("{echo}{}", o.text),
+            text: format!("{}{}", echo.unwrap_or(""), o.text),
             logprobs,
+            prompt_logprobs: o.prompt_logprobs.as_ref().map(|(_, scored)| logprobs::prompt(scored)),
             finish_reason: o.finish.map(|f| f.as_str()),
             stop_reason: o.stop_reason.map(Into::into),
         });
@@ -373,6 +393,8 @@ impl StreamRenderer for ChatStream {
                 self.failed = true;
                 vec![error_json(&message)]
             }
+            // A streamed chat request cannot ask for them (`prompt_logprobs` with `stream` is refused).
+            RequestEvent::PromptLogprobs { .. } => Vec::new(),
         }
     }
 
@@ -400,6 +422,8 @@ pub struct CompletionStream {
     with_logprobs: bool,
     usage: UsageSum,
     failed: bool,
+    /// `max_tokens: 0` with `echo`: the prompt alone (`completion_response`'s `prompt_only`).
+    prompt_only: bool,
 }
 
 impl CompletionStream {
@@ -413,7 +437,14 @@ impl CompletionStream {
         let n = n.max(1);
         let echo: Vec<Option<String>> = prompts.iter().flat_map(|p| std::iter::repeat_n(p.echo.clone(), n)).collect();
         let usage = UsageSum { prompt: prompts.iter().map(|p| p.token_count).sum(), ..UsageSum::default() };
-        Self { offsets: vec![0; echo.len()], echo, meta, n, include_usage, with_logprobs, usage, failed: false }
+        let offsets = vec![0; echo.len()];
+        Self { offsets, echo, meta, n, include_usage, with_logprobs, usage, failed: false, prompt_only: false }
+    }
+
+    /// Each choice is its echoed prompt alone (`max_tokens: 0`): the engine's one generated token is not sent.
+    pub fn with_prompt_only(mut self, prompt_only: bool) -> Self {
+        self.prompt_only = prompt_only;
+        self
     }
 
     fn chunk(&self, choice: CompletionChoice) -> String {
@@ -428,6 +459,10 @@ impl CompletionStream {
 impl StreamRenderer for CompletionStream {
     fn start(&mut self) -> Vec<String> {
         let mut out = Vec::new();
+        if self.with_logprobs {
+            // The echo goes out with its prompt's scores, when they come (`RequestEvent::PromptLogprobs`).
+            return out;
+        }
         for index in 0..self.echo.len() {
             if let Some(text) = self.echo[index].take() {
                 self.offsets[index] = text.chars().count();
@@ -436,6 +471,7 @@ impl StreamRenderer for CompletionStream {
                     index,
                     text,
                     logprobs,
+                    prompt_logprobs: None,
                     finish_reason: None,
                     stop_reason: None,
                 }));
@@ -446,8 +482,25 @@ impl StreamRenderer for CompletionStream {
 
     fn on_event(&mut self, index: usize, event: RequestEvent) -> Vec<String> {
         match event {
+            RequestEvent::PromptLogprobs { first, scored } => {
+                let Some(text) = self.echo.get_mut(index).and_then(Option::take) else { return Vec::new() };
+                let mut lp = CompletionLogprobs::default();
+                let offset = logprobs::completion_prompt(&first, &scored, &mut lp);
+                if let Some(off) = self.offsets.get_mut(index) {
+                    *off = offset;
+                }
+                let logprobs = Some(lp);
+                vec![self.chunk(CompletionChoice {
+                    index,
+                    text,
+                    logprobs,
+                    prompt_logprobs: None,
+                    finish_reason: None,
+                    stop_reason: None,
+                })]
+            }
             RequestEvent::Delta { text, logprobs: lps, .. } => {
-                if text.is_empty() && (lps.is_empty() || !self.with_logprobs) {
+                if self.prompt_only || (text.is_empty() && (lps.is_empty() || !self.with_logprobs)) {
                     return Vec::new();
                 }
                 let logprobs = self.with_logprobs.then(|| {
@@ -457,9 +510,21 @@ impl StreamRenderer for CompletionStream {
                     }
                     lp
                 });
-                vec![self.chunk(CompletionChoice { index, text, logprobs, finish_reason: None, stop_reason: None })]
+                let choice = CompletionChoice {
+                    index,
+                    text,
+                    logprobs,
+                    prompt_logprobs: None,
+                    finish_reason: None,
+                    stop_reason: None,
+                };
+                vec![self.chunk(choice)]
             }
             RequestEvent::Finished { reason, usage, stop_reason } => {
+                let (reason, stop_reason, usage) = match self.prompt_only {
+                    true => (FinishReason::Length, None, Usage { completion_tokens: 0, ..usage }),
+                    false => (reason, stop_reason, usage),
+                };
                 self.usage.completion += usage.completion_tokens;
                 if index.checked_rem(self.n) == Some(0) {
                     self.usage.cached += usage.cached_tokens;
@@ -468,6 +533,7 @@ impl StreamRenderer for CompletionStream {
                     index,
                     text: String::new(),
                     logprobs: None,
+                    prompt_logprobs: None,
                     finish_reason: Some(reason.as_str()),
                     stop_reason: stop_reason.map(Into::into),
                 })]

@@ -136,7 +136,10 @@ async fn completion_stream_shape_with_echo_and_logprobs() {
         usage: Usage { prompt_tokens: 3, completion_tokens: 1, cached_tokens: 0 },
         stop_reason: Some(StopReason::Text("\n".into())),
     };
-    let out = run(CompletionStream::new(m, &prompts, 1, true, true), vec![(0, ev), (0, stop)]).await;
+    // The echo waits for its prompt's scores (echo with logprobs asks the engine for them).
+    let b = TokenLogprob { token_id: TokenId(2), token: "b".into(), logprob: -1.0, top: vec![] };
+    let prompt = RequestEvent::PromptLogprobs { first: "a".into(), scored: vec![b] };
+    let out = run(CompletionStream::new(m, &prompts, 1, true, true), vec![(0, prompt), (0, ev), (0, stop)]).await;
     assert_eq!(out.len(), 5);
     for c in &out[..3] {
         assert_eq!(c["object"], "text_completion");
@@ -144,6 +147,10 @@ async fn completion_stream_shape_with_echo_and_logprobs() {
         assert!(c["usage"].is_null());
     }
     assert_eq!(out[0]["choices"][0]["text"], "ab");
+    assert_eq!(
+        out[0]["choices"][0]["logprobs"],
+        json!({"tokens": ["a", "b"], "token_logprobs": [null, -1.0], "top_logprobs": [null, {"b": -1.0}], "text_offset": [0, 1]})
+    );
     assert_eq!(out[1]["choices"][0]["text"], "c");
     assert_eq!(
         out[1]["choices"][0]["logprobs"],
@@ -205,7 +212,8 @@ fn completion_response_shape() {
         usage: Usage { prompt_tokens: 0, completion_tokens: 1, cached_tokens: 0 },
         ..Default::default()
     };
-    let v = serde_json::to_value(completion_response(m, &prompts, 1, vec![out("a"), out("b")], false)).expect("json");
+    let v = serde_json::to_value(completion_response(m.clone(), &prompts, 1, vec![out("a"), out("b")], false, false))
+        .expect("json");
     assert_eq!(v["object"], "text_completion");
     assert_eq!(
         v["choices"][0],
@@ -214,6 +222,25 @@ fn completion_response_shape() {
     assert_eq!(v["choices"][1]["text"], "Pb");
     assert_eq!(v["usage"]["prompt_tokens"], 7);
     assert_eq!(v["usage"]["completion_tokens"], 2);
+    // `max_tokens: 0` with echo and logprobs: the scored prompt alone, the engine's one token left out.
+    let tl = |id: u32, text: &str, lp: f32| TokenLogprob {
+        token_id: TokenId(id),
+        token: text.into(),
+        logprob: lp,
+        top: vec![],
+    };
+    let scored = ChoiceOutput {
+        logprobs: vec![tl(9, "x", -0.5)],
+        prompt_logprobs: Some(("P".into(), vec![tl(4, "q", -2.0)])),
+        ..out("x")
+    };
+    let v = serde_json::to_value(completion_response(m, &prompts[1..], 1, vec![scored], true, true)).expect("json");
+    let c = &v["choices"][0];
+    assert_eq!((c["text"].as_str(), c["finish_reason"].as_str()), (Some("P"), Some("length")));
+    assert_eq!(c["logprobs"]["tokens"], json!(["P", "q"]));
+    assert_eq!(c["logprobs"]["token_logprobs"], json!([null, -2.0]));
+    assert_eq!(c["prompt_logprobs"][1]["4"]["logprob"], json!(-2.0));
+    assert_eq!(v["usage"]["completion_tokens"], 0);
 }
 
 #[test]
@@ -227,8 +254,14 @@ fn ids_have_openai_prefixes() {
 
 #[test]
 fn the_head_comes_first_and_in_order() {
-    let choice =
-        CompletionChoice { index: 0, text: "a".into(), logprobs: None, finish_reason: None, stop_reason: None };
+    let choice = CompletionChoice {
+        index: 0,
+        text: "a".into(),
+        logprobs: None,
+        prompt_logprobs: None,
+        finish_reason: None,
+        stop_reason: None,
+    };
     let chunk = CompletionResponse { head: meta().head("text_completion"), choices: vec![choice], usage: None };
     assert_eq!(
         to_json(&chunk),

@@ -1,5 +1,6 @@
 //! vLLM's request fields beyond OpenAI's that change the output, read and checked here (each error names its field):
-//! `include_stop_str_in_output`, `allowed_token_ids`, `bad_words`, `truncate_prompt_tokens` (both routes) and the chat
+//! `include_stop_str_in_output`, `allowed_token_ids`, `bad_words`, `truncate_prompt_tokens`, `prompt_logprobs` (both
+//! routes) and the chat
 //! options `echo`, `continue_final_message`, `chat_template_kwargs`, `documents`, `reasoning_effort`.
 
 use rserve_engine::TokenId;
@@ -88,7 +89,34 @@ pub fn apply_sampling_extras(f: &SamplingFields, engine: &dyn Engine, c: &mut Co
             }
         },
     };
+    c.sampling.prompt_logprobs = prompt_logprobs(f.prompt_logprobs.as_ref(), c.stream, engine)?;
     Ok(())
+}
+
+/// vLLM's `prompt_logprobs`: the alternatives each prompt token reports (-1: the whole vocabulary), at most
+/// `--max-logprobs`.
+fn prompt_logprobs(v: Option<&Value>, stream: bool, engine: &dyn Engine) -> Result<Option<usize>> {
+    let Some(v) = v.filter(|v| !v.is_null()) else { return Ok(None) };
+    if stream && v.as_i64().is_some_and(|k| k != 0) {
+        // vLLM's rule: the scores come with the whole response only.
+        return Err(invalid("prompt_logprobs", "prompt log-probs are not available when stream is true"));
+    }
+    let info = engine.info();
+    let k = match v.as_i64() {
+        Some(-1) => info.vocab_size,
+        Some(k) if k >= 0 => usize::try_from(k).unwrap_or(usize::MAX),
+        _ => return Err(invalid("prompt_logprobs", "must be -1 (the whole vocabulary) or a non-negative integer")),
+    };
+    if k > info.max_logprobs {
+        return Err(invalid(
+            "prompt_logprobs",
+            format!(
+                "requested {k} prompt log-probs, more than the most allowed ({}, --max-logprobs)",
+                info.max_logprobs
+            ),
+        ));
+    }
+    Ok(Some(k))
 }
 
 /// The chat-only options.

@@ -392,7 +392,14 @@ pub struct ChatCompletionResponse {
     pub head: ResponseHead,
     pub choices: Vec<ChatChoice>,
     pub usage: UsageOut,
+    /// vLLM's `prompt_logprobs` (asked for by the request's field of that name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<PromptLogprobsOut>,
 }
+
+/// vLLM's prompt log-probs: null for the first prompt token, then per token `{"<id>": {"logprob", "rank",
+/// "decoded_token"}}` holding the prompt token and the top alternatives.
+pub type PromptLogprobsOut = Vec<Option<serde_json::Map<String, Value>>>;
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ChatDelta {
@@ -434,6 +441,9 @@ pub struct CompletionChoice {
     pub index: usize,
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
+    /// vLLM's `prompt_logprobs` (asked for by the request's field of that name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<PromptLogprobsOut>,
     pub finish_reason: Option<&'static str>,
     /// vLLM extension: the stop token id or stop string that ended the choice (null for EOS or length).
     pub stop_reason: Option<StopReasonOut>,

@@ -405,7 +405,6 @@ fn unimplemented_feature(field: &str) -> &'static str {
         "functions" | "function_call" => "function calling",
         "chat_template" => "a chat template in the request (vLLM also refuses it unless --trust-request-chat-template)",
         "logits_processors" => "custom logits processors",
-        "prompt_logprobs" => "prompt log-probs",
         "use_beam_search" => "beam search",
         _ => "this option",
     }
@@ -413,7 +412,7 @@ fn unimplemented_feature(field: &str) -> &'static str {
 
 /// The shared fields that `refuse_unimplemented` checks.
 fn refuse_unimplemented_sampling(f: &SamplingFields) -> Result<()> {
-    refuse_unimplemented(&named_fields!(f; prompt_logprobs, use_beam_search, logits_processors))
+    refuse_unimplemented(&named_fields!(f; use_beam_search, logits_processors))
 }
 
 /// The request's structured-output constraint, compiled by the engine's grammar engine (a spec it refuses is a 400
@@ -646,6 +645,9 @@ pub struct ValidCompletion {
     pub stream: bool,
     pub include_usage: bool,
     pub logprobs: Option<usize>,
+    /// `max_tokens: 0` with `echo` (vLLM's form of scoring a prompt): each choice is its prompt alone; the engine
+    /// still generates one token, which is not returned.
+    pub prompt_only: bool,
 }
 
 enum PromptInput<'a> {
@@ -672,7 +674,14 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(unsupported("suffix", "suffix (insertion)"));
     }
-    let mut c = common(&req.sampling, info, &engine.default_sampling())?;
+    let echo = req.echo.unwrap_or(false);
+    // vLLM takes `max_tokens: 0` with `echo`: the prompt, scored, and nothing generated.
+    let prompt_only = echo && (req.sampling.max_tokens == Some(0) && req.sampling.max_completion_tokens.is_none());
+    let mut fields = std::borrow::Cow::Borrowed(&req.sampling);
+    if prompt_only {
+        fields.to_mut().max_tokens = Some(1);
+    }
+    let mut c = common(&fields, info, &engine.default_sampling())?;
     c.sampling.constraint = constraint(&req.sampling, engine)?;
     request_extras::apply_sampling_extras(&req.sampling, engine, &mut c)?;
     if let Some(b) = req.best_of {
@@ -691,9 +700,9 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
         Some(k) => Some(k as usize),
         None => None,
     };
-    let echo = req.echo.unwrap_or(false);
-    if echo && logprobs.is_some() {
-        return Err(unsupported("echo", "echo together with logprobs (prompt log-probs)"));
+    // echo with logprobs returns the prompt's log-probs too (vLLM asks for prompt_logprobs of the same width).
+    if let (true, Some(k)) = (echo, logprobs) {
+        c.sampling.prompt_logprobs = Some(c.sampling.prompt_logprobs.map_or(k, |p| p.max(k)));
     }
     c.sampling.logprobs = logprobs;
     let inputs = prompt_inputs(&req.prompt)?;
@@ -728,7 +737,15 @@ pub fn completion(req: &CompletionRequest, engine: &dyn Engine) -> Result<ValidC
         prompts.push(ValidPrompt { token_count, echo: text });
         requests.extend(choices);
     }
-    Ok(ValidCompletion { prompts, n: c.n, requests, stream: c.stream, include_usage: c.include_usage, logprobs })
+    Ok(ValidCompletion {
+        prompts,
+        n: c.n,
+        requests,
+        stream: c.stream,
+        include_usage: c.include_usage,
+        logprobs,
+        prompt_only,
+    })
 }
 
 /// Token ids as given on the wire (`/detokenize`), checked against the vocabulary.

@@ -362,13 +362,29 @@ fn rule_unsupported_fields() {
     assert_eq!(e.expect_err("auto without a parser").param().as_deref(), Some("tool_choice"));
     let e = compl_with(json!({"suffix": "x"})).expect_err("unsupported");
     assert_eq!(e.param().as_deref(), Some("suffix"));
-    let e = compl_with(json!({"echo": true, "logprobs": 1})).expect_err("unsupported");
-    assert_eq!(e.param().as_deref(), Some("echo"));
+    // echo with logprobs scores the prompt (vLLM's prompt_logprobs), as lm-evaluation-harness asks.
+    let ok = compl_with(json!({"echo": true, "logprobs": 1, "max_tokens": 0})).expect("echo with logprobs");
+    assert_eq!(ok.requests[0].sampling.prompt_logprobs, Some(1));
+    assert!(ok.prompt_only);
+    assert_eq!(ok.requests[0].stop.max_tokens, 1);
+    let e = compl_with(json!({"max_tokens": 0})).expect_err("max_tokens 0 without echo");
+    assert_eq!(e.param().as_deref(), Some("max_tokens"));
+}
+
+#[test]
+fn prompt_logprobs_are_checked_on_both_routes() {
+    assert!(compl_with(json!({"prompt_logprobs": 0})).is_ok());
+    assert_eq!(chat_with(json!({"prompt_logprobs": 2})).unwrap().requests[0].sampling.prompt_logprobs, Some(2));
+    for bad in [json!({"prompt_logprobs": -2}), json!({"prompt_logprobs": "1"}), json!({"prompt_logprobs": 100000})] {
+        for e in [chat_with(bad.clone()).expect_err("chat"), compl_with(bad.clone()).expect_err("completion")] {
+            assert_eq!(e.param().as_deref(), Some("prompt_logprobs"), "{bad}");
+        }
+    }
 }
 
 #[test]
 fn rule_vllm_output_options_are_refused_not_ignored() {
-    let cases = [json!({"prompt_logprobs": 0}), json!({"use_beam_search": true}), json!({"logits_processors": ["p"]})];
+    let cases = [json!({"use_beam_search": true}), json!({"logits_processors": ["p"]})];
     for body in cases {
         let field = body.as_object().unwrap().keys().next().unwrap().clone();
         for e in [chat_with(body.clone()).expect_err("chat"), compl_with(body.clone()).expect_err("completion")] {

@@ -28,11 +28,14 @@ pub async fn create(
     );
     if valid.stream {
         let renderer =
-            CompletionStream::new(meta, &valid.prompts, valid.n, valid.include_usage, valid.logprobs.is_some());
+            CompletionStream::new(meta, &valid.prompts, valid.n, valid.include_usage, valid.logprobs.is_some())
+                .with_prompt_only(valid.prompt_only);
         Ok(sse::response(renderer, merged))
     } else {
         let outputs = fanout::collect(merged, total).await?;
-        let body = render::completion_response(meta, &valid.prompts, valid.n, outputs, valid.logprobs.is_some());
+        let with_logprobs = valid.logprobs.is_some();
+        let body =
+            render::completion_response(meta, &valid.prompts, valid.n, outputs, with_logprobs, valid.prompt_only);
         Ok(Json(body).into_response())
     }
 }
