@@ -19,8 +19,10 @@ for s in scripts/setup.d/*.sh; do
   bash "$s"
 done
 
-if [ ! -x .venv/bin/pytest ]; then
-  python3 -m venv .venv
+# (Re)installed when the requirements changed since the venv last took them.
+if [ ! -x .venv/bin/pytest ] || ! cmp -s tests/python/requirements.txt .venv/requirements.installed; then
+  [ -x .venv/bin/pip ] || python3 -m venv .venv
   .venv/bin/pip install -q -r tests/python/requirements.txt
+  cp tests/python/requirements.txt .venv/requirements.installed
 fi
 echo "test setup done"
