@@ -33,7 +33,8 @@ def checkpoint(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def served(checkpoint):
     # lm-eval's local models send no API key.
-    s = Server(model=checkpoint, api_key=None, name="lm-eval")
+    # float32 on every device (the default dtype turns a float32 checkpoint to half precision off the CPU, as vLLM).
+    s = Server("--dtype", "float32", model=checkpoint, api_key=None, name="lm-eval")
     yield s
     s.stop()
 
