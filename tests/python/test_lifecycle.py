@@ -35,6 +35,17 @@ def test_help_groups_flags_like_vllm():
         assert flag in r.stdout
 
 
+@pytest.mark.parametrize("topic, needle", [("all", "--port"), ("ModelConfig", "--max-model-len"),
+                                           ("max-model-len", "--max-model-len"), ("listgroup", "SchedulerConfig")])
+def test_help_topics_as_vllm_reads_them(topic, needle):
+    r = subprocess.run([str(rserve_bin()), "serve", f"--help={topic}"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert needle in r.stdout
+    r = subprocess.run([str(rserve_bin()), "serve", "--help=no-such-topic"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "no-such-topic" in r.stderr
+
+
 def test_start_up_log_lines(server):
     log = "\n".join(server.lines)
     for needle in ["Available KV cache memory:", "GPU KV cache size:", "Maximum concurrency for",
