@@ -45,6 +45,7 @@ fn run_all(engine: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<(Vec<TokenI
                         break;
                     }
                     RequestEvent::Error(e) => panic!("engine error: {e}"),
+                    RequestEvent::PromptLogprobs { .. } => panic!("prompt log-probs nobody asked for"),
                 }
             }
         }

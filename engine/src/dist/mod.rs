@@ -8,12 +8,16 @@
 //!
 //! Under `-dp N` the world is N replicas of `tp x pp` ranks (`layout::World`). Rank 0 runs every replica's
 //! scheduler: replica 0's steps as above (rank 0 is its first rank), every other replica's through a communicator of
-//! rank 0 and that replica's ranks (`mpi_comm::DriverComm`, `runner::MpiRunner`), so its ranks run the same worker
+//! rank 0 and that replica's ranks (`mpi_comm::DriverComm`, `leader::MpiRunner`), so its ranks run the same worker
 //! loop and rank 0 computes none of its shards.
 
 pub mod layout;
 #[cfg(feature = "mpi")]
+pub mod leader;
+#[cfg(feature = "mpi")]
 pub mod mpi_comm;
+#[cfg(feature = "mpi")]
+pub mod replica;
 #[cfg(feature = "mpi")]
 pub mod runner;
 pub mod wire;

@@ -92,11 +92,12 @@ pub fn leader_runner(
     cfg: &EngineConfig,
     num_blocks: usize,
 ) -> Result<Box<dyn StepRunner>> {
-    use crate::dist::runner::{agree_blocks, MpiRunner};
+    use crate::dist::leader::MpiRunner;
+    use crate::dist::runner::agree_blocks;
     let comm = crate::dist::mpi_comm::take_member(0)?;
     let num_blocks = agree_blocks(&comm, num_blocks);
     let rank = device.build_rank(p, w, comm, num_blocks, cfg.block_size)?;
-    Ok(Box::new(MpiRunner::local(rank, p.vocab_size)))
+    Ok(Box::new(MpiRunner::local(rank, p.vocab_size, cfg.async_scheduling)?))
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -114,10 +115,10 @@ pub fn leader_runner(
 /// the KV block count and then each step.
 #[cfg(feature = "mpi")]
 pub fn remote_runner(cfg: &EngineConfig, vocab: usize, num_blocks: usize) -> Result<Box<dyn StepRunner>> {
-    use crate::dist::runner::MpiRunner;
+    use crate::dist::leader::MpiRunner;
     let comm = crate::dist::mpi_comm::take_driver(cfg.data_parallel_rank)?;
     MpiRunner::agree_remote_blocks(&comm, num_blocks);
-    Ok(Box::new(MpiRunner::remote(comm, vocab)))
+    Ok(Box::new(MpiRunner::remote(comm, vocab, cfg.async_scheduling)?))
 }
 
 #[cfg(not(feature = "mpi"))]
