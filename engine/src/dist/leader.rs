@@ -238,8 +238,8 @@ mod tests {
         assert_eq!(batch[1].token_ids, [TokenId(5), TokenId(6)]);
         assert_eq!(batch[2].token_ids, [TokenId(22)]);
         // A placeholder of a request the step before did not sample is refused, never guessed.
-        let mut orphan = vec![seq(4, &[p])];
+        let mut orphan = [seq(4, &[p])];
         assert!(fill_placeholders(&mut orphan, Some(&last)).is_err());
-        assert!(fill_placeholders(&mut vec![seq(3, &[p])], None).is_err());
+        assert!(fill_placeholders(&mut [seq(3, &[p])], None).is_err());
     }
 }
