@@ -269,8 +269,11 @@ async fn every_listed_route_is_served_with_its_methods() {
                 "POST" => req.header(header::CONTENT_TYPE, "application/json").body(Body::from("{}")),
                 _ => req.body(Body::empty()),
             };
-            let (status, _) = send(&app, req.expect("req")).await;
-            assert!(![StatusCode::NOT_FOUND, StatusCode::METHOD_NOT_ALLOWED].contains(&status), "{method} {path}");
+            let (status, body) = send(&app, req.expect("req")).await;
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            // A path with an `{id}` may answer 404 for that id, but from its own route, not from the fallback.
+            let body = String::from_utf8_lossy(&body);
+            assert!(status != StatusCode::NOT_FOUND || !body.contains("no route for"), "{method} {path}: {body}");
         }
     }
 }
