@@ -170,7 +170,7 @@ def test_reasoning_items(reasoning_server):
     assert r.usage.output_tokens_details.reasoning_tokens > 0
     events = list(create(client, input=input_, extra_body={"stop": ["\n"]}, max_output_tokens=40, stream=True))
     kinds = [e.type for e in events]
-    assert kinds[2:4] == ["response.output_item.added", "response.reasoning_part.added"]
+    assert kinds[2:4] == ["response.output_item.added", "response.content_part.added"]
     thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
     assert thought == "one two" == next(e.text for e in events if e.type == "response.reasoning_text.done")
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "three four"

@@ -250,7 +250,7 @@ impl EventWriter {
         out.push(self.event("response.output_item.added", json!({"output_index": at, "item": item})));
         let part = ReasoningText::new(String::new());
         out.push(self.event(
-            "response.reasoning_part.added",
+            "response.content_part.added",
             json!({"item_id": id, "output_index": at,
             "content_index": 0, "part": part}),
         ));
@@ -286,7 +286,7 @@ impl EventWriter {
                 out.push(self.event("response.reasoning_text.done", e));
                 let part = ReasoningText::new(text);
                 out.push(self.event(
-                    "response.reasoning_part.done",
+                    "response.content_part.done",
                     json!({"item_id": id, "output_index": at,
                     "content_index": 0, "part": part}),
                 ));
