@@ -186,6 +186,7 @@ def test_reasoning_items(reasoning_server):
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]},
      "input[0].content[0].type"),
     ({"text": {"format": {"type": "json_schema", "name": "n"}}}, "text.format.schema"),
+    ({"text": {"format": {"type": "json_schema", "name": "n", "schema": {"type": "nonsense"}}}}, "text.format"),
     ({"reasoning": {"effort": "huge"}}, "reasoning.effort"),
 ])
 def test_bad_fields_are_400_naming_them(client, body, param):

@@ -32,11 +32,17 @@ fn bad(param: impl Into<String>, message: impl Into<String>) -> ApiError {
     ApiError::BadRequest { message: message.into(), param: Some(param.into()) }
 }
 
-/// Chat's field names in a validation error, as the Responses request names them (the message text keeps chat's
-/// wording; the `param` is what clients act on).
+/// Chat's field names in a validation error, as the Responses request names them: the `param`, and the message
+/// where it names the field (a `messages[i]` index counts chat messages, not input items, so it is left as is).
 pub fn rename_error(e: ValidationError) -> ApiError {
-    let message = e.to_string();
-    let param = e.param().map(|p| rename_param(&p));
+    let mut message = e.to_string();
+    let chat_param = e.param();
+    let param = chat_param.as_deref().map(rename_param);
+    if let (Some(old), Some(new)) = (chat_param.as_deref(), param.as_deref()) {
+        if old != new && !old.starts_with("messages") {
+            message = message.replacen(old, new, 1);
+        }
+    }
     ApiError::BadRequest { message, param }
 }
 
@@ -44,8 +50,8 @@ fn rename_param(p: &str) -> String {
     if p.starts_with("messages") {
         return "input".into();
     }
-    if p.starts_with("response_format") {
-        return "text.format".into();
+    if let Some(rest) = p.strip_prefix("response_format") {
+        return format!("text.format{}", rest.strip_prefix(".json_schema").unwrap_or(rest));
     }
     match p {
         "max_tokens" | "max_completion_tokens" => "max_output_tokens".into(),

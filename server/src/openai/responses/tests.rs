@@ -220,7 +220,9 @@ fn chat_errors_are_renamed_to_responses_fields() {
     );
     let e =
         ValidationError::StructuredOutput { field: "response_format.json_schema.schema".into(), message: "x".into() };
-    assert_eq!(rename(e).as_deref(), Some("text.format"));
+    assert_eq!(rename(e).as_deref(), Some("text.format.schema"));
+    let e = ValidationError::StructuredOutput { field: "response_format".into(), message: "bad".into() };
+    assert_eq!(rename_error(e).to_string(), "text.format: bad", "the message names the field as sent");
     let e = ValidationError::InvalidField { field: "reasoning_effort".into(), message: "x".into() };
     assert_eq!(rename(e).as_deref(), Some("reasoning.effort"));
     let e = ValidationError::Tools { field: "tools[1].function.parameters".into(), message: "x".into() };
