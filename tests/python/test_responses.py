@@ -60,6 +60,11 @@ def test_string_input(client):
         assert r.incomplete_details.reason == "max_output_tokens"
 
 
+def test_the_response_repeats_the_sampling_settings(client):
+    r = create(client, input="Hi", temperature=0.7, top_p=0.9, extra_body={"seed": 1}, max_output_tokens=1, metadata={"k": "v"})
+    assert (r.temperature, r.top_p, r.max_output_tokens, r.metadata) == (0.7, 0.9, 1, {"k": "v"})
+
+
 def test_item_input_is_the_same_conversation_as_a_string(client):
     a = create(client, input="Name a color.")
     b = create(client, input=[{"type": "message", "role": "user",

@@ -67,14 +67,19 @@ pub fn echo(req: &ResponsesRequest, conv: &Converted, valid: &ValidChat) -> Echo
         reasoning: req.reasoning.clone().filter(|r| !r.is_null()),
         service_tier: req.service_tier.clone().unwrap_or_else(|| "auto".into()),
         store: conv.store,
-        temperature: first.map_or(1.0, |r| r.sampling.temperature),
+        temperature: first.map_or(1.0, |r| shortest(r.sampling.temperature)),
         text: conv.text.clone(),
         tool_choice: conv.tool_choice.clone(),
         tools: conv.tools.clone(),
-        top_p: first.map_or(1.0, |r| r.sampling.top_p),
+        top_p: first.map_or(1.0, |r| shortest(r.sampling.top_p)),
         truncation: "disabled",
         user: req.user.clone(),
     }
+}
+
+/// An `f32` setting as the decimal it was written as (0.7, not 0.699999988 as a plain widening gives).
+fn shortest(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
 }
 
 /// `length` cut the answer at `max_output_tokens`: the response is incomplete.

@@ -196,11 +196,11 @@ pub struct Echo {
     pub reasoning: Option<Value>,
     pub service_tier: String,
     pub store: bool,
-    pub temperature: f32,
+    pub temperature: f64,
     pub text: Value,
     pub tool_choice: Value,
     pub tools: Vec<Value>,
-    pub top_p: f32,
+    pub top_p: f64,
     pub truncation: &'static str,
     pub user: Option<String>,
 }
