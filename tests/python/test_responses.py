@@ -102,6 +102,10 @@ def test_required_tool_call_then_its_output(client):
     ], tool_choice="none")
     assert second.output_text and all(o.type == "message" for o in second.output)
     assert second.tool_choice == "none"
+    # The same turn by previous_response_id: the stored call comes back into the prompt, so greedy answers agree.
+    third = create(client, tools=TOOLS, previous_response_id=r.id, tool_choice="none", input=[
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21 C"}])
+    assert third.output_text == second.output_text
 
 
 def test_named_function_streams_its_arguments(client):

@@ -371,3 +371,20 @@ fn a_cut_stream_completes_as_incomplete() {
     assert_eq!(kinds(&events), ["response.completed"], "the message closed at the finish");
     assert_eq!(response.expect("response").status, ResponseStatus::Incomplete);
 }
+
+#[test]
+fn an_answer_with_calls_is_stored_as_one_assistant_turn() {
+    use super::render::{function_call, message_item, reasoning_item};
+    use super::types::ItemStatus::Completed;
+    let output = [
+        reasoning_item("hmm".into(), Completed),
+        message_item("Let me check.".into(), Completed),
+        function_call("c1".into(), "f".into(), "{}".into(), Completed),
+    ];
+    let m = answer_message(&output);
+    assert_eq!((m.role.as_str(), text(&m)), ("assistant", "Let me check."), "reasoning is left out");
+    assert_eq!(
+        m.tool_calls,
+        Some(json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]))
+    );
+}
