@@ -19,7 +19,7 @@ use tower_http::cors::CorsLayer;
 
 use crate::auth;
 use crate::error::ApiError;
-use crate::routes::{chat, completions, dev, health, metrics, models, tokenize};
+use crate::routes::{chat, completions, dev, health, metrics, models, responses, tokenize};
 use crate::state::{AppState, LoadSlot};
 
 /// How HTTP requests are logged (uvicorn-style access lines).
@@ -31,6 +31,9 @@ pub struct AccessLog(pub bool);
 pub const ROUTES: &[(&str, &str)] = &[
     ("/v1/chat/completions", "POST"),
     ("/v1/completions", "POST"),
+    ("/v1/responses", "POST"),
+    ("/v1/responses/{response_id}", "GET"),
+    ("/v1/responses/{response_id}/cancel", "POST"),
     ("/v1/models", "GET"),
     ("/health", "GET"),
     ("/ping", "GET, POST"),
@@ -49,7 +52,10 @@ pub fn router(state: AppState, access_log: AccessLog) -> Router {
     let load = middleware::from_fn_with_state(state.clone(), track_load);
     let v1 = Router::new()
         .route("/chat/completions", post(chat::create).layer(load.clone()))
-        .route("/completions", post(completions::create).layer(load))
+        .route("/completions", post(completions::create).layer(load.clone()))
+        .route("/responses", post(responses::create).layer(load))
+        .route("/responses/{response_id}", get(responses::retrieve))
+        .route("/responses/{response_id}/cancel", post(responses::cancel))
         .route("/models", get(models::list))
         .layer(middleware::from_fn_with_state(state.clone(), auth::require_api_key));
     let mut app = Router::new()

@@ -269,8 +269,11 @@ async fn every_listed_route_is_served_with_its_methods() {
                 "POST" => req.header(header::CONTENT_TYPE, "application/json").body(Body::from("{}")),
                 _ => req.body(Body::empty()),
             };
-            let (status, _) = send(&app, req.expect("req")).await;
-            assert!(![StatusCode::NOT_FOUND, StatusCode::METHOD_NOT_ALLOWED].contains(&status), "{method} {path}");
+            let (status, body) = send(&app, req.expect("req")).await;
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            // A path with an `{id}` may answer 404 for that id, but from its own route, not from the fallback.
+            let body = String::from_utf8_lossy(&body);
+            assert!(status != StatusCode::NOT_FOUND || !body.contains("no route for"), "{method} {path}: {body}");
         }
     }
 }
@@ -573,4 +576,54 @@ async fn request_id_headers() {
     let (plain, _) = app_with(FakeEngine::new(128), settings());
     let resp = plain.oneshot(Request::get("/health").body(Body::empty()).expect("request")).await.expect("infallible");
     assert!(resp.headers().get("x-request-id").is_none());
+}
+
+#[tokio::test]
+async fn responses_create_retrieve_continue_cancel_and_stream() {
+    let (app, engine) = app();
+    let (s, v) = send_json(&app, post("/v1/responses", json!({"input": "hi", "max_output_tokens": 5}))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["object"], "response");
+    assert_eq!(v["status"], "incomplete");
+    assert_eq!(v["output"][0]["content"][0]["text"], &REPLY[..5]);
+    assert_eq!(v["usage"]["output_tokens"], 5);
+    let id = v["id"].as_str().expect("id").to_owned();
+
+    let (s, got) = send_json(&app, Request::get(format!("/v1/responses/{id}")).body(Body::empty()).expect("req")).await;
+    assert_eq!((s, &got), (StatusCode::OK, &v));
+
+    let follow = json!({"input": "again", "previous_response_id": id, "max_output_tokens": 2});
+    let (s, v2) = send_json(&app, post("/v1/responses", follow)).await;
+    assert_eq!(s, StatusCode::OK, "{v2}");
+    assert_eq!(v2["previous_response_id"], id.as_str());
+    let prompts = engine.submitted();
+    let (first, second) = (&prompts[0].prompt_token_ids, &prompts[1].prompt_token_ids);
+    assert!(second.len() > first.len(), "the follow-up's prompt holds the first turn and its answer");
+
+    let (s, e) = send_json(&app, Request::get("/v1/responses/resp_nope").body(Body::empty()).expect("req")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_error(&e, "NotFoundError", Some("response_id"), 404);
+    let (s, e) =
+        send_json(&app, post("/v1/responses", json!({"input": "x", "previous_response_id": "resp_nope"}))).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_error(&e, "NotFoundError", Some("previous_response_id"), 404);
+    let (s, e) = send_json(&app, post(&format!("/v1/responses/{id}/cancel"), json!({}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(e["error"]["message"], "Cannot cancel a synchronous response.");
+
+    let (s, e) = send_json(&app, post("/v1/responses", json!({"input": "x", "background": true}))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_error(&e, "BadRequestError", Some("background"), 400);
+
+    let (s, bytes) = send(&app, post("/v1/responses", json!({"input": "hi", "stream": true, "store": false}))).await;
+    assert_eq!(s, StatusCode::OK);
+    let text = String::from_utf8_lossy(&bytes);
+    let names: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(names.first(), Some(&"response.created"));
+    assert_eq!(names.last(), Some(&"response.completed"));
+    assert!(!text.contains("[DONE]"), "a Responses stream ends with response.completed");
+    let done: Value = serde_json::from_str(sse_data(&bytes).last().expect("data")).expect("json");
+    let rid = done["response"]["id"].as_str().expect("id");
+    let req = Request::get(format!("/v1/responses/{rid}")).body(Body::empty()).expect("req");
+    assert_eq!(send(&app, req).await.0, StatusCode::NOT_FOUND, "store: false keeps nothing");
 }

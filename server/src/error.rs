@@ -49,6 +49,12 @@ pub enum ApiError {
     /// A query parameter has a value the route cannot take.
     #[error("invalid query parameter {param}: {message}")]
     InvalidQuery { param: &'static str, message: String },
+    /// A field broke a rule of a route that names its fields itself (the Responses API).
+    #[error("{message}")]
+    BadRequest { message: String, param: Option<String> },
+    /// A stored response that is unknown, or no longer kept.
+    #[error("Response with id '{id}' not found.")]
+    ResponseNotFound { id: String, param: &'static str },
     /// The engine failed while running the request.
     #[error("internal error: {0}")]
     Internal(String),
@@ -79,9 +85,12 @@ impl ApiError {
             ApiError::Validation(_)
             | ApiError::InvalidJson { .. }
             | ApiError::Body(_)
-            | ApiError::InvalidQuery { .. } => StatusCode::BAD_REQUEST,
+            | ApiError::InvalidQuery { .. }
+            | ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::ModelNotFound(_) | ApiError::RouteNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::ModelNotFound(_) | ApiError::RouteNotFound(_) | ApiError::ResponseNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Overloaded { .. }
@@ -106,7 +115,8 @@ impl ApiError {
         };
         let param = match self {
             ApiError::Validation(v) => v.param(),
-            ApiError::InvalidJson { param, .. } => param.clone(),
+            ApiError::InvalidJson { param, .. } | ApiError::BadRequest { param, .. } => param.clone(),
+            ApiError::ResponseNotFound { param, .. } => Some((*param).to_owned()),
             ApiError::InvalidQuery { param, .. } => Some((*param).to_owned()),
             ApiError::ModelNotFound(_) => Some("model".into()),
             _ => None,

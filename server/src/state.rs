@@ -2,6 +2,7 @@
 //! admission itself: refusing new work when the waiting queue is full or the server is shutting down, and counting
 //! the requests in flight (`Admitted` decrements the count when dropped).
 
+use crate::openai::responses::store::ResponseStore;
 use crate::openai::tools::ToolSettings;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -56,6 +57,8 @@ pub struct AppState {
     in_flight: Arc<AtomicUsize>,
     shutting_down: Arc<AtomicBool>,
     server_load: Arc<AtomicUsize>,
+    /// Finished Responses-API responses, for retrieval and `previous_response_id`.
+    pub responses: Arc<ResponseStore>,
 }
 
 /// One generation request counted by `/load` (vLLM's `server_load_metrics`) until it is dropped.
@@ -95,6 +98,7 @@ impl AppState {
             in_flight: Arc::new(AtomicUsize::new(0)),
             shutting_down: Arc::new(AtomicBool::new(false)),
             server_load: Arc::new(AtomicUsize::new(0)),
+            responses: Arc::new(ResponseStore::default()),
         }
     }
 

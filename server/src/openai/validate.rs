@@ -392,7 +392,7 @@ macro_rules! named_fields {
 /// Refuses the first field that is set to a value that would change the output (anything but null, false, "",
 /// "none", [], {}): these are options vLLM acts on and this server does not implement, so answering without them
 /// would return what the client did not ask for.
-fn refuse_unimplemented(fields: &[(&str, &Option<serde_json::Value>)]) -> Result<()> {
+pub(crate) fn refuse_unimplemented(fields: &[(&str, &Option<serde_json::Value>)]) -> Result<()> {
     match fields.iter().find(|(_, v)| v.as_ref().is_some_and(|v| !is_empty_value(v))) {
         Some((field, _)) => Err(unsupported(field, unimplemented_feature(field))),
         None => Ok(()),

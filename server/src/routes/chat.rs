@@ -16,7 +16,7 @@ use crate::state::AppState;
 
 /// `--default-chat-template-kwargs` under the request's own `chat_template_kwargs`: the request's keys win, as vLLM
 /// merges them. A value that is not an object is left for validation to refuse.
-fn with_default_kwargs(req: &mut ChatCompletionRequest, defaults: &Map<String, Value>) {
+pub fn with_default_kwargs(req: &mut ChatCompletionRequest, defaults: &Map<String, Value>) {
     if defaults.is_empty() {
         return;
     }

@@ -6,4 +6,5 @@ pub mod dev;
 pub mod health;
 pub mod metrics;
 pub mod models;
+pub mod responses;
 pub mod tokenize;
