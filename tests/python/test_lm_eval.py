@@ -15,6 +15,10 @@ import pytest
 
 from conftest import Server, model_path, rserve_bin
 
+# The protocol does not depend on the device, and a float32 server start costs a minute on the OpenCL CPU runtime:
+# the plain run and the TP=3 run take it.
+pytestmark = pytest.mark.skipif("opencl" in os.environ.get("RSERVE_E2E_ARGS", ""), reason="CPU and TP=3 cover it")
+
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is in tests/python/requirements.txt")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "lm_eval"

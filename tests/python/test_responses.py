@@ -8,6 +8,7 @@ test_reasoning.py); 400s naming the field; and LangChain's `ChatOpenAI(use_respo
 module-scoped servers, so that the file stays fast on every CI leg."""
 
 import json
+import os
 
 import jsonschema
 import openai
@@ -20,6 +21,10 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLengt
            "required": ["city"], "additionalProperties": False}
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER}]
 THINK = "<think>one two</think>three four"
+# Request checks and the store do not depend on the device: they run once, in the plain run (scripts/test.sh repeats
+# the suite with RSERVE_E2E_ARGS / _LAUNCH).
+OTHER_DEVICE = bool(os.environ.get("RSERVE_E2E_ARGS", "").strip() or os.environ.get("RSERVE_E2E_LAUNCH", "").strip())
+device_independent = pytest.mark.skipif(OTHER_DEVICE, reason="does not depend on the device; run once")
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +141,7 @@ def test_previous_response_id_continues_the_conversation(client):
     assert follow.output_text == by_items.output_text
 
 
+@device_independent
 def test_unknown_ids_are_404(client, tool_server):
     with pytest.raises(openai.NotFoundError) as e:
         client.responses.retrieve("resp_unknown")
@@ -198,6 +204,7 @@ def test_reasoning_items(reasoning_server):
     ({"text": {"format": {"type": "json_schema", "name": "n", "schema": {"type": "nonsense"}}}}, "text.format"),
     ({"reasoning": {"effort": "huge"}}, "reasoning.effort"),
 ])
+@device_independent
 def test_bad_fields_are_400_naming_them(client, body, param):
     body = {"input": "x", **body}
     with pytest.raises(openai.BadRequestError) as e:
