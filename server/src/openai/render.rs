@@ -447,6 +447,13 @@ impl CompletionStream {
         self
     }
 
+    /// A chunk of choice `index`'s text (and its tokens' log-probs).
+    fn text_chunk(&self, index: usize, text: String, logprobs: Option<CompletionLogprobs>) -> String {
+        let choice =
+            CompletionChoice { index, text, logprobs, prompt_logprobs: None, finish_reason: None, stop_reason: None };
+        self.chunk(choice)
+    }
+
     fn chunk(&self, choice: CompletionChoice) -> String {
         to_json(&CompletionResponse {
             head: self.meta.head("text_completion"),
@@ -466,15 +473,7 @@ impl StreamRenderer for CompletionStream {
         for index in 0..self.echo.len() {
             if let Some(text) = self.echo[index].take() {
                 self.offsets[index] = text.chars().count();
-                let logprobs = self.with_logprobs.then(CompletionLogprobs::default);
-                out.push(self.chunk(CompletionChoice {
-                    index,
-                    text,
-                    logprobs,
-                    prompt_logprobs: None,
-                    finish_reason: None,
-                    stop_reason: None,
-                }));
+                out.push(self.text_chunk(index, text, None));
             }
         }
         out
@@ -489,15 +488,7 @@ impl StreamRenderer for CompletionStream {
                 if let Some(off) = self.offsets.get_mut(index) {
                     *off = offset;
                 }
-                let logprobs = Some(lp);
-                vec![self.chunk(CompletionChoice {
-                    index,
-                    text,
-                    logprobs,
-                    prompt_logprobs: None,
-                    finish_reason: None,
-                    stop_reason: None,
-                })]
+                vec![self.text_chunk(index, text, Some(lp))]
             }
             RequestEvent::Delta { text, logprobs: lps, .. } => {
                 if self.prompt_only || (text.is_empty() && (lps.is_empty() || !self.with_logprobs)) {
@@ -510,15 +501,7 @@ impl StreamRenderer for CompletionStream {
                     }
                     lp
                 });
-                let choice = CompletionChoice {
-                    index,
-                    text,
-                    logprobs,
-                    prompt_logprobs: None,
-                    finish_reason: None,
-                    stop_reason: None,
-                };
-                vec![self.chunk(choice)]
+                vec![self.text_chunk(index, text, logprobs)]
             }
             RequestEvent::Finished { reason, usage, stop_reason } => {
                 let (reason, stop_reason, usage) = match self.prompt_only {
