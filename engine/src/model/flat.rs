@@ -7,7 +7,7 @@
 //!
 //! The batch is checked here once a step: the ops of every layer then bound their indices in O(1).
 
-use rserve_scheduler::{BlockId, BlockTables, ScheduledSeq};
+use rserve_scheduler::{BlockId, BlockTables, RequestId, ScheduledSeq};
 
 use crate::backend::{AttentionMeta, Backend};
 use crate::error::{EngineError, Result};
@@ -129,6 +129,139 @@ impl FlatBatch {
             self.last_rows.push(row);
         }
     }
+}
+
+/// Who holds each row of a bucket's decode batch kept from step to step (`FlatBatch::refill_decode`): the request
+/// (None: a padding row) and, per KV cache group, how many table entries the row holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowOwners {
+    requests: Vec<Option<RequestId>>,
+    /// `[group][row]`.
+    lens: Vec<Vec<usize>>,
+}
+
+impl RowOwners {
+    /// The owners of `f`, a batch `FlatBatch::new` flattened from `seqs` and `pad_decode` padded.
+    pub fn of(f: &FlatBatch, seqs: &[ScheduledSeq], tables: &BlockTables) -> Self {
+        let rows = f.num_seqs();
+        let mut requests = vec![None; rows];
+        let mut lens = vec![vec![1; rows]; f.num_groups()];
+        for (i, s) in seqs.iter().enumerate() {
+            requests[i] = Some(s.request_id);
+            for (g, t) in tables.of(s).iter().enumerate() {
+                lens[g][i] = t.len();
+            }
+        }
+        Self { requests, lens }
+    }
+}
+
+impl FlatBatch {
+    /// Refills, in place, a decode batch (one token per sequence) padded to its bucket as `pad_decode` pads it, for
+    /// this step's `seqs`: the persistent step inputs of a recorded bucket. The tokens, positions, slots and lengths
+    /// are written anew (they change every step); a table row still held by the request it held last step takes only
+    /// the block ids appended since (the scheduler's delta; kept tables never change their existing entries), and
+    /// only those are checked; any other row is written and checked whole, and what is left of a longer row before
+    /// it is cleared. The batch must have come from `FlatBatch::new` + `pad_decode` at this bucket and width, with
+    /// `owners` from `RowOwners::of`; after an error it is no longer such a batch and must be flattened anew.
+    #[allow(clippy::too_many_arguments)]
+    pub fn refill_decode(
+        &mut self,
+        owners: &mut RowOwners,
+        seqs: &[ScheduledSeq],
+        tables: &BlockTables,
+        block_size: usize,
+        num_blocks: usize,
+        pad_block: u32,
+    ) -> Result<()> {
+        let (rows, groups, width) = (self.num_seqs(), self.num_groups(), self.max_blocks);
+        if seqs.len() > rows || owners.requests.len() != rows || owners.lens.len() != groups {
+            return Err(EngineError::InvalidArgument(format!(
+                "a decode batch of {} sequences refilled into {rows} rows",
+                seqs.len()
+            )));
+        }
+        self.ids.clear();
+        self.positions.clear();
+        self.slots.iter_mut().for_each(Vec::clear);
+        self.query_start.truncate(1);
+        self.context_lens.clear();
+        self.last_rows.clear();
+        for (i, s) in seqs.iter().enumerate() {
+            let whole = tables.of(s);
+            refill_row(self, owners, i, s, whole, block_size, num_blocks, width)
+                .map_err(|m| EngineError::InvalidArgument(format!("batch sequence {i}: {m}")))?;
+        }
+        for i in seqs.len()..rows {
+            let row = self.ids.len() as u32;
+            self.ids.push(0);
+            self.positions.push(0);
+            self.query_start.push(row + 1);
+            self.context_lens.push(1);
+            self.last_rows.push(row);
+            for g in 0..groups {
+                self.slots[g].push(pad_block * block_size as u32);
+                let held = std::mem::replace(&mut owners.lens[g][i], 1);
+                let table = &mut self.tables[g][i * width..(i + 1) * width];
+                table[..held.max(1)].fill(0);
+                table[0] = pad_block;
+            }
+            owners.requests[i] = None;
+        }
+        Ok(())
+    }
+}
+
+/// Row `i` of `refill_decode`: sequence `s` with its whole tables `whole`.
+#[allow(clippy::too_many_arguments)]
+fn refill_row(
+    f: &mut FlatBatch,
+    owners: &mut RowOwners,
+    i: usize,
+    s: &ScheduledSeq,
+    whole: &[Vec<BlockId>],
+    block_size: usize,
+    num_blocks: usize,
+    width: usize,
+) -> std::result::Result<(), String> {
+    if s.token_ids.len() != 1 {
+        return Err(format!("{} tokens in a decode step", s.token_ids.len()));
+    }
+    if whole.len() != f.num_groups() || s.slot_mappings.len() != f.num_groups() {
+        return Err(format!("{} block tables for {} KV cache groups", whole.len(), f.num_groups()));
+    }
+    let pos = s.start_position;
+    let kept = owners.requests[i] == Some(s.request_id) && !s.is_first_schedule;
+    for (g, table) in whole.iter().enumerate() {
+        if table.len() > width || table.len() * block_size <= pos {
+            return Err(format!("block table of {} blocks for position {pos} in rows of {width}", table.len()));
+        }
+        let held = owners.lens[g][i];
+        let from = if kept && held <= table.len() { held } else { 0 };
+        if let Some(b) = table[from..].iter().find(|b| b.index() >= num_blocks) {
+            return Err(format!("{b} is outside the cache of {num_blocks} blocks"));
+        }
+        let row = &mut f.tables[g][i * width..(i + 1) * width];
+        row.iter_mut().zip(table).skip(from).for_each(|(r, b)| *r = b.0);
+        if held > table.len() {
+            row[table.len()..held].fill(0);
+        }
+        owners.lens[g][i] = table.len();
+        let slot = *s.slot_mappings[g].first().ok_or("no slot")?;
+        let want = table[pos / block_size].index() * block_size + pos % block_size;
+        if slot as usize != want {
+            return Err(format!("slot {slot} of position {pos} disagrees with the block table ({want})"));
+        }
+        f.slots[g].push(slot);
+    }
+    owners.requests[i] = Some(s.request_id);
+    let row = f.ids.len() as u32;
+    f.ids.push(s.token_ids[0].0);
+    f.positions.push(pos as u32);
+    f.query_start.push(row + 1);
+    f.context_lens.push(pos as u32 + 1);
+    f.last_rows.push(row);
+    Ok(())
 }
 
 /// A `FlatBatch` on a backend.
@@ -263,6 +396,93 @@ mod tests {
         assert_eq!(f.tables, vec![vec![3, 4], vec![0, 5]]);
         let err = FlatBatch::new(&[s], &BlockTables::default(), 16, 10, 1, 0).unwrap_err().to_string();
         assert!(err.contains("2 block tables and 2 slot mappings for 1 KV cache groups"), "{err}");
+    }
+
+    /// A decode step of request `id` at `pos` whose table (of `blocks`) was sent whole (`first`) or as the ids
+    /// appended since `sent` entries.
+    fn decode(id: u64, pos: usize, blocks: &[u32], first: bool, sent: usize) -> ScheduledSeq {
+        let table: Vec<BlockId> = blocks.iter().map(|&b| BlockId(b)).collect();
+        let mut s = ScheduledSeq::new(vec![TokenId(id as u32)], pos, table.clone(), 4);
+        s.request_id = RequestId(id);
+        s.is_first_schedule = first;
+        if !first {
+            s.block_tables = vec![table[sent..].to_vec()];
+        }
+        s
+    }
+
+    #[test]
+    fn a_refilled_decode_batch_equals_one_flattened_anew() {
+        // Steps of a bucket of 4 rows (block size 4, tables 6 wide, pad block 30): requests grow, cross blocks, end,
+        // swap rows, are preempted and come back with new tables; every refill must equal a fresh flatten + pad.
+        let mut lens: std::collections::HashMap<u64, (usize, Vec<u32>, usize)> = Default::default();
+        let steps: Vec<Vec<(u64, bool)>> = vec![
+            vec![(1, true), (2, true), (3, true)],
+            vec![(1, false), (2, false), (3, false)],
+            vec![(1, false), (3, false)],
+            vec![(3, false), (1, false), (4, true)],
+            vec![(3, false), (1, true), (4, false), (5, true)],
+            vec![(3, false), (1, false), (4, false), (5, false)],
+            vec![(5, false)],
+            vec![(5, false), (4, false)],
+        ];
+        let (mut kept, mut flat, mut owners) = (BlockTables::default(), None::<FlatBatch>, RowOwners::default());
+        for (step, reqs) in steps.iter().enumerate() {
+            let mut seqs = Vec::new();
+            for &(id, first) in reqs {
+                let e = lens.entry(id).or_insert((id as usize * 3, Vec::new(), 0));
+                if first {
+                    // (Re)admitted: a new table (other block ids), sent whole.
+                    e.1.clear();
+                    e.2 = 0;
+                }
+                e.0 += 1;
+                while e.1.len() * 4 <= e.0 {
+                    e.1.push((id as u32 * 5 + e.1.len() as u32 + step as u32) % 29);
+                }
+                seqs.push(decode(id, e.0, &e.1, first, e.2));
+                e.2 = e.1.len();
+            }
+            kept.apply(&seqs).unwrap();
+            let mut want = FlatBatch::new(&seqs, &kept, 4, 30, 1, 6).unwrap();
+            want.pad_decode(4, 30, 4);
+            match flat.as_mut() {
+                None => {
+                    owners = RowOwners::of(&want, &seqs, &kept);
+                    flat = Some(want);
+                }
+                Some(f) => {
+                    f.refill_decode(&mut owners, &seqs, &kept, 4, 30, 30).unwrap();
+                    assert_eq!(*f, want, "step {step}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_refill_checks_what_it_writes() {
+        let first = [decode(1, 5, &[2, 3], true, 0)];
+        let mut kept = BlockTables::default();
+        kept.apply(&first).unwrap();
+        let mut f = FlatBatch::new(&first, &kept, 4, 10, 1, 4).unwrap();
+        f.pad_decode(2, 10, 4);
+        let mut owners = RowOwners::of(&f, &first, &kept);
+        // The next block is outside the cache: refused, naming it.
+        let next = [decode(1, 8, &[2, 3, 12], false, 2)];
+        kept.apply(&next).unwrap();
+        let err = f.refill_decode(&mut owners, &next, &kept, 4, 10, 10).unwrap_err().to_string();
+        assert!(err.contains("block-12 is outside the cache of 10 blocks"), "{err}");
+        // A failed refill leaves the batch to be flattened anew (the runner does so).
+        let mut kept = BlockTables::default();
+        kept.apply(&first).unwrap();
+        let mut f = FlatBatch::new(&first, &kept, 4, 10, 1, 4).unwrap();
+        f.pad_decode(2, 10, 4);
+        let mut owners = RowOwners::of(&f, &first, &kept);
+        let mut wrong = decode(1, 8, &[2, 3, 7], false, 2);
+        wrong.slot_mappings[0][0] = 1;
+        kept.apply(std::slice::from_ref(&wrong)).unwrap();
+        let err = f.refill_decode(&mut owners, &[wrong], &kept, 4, 10, 10).unwrap_err().to_string();
+        assert!(err.contains("disagrees with the block table"), "{err}");
     }
 
     #[test]

@@ -356,10 +356,16 @@ impl<B: Backend> LlamaModel<B> {
         max_blocks: usize,
     ) -> Result<FlatBatch> {
         let mut flat = FlatBatch::new(batch, tables, cache.block_size, num_blocks, cache.num_groups, max_blocks)?;
+        self.mark(&mut flat);
+        Ok(flat)
+    }
+
+    /// What this model marks on a flattened batch's positions (LongRoPE's long factors); a batch refilled in place
+    /// (`FlatBatch::refill_decode`) is marked again.
+    pub fn mark(&self, flat: &mut FlatBatch) {
         if let Some(after) = self.long_rope_after {
             flat.mark_long_rope(after);
         }
-        Ok(flat)
     }
 
     fn project(&self, b: &B, l: &Linear<B>, x: &B::Buffer, m: usize, k: usize) -> Result<B::Buffer> {

@@ -8,7 +8,7 @@ pub mod llama;
 pub mod rope;
 pub mod shard;
 
-pub use flat::{DeviceBatch, FlatBatch};
+pub use flat::{DeviceBatch, FlatBatch, RowOwners};
 pub use kv_cache::{KvLayout, PagedKvCache};
 pub use llama::{DeviceOutput, LlamaModel, StageOutput};
 pub use rserve_scheduler::{BlockId, ScheduledSeq, TokenId};

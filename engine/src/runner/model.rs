@@ -23,7 +23,7 @@ use crate::config::ModelParams;
 use crate::engine::phase::Phase;
 use crate::error::{EngineError, Result};
 use crate::model::shard::NoComm;
-use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, KvLayout, LlamaModel, PagedKvCache, ScheduledSeq};
+use crate::model::{DeviceBatch, DeviceOutput, FlatBatch, KvLayout, LlamaModel, PagedKvCache, RowOwners, ScheduledSeq};
 use crate::sampling::device::{queue_sample_on, sample_on, QueuedChoice};
 use crate::sampling::prompt::{logit_rows, score_on, PromptLogprobs, PromptRows};
 use crate::sampling::{SampledRows, StepSampling};
@@ -280,13 +280,18 @@ impl<B: Backend> ModelRunner<B> {
         }
         self.scored.clear();
         let bucket = self.bucket_for(batch).filter(|_| step.prompt.is_empty());
-        let width = if bucket.is_some() { self.steps.max_blocks } else { 0 };
         self.tables.apply(batch).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
-        let mut flat = self.model.flatten(batch, &self.tables, &self.cache, self.usable_blocks, width)?;
-        if !step.prompt.is_empty() {
-            flat.with_prompt_rows(&logit_rows(step.prompt, &flat.query_start))?;
-        }
-        let feed = self.placeholders(batch, &mut flat)?;
+        let (mut flat, owners) = match bucket {
+            Some(bucket) => self.decode_batch(batch, bucket)?,
+            None => {
+                let mut flat = self.model.flatten(batch, &self.tables, &self.cache, self.usable_blocks, 0)?;
+                if !step.prompt.is_empty() {
+                    flat.with_prompt_rows(&logit_rows(step.prompt, &flat.query_start))?;
+                }
+                (flat, RowOwners::default())
+            }
+        };
+        let feed = placeholders(self.launched.back(), batch, &mut flat)?;
         let vocab = self.model.params().vocab_size;
         if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
@@ -295,7 +300,12 @@ impl<B: Backend> ModelRunner<B> {
             p.other_step();
         }
         match bucket {
-            Some(bucket) => self.queue_recorded(flat, bucket, feed.as_deref(), step),
+            Some(bucket) => {
+                let queued = self.queue_recorded(&flat, bucket, batch.len(), feed.as_deref(), step)?;
+                // Kept for the next step of this bucket, which refills it from its deltas.
+                self.steps.hosts.insert(bucket, (flat, owners));
+                Ok(queued)
+            }
             None => {
                 let dev = DeviceBatch::upload(&self.backend, &flat)?;
                 if let Some(from) = &feed {
@@ -366,16 +376,15 @@ impl<B: Backend> ModelRunner<B> {
     /// sight of the key — run the step op by op and record it for the next steps.
     fn queue_recorded<'m, 's>(
         &mut self,
-        mut flat: FlatBatch,
+        flat: &FlatBatch,
         bucket: usize,
+        real: usize,
         feed: Option<&[u32]>,
         step: Read<'m, 's>,
     ) -> Result<Queued<'m, 's, B>> {
-        let real = flat.num_seqs();
-        flat.pad_decode(bucket, self.usable_blocks as u32, self.cache.block_size);
         let longest = flat.context_lens.iter().map(|&c| c as usize).max().unwrap_or(1);
         let key = (bucket, self.backend.decode_partitions(longest, bucket));
-        self.steps.inputs_for(&self.backend, bucket, &flat)?;
+        self.steps.inputs_for(&self.backend, bucket, flat)?;
         let dev = &self.steps.inputs[&bucket].dev;
         if let Some(from) = feed {
             self.feed(&dev.ids, from)?;
@@ -384,7 +393,7 @@ impl<B: Backend> ModelRunner<B> {
             if let Some(p) = self.steps.profile.as_mut() {
                 p.other_step();
             }
-            let logits = self.forward(&flat, dev)?;
+            let logits = self.forward(flat, dev)?;
             return Ok(Queued::Pending(Pending::Eager { logits, real }, step));
         }
         if !self.steps.recorded.contains_key(&key) {
@@ -393,10 +402,10 @@ impl<B: Backend> ModelRunner<B> {
             }
             // First sight of this shape: run it op by op (this step's result; it also caches the attention work
             // split), then record the same ops for the next steps.
-            let logits = self.forward(&flat, dev)?;
+            let logits = self.forward(flat, dev)?;
             let got = self.read(&logits, None, real, step)?;
             drop(logits);
-            self.record(&flat, key)?;
+            self.record(flat, key)?;
             return Ok(Queued::Done(got));
         }
         let timed = self.steps.profile.is_some();
@@ -406,32 +415,20 @@ impl<B: Backend> ModelRunner<B> {
         Ok(Queued::Pending(Pending::Replayed { key, real }, step))
     }
 
-    /// Replaces each placeholder of `flat` (a position whose id the last launched step samples) by 0 and returns,
-    /// per token, the row of that step to feed it from (`u32::MAX`: the host's id), or None without placeholders.
-    fn placeholders(&self, batch: &[ScheduledSeq], flat: &mut FlatBatch) -> Result<Option<Vec<u32>>> {
-        if !flat.ids.contains(&TokenId::PLACEHOLDER.0) {
-            return Ok(None);
+    /// A decode step in bucket `bucket`: the bucket's host inputs refilled from the step's deltas, or (first sight,
+    /// or after a failed step) flattened anew and padded to the bucket.
+    fn decode_batch(&mut self, batch: &[ScheduledSeq], bucket: usize) -> Result<(FlatBatch, RowOwners)> {
+        let (block_size, pad) = (self.cache.block_size, self.usable_blocks as u32);
+        if let Some((mut flat, mut owners)) = self.steps.hosts.remove(&bucket) {
+            flat.refill_decode(&mut owners, batch, &self.tables, block_size, self.usable_blocks, pad)?;
+            self.model.mark(&mut flat);
+            return Ok((flat, owners));
         }
-        let prev = self.launched.back();
-        let mut from = vec![u32::MAX; flat.ids.len()];
-        let mut at = 0;
-        for s in batch {
-            for k in 0..s.token_ids.len() {
-                if flat.ids[at + k] != TokenId::PLACEHOLDER.0 {
-                    continue;
-                }
-                let row = prev.and_then(|p| p.rows.get(&s.request_id)).ok_or_else(|| {
-                    EngineError::InvalidArgument(format!(
-                        "request {}: a token to compute whose id no launched step samples",
-                        s.request_id.0
-                    ))
-                })?;
-                from[at + k] = *row;
-                flat.ids[at + k] = 0;
-            }
-            at += s.token_ids.len();
-        }
-        Ok(Some(from))
+        let width = self.steps.max_blocks;
+        let mut flat = self.model.flatten(batch, &self.tables, &self.cache, self.usable_blocks, width)?;
+        flat.pad_decode(bucket, pad, block_size);
+        let owners = RowOwners::of(&flat, batch, &self.tables);
+        Ok((flat, owners))
     }
 
     /// Feeds the last launched step's chosen ids into `ids` where `from` names one of its rows (`Op::FeedTokens`).
@@ -533,6 +530,37 @@ impl<B: Backend> ModelRunner<B> {
         }
         Ok(())
     }
+}
+
+/// Replaces each placeholder of `flat` (a position whose id `prev`, the last launched step, samples) by 0 and returns,
+/// per token, the row of that step to feed it from (`u32::MAX`: the host's id), or None without placeholders.
+fn placeholders<B: Backend>(
+    prev: Option<&InFlight<B>>,
+    batch: &[ScheduledSeq],
+    flat: &mut FlatBatch,
+) -> Result<Option<Vec<u32>>> {
+    if !flat.ids.contains(&TokenId::PLACEHOLDER.0) {
+        return Ok(None);
+    }
+    let mut from = vec![u32::MAX; flat.ids.len()];
+    let mut at = 0;
+    for s in batch {
+        for k in 0..s.token_ids.len() {
+            if flat.ids[at + k] != TokenId::PLACEHOLDER.0 {
+                continue;
+            }
+            let row = prev.and_then(|p| p.rows.get(&s.request_id)).ok_or_else(|| {
+                EngineError::InvalidArgument(format!(
+                    "request {}: a token to compute whose id no launched step samples",
+                    s.request_id.0
+                ))
+            })?;
+            from[at + k] = *row;
+            flat.ids[at + k] = 0;
+        }
+        at += s.token_ids.len();
+    }
+    Ok(Some(from))
 }
 
 impl<B: Backend + Send> StepRunner for ModelRunner<B>

@@ -1,6 +1,7 @@
 //! Recorded decode steps: what `ModelRunner` keeps on a backend that records (`Backend::records`). A decode step
 //! (one new token per sequence) is padded to a batch-size bucket; each bucket has step inputs that stay on the
-//! device (`StepInputs`, refilled in place every step), and each (bucket, attention partitions) has a recording of
+//! device (`StepInputs`, refilled in place every step from a host copy that is itself updated from the step's
+//! deltas, `FlatBatch::refill_decode`), and each (bucket, attention partitions) has a recording of
 //! the whole forward pass plus the greedy token choice, replayed for every later step of that shape.
 //!
 //! Invariant: a recording reads only memory that outlives it: the weights, the KV cache, its bucket's inputs, and
@@ -11,7 +12,7 @@ use std::time::Instant;
 
 use crate::backend::Backend;
 use crate::error::{EngineError, Result};
-use crate::model::{DeviceBatch, FlatBatch};
+use crate::model::{DeviceBatch, FlatBatch, RowOwners};
 
 /// Batch sizes decode steps are recorded for (a batch takes the smallest bucket that holds it), up to
 /// `max_num_seqs` rounded up to a bucket.
@@ -89,6 +90,10 @@ pub(super) struct RecordedSteps<B: Backend> {
     /// Keys whose recording failed: their steps run op by op (over the padded inputs).
     pub(super) unrecordable: HashSet<Key>,
     pub(super) inputs: HashMap<usize, StepInputs<B>>,
+    /// Each bucket's inputs as the host last wrote them, refilled from the next step's deltas
+    /// (`FlatBatch::refill_decode`); taken out while a step uses them, and gone after a step that failed (the next
+    /// step is flattened anew).
+    pub(super) hosts: HashMap<usize, (FlatBatch, RowOwners)>,
     pub(super) buckets: Vec<usize>,
     /// Width of a recorded step's block tables (`max_model_len / block_size`).
     pub(super) max_blocks: usize,
@@ -101,6 +106,7 @@ impl<B: Backend> RecordedSteps<B> {
             recorded: HashMap::new(),
             unrecordable: HashSet::new(),
             inputs: HashMap::new(),
+            hosts: HashMap::new(),
             buckets: buckets(max_num_seqs),
             max_blocks,
             profile: profile.then(Profile::default),
