@@ -3,7 +3,9 @@
 //! positions, slots, query starts, context lengths, block tables, last rows; slots and tables once per KV cache
 //! group), and `DeviceBatch` is the same on a backend. A step run op by op uploads a new one; on a backend that
 //! records steps, the runner keeps one `DeviceBatch` per batch-size bucket and overwrites it in place, padding a
-//! decode batch to its bucket with rows that only touch a reserved KV block.
+//! decode batch to its bucket with rows that only touch a reserved KV block; the bucket's host copy is kept too and
+//! refilled from each step's deltas (`refill_decode`, `RowOwners`): a row still held by its request takes only the
+//! block ids appended since the step before.
 //!
 //! The batch is checked here once a step: the ops of every layer then bound their indices in O(1).
 
