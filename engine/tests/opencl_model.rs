@@ -4,28 +4,17 @@
 //! size 32).
 
 mod backends;
+mod common;
 
-use candle_core::DType;
+use common::smollm2::load_f32 as load;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::Backend;
-use rserve_engine::config::ModelParams;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{ModelRunner, StepRunner};
 use rserve_engine::sampling::argmax;
-use rserve_engine::source::{resolve_model, ResolveOptions};
-use rserve_engine::weights::Weights;
 use serde_json::Value;
 
 const STEPS: usize = 32;
-
-fn load() -> (ModelParams, Weights) {
-    let path = rserve_tests::smollm2_gguf();
-    let resolved =
-        resolve_model(path.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
-    let params = resolved.load_params().unwrap();
-    let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
-    (params, weights)
-}
 
 /// Sequence input over blocks `first_block..` (contiguous), positions `start..start + tokens.len()`.
 fn seq(tokens: &[u32], start: usize, first_block: u32, blocks: usize, bs: usize) -> ScheduledSeq {

@@ -4,30 +4,19 @@
 //! (a prefill, then decode steps), greedy and seeded sampled rows, on the CPU and on OpenCL (Intel's CPU runtime).
 
 mod backends;
+mod common;
 
-use candle_core::DType;
+use common::smollm2::load_f32 as load;
 use rserve_engine::backend::cpu::CpuBackend;
 use rserve_engine::backend::Backend;
-use rserve_engine::config::ModelParams;
 use rserve_engine::model::{BlockId, ScheduledSeq, TokenId};
 use rserve_engine::runner::{Launch, ModelRunner, StepRunner};
 use rserve_engine::sampling::{RowParams, SampledRows, StepSampling};
-use rserve_engine::source::{resolve_model, ResolveOptions};
-use rserve_engine::weights::Weights;
 use rserve_scheduler::RequestId;
 
 const BS: usize = 16;
 const STEPS: usize = 12;
 const PROMPTS: [&[u32]; 3] = [&[1, 504, 3458, 282], &[1, 2683, 314, 260, 1345], &[1, 28, 29, 30, 31, 32]];
-
-fn load() -> (ModelParams, Weights) {
-    let path = rserve_tests::smollm2_gguf();
-    let resolved =
-        resolve_model(path.to_str().unwrap(), &ResolveOptions::with_cache_dir(std::env::temp_dir())).unwrap();
-    let params = resolved.load_params().unwrap();
-    let weights = rserve_engine::weights::load(&resolved, &params, DType::F32).unwrap();
-    (params, weights)
-}
 
 /// Sequence `i`'s tokens at `start..`, in its own two blocks (whole tables every step).
 fn seq(i: usize, tokens: Vec<TokenId>, start: usize) -> ScheduledSeq {
