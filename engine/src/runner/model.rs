@@ -13,7 +13,9 @@
 //! queued) and collects it later (`collect`: the ids read), so the host works while the device computes. With async
 //! scheduling the engine launches the next step before it collects this one: positions whose ids the step in flight
 //! samples come as `TokenId::PLACEHOLDER`, and `Op::FeedTokens` copies those ids into the next step's inputs on the
-//! device, in queue order, so no id travels through the host between the two steps.
+//! device, in queue order, so no id travels through the host between the two steps. A step's ids are read so that
+//! collecting it waits for it alone: through a read-back queued behind it at launch (`Backend::read_u32_later`,
+//! CUDA), or else read just before the next step is queued behind it.
 //!
 //! Either way the token choice happens where the logits are (`sampling::device::sample_on`; a recording's own
 //! argmax for plain greedy steps), so only ids come back, unless the step asks for logits.
@@ -83,6 +85,8 @@ struct InFlight<B: Backend> {
     /// The ids' read-back, queued at launch where the backend can (`Backend::read_u32_later`): collecting waits for
     /// this step only, not for the step launched behind it.
     read: Option<Box<dyn rserve_backend::PendingRead>>,
+    /// The ids, read before the next step was queued behind this one, on a backend without queued read-backs.
+    ready: Option<SampledRows>,
     /// Each sequence's row in the step, by request: where a later step's placeholders take their ids from.
     rows: IdMap<RequestId, u32>,
     /// The logits of a step run op by op, which its queued choice reads.
@@ -453,7 +457,7 @@ impl<B: Backend> ModelRunner<B> {
         for i in 0..self.launched.len() {
             let Chosen::Recording { key: k, rows } = self.launched[i].chosen else { continue };
             // A step whose read-back is queued already has its ids copied before the replay.
-            if k != key || self.launched[i].read.is_some() {
+            if k != key || self.launched[i].read.is_some() || self.launched[i].ready.is_some() {
                 continue;
             }
             if self.iota.is_none() {
@@ -471,6 +475,7 @@ impl<B: Backend> ModelRunner<B> {
     /// Reads a launched step's ids (waiting for the device).
     fn read_in_flight(&mut self, mut f: InFlight<B>) -> Result<SampledRows> {
         let mut got = match (&f.chosen, f.read.take()) {
+            _ if f.ready.is_some() => f.ready.take().unwrap_or_default(),
             (_, Some(read)) => {
                 let ids = read.wait()?;
                 SampledRows::of_ids(ids)
@@ -612,6 +617,14 @@ where
         if !sampling.logprobs_fit_device() {
             return Ok(Launch::Done(self.sample_host_step(batch, sampling, None)?));
         }
+        // Without a queued read-back, the step in flight is read before this one is queued behind it: read at collect,
+        // it would wait for this step too, and the host's work on its tokens would no longer overlap this step.
+        if let Some(i) = self.launched.len().checked_sub(1) {
+            if self.launched[i].read.is_none() && self.launched[i].ready.is_none() {
+                let got = self.read_chosen(&self.launched[i].chosen)?;
+                self.launched[i].ready = Some(got);
+            }
+        }
         let rows: IdMap<RequestId, u32> = batch.iter().enumerate().map(|(i, s)| (s.request_id, i as u32)).collect();
         let vocab = self.model.params().vocab_size;
         // The choice is queued now, behind the forward pass: a step launched after this one may replay the same
@@ -645,7 +658,7 @@ where
             _ => None,
         };
         let prompt = std::mem::take(&mut self.scored);
-        self.launched.push_back(InFlight { chosen, read, rows, _logits: logits, replayed, prompt });
+        self.launched.push_back(InFlight { chosen, read, ready: None, rows, _logits: logits, replayed, prompt });
         Ok(Launch::Running)
     }
 
