@@ -160,13 +160,11 @@ def test_known_but_unsupported_completion_fields(server, extra, param):
     assert error_body(r)["param"] == param
 
 
-@pytest.mark.parametrize("extra", [
-    {"prompt_logprobs": 0}, {"use_beam_search": True}, {"logits_processors": ["x"]},
-])
+@pytest.mark.parametrize("extra", [{"use_beam_search": True}, {"logits_processors": ["x"]}])
 def test_vllm_output_options_are_refused_on_both_routes(client, extra):
     # vLLM acts on these and this server does not implement them yet; a server that ignored them would answer with
     # text the client did not ask for. (Structured outputs, tools and the other vLLM options are served: see
-    # test_structured.py, test_tools.py and test_vllm_options.py.)
+    # test_structured.py, test_tools.py, test_vllm_options.py and test_prompt_logprobs.py.)
     (field,) = extra
     for call in (lambda: client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, extra_body=extra),
                  lambda: client.completions.create(model=MODEL_NAME, prompt="Hi", extra_body=extra)):
