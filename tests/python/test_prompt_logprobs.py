@@ -57,8 +57,10 @@ def test_echo_logprobs_equal_transformers(client, which):
         best = min(extra[pos].values(), key=lambda e: e["rank"] or 1 << 30)
         assert best["rank"] == 1
         top = [int(k) for k, v in extra[pos].items() if v["rank"] == 1][0]
-        margin = abs(g["logprobs"][pos] - entry["logprob"])
-        assert top == g["top1"][pos] or margin < TOLERANCE, pos
+        # The best token is transformers' best, unless the two are tied within the tolerance.
+        theirs = extra[pos].get(str(g["top1"][pos]))
+        tied = theirs is not None and abs(theirs["logprob"] - extra[pos][str(top)]["logprob"]) < TOLERANCE
+        assert top == g["top1"][pos] or tied, pos
 
 
 def test_cached_prefix_gives_the_same_scores(server, client):
@@ -83,7 +85,7 @@ def test_max_tokens_one_adds_the_generated_token(client):
     assert len(lp.tokens) == len(g["ids"]) + 1
     assert_matches_golden(lp.token_logprobs, g, "echo with max_tokens 1")
     assert lp.token_logprobs[-1] is not None and lp.token_logprobs[-1] <= 0
-    assert choice.text.endswith(lp.tokens[-1].replace("Ġ", " ")) or choice.text
+    assert choice.finish_reason == "length"
 
 
 @device_independent
