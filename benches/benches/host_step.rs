@@ -165,6 +165,7 @@ impl Bench {
                     skip_special_tokens: true,
                     ..Default::default()
                 },
+                pooling: None,
             };
             self.events.push(self.core.add(RequestId(id), request));
         }

@@ -83,12 +83,77 @@ pub struct StopParams {
     pub include_stop_str_in_output: bool,
 }
 
-/// One generation request, as the engine takes it.
+/// One request, as the engine takes it: a generation, or on a pooling model (`--runner pooling`) a pooling request,
+/// whose prompt is run once and pooled, with no token generated (`sampling` and `stop` are then not read).
 #[derive(Debug, Clone)]
 pub struct GenerateRequest {
     pub prompt_token_ids: Vec<TokenId>,
     pub sampling: SamplingParams,
     pub stop: StopParams,
+    /// Set on a pooling model's requests, and only there.
+    pub pooling: Option<PoolingParams>,
+}
+
+/// What a pooling request asks of the model's pooler (vLLM's pooling tasks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PoolingTask {
+    /// One vector per input: the pooled hidden state (sentence-transformers' Pooling, Dense and Normalize).
+    Embed,
+    /// The classifier head's scores per input (a `...ForSequenceClassification` model: its labels; a
+    /// cross-encoder's relevance of a (query, document) pair).
+    Classify,
+}
+
+impl PoolingTask {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolingTask::Embed => "embed",
+            PoolingTask::Classify => "classify",
+        }
+    }
+}
+
+/// A pooling request's settings (already validated against the model's `PoolingInfo`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolingParams {
+    pub task: PoolingTask,
+    /// Embed: L2-normalise the vector (None: as the model's pooler config says).
+    pub normalize: Option<bool>,
+    /// Embed: keep the first `dimensions` values (Matryoshka), before normalising.
+    pub dimensions: Option<usize>,
+    /// Classify: apply the model's activation to the logits (softmax over labels, sigmoid for one label); false
+    /// returns the raw logits (vLLM's `activation`).
+    pub activation: bool,
+    /// The segment of each prompt token (a BERT pair's `token_type_ids`: 0 for the query, 1 for the document);
+    /// None: every token is segment 0. Same length as the prompt.
+    pub token_type_ids: Option<Vec<u32>>,
+}
+
+impl PoolingParams {
+    /// A plain request for `task` with the model's defaults.
+    pub fn new(task: PoolingTask) -> Self {
+        Self { task, normalize: None, dimensions: None, activation: true, token_type_ids: None }
+    }
+}
+
+/// What a pooling model serves, for validation and `/v1/models`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolingInfo {
+    /// The tasks it serves (a classifier serves `Classify`, an embedder `Embed`).
+    pub tasks: Vec<PoolingTask>,
+    /// Length of an embedding (after the sentence-transformers Dense layers, if any).
+    pub embed_dim: usize,
+    /// Embed: whether `dimensions` may cut the vector (the config's `is_matryoshka` / `matryoshka_dimensions`), and
+    /// the sizes it allows (empty: any size up to `embed_dim`).
+    pub matryoshka: Option<Vec<usize>>,
+    /// Classify: the label of each output, by index (`id2label`; `LABEL_i` when the config names none).
+    pub labels: Vec<String>,
+    /// A cross-encoder: `/score` and `/rerank` feed the (query, document) pair to the model as one input
+    /// (tokenized as a pair); otherwise they compare the two inputs' embeddings by cosine similarity.
+    pub cross_encoder: bool,
+    /// Whether the model attends both ways (an encoder such as BERT): a prompt is never split across steps, so it
+    /// must fit in one step's token budget.
+    pub bidirectional: bool,
 }
 
 /// Why a request finished, as OpenAI reports it.
@@ -159,6 +224,8 @@ pub enum RequestEvent {
     /// `prompt_logprobs`: the first prompt token's text (nothing scores it), then the log-probs of every later prompt
     /// token given the ones before it; sent once, before the first `Delta`.
     PromptLogprobs { first: String, scored: Vec<TokenLogprob> },
+    /// A pooling request's result (an embedding, or the classifier's scores), sent once, just before `Finished`.
+    Pooled { data: Vec<f32> },
 }
 
 /// Static facts about the loaded engine, for `/v1/models`, validation and start-up logs.
@@ -183,4 +250,9 @@ pub struct EngineInfo {
     /// The most `max_tokens` any request gets, whatever it asks for (vLLM's `override_max_tokens`:
     /// `--override-generation-config`'s `max_new_tokens`, or a `--generation-config` folder's); None: no cap.
     pub max_tokens_cap: Option<usize>,
+    /// Set when the model is served for pooling (`--runner pooling`): what it pools. Such an engine serves pooling
+    /// requests only; a generation model serves none.
+    pub pooling: Option<PoolingInfo>,
+    /// The most tokens one step computes (`--max-num-batched-tokens`): a bidirectional model's prompt must fit.
+    pub max_num_batched_tokens: usize,
 }

@@ -7,6 +7,7 @@
 
 pub mod gguf_meta;
 pub mod hf;
+pub mod pooling;
 
 use serde::Serialize;
 use std::ops::Deref;

@@ -63,6 +63,8 @@ pub async fn collect(mut merged: Merged, n: usize) -> Result<Vec<ChoiceOutput>, 
             }
             RequestEvent::Error(message) => return Err(ApiError::Internal(message)),
             RequestEvent::PromptLogprobs { first, scored } => out.prompt_logprobs = Some((first, scored)),
+            // A generation request never pools.
+            RequestEvent::Pooled { .. } => {}
         }
     }
     if outputs.iter().any(|o| o.finish.is_none()) {

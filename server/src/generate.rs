@@ -79,7 +79,7 @@ fn generate(engine: &LiveEngine, args: &GenerateArgs) -> anyhow::Result<()> {
                     return Ok(());
                 }
                 RequestEvent::Error(message) => anyhow::bail!("the engine failed: {message}"),
-                RequestEvent::PromptLogprobs { .. } => {}
+                RequestEvent::PromptLogprobs { .. } | RequestEvent::Pooled { .. } => {}
             }
         }
         anyhow::bail!("the engine stopped before the request finished")

@@ -44,6 +44,10 @@ impl Engine for LiveEngine {
         Ok(self.handle.tokenizer().encode(text, add_special_tokens)?)
     }
 
+    fn encode_pair(&self, first: &str, second: &str) -> Result<(Vec<TokenId>, Vec<u32>), EngineError> {
+        Ok(self.handle.tokenizer().encode_pair(first, second, true)?)
+    }
+
     fn decode(&self, ids: &[TokenId], skip_special_tokens: bool) -> Result<String, EngineError> {
         Ok(self.handle.tokenizer().decode(ids, skip_special_tokens)?)
     }

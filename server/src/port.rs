@@ -38,6 +38,9 @@ pub trait Engine: Send + Sync + 'static {
     fn default_sampling(&self) -> SamplingParams;
     /// Text to token ids.
     fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<TokenId>, EngineError>;
+    /// A (first, second) text pair to token ids and each token's segment (`token_type_ids`), as the tokenizer's pair
+    /// template joins them (cross-encoder inputs).
+    fn encode_pair(&self, first: &str, second: &str) -> Result<(Vec<TokenId>, Vec<u32>), EngineError>;
     /// Token ids to text.
     fn decode(&self, ids: &[TokenId], skip_special_tokens: bool) -> Result<String, EngineError>;
     /// The tokenizer's BOS token string, if any.

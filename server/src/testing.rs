@@ -59,6 +59,8 @@ pub fn info(max_model_len: usize) -> EngineInfo {
         max_logprobs: 20,
         default_max_tokens: None,
         max_tokens_cap: None,
+        pooling: None,
+        max_num_batched_tokens: 8192,
     }
 }
 
@@ -160,6 +162,15 @@ impl Engine for FakeEngine {
         let mut ids: Vec<TokenId> = if add_special_tokens { vec![TokenId(0)] } else { Vec::new() };
         ids.extend(text.bytes().map(|b| TokenId(b as u32 + 3)));
         Ok(ids)
+    }
+
+    /// The pair as `encode` writes each text, the second without its leading id, segments 0 then 1.
+    fn encode_pair(&self, first: &str, second: &str) -> Result<(Vec<TokenId>, Vec<u32>), EngineError> {
+        let mut ids = self.encode(first, true)?;
+        let split = ids.len();
+        ids.extend(self.encode(second, false)?);
+        let types = (0..ids.len()).map(|i| u32::from(i >= split)).collect();
+        Ok((ids, types))
     }
 
     fn decode(&self, ids: &[TokenId], skip_special_tokens: bool) -> Result<String, EngineError> {

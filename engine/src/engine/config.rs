@@ -162,6 +162,36 @@ pub struct EngineConfig {
     pub override_generation_config: serde_json::Map<String, serde_json::Value>,
     /// The `model_name` label of the metrics (vLLM's first served model name); `model` when unset.
     pub served_model_name: Option<String>,
+    /// `--runner` (and the legacy `--task`): generate or pool; `Auto` decides from the architecture.
+    pub runner: RunnerChoice,
+    /// `--convert`: serve a model as an embedder or a classifier (with `--runner pooling`); `Auto` decides from the
+    /// architecture.
+    pub convert: ConvertChoice,
+    /// `--pooler-config`: what the command line overrides of the model's pooler.
+    pub pooler_config: rserve_model_io::config::pooling::PoolerOverride,
+}
+
+/// vLLM's `--runner`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunnerChoice {
+    /// `...ForCausalLM` generates; an encoder (`BertModel`, `XLMRobertaModel`), a `...ForSequenceClassification` or
+    /// a `...Model` without a head pools.
+    Auto,
+    Generate,
+    Pooling,
+}
+
+/// vLLM's `--convert`: what a pooling runner makes of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvertChoice {
+    /// A `...ForSequenceClassification` classifies, anything else embeds.
+    Auto,
+    /// As `Auto` (the model is served as its architecture is).
+    None,
+    /// Embed (a causal LM's hidden states pooled; its LM head unused).
+    Embed,
+    /// Classify.
+    Classify,
 }
 
 impl EngineConfig {
@@ -211,6 +241,9 @@ impl EngineConfig {
             download_dir: None,
             hf_token: None,
             max_logprobs: Some(20),
+            runner: RunnerChoice::Auto,
+            convert: ConvertChoice::Auto,
+            pooler_config: Default::default(),
         }
     }
 

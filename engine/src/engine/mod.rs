@@ -18,7 +18,7 @@ mod start;
 mod thread;
 mod warmup;
 
-pub use config::{DTypeArg, EngineConfig};
+pub use config::{ConvertChoice, DTypeArg, EngineConfig, RunnerChoice};
 pub use device::Device;
 pub use distributed::{abort_job_on_error, finalize, run_if_worker};
 pub use handle::{EngineHandle, PrefixCacheReset, RequestStream};

@@ -273,6 +273,7 @@ fn start_in(
             l.long_prefill_token_threshold,
         );
     }
+    let max_num_batched_tokens = sched_cfg.max_num_batched_tokens;
     let scheduler = Scheduler::new(sched_cfg).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
     // One-time costs (packing, first touches, graph capture) are paid here, before the server says it is ready.
     let phase = super::phase::Phase::start("Warm-up");
@@ -306,6 +307,8 @@ fn start_in(
         max_logprobs: cfg.max_logprobs.unwrap_or(params.vocab_size),
         default_max_tokens: generation.max_new_tokens,
         max_tokens_cap: generation.max_tokens_cap,
+        pooling: None,
+        max_num_batched_tokens,
     };
     let setup = MetricsSetup {
         model_name: cfg.served_model_name.clone().unwrap_or_else(|| cfg.model.clone()),

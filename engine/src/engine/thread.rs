@@ -322,7 +322,7 @@ impl EngineLoop {
     }
 
     pub(super) fn add(&mut self, id: RequestId, req: GenerateRequest, events: UnboundedSender<RequestEvent>) {
-        let GenerateRequest { prompt_token_ids, sampling, stop } = req;
+        let GenerateRequest { prompt_token_ids, sampling, stop, pooling: _ } = req;
         let include_stop = stop.include_stop_str_in_output;
         let text = match TextOutput::new(
             self.tokenizer.clone(),

@@ -85,6 +85,7 @@ fn add(tx: &mpsc::Sender<Command>, id: u64, max_tokens: usize) -> UnboundedRecei
         prompt_token_ids: vec![TokenId(1), TokenId(2)],
         sampling: SamplingParams { temperature: 0.0, ..SamplingParams::default() },
         stop: StopParams { max_tokens, skip_special_tokens: true, ..StopParams::default() },
+        pooling: None,
     };
     tx.send(Command::Add { id: RequestId(id), request: Box::new(request), events }).expect("engine running");
     rx
@@ -166,6 +167,7 @@ fn request(max_tokens: usize, stop: &[&str]) -> GenerateRequest {
             skip_special_tokens: true,
             ..StopParams::default()
         },
+        pooling: None,
     }
 }
 

@@ -193,6 +193,16 @@ impl Tokenizer {
             .map_err(|e| ModelError::Tokenizer(format!("encode: {e}")))
     }
 
+    /// Encodes a (first, second) text pair as the tokenizer's pair template joins them (a BERT cross-encoder's
+    /// `[CLS] query [SEP] document [SEP]`), with each token's segment (`token_type_ids`: 0 in the first text, 1 in the
+    /// second where the template says so). A tokenizer without a pair template joins the two encodings.
+    pub fn encode_pair(&self, first: &str, second: &str, add_special_tokens: bool) -> Result<(Vec<TokenId>, Vec<u32>)> {
+        self.inner
+            .encode_fast((first, second), add_special_tokens)
+            .map(|e| (e.get_ids().iter().copied().map(TokenId).collect(), e.get_type_ids().to_vec()))
+            .map_err(|e| ModelError::Tokenizer(format!("encode: {e}")))
+    }
+
     /// Encodes a prompt rendered by a chat template without doubling BOS: when the text already starts with the BOS
     /// string the template wrote it, so special tokens are not added; otherwise they are (a tokenizer that adds BOS
     /// gets it, one that does not gets nothing).

@@ -160,6 +160,10 @@ impl Engine for DataParallel {
         self.first().encode(text, add_special_tokens)
     }
 
+    fn encode_pair(&self, first: &str, second: &str) -> Result<(Vec<TokenId>, Vec<u32>), EngineError> {
+        self.first().encode_pair(first, second)
+    }
+
     fn decode(&self, ids: &[TokenId], skip_special_tokens: bool) -> Result<String, EngineError> {
         self.first().decode(ids, skip_special_tokens)
     }

@@ -393,8 +393,9 @@ impl StreamRenderer for ChatStream {
                 self.failed = true;
                 vec![error_json(&message)]
             }
-            // A streamed chat request cannot ask for them (`prompt_logprobs` with `stream` is refused).
-            RequestEvent::PromptLogprobs { .. } => Vec::new(),
+            // A streamed chat request cannot ask for them (`prompt_logprobs` with `stream` is refused); a generation
+            // request never pools.
+            RequestEvent::PromptLogprobs { .. } | RequestEvent::Pooled { .. } => Vec::new(),
         }
     }
 
@@ -525,6 +526,8 @@ impl StreamRenderer for CompletionStream {
                 self.failed = true;
                 vec![error_json(&message)]
             }
+            // A generation request never pools.
+            RequestEvent::Pooled { .. } => Vec::new(),
         }
     }
 

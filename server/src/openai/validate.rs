@@ -358,7 +358,7 @@ pub fn requests_for_prompt(
         .map(|i| {
             let mut sampling = c.sampling.clone();
             sampling.seed = c.sampling.seed.map(|s| s.wrapping_add(i as u64));
-            GenerateRequest { prompt_token_ids: prompt.clone(), sampling, stop: stop.clone() }
+            GenerateRequest { prompt_token_ids: prompt.clone(), sampling, stop: stop.clone(), pooling: None }
         })
         .collect())
 }
