@@ -24,8 +24,8 @@ fn greedy(prompt: Vec<TokenId>, max_tokens: usize) -> GenerateRequest {
         prompt_token_ids: prompt,
         sampling: SamplingParams { temperature: 0.0, ..Default::default() },
         stop: StopParams { max_tokens, ignore_eos: true, skip_special_tokens: true, ..Default::default() },
-    },
         pooling: None,
+    }
 }
 
 /// Submits all requests at once; returns each one's tokens and cached-token count.
@@ -121,8 +121,8 @@ fn sampled(prompt: Vec<TokenId>, max_tokens: usize, seed: u64, penalty: bool) ->
         prompt_token_ids: prompt,
         sampling: SamplingParams { temperature: 0.8, seed: Some(seed), repetition_penalty, ..Default::default() },
         stop: StopParams { max_tokens, ignore_eos: true, skip_special_tokens: true, ..Default::default() },
-    },
         pooling: None,
+    }
 }
 
 #[test]

@@ -106,9 +106,11 @@ impl PoolerOverride {
                         .ok_or("--pooler-config: `dimensions` must be a positive integer")?;
                     out.dimensions = Some(n as usize);
                 }
-                other => return Err(format!(
+                other => {
+                    return Err(format!(
                     "--pooler-config: `{other}` is not supported (pooling_type, normalize, use_activation, dimensions)"
-                )),
+                ))
+                }
             }
         }
         Ok(out)
@@ -219,10 +221,12 @@ pub fn read_sentence_transformers(dir: &Path) -> Result<Option<SentenceTransform
                 });
             }
             "Normalize" => normalize = true,
-            other => return Err(ModelError::Config(format!(
+            other => {
+                return Err(ModelError::Config(format!(
                 "{}: sentence-transformers module {other} is not supported (Transformer, Pooling, Dense, Normalize)",
                 modules_path.display()
-            ))),
+            )))
+            }
         }
     }
     let pooling =
