@@ -27,6 +27,7 @@ fn new_request(id: u64) -> NewRequest {
         min_tokens: 0,
         stop_token_ids: vec![],
         skip_prefix_cache: false,
+        whole_prompt: false,
     }
 }
 

@@ -33,6 +33,7 @@ fn steady_state_scheduler() -> Scheduler {
                 min_tokens: 0,
                 stop_token_ids: vec![TokenId(u32::MAX)],
                 skip_prefix_cache: false,
+                whole_prompt: false,
             })
             .expect("valid request");
     }

@@ -61,6 +61,7 @@ fn gemma3_local_layers_hold_only_their_window_and_outputs_match_transformers() {
                 min_tokens: 0,
                 stop_token_ids: vec![],
                 skip_prefix_cache: false,
+                whole_prompt: false,
             })
             .unwrap();
         let mut got = Vec::new();

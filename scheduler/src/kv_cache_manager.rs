@@ -462,6 +462,7 @@ mod tests {
             min_tokens: 0,
             stop_token_ids: vec![],
             skip_prefix_cache: false,
+            whole_prompt: false,
         };
         let mut r = Request::new(new, 1 << 20).unwrap();
         mgr.update_block_hashes(&mut r);

@@ -13,6 +13,7 @@
 //!     min_tokens: 0,
 //!     stop_token_ids: vec![TokenId(0)],
 //!     skip_prefix_cache: false,
+//!     whole_prompt: false,
 //! }).unwrap();
 //! while sched.has_unfinished() {
 //!     let step = sched.schedule();

@@ -19,6 +19,9 @@ pub struct NewRequest {
     /// Never served from the prefix cache (vLLM's rule for a request that wants prompt log-probs: every prompt
     /// position is computed). Its full blocks still become hits for other requests.
     pub skip_prefix_cache: bool,
+    /// Never split across steps: admitted only in a step whose token budget holds its whole prompt (a bidirectional
+    /// encoder's input, which every token must see whole; vLLM's scheduling without chunked prefill).
+    pub whole_prompt: bool,
 }
 
 /// Where a request is in its life.
@@ -44,6 +47,8 @@ pub struct Request {
     pub(crate) stop_token_ids: Vec<TokenId>,
     /// `NewRequest::skip_prefix_cache`.
     pub(crate) skip_prefix_cache: bool,
+    /// `NewRequest::whole_prompt`.
+    pub(crate) whole_prompt: bool,
     /// Tokens whose KV is computed or being computed by a scheduled step (positions `0..num_computed_tokens`):
     /// advanced when a step is scheduled, as vLLM v1 does, so the next step can be scheduled before this one ends.
     pub(crate) num_computed_tokens: usize,
@@ -93,6 +98,7 @@ impl Request {
             min_tokens: new.min_tokens,
             stop_token_ids: new.stop_token_ids,
             skip_prefix_cache: new.skip_prefix_cache,
+            whole_prompt: new.whole_prompt,
             num_computed_tokens: 0,
             num_output_placeholders: 0,
             block_hashes: Vec::new(),
@@ -201,6 +207,7 @@ mod tests {
             min_tokens,
             stop_token_ids: vec![TokenId(99)],
             skip_prefix_cache: false,
+            whole_prompt: false,
         }
     }
 

@@ -241,6 +241,10 @@ impl Scheduler {
                     continue;
                 }
             };
+            // A prompt that must run whole waits (in its place: arrival order holds) for a step with room for it.
+            if req.whole_prompt && num_new < remaining {
+                break;
+            }
             if self.kv.allocate_slots(req, num_new, &hits).is_none() {
                 break;
             }

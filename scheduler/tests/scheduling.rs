@@ -107,6 +107,31 @@ fn a_request_that_skips_the_prefix_cache_computes_its_whole_prompt_and_still_fil
 }
 
 #[test]
+fn a_whole_prompt_request_waits_for_a_step_with_room_and_is_never_chunked() {
+    // A 48-token budget: the first prompt (30 tokens) leaves 18, too few for the second (30) whole.
+    let mut config = cfg(16, 64, 48);
+    config.max_num_batched_tokens = 48;
+    config.max_num_seqs = 8;
+    let mut sched = Scheduler::new(config).unwrap();
+    let whole = |id, len: u32| rserve_scheduler::NewRequest {
+        whole_prompt: true,
+        ..new_request(id, (1..=len).map(|t| t + 100 * id as u32).collect(), 1, 0, vec![])
+    };
+    sched.add_request(whole(1, 30)).unwrap();
+    sched.add_request(whole(2, 30)).unwrap();
+    let out = sched.schedule();
+    check_step(&sched, &out).unwrap();
+    assert_eq!(out.seqs.len(), 1, "the second prompt waits instead of running 18 of its 30 tokens");
+    assert_eq!(out.seqs[0].token_ids.len(), 30);
+    let sampled = sample_step(&out, VOCAB);
+    sched.update_from_output(&out, &sampled);
+    let out = sched.schedule();
+    check_step(&sched, &out).unwrap();
+    let second = out.seqs.iter().find(|q| q.request_id == RequestId(2)).expect("admitted in the next step");
+    assert_eq!((second.start_position, second.token_ids.len()), (0, 30));
+}
+
+#[test]
 fn eviction_takes_least_recently_freed_blocks_tail_first() {
     // 8 blocks of 4 slots. A and B each cache 2 full blocks and finish, A first.
     let mut sched = Scheduler::new(cfg(4, 8, 32)).unwrap();

@@ -349,6 +349,7 @@ impl EngineLoop {
             min_tokens: stop.min_tokens,
             stop_token_ids: stop_ids,
             skip_prefix_cache: sampling.prompt_logprobs.is_some(),
+            whole_prompt: false,
         };
         if let Err(e) = self.scheduler.add_request(new) {
             let _ = events.send(RequestEvent::Error(e.to_string()));

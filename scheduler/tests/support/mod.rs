@@ -61,6 +61,7 @@ pub fn new_request(id: u64, prompt: Vec<u32>, max_tokens: usize, min_tokens: usi
         min_tokens,
         stop_token_ids: toks(stop),
         skip_prefix_cache: false,
+        whole_prompt: false,
     }
 }
 
