@@ -15,6 +15,7 @@ pub mod error;
 #[cfg(feature = "cuda")]
 pub mod model;
 pub mod plan;
+pub mod pooling;
 pub mod runner;
 pub mod sampling;
 pub mod structured;

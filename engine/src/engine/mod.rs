@@ -13,6 +13,8 @@ pub mod metrics;
 mod output;
 mod output_thread;
 pub(crate) mod phase;
+mod pool_step;
+mod pooling_setup;
 pub mod replicas;
 mod start;
 mod thread;

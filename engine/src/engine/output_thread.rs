@@ -28,6 +28,8 @@ pub(crate) enum ToOutput {
     Token { id: RequestId, token: TokenId, show: bool, logprobs: Option<RowLogprobs>, cached_tokens: usize },
     /// The request's prompt log-probs: its first token, then each later prompt token with its scores.
     Prompt { id: RequestId, first: TokenId, scored: Vec<(TokenId, RowLogprobs)> },
+    /// A pooling request's result, just before its `Finish`.
+    Pooled { id: RequestId, data: Vec<f32> },
     /// The request ended in the engine: its last held-back text (when `flush`), then `Finished`.
     Finish { id: RequestId, reason: FinishReason, stop_reason: Option<StopReason>, usage: Usage, flush: bool },
     /// The request failed: an `Error` event ends it.
@@ -120,6 +122,11 @@ fn handle(tokenizer: &Tokenizer, live: &mut IdMap<RequestId, Request>, msg: ToOu
         }
         ToOutput::Forget { id } => {
             live.remove(&id);
+        }
+        ToOutput::Pooled { id, data } => {
+            if let Some(r) = live.get(&id) {
+                let _ = r.events.send(RequestEvent::Pooled { data });
+            }
         }
         ToOutput::Prompt { id, first, scored } => {
             if let Some(r) = live.get(&id) {

@@ -190,6 +190,7 @@ fn start_in(
     };
     let params = resolved.load_params()?;
     distributed::check_split(&params, &cfg)?;
+    let pooler = super::pooling_setup::pooler_for(&cfg, &resolved, &params)?.map(Arc::new);
     let gguf = matches!(resolved, ResolvedModel::Gguf(_));
     let dtype = match (&device, remote) {
         (Some(device), _) => cfg.dtype.resolve(device.is_host(), gguf, params.torch_dtype.as_deref()),
@@ -307,7 +308,7 @@ fn start_in(
         max_logprobs: cfg.max_logprobs.unwrap_or(params.vocab_size),
         default_max_tokens: generation.max_new_tokens,
         max_tokens_cap: generation.max_tokens_cap,
-        pooling: None,
+        pooling: pooler.as_ref().map(|p| p.info().clone()),
         max_num_batched_tokens,
     };
     let setup = MetricsSetup {
@@ -330,6 +331,14 @@ fn start_in(
     engine.fail_after_requests = cfg.testing_fail_after_requests;
     engine.hooks = super::faults::StepHooks::new(cfg.testing_panic_in_step_after, cfg.testing_error_in_step_after);
     engine.max_request_time = cfg.max_request_time;
+    engine.pooling = pooler.map(super::pool_step::PoolingState::new);
+    if let Some(p) = &engine.pooling {
+        tracing::info!(
+            "Pooling model: {} pooling, {} values an embedding, no text generated",
+            p.pooler.pooling_type().as_str(),
+            p.pooler.info().embed_dim
+        );
+    }
     let dead = engine.dead.clone();
     let thread = std::thread::Builder::new()
         .name("rserve-engine".into())

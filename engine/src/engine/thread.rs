@@ -84,7 +84,7 @@ pub(crate) struct EngineLoop {
     /// Set once a panic ended the loop (shared with `EngineHandle`, whose `is_alive` turns false at once).
     pub(crate) dead: Arc<AtomicBool>,
     /// This step's messages to the output thread, sent together when the step ends.
-    outbox: Vec<ToOutput>,
+    pub(super) outbox: Vec<ToOutput>,
     /// The output thread's inbox (`None` once closed) and its thread.
     to_output: Option<std::sync::mpsc::Sender<Vec<ToOutput>>>,
     output_thread: Option<std::thread::JoinHandle<()>>,
@@ -92,6 +92,8 @@ pub(crate) struct EngineLoop {
     ended: std::sync::mpsc::Receiver<Ended>,
     /// The step on the device while the next one is scheduled (async scheduling).
     in_flight: Option<InFlight>,
+    /// Set on a pooling engine (`--runner pooling`): its pooler and each request's gathered rows.
+    pub(crate) pooling: Option<super::pool_step::PoolingState>,
 }
 
 impl EngineLoop {
@@ -133,6 +135,7 @@ impl EngineLoop {
             output_thread,
             ended,
             in_flight: None,
+            pooling: None,
         }
     }
 
@@ -322,7 +325,25 @@ impl EngineLoop {
     }
 
     pub(super) fn add(&mut self, id: RequestId, req: GenerateRequest, events: UnboundedSender<RequestEvent>) {
-        let GenerateRequest { prompt_token_ids, sampling, stop, pooling: _ } = req;
+        let GenerateRequest { prompt_token_ids, sampling, mut stop, pooling } = req;
+        // A pooling engine serves pooling requests only, and a generating one none (the server checks it first).
+        let whole_prompt = match (&mut self.pooling, pooling) {
+            (Some(state), Some(params)) => {
+                state.add(id, params);
+                stop.max_tokens = 1;
+                state.pooler.info().bidirectional
+            }
+            (None, None) => false,
+            (Some(_), None) | (None, Some(_)) => {
+                let what = if self.pooling.is_some() {
+                    "a pooling model generates no text"
+                } else {
+                    "this model does not pool"
+                };
+                let _ = events.send(RequestEvent::Error(what.into()));
+                return;
+            }
+        };
         let include_stop = stop.include_stop_str_in_output;
         let text = match TextOutput::new(
             self.tokenizer.clone(),
@@ -348,10 +369,14 @@ impl EngineLoop {
             max_tokens: stop.max_tokens,
             min_tokens: stop.min_tokens,
             stop_token_ids: stop_ids,
-            skip_prefix_cache: sampling.prompt_logprobs.is_some(),
-            whole_prompt: false,
+            // A pooling request reads every prompt row it pools: none is served from the cache.
+            skip_prefix_cache: sampling.prompt_logprobs.is_some() || self.pooling.is_some(),
+            whole_prompt,
         };
         if let Err(e) = self.scheduler.add_request(new) {
+            if let Some(state) = self.pooling.as_mut() {
+                state.forget(id);
+            }
             let _ = events.send(RequestEvent::Error(e.to_string()));
             return;
         }
@@ -386,6 +411,9 @@ impl EngineLoop {
         // Before the step: the runner forgets what it kept of the requests that ended since the last one.
         self.runner.finished(&out.finished_ids);
         self.runner.finished(&out.preempted);
+        if self.pooling.is_some() && !out.seqs.is_empty() {
+            return self.pool_step(out);
+        }
         if out.seqs.is_empty() {
             if self.in_flight.is_some() {
                 // Every running request's limits are reached by the samples in flight.
@@ -699,7 +727,7 @@ impl EngineLoop {
 
     /// Ends one request with an error event (its blocks are freed before the next step); the step goes on for the
     /// others.
-    fn fail_request(&mut self, id: RequestId, message: String) {
+    pub(super) fn fail_request(&mut self, id: RequestId, message: String) {
         tracing::error!("request {} failed: {message}", id.0);
         if let Some(live) = self.live.remove(&id) {
             self.observe_end(&live, "error");
@@ -737,7 +765,7 @@ impl EngineLoop {
 
     /// Has the output thread send the request's last text (when `flush`) and its `Finished` event, and forgets it.
     /// The scheduler side is already done (or is aborted by the caller).
-    fn finish(&mut self, id: RequestId, reason: FinishReason, stop_reason: Option<StopReason>, flush: bool) {
+    pub(super) fn finish(&mut self, id: RequestId, reason: FinishReason, stop_reason: Option<StopReason>, flush: bool) {
         let Some(live) = self.live.remove(&id) else { return };
         let usage = Usage {
             prompt_tokens: live.prompt.len(),
@@ -748,7 +776,7 @@ impl EngineLoop {
         self.outbox.push(ToOutput::Finish { id, reason, stop_reason, usage, flush });
     }
 
-    fn fail_step(&mut self, out: &SchedulerOutput, message: &str) {
+    pub(super) fn fail_step(&mut self, out: &SchedulerOutput, message: &str) {
         tracing::error!("model step failed: {message}");
         for s in &out.seqs {
             if let Some(live) = self.live.remove(&s.request_id) {
@@ -761,7 +789,7 @@ impl EngineLoop {
         self.publish_gauges();
     }
 
-    fn publish_gauges(&self) {
+    pub(super) fn publish_gauges(&self) {
         let s = self.scheduler.stats();
         let m = &self.metrics;
         m.set_scheduler_state(s.num_running, s.num_waiting, s.num_blocks_used, s.num_blocks_total);
@@ -772,7 +800,7 @@ impl EngineLoop {
     /// time leave the queue, preempted ones count a preemption, and its tokens are counted as vLLM counts an
     /// iteration (the computed prompt tokens of each prefill that samples its first token, plus one per sampled
     /// token).
-    fn observe_step(&mut self, out: &SchedulerOutput) {
+    pub(super) fn observe_step(&mut self, out: &SchedulerOutput) {
         let mut iteration = 0;
         for s in &out.seqs {
             let Some(live) = self.live.get_mut(&s.request_id) else { continue };

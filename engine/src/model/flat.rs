@@ -88,6 +88,15 @@ impl FlatBatch {
         Ok(())
     }
 
+    /// Replaces the rows the step returns with `rows` (a pooling step's: the hidden states it pools).
+    pub fn with_output_rows(&mut self, rows: Vec<u32>) -> Result<()> {
+        if let Some(r) = rows.iter().find(|&&r| r as usize >= self.ids.len()) {
+            return Err(EngineError::InvalidArgument(format!("output row {r} of a batch of {} rows", self.ids.len())));
+        }
+        self.last_rows = rows;
+        Ok(())
+    }
+
     pub fn num_groups(&self) -> usize {
         self.slots.len()
     }

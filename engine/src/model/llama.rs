@@ -518,9 +518,99 @@ impl<B: Backend> LlamaModel<B> {
         comm: &dyn TpCollective,
         input: Option<&[f32]>,
     ) -> Result<DeviceOutput<B>> {
+        let (residual, delta) = self.layers(b, flat, dev, cache, comm, input)?;
+        let (Some(_), Some(head)) = (&self.norm, &self.lm_head) else {
+            return Ok(DeviceOutput::Hidden { residual, delta });
+        };
+        let p = &self.params;
+        let (out_rows, h) = (flat.last_rows.len(), p.hidden_size);
+        let last = b.alloc_matmul_input(out_rows * h, head)?;
+        self.final_norm(b, flat, dev, &residual, delta.as_ref(), &last)?;
+        let vocab = self.shard.vocab(p).len();
+        let logits = b.alloc_f32_scratch(out_rows * vocab)?;
+        b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: out_rows, k: h, n: vocab })?;
+        if let Some(cap) = p.final_softcap {
+            b.run(Op::SoftCap { x: &logits, rows: out_rows, width: vocab, cap: cap as f32 })?;
+        }
+        Ok(DeviceOutput::Logits(logits))
+    }
+
+    /// The final hidden states (after the model's last norm) of the batch's `FlatBatch::last_rows`, `[rows, hidden]`
+    /// f32: what a pooling model pools. The LM head is not run. One process, the whole model.
+    pub fn forward_hidden(
+        &self,
+        b: &B,
+        flat: &FlatBatch,
+        dev: &DeviceBatch<B>,
+        cache: &PagedKvCache<B>,
+    ) -> Result<B::Buffer> {
+        let (residual, delta) = self.layers(b, flat, dev, cache, &super::shard::NoComm, None)?;
+        if self.norm.is_none() {
+            return Err(EngineError::Backend("a pooling step needs the whole model on one process".into()));
+        }
+        let out = b.alloc_f32_scratch(flat.last_rows.len() * self.params.hidden_size)?;
+        self.final_norm(b, flat, dev, &residual, delta.as_ref(), &out)?;
+        Ok(out)
+    }
+
+    /// `out = norm(residual + delta)` over the rows in `flat.last_rows`, with the model's final norm. With one row per
+    /// sequence and no others (a decode step) they are all the rows, in order: no gather.
+    fn final_norm(
+        &self,
+        b: &B,
+        flat: &FlatBatch,
+        dev: &DeviceBatch<B>,
+        residual: &B::Buffer,
+        delta: Option<&B::Buffer>,
+        out: &B::Buffer,
+    ) -> Result<()> {
+        let p = &self.params;
+        let norm = self.norm.as_ref().ok_or_else(|| EngineError::Backend("the model has no final norm".into()))?;
+        let (n, h) = (flat.num_tokens(), p.hidden_size);
+        let eps = p.rms_norm_eps as f32;
+        let zeros;
+        let x = match delta {
+            Some(d) => d,
+            None => {
+                zeros = b.alloc_f32(n * h)?;
+                &zeros
+            }
+        };
+        let out_rows = flat.last_rows.len();
+        if flat.num_seqs() == n && out_rows == n {
+            b.run(Op::AddRmsNorm { x, residual, weight: norm, out, rows: n, hidden: h, eps })?;
+        } else {
+            let rows_buf = &dev.last_rows;
+            let last_delta = b.alloc_f32_scratch(out_rows * h)?;
+            let last_res = b.alloc_f32_scratch(out_rows * h)?;
+            b.run(Op::GatherRows { x, rows: rows_buf, out: &last_delta, num_rows: out_rows, width: h })?;
+            b.run(Op::GatherRows { x: residual, rows: rows_buf, out: &last_res, num_rows: out_rows, width: h })?;
+            b.run(Op::AddRmsNorm {
+                x: &last_delta,
+                residual: &last_res,
+                weight: norm,
+                out,
+                rows: out_rows,
+                hidden: h,
+                eps,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Every layer of this shard over the batch: the residual stream and the last layer's output not yet added to
+    /// it (None when the shard has no layers).
+    fn layers(
+        &self,
+        b: &B,
+        flat: &FlatBatch,
+        dev: &DeviceBatch<B>,
+        cache: &PagedKvCache<B>,
+        comm: &dyn TpCollective,
+        input: Option<&[f32]>,
+    ) -> Result<(B::Buffer, Option<B::Buffer>)> {
         let p = &self.params;
         let n = flat.num_tokens();
-        let num_seqs = flat.num_seqs();
         let (h, hd) = (p.hidden_size, p.head_dim);
         let eps = p.rms_norm_eps as f32;
         // One attention metadata per KV cache group (each group has its own block tables).
@@ -649,39 +739,6 @@ impl<B: Backend> LlamaModel<B> {
                 None => down,
             });
         }
-        let (Some(norm), Some(head)) = (&self.norm, &self.lm_head) else {
-            return Ok(DeviceOutput::Hidden { residual, delta });
-        };
-        // Only the rows in `last_rows` need logits: each sequence's last (and, for prompt log-probs, the prompt rows
-        // after the sequences'). With one row per sequence and no others (a decode step) they are all the rows, in
-        // order: no gather.
-        let x = delta.as_ref().unwrap_or(&zeros);
-        let out_rows = flat.last_rows.len();
-        let last = b.alloc_matmul_input(out_rows * h, head)?;
-        if num_seqs == n && out_rows == n {
-            b.run(Op::AddRmsNorm { x, residual: &residual, weight: norm, out: &last, rows: n, hidden: h, eps })?;
-        } else {
-            let rows_buf = &dev.last_rows;
-            let last_delta = b.alloc_f32_scratch(out_rows * h)?;
-            let last_res = b.alloc_f32_scratch(out_rows * h)?;
-            b.run(Op::GatherRows { x, rows: rows_buf, out: &last_delta, num_rows: out_rows, width: h })?;
-            b.run(Op::GatherRows { x: &residual, rows: rows_buf, out: &last_res, num_rows: out_rows, width: h })?;
-            b.run(Op::AddRmsNorm {
-                x: &last_delta,
-                residual: &last_res,
-                weight: norm,
-                out: &last,
-                rows: out_rows,
-                hidden: h,
-                eps,
-            })?;
-        }
-        let vocab = self.shard.vocab(p).len();
-        let logits = b.alloc_f32_scratch(out_rows * vocab)?;
-        b.run(Op::MatMul { x: &last, w: head, bias: None, out: &logits, m: out_rows, k: h, n: vocab })?;
-        if let Some(cap) = p.final_softcap {
-            b.run(Op::SoftCap { x: &logits, rows: out_rows, width: vocab, cap: cap as f32 })?;
-        }
-        Ok(DeviceOutput::Logits(logits))
+        Ok((residual, delta))
     }
 }

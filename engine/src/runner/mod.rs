@@ -56,6 +56,31 @@ impl StepMasks {
     }
 }
 
+/// Which final hidden states a pooling step returns of one sequence's rows in the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolRows {
+    /// None (a chunk whose rows the pooler does not need).
+    Nothing,
+    /// The sequence's first row in the step.
+    First,
+    /// Its last row.
+    Last,
+    /// Every row.
+    All,
+}
+
+impl PoolRows {
+    /// The rows of a sequence whose rows in the step are `start..end`.
+    pub fn range(self, start: u32, end: u32) -> std::ops::Range<u32> {
+        match self {
+            PoolRows::Nothing => start..start,
+            PoolRows::First => start..(start + 1).min(end),
+            PoolRows::Last => end.saturating_sub(1).max(start)..end,
+            PoolRows::All => start..end,
+        }
+    }
+}
+
 /// What a constrained step reads back.
 #[derive(Debug)]
 pub enum StepOutput {
@@ -131,6 +156,13 @@ pub trait StepRunner: Send {
     /// that step's chosen ids (async scheduling). This default: no.
     fn overlaps(&self) -> bool {
         false
+    }
+    /// A pooling model's step: runs the batch to the model's final norm (no LM head, no token chosen) and returns,
+    /// per sequence, the hidden states of the rows `rows[i]` names, `[rows, hidden]` flattened. This default: the
+    /// runner cannot pool.
+    fn pool(&mut self, batch: &[ScheduledSeq], rows: &[PoolRows]) -> Result<Vec<Vec<f32>>> {
+        let _ = (batch, rows);
+        Err(crate::error::EngineError::InvalidArgument("this runner cannot run a pooling model".into()))
     }
     /// Forgets the launched steps not collected (their engine step failed or their requests are gone).
     fn abandon(&mut self) {}

@@ -20,6 +20,7 @@
 //! Either way the token choice happens where the logits are (`sampling::device::sample_on`; a recording's own
 //! argmax for plain greedy steps), so only ids come back, unless the step asks for logits.
 
+use super::PoolRows;
 use crate::backend::{Backend, Op};
 use crate::config::ModelParams;
 use crate::engine::phase::Phase;
@@ -669,6 +670,42 @@ where
 
     fn overlaps(&self) -> bool {
         self.opts.async_scheduling
+    }
+
+    fn pool(&mut self, batch: &[ScheduledSeq], rows: &[PoolRows]) -> Result<Vec<Vec<f32>>> {
+        if batch.len() != rows.len() {
+            return Err(EngineError::InvalidArgument(format!(
+                "{} pooling rows for {} sequences",
+                rows.len(),
+                batch.len()
+            )));
+        }
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.tables.apply(batch).map_err(|e| EngineError::InvalidArgument(e.to_string()))?;
+        let mut flat = self.model.flatten(batch, &self.tables, &self.cache, self.usable_blocks, 0)?;
+        let vocab = self.model.params().vocab_size;
+        if let Some(t) = flat.ids.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::InvalidArgument(format!("token id {t} is outside the vocabulary of {vocab}")));
+        }
+        let spans: Vec<std::ops::Range<u32>> =
+            rows.iter().enumerate().map(|(i, r)| r.range(flat.query_start[i], flat.query_start[i + 1])).collect();
+        flat.with_output_rows(spans.iter().flat_map(|r| r.clone()).collect())?;
+        let dev = DeviceBatch::upload(&self.backend, &flat)?;
+        let hidden = self.model.forward_hidden(&self.backend, &flat, &dev, &self.cache)?;
+        let all = self.backend.download_f32(&hidden)?;
+        let h = self.model.params().hidden_size;
+        let mut at = 0;
+        Ok(spans
+            .iter()
+            .map(|r| {
+                let len = (r.end - r.start) as usize * h;
+                let v = all[at..at + len].to_vec();
+                at += len;
+                v
+            })
+            .collect())
     }
 
     fn abandon(&mut self) {

@@ -127,7 +127,8 @@ fn load(paths: &[PathBuf], params: &ModelParams, dtype: DType, shard: Option<&Sh
 
 /// The name a tensor has in the files: the model's own name, or under the language-model prefix of a multimodal
 /// checkpoint whose text model rserve serves (Gemma 3's `Gemma3ForConditionalGeneration`: `language_model.model.*`
-/// as transformers 4 saves it, `model.language_model.*` as transformers 5 does; the vision tower is not read).
+/// as transformers 4 saves it, `model.language_model.*` as transformers 5 does; the vision tower is not read), or
+/// without the `model.` prefix (a bare decoder saved by sentence-transformers, as Qwen3-Embedding is released).
 fn language_model_prefix(st: &MmapedSafetensors) -> fn(&str) -> String {
     fn own(name: &str) -> String {
         name.to_string()
@@ -141,8 +142,11 @@ fn language_model_prefix(st: &MmapedSafetensors) -> fn(&str) -> String {
             None => name.to_string(),
         }
     }
+    fn bare(name: &str) -> String {
+        name.strip_prefix("model.").unwrap_or(name).to_string()
+    }
     let embed = super::names::EMBED_TOKENS;
-    [own as fn(&str) -> String, v4, v5].into_iter().find(|f| st.get(&f(embed)).is_ok()).unwrap_or(own)
+    [own as fn(&str) -> String, v4, v5, bare].into_iter().find(|f| st.get(&f(embed)).is_ok()).unwrap_or(own)
 }
 
 /// Number of parameters in safetensors files, read from the headers only.
