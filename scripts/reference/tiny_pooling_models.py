@@ -299,7 +299,7 @@ SCALES = {
     "xlmr":        {"emb": 1.0, "pos": 0.5, "type": 0.5, "lin": 1.5, "out": 1.5, "bias": 0.1, "norm": 1.0,
                     "beta": 0.1, "noise": 0.1, "head": 2.0, "salt": 1},
     "xlmr_cls":    {"emb": 1.0, "pos": 0.5, "type": 0.5, "lin": 1.5, "out": 1.5, "bias": 0.1, "norm": 1.0,
-                    "beta": 0.1, "noise": 0.1, "head": 3.0, "salt": 3},
+                    "beta": 0.1, "noise": 0.1, "head": 3.0, "salt": 8},
     "qwen3_embed": {"emb": 6.0, "lin": 2.5, "out": 4.0, "norm": 1.0, "final": 1.0, "noise": 0.1, "salt": 1},
 }
 DENSE_OUT = 32  # xlmr's 2_Dense
