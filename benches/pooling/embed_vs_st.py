@@ -15,7 +15,7 @@ Writes (standard library only, once; reused when its stamp matches) a random-wei
 It prints tokens/s of each, the ratio rserve / sentence-transformers, the lowest cosine between the two's vectors
 (a check that both computed the same thing) and a markdown row for BENCHMARKS.md.
 
-Needs torch and sentence-transformers (the reference venv, or the GPU machine's python) and requests.
+Needs torch and sentence-transformers (the reference venv, or the GPU machine's python); HTTP through urllib.
 
     /work/venv-ref/bin/python benches/pooling/embed_vs_st.py --rserve-bin target/release/rserve \\
         --rserve-args "--cpu-threads 2" --threads 2
@@ -36,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import requests
+import urllib.request
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts" / "reference"))
@@ -132,6 +132,13 @@ class RserveProcess:
                 self.proc.kill()
 
 
+def post_embeddings(url, body):
+    req = urllib.request.Request(f"{url}/v1/embeddings", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return [d["embedding"] for d in json.loads(r.read())["data"]]
+
+
 def cosine(a, b):
     dot = sum(x * y for x, y in zip(a, b))
     return dot / ((sum(x * x for x in a) ** 0.5) * (sum(y * y for y in b) ** 0.5))
@@ -195,13 +202,8 @@ def main():
         url = server.url
     try:
         if url:
-            session = requests.Session()
-
             def one_request():
-                r = session.post(f"{url}/v1/embeddings", json={"model": NAME, "input": ids,
-                                                               "encoding_format": "float"}, timeout=600)
-                r.raise_for_status()
-                return [d["embedding"] for d in r.json()["data"]]
+                return post_embeddings(url, {"model": NAME, "input": ids, "encoding_format": "float"})
 
             t, vecs = timed(one_request, args.reps)
             results["rserve_batch"] = total / t
@@ -210,10 +212,7 @@ def main():
 
             def concurrent():
                 def post(i):
-                    r = requests.post(f"{url}/v1/embeddings", json={"model": NAME, "input": ids[i],
-                                                                    "encoding_format": "float"}, timeout=600)
-                    r.raise_for_status()
-                    return r.json()["data"][0]["embedding"]
+                    return post_embeddings(url, {"model": NAME, "input": ids[i], "encoding_format": "float"})[0]
                 with ThreadPoolExecutor(args.inputs) as pool:
                     return list(pool.map(post, range(args.inputs)))
 
