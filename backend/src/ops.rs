@@ -268,6 +268,34 @@ pub enum Op<'a, B> {
         /// no value.
         sinks: Option<&'a B>,
     },
+    /// `out = layernorm(x + residual) * weight + bias` per row, the residual added first when given (a post-norm
+    /// encoder layer's `LayerNorm(x + sublayer(x))`); the variance is the biased one, as torch's. `out` is f32.
+    LayerNorm {
+        x: &'a B,
+        residual: Option<&'a B>,
+        weight: &'a B,
+        bias: &'a B,
+        out: &'a B,
+        rows: usize,
+        hidden: usize,
+        eps: f32,
+    },
+    /// `out = gelu(x)` over `len` values, the exact form `x * (1 + erf(x / sqrt(2))) / 2` (BERT's `gelu`); f32.
+    Gelu { x: &'a B, out: &'a B, len: usize },
+    /// Bidirectional (encoder) attention within each sequence of a flattened batch, over the fused projection
+    /// `qkv[tokens, 3 * num_heads * head_dim]` (each token's q heads, then its k heads, then its v heads): every row
+    /// of a sequence sees every key of that sequence (`query_start[num_seqs + 1]`, u32 row offsets), and nothing
+    /// else: no mask, no cache. Scores `q . k * scale`; `out[tokens, num_heads * head_dim]` f32.
+    EncoderAttention {
+        qkv: &'a B,
+        query_start: &'a B,
+        out: &'a B,
+        num_seqs: usize,
+        num_tokens: usize,
+        num_heads: usize,
+        head_dim: usize,
+        scale: f32,
+    },
     /// `out[i] = x[rows[i]]`: pick the rows whose logits are needed.
     GatherRows { x: &'a B, rows: &'a B, out: &'a B, num_rows: usize, width: usize },
     /// `ids[i] = prev[from[i]]` for each `i < count` whose `from[i]` is below `prev_len`; other entries are kept: a

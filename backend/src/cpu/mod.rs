@@ -10,6 +10,7 @@
 
 mod attention;
 mod elementwise;
+mod encoder;
 mod gemv;
 mod matmul;
 mod matmul16;
@@ -366,6 +367,32 @@ impl Backend for CpuBackend {
                     (CpuBuffer::F16(k), CpuBuffer::F16(v)) => attend!(borrow(k)?, borrow(v)?),
                     (k, v) => attend!(k.f32()?, v.f32()?),
                 }
+            }
+            Op::LayerNorm { x, residual, weight, bias, out, rows, hidden, eps } => {
+                let residual = residual.map(|r| r.f32()).transpose()?;
+                encoder::layer_norm(
+                    &x.f32()?,
+                    residual.as_deref().map(|v| v.as_slice()),
+                    &weight.f32()?,
+                    &bias.f32()?,
+                    &mut out.f32_mut()?,
+                    rows,
+                    hidden,
+                    eps,
+                )
+            }
+            Op::Gelu { x, out, len } => encoder::gelu(&x.f32()?, &mut out.f32_mut()?, len),
+            Op::EncoderAttention { qkv, query_start, out, num_seqs, num_tokens, num_heads, head_dim, scale } => {
+                encoder::encoder_attention(
+                    &qkv.f32()?,
+                    &query_start.u32()?,
+                    &mut out.f32_mut()?,
+                    num_seqs,
+                    num_tokens,
+                    num_heads,
+                    head_dim,
+                    scale,
+                )
             }
             Op::GatherRows { x, rows, out, num_rows, width } => {
                 elementwise::gather_rows(&x.f32()?, &rows.u32()?, &mut out.f32_mut()?, num_rows, width)

@@ -143,6 +143,9 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
         Op::GatedAct { gate_up, out, rows, width, act } => ops::gated_act(d, gate_up, out, [rows, width], act),
         Op::SoftCap { x, rows, width, cap } => ops::soft_cap(d, x, [rows, width], cap),
         Op::GatherRows { x, rows, out, num_rows, width } => ops::gather_rows(d, x, rows, out, num_rows, width),
+        Op::LayerNorm { .. } | Op::Gelu { .. } | Op::EncoderAttention { .. } => {
+            Err(be("the encoder ops have no kernels yet"))
+        }
         Op::FeedTokens { ids, prev, from, count, prev_len } => ops::feed_tokens(d, [ids, prev, from], count, prev_len),
         Op::MaskLogits { logits, mask, rows, vocab } => ops::mask_logits(d, logits, mask, rows, vocab),
         Op::AdjustLogits { logits, edits, values, count, rows, vocab } => {
