@@ -35,6 +35,8 @@ pub async fn create(
     State(state): State<AppState>,
     ApiJson(mut req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
+    // A pooling model serves no generation (vLLM has no handler for it).
+    crate::openai::pooling::validate::refuse_on_pooling_model(state.engine.info(), crate::openai::pooling::Api::ChatCompletions)?;
     with_default_kwargs(&mut req, &state.settings.default_chat_template_kwargs);
     let model = state.resolve_model(req.model.as_deref())?;
     let valid = validate::chat(&req, state.engine.as_ref(), &state.settings.tools, state.settings.reasoning)?;

@@ -17,6 +17,8 @@ pub async fn create(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
+    // A pooling model serves no generation (vLLM has no handler for it).
+    crate::openai::pooling::validate::refuse_on_pooling_model(state.engine.info(), crate::openai::pooling::Api::Completions)?;
     let model = state.resolve_model(req.model.as_deref())?;
     let valid = validate::completion(&req, state.engine.as_ref())?;
     let meta = ResponseMeta::new("cmpl", model);

@@ -25,6 +25,8 @@ pub async fn create(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ResponsesRequest>,
 ) -> Result<Response, ApiError> {
+    // A pooling model serves no generation (vLLM has no handler for it).
+    crate::openai::pooling::validate::refuse_on_pooling_model(state.engine.info(), crate::openai::pooling::Api::Responses)?;
     let previous = match req.previous_response_id.as_deref() {
         None | Some("") => None,
         Some(id) => Some(
