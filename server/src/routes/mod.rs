@@ -13,3 +13,6 @@ pub mod rerank;
 pub mod responses;
 pub mod score;
 pub mod tokenize;
+
+#[cfg(test)]
+mod pooling_tests;
