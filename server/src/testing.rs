@@ -205,7 +205,7 @@ pub fn pooled(req: &GenerateRequest, info: &PoolingInfo) -> Vec<f32> {
         }
         PoolingTask::Classify if info.cross_encoder => {
             let types = params.token_type_ids.clone().unwrap_or_default();
-            let segment = |s: u32| ids.iter().zip(&types).filter(move |(_, &t)| t == s).map(|(id, _)| *id);
+            let segment = |s: u32| ids.iter().zip(&types).filter(move |&(_, &t)| t == s).map(|(id, _)| *id);
             let first: Vec<u32> = segment(0).collect();
             let second: Vec<u32> = segment(1).collect();
             let shared = second.iter().filter(|id| first.contains(id)).count();

@@ -1,6 +1,7 @@
 //! The pooling routes' wire types, in vLLM's shapes: request bodies as clients send them (lenient: unknown fields
 //! are ignored, values are checked in `validate`), and the response bodies of `/v1/embeddings`, `/pooling`,
-//! `/classify`, `/score` and `/rerank`.
+//! `/classify`, `/score` and `/rerank`. Fields no server acts on (`user`, `priority`, ...) are accepted by being
+//! ignored, as serde ignores any unknown field.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -24,7 +25,6 @@ pub struct EncodeRequest {
     pub encoding_format: Option<String>,
     /// Matryoshka: keep this many values of each embedding.
     pub dimensions: Option<i64>,
-    pub user: Option<String>,
     /// -1: the context length; k: keep each input's last k tokens.
     pub truncate_prompt_tokens: Option<i64>,
     /// Embed: L2-normalise (default: the model's pooler config).
@@ -81,7 +81,6 @@ pub struct ScoreRequest {
     pub items: Option<ScoreInputs>,
     pub data_1: Option<ScoreInputs>,
     pub data_2: Option<ScoreInputs>,
-    pub user: Option<String>,
     pub truncate_prompt_tokens: Option<i64>,
     pub use_activation: Option<bool>,
     pub activation: Option<bool>,
@@ -115,7 +114,6 @@ pub struct RerankRequest {
     pub top_n: Option<i64>,
     /// Whether each result carries its document's text (default true).
     pub return_documents: Option<bool>,
-    pub user: Option<String>,
     pub truncate_prompt_tokens: Option<i64>,
     pub use_activation: Option<bool>,
     pub activation: Option<bool>,
