@@ -298,7 +298,8 @@ fn pooling_flag_values_rserve_does_not_serve_are_refused() {
 
 #[test]
 fn pooling_flags_pass_the_vllm_compatibility_layer() {
-    for line in ["rserve m --task embed", "rserve m --runner pooling --convert classify", "rserve m --pooler-config {}"] {
+    for line in ["rserve m --task embed", "rserve m --runner pooling --convert classify", "rserve m --pooler-config {}"]
+    {
         assert!(parse_from(args(line)).is_ok(), "{line}");
     }
 }

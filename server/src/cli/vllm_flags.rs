@@ -144,7 +144,8 @@ const NO_USAGE_DETAILS: &str = "usage always carries prompt_tokens_details; no p
 const NO_WATERMARK: &str = "no output watermarking";
 const NUMA: &str = "bind CPUs / NUMA nodes with the launcher (numactl, mpiexec --bind-to)";
 const ONE_SERVER: &str = "one HTTP server process (async, all cores) serves every request";
-const LATE_INTERACTION: &str = "rserve serves no late-interaction (ColBERT) models, so there is no such kernel to choose";
+const LATE_INTERACTION: &str =
+    "rserve serves no late-interaction (ColBERT) models, so there is no such kernel to choose";
 const PREFIX_HASH: &str = "prefix-cache blocks are hashed with rserve's own hash chain";
 const PROFILER: &str = "use rserve's --profile (CUDA step timings) instead of vLLM's torch profiler";
 const PROMPT_EMBEDS: &str = "prompt embeddings as input are not supported";

@@ -292,7 +292,8 @@ async fn score_by_cosine_pairs_one_to_one_one_to_n_and_n_to_n() {
     let before = engine.submitted().len();
     let (s, v) = post(&app, "/v1/score", json!({"text_1": "abc", "text_2": ["abc", "xyz", "ab"]})).await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    let scores: Vec<f64> = v["data"].as_array().expect("data").iter().map(|d| d["score"].as_f64().expect("f")).collect();
+    let scores: Vec<f64> =
+        v["data"].as_array().expect("data").iter().map(|d| d["score"].as_f64().expect("f")).collect();
     assert_eq!(scores.len(), 3);
     assert!(scores[0] > scores[2] && scores[2] > scores[1], "{scores:?}");
     assert_eq!(engine.submitted().len() - before, 4, "1:N embeds the query once");
@@ -311,7 +312,8 @@ async fn score_by_cross_encoder_sends_each_pair_with_its_segments() {
     let (app, engine) = reranker();
     let (s, v) = post(&app, "/score", json!({"text_1": "ab", "text_2": ["ab", "xy"]})).await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    let scores: Vec<f64> = v["data"].as_array().expect("data").iter().map(|d| d["score"].as_f64().expect("f")).collect();
+    let scores: Vec<f64> =
+        v["data"].as_array().expect("data").iter().map(|d| d["score"].as_f64().expect("f")).collect();
     assert!(scores[0] > 0.5 && scores[1] < 0.5, "sigmoid scores: {scores:?}");
     let submitted = engine.submitted();
     assert_eq!(submitted.len(), 2, "one request per pair");
@@ -347,7 +349,8 @@ async fn rerank_orders_by_score_with_top_n_and_documents() {
         assert_eq!(v["usage"]["total_tokens"], 3 * 7);
         assert_eq!(v["usage"]["prompt_tokens"], 3 * 7);
     }
-    let (s, v) = post(&app, "/rerank", json!({"query": "abc", "documents": docs, "top_n": 2, "return_documents": false})).await;
+    let (s, v) =
+        post(&app, "/rerank", json!({"query": "abc", "documents": docs, "top_n": 2, "return_documents": false})).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let results = v["results"].as_array().expect("results");
     assert_eq!(results.len(), 2);

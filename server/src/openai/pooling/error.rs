@@ -84,9 +84,7 @@ pub enum PoolingError {
     OverStepBudget { param: &'static str, tokens: usize, limit: usize },
     #[error("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")]
     ContinueWithGenerationPrompt,
-    #[error(
-        "{first_field} and {second_field} must pair up 1:1, 1:N or N:N, got {first} and {second} inputs"
-    )]
+    #[error("{first_field} and {second_field} must pair up 1:1, 1:N or N:N, got {first} and {second} inputs")]
     ScoreLengths { first_field: &'static str, second_field: &'static str, first: usize, second: usize },
     #[error("text_1 and text_2 (or queries and documents) are required")]
     ScoreInputsMissing,

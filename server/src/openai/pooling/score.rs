@@ -16,7 +16,12 @@ type Result<T> = std::result::Result<T, PoolingError>;
 
 /// The (first, second) index pairs of two sides, as vLLM pairs them: 1:1, 1:N (the one first against each second)
 /// or N:N (element by element).
-pub fn pairs(first_field: &'static str, first: usize, second_field: &'static str, second: usize) -> Result<Vec<(usize, usize)>> {
+pub fn pairs(
+    first_field: &'static str,
+    first: usize,
+    second_field: &'static str,
+    second: usize,
+) -> Result<Vec<(usize, usize)>> {
     if first == 0 {
         return Err(PoolingError::Empty(first_field));
     }

@@ -132,9 +132,10 @@ pub fn encode_inputs(req: &EncodeRequest, engine: &dyn Engine) -> Result<Vec<Vec
         let add_special_tokens = req.add_special_tokens.unwrap_or(true);
         let texts_or_ids = match input {
             PromptField::Text(s) => vec![engine.encode(s, add_special_tokens).map_err(tokenize)?],
-            PromptField::Texts(v) => {
-                v.iter().map(|s| engine.encode(s, add_special_tokens).map_err(tokenize)).collect::<std::result::Result<_, _>>()?
-            }
+            PromptField::Texts(v) => v
+                .iter()
+                .map(|s| engine.encode(s, add_special_tokens).map_err(tokenize))
+                .collect::<std::result::Result<_, _>>()?,
             PromptField::Tokens(t) => vec![validate::token_ids("input", t, info)?],
             PromptField::TokenLists(v) => {
                 v.iter().map(|t| validate::token_ids("input", t, info)).collect::<std::result::Result<_, _>>()?
@@ -155,12 +156,8 @@ pub fn encode_inputs(req: &EncodeRequest, engine: &dyn Engine) -> Result<Vec<Vec
     if turns.is_empty() {
         return Err(ValidationError::MessagesEmpty.into());
     }
-    let render = ChatRender {
-        turns: &turns,
-        tools: None,
-        add_generation_prompt,
-        variables: req.chat_template_kwargs.as_ref(),
-    };
+    let render =
+        ChatRender { turns: &turns, tools: None, add_generation_prompt, variables: req.chat_template_kwargs.as_ref() };
     let mut text = engine
         .render_chat(&render)
         .ok_or(ValidationError::NoChatTemplate)?
