@@ -379,3 +379,28 @@ async fn a_classifier_that_is_no_cross_encoder_cannot_score() {
     let (s, v) = post(&app, "/score", json!({"text_1": "a", "text_2": "b"})).await;
     assert_400(s, &v, "model", "does not support Score API");
 }
+
+#[tokio::test]
+async fn a_client_gone_aborts_every_input() {
+    let mut engine = FakeEngine::pooling(64, testing::embedder(8, None));
+    engine.token_delay = std::time::Duration::from_millis(200);
+    let (app, engine) = app_for(engine);
+    let task = tokio::spawn(async move { post(&app, "/v1/embeddings", json!({"input": ["a", "b"]})).await });
+    for _ in 0..100 {
+        if engine.submitted().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(engine.submitted().len(), 2, "both inputs are submitted before any result");
+    // The handler's future is dropped, as when the client hangs up.
+    task.abort();
+    for _ in 0..100 {
+        if engine.aborted.load(std::sync::atomic::Ordering::SeqCst) == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(engine.aborted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(engine.completed.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
