@@ -1,4 +1,4 @@
-//! The axum router: routes, the API-key layer on `/v1`, `/load` counting on the generation routes, the access log,
+//! The axum router: routes, the API-key layer on `/v1`, `/load` counting on the generation and pooling routes, the access log,
 //! and OpenAI-shaped answers for unknown routes and wrong methods; and the front every request meets before routing
 //! (`front`): CORS, then `--root-path` taken off the path.
 
@@ -19,7 +19,9 @@ use tower_http::cors::CorsLayer;
 
 use crate::auth;
 use crate::error::ApiError;
-use crate::routes::{chat, completions, dev, health, metrics, models, responses, tokenize};
+use crate::routes::{
+    chat, classify, completions, dev, embeddings, health, metrics, models, pooling, rerank, responses, score, tokenize,
+};
 use crate::state::{AppState, LoadSlot};
 
 /// How HTTP requests are logged (uvicorn-style access lines).
@@ -35,6 +37,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("/v1/responses/{response_id}", "GET"),
     ("/v1/responses/{response_id}/cancel", "POST"),
     ("/v1/models", "GET"),
+    ("/v1/embeddings", "POST"),
+    ("/v1/score", "POST"),
+    ("/v1/rerank", "POST"),
+    ("/pooling", "POST"),
+    ("/classify", "POST"),
+    ("/score", "POST"),
+    ("/rerank", "POST"),
+    ("/v2/rerank", "POST"),
     ("/health", "GET"),
     ("/ping", "GET, POST"),
     ("/version", "GET"),
@@ -53,7 +63,10 @@ pub fn router(state: AppState, access_log: AccessLog) -> Router {
     let v1 = Router::new()
         .route("/chat/completions", post(chat::create).layer(load.clone()))
         .route("/completions", post(completions::create).layer(load.clone()))
-        .route("/responses", post(responses::create).layer(load))
+        .route("/responses", post(responses::create).layer(load.clone()))
+        .route("/embeddings", post(embeddings::create).layer(load.clone()))
+        .route("/score", post(score::create).layer(load.clone()))
+        .route("/rerank", post(rerank::create).layer(load.clone()))
         .route("/responses/{response_id}", get(responses::retrieve))
         .route("/responses/{response_id}/cancel", post(responses::cancel))
         .route("/models", get(models::list))
@@ -66,7 +79,13 @@ pub fn router(state: AppState, access_log: AccessLog) -> Router {
         .route("/metrics", get(metrics::handler))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
-        .route("/load", get(health::load));
+        .route("/load", get(health::load))
+        // vLLM's pooling routes outside `/v1` (no API key there, as vLLM checks keys on `/v1` only).
+        .route("/pooling", post(pooling::create).layer(load.clone()))
+        .route("/classify", post(classify::create).layer(load.clone()))
+        .route("/score", post(score::create).layer(load.clone()))
+        .route("/rerank", post(rerank::create).layer(load.clone()))
+        .route("/v2/rerank", post(rerank::create).layer(load));
     if state.settings.dev_mode.is_some() {
         app = app
             .route("/server_info", get(dev::server_info))

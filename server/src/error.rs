@@ -5,6 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::openai::pooling::PoolingError;
 use crate::openai::validate::ValidationError;
 
 /// An error answered to the client.
@@ -13,6 +14,9 @@ pub enum ApiError {
     /// A field broke one of the validation rules.
     #[error(transparent)]
     Validation(#[from] ValidationError),
+    /// A rule of the pooling routes, or a generation route on a pooling model.
+    #[error(transparent)]
+    Pooling(#[from] PoolingError),
     /// The body is not valid JSON for this route (`param` names the field when known).
     #[error("invalid JSON body: {message}")]
     InvalidJson { message: String, param: Option<String> },
@@ -83,6 +87,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Validation(_)
+            | ApiError::Pooling(_)
             | ApiError::InvalidJson { .. }
             | ApiError::Body(_)
             | ApiError::InvalidQuery { .. }
@@ -115,6 +120,7 @@ impl ApiError {
         };
         let param = match self {
             ApiError::Validation(v) => v.param(),
+            ApiError::Pooling(p) => p.param(),
             ApiError::InvalidJson { param, .. } | ApiError::BadRequest { param, .. } => param.clone(),
             ApiError::ResponseNotFound { param, .. } => Some((*param).to_owned()),
             ApiError::InvalidQuery { param, .. } => Some((*param).to_owned()),

@@ -3,13 +3,16 @@
 //! `tools: name,…\n` first when the request has tools, each assistant tool call as ` [call id name(arguments)]` after
 //! the content and a tool result's id as `tool[id]:`; a request
 //! "generates" the characters of `REPLY` one token at a time, honouring max_tokens, stop strings and log-probs.
+//! In pooling mode (`FakeEngine::pooling`) a request answers a deterministic vector derived from its token ids
+//! (`pooled`), then `Finished`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rserve_engine::api::{
-    EngineInfo, FinishReason, GenerateRequest, RequestEvent, SamplingParams, StopReason, TokenLogprob, Usage,
+    EngineInfo, FinishReason, GenerateRequest, PoolingInfo, PoolingTask, RequestEvent, SamplingParams, StopReason,
+    TokenLogprob, Usage,
 };
 use rserve_engine::engine::metrics::MetricsSetup;
 use rserve_engine::engine::EngineMetrics;
@@ -81,6 +84,13 @@ impl FakeEngine {
         }
     }
 
+    /// A fake pooling model serving `pooling` (every request must then carry `PoolingParams`).
+    pub fn pooling(max_model_len: usize, pooling: PoolingInfo) -> Self {
+        let mut engine = Self::new(max_model_len);
+        engine.info.pooling = Some(pooling);
+        engine
+    }
+
     pub fn submitted(&self) -> Vec<GenerateRequest> {
         self.submitted.lock().map(|v| v.clone()).unwrap_or_default()
     }
@@ -143,6 +153,81 @@ pub fn script(req: &GenerateRequest) -> Vec<RequestEvent> {
         stop_reason,
     });
     events
+}
+
+/// An embedding model's `PoolingInfo`: vectors of `embed_dim`, Matryoshka sizes as given.
+pub fn embedder(embed_dim: usize, matryoshka: Option<Vec<usize>>) -> PoolingInfo {
+    PoolingInfo {
+        tasks: vec![PoolingTask::Embed],
+        embed_dim,
+        matryoshka,
+        labels: Vec::new(),
+        cross_encoder: false,
+        bidirectional: true,
+    }
+}
+
+/// A classifier's `PoolingInfo` with these labels; one label makes it a cross-encoder (a reranker).
+pub fn classifier(labels: &[&str]) -> PoolingInfo {
+    PoolingInfo {
+        tasks: vec![PoolingTask::Classify],
+        embed_dim: 4,
+        matryoshka: None,
+        labels: labels.iter().map(|l| l.to_string()).collect(),
+        cross_encoder: labels.len() == 1,
+        bidirectional: true,
+    }
+}
+
+/// What the fake pools for a request, as a real engine returns it (`dimensions` and normalisation applied).
+/// Embed: element `i` counts the prompt's ids with `id % embed_dim == i`, so equal texts embed alike. Classify:
+/// label `j`'s logit counts the ids with `id % labels == j` (softmax with `activation`); a cross-encoder's one
+/// logit is `4 * share - 2`, `share` being the part of the second segment's ids that the first segment holds
+/// (sigmoid with `activation`), so a document sharing more of the query's bytes scores higher.
+pub fn pooled(req: &GenerateRequest, info: &PoolingInfo) -> Vec<f32> {
+    let Some(params) = &req.pooling else { return Vec::new() };
+    let ids: Vec<u32> = req.prompt_token_ids.iter().map(|t| t.0).collect();
+    match params.task {
+        PoolingTask::Embed => {
+            let dim = info.embed_dim.max(1);
+            let mut v = vec![0f32; dim];
+            for id in &ids {
+                v[*id as usize % dim] += 1.0;
+            }
+            v.truncate(params.dimensions.unwrap_or(dim));
+            if params.normalize.unwrap_or(true) {
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > 0.0 {
+                    v.iter_mut().for_each(|x| *x /= norm);
+                }
+            }
+            v
+        }
+        PoolingTask::Classify if info.cross_encoder => {
+            let types = params.token_type_ids.clone().unwrap_or_default();
+            let segment = |s: u32| ids.iter().zip(&types).filter(move |&(_, &t)| t == s).map(|(id, _)| *id);
+            let first: Vec<u32> = segment(0).collect();
+            let second: Vec<u32> = segment(1).collect();
+            let shared = second.iter().filter(|id| first.contains(id)).count();
+            let logit = 4.0 * shared as f32 / second.len().max(1) as f32 - 2.0;
+            vec![if params.activation { 1.0 / (1.0 + (-logit).exp()) } else { logit }]
+        }
+        PoolingTask::Classify => {
+            let n = info.labels.len().max(1);
+            let mut logits = vec![0f32; n];
+            for id in &ids {
+                logits[*id as usize % n] += 1.0;
+            }
+            if params.activation {
+                let max = logits.iter().copied().fold(f32::MIN, f32::max);
+                let exps: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
+                let sum: f32 = exps.iter().sum();
+                exps.into_iter().map(|e| e / sum).collect()
+            } else {
+                logits
+            }
+        }
+    }
 }
 
 impl Engine for FakeEngine {
@@ -236,7 +321,17 @@ impl Engine for FakeEngine {
             v.push(request.clone());
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut events = script(&request);
+        let mut events = match (&request.pooling, &self.info.pooling) {
+            (Some(_), Some(info)) => vec![
+                RequestEvent::Pooled { data: pooled(&request, info) },
+                RequestEvent::Finished {
+                    reason: FinishReason::Stop,
+                    usage: Usage { prompt_tokens: request.prompt_token_ids.len(), ..Usage::default() },
+                    stop_reason: None,
+                },
+            ],
+            _ => script(&request),
+        };
         if let Some(msg) = &self.fail_with {
             events = vec![RequestEvent::Error(msg.clone())];
         }

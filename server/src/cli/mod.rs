@@ -12,6 +12,7 @@ pub mod env;
 pub mod flag_docs;
 mod help_topic;
 pub mod limits;
+mod pooling;
 pub mod vllm_flags;
 
 pub use compat::Notice;
@@ -170,6 +171,20 @@ pub struct ModelArgs {
     /// decode steps).
     #[arg(long, value_parser = ["off", "graph", "ops"], default_value = "off")]
     pub profile: String,
+    /// What the model is served for: generate, pooling (embeddings, classification, score, rerank), or auto (from
+    /// the architecture: a `...ForCausalLM` generates, an encoder or a `...ForSequenceClassification` pools).
+    #[arg(long, default_value = "auto")]
+    pub runner: String,
+    /// What a pooling runner makes of the model: embed, classify, none (as its architecture is), or auto.
+    #[arg(long, default_value = "auto")]
+    pub convert: String,
+    /// vLLM's older spelling of --runner / --convert: generate, embed (embedding), classify, score, auto.
+    #[arg(long)]
+    pub task: Option<String>,
+    /// The model's pooler overridden, a JSON object: pooling_type (CLS, MEAN, MAX, LAST), normalize,
+    /// use_activation, dimensions, ...
+    #[arg(long)]
+    pub pooler_config: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -540,6 +555,14 @@ pub enum CliError {
     Env(&'static str, String),
     #[error("--api-key-file: {0}")]
     ApiKeyFile(String),
+    #[error("--runner {0} is not supported; use auto, generate or pooling")]
+    Runner(String),
+    #[error("--convert {0} is not supported; use auto, none, embed or classify")]
+    Convert(String),
+    #[error("--task {0} is not supported; use generate, embed, classify or score (or --runner / --convert)")]
+    Task(String),
+    #[error("{0}")]
+    PoolerConfig(String),
 }
 
 fn parse_dtype(s: &str) -> Result<DTypeArg, String> {
@@ -680,6 +703,8 @@ impl EngineArgs {
         cfg.testing_error_in_step_after = self.testing_error_in_step_after;
         cfg.max_request_time = limits::seconds("max-request-time", s.max_request_time)?;
         cfg.override_generation_config = m.override_generation_config.clone().unwrap_or_default().0;
+        (cfg.runner, cfg.convert) = pooling::runner_and_convert(&m.runner, &m.convert, m.task.as_deref())?;
+        cfg.pooler_config = pooling::pooler_config(m.pooler_config.as_deref())?;
         Ok(cfg)
     }
 

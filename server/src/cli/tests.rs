@@ -254,3 +254,52 @@ fn api_keys_come_from_the_flag_and_the_key_file() {
     assert!(e.to_string().contains("cannot read") && e.to_string().contains("missing"), "{e}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn pooling_flags_reach_the_engine_config() {
+    use rserve_engine::engine::{ConvertChoice, RunnerChoice};
+    let choice = |line: &str| {
+        let cfg = serve(line).engine.engine_config("m", 1).expect("valid");
+        (cfg.runner, cfg.convert)
+    };
+    assert_eq!(choice("rserve m"), (RunnerChoice::Auto, ConvertChoice::Auto));
+    assert_eq!(choice("rserve m --runner pooling --convert embed"), (RunnerChoice::Pooling, ConvertChoice::Embed));
+    assert_eq!(choice("rserve m --runner generate --convert none"), (RunnerChoice::Generate, ConvertChoice::None));
+    assert_eq!(choice("rserve m --convert classify"), (RunnerChoice::Auto, ConvertChoice::Classify));
+    // The legacy --task, for whichever of the two is left at auto.
+    assert_eq!(choice("rserve m --task generate"), (RunnerChoice::Generate, ConvertChoice::Auto));
+    assert_eq!(choice("rserve m --task embed"), (RunnerChoice::Pooling, ConvertChoice::Embed));
+    assert_eq!(choice("rserve m --task embedding"), (RunnerChoice::Pooling, ConvertChoice::Embed));
+    assert_eq!(choice("rserve m --task classify"), (RunnerChoice::Pooling, ConvertChoice::Classify));
+    assert_eq!(choice("rserve m --task score"), (RunnerChoice::Pooling, ConvertChoice::Auto));
+    assert_eq!(choice("rserve m --task auto"), (RunnerChoice::Auto, ConvertChoice::Auto));
+    assert_eq!(choice("rserve m --task embed --convert none"), (RunnerChoice::Pooling, ConvertChoice::None));
+    let cfg = serve(r#"rserve m --pooler-config {"pooling_type":"MEAN","normalize":false}"#)
+        .engine
+        .engine_config("m", 1)
+        .expect("valid");
+    assert_eq!(cfg.pooler_config.normalize, Some(false));
+    assert_eq!(cfg.pooler_config.pooling_type.map(|p| p.as_str()), Some("MEAN"));
+    assert_eq!(serve("rserve m").engine.engine_config("m", 1).expect("valid").pooler_config, Default::default());
+}
+
+#[test]
+fn pooling_flag_values_rserve_does_not_serve_are_refused() {
+    let err = |line: &str| serve(line).engine.engine_config("m", 1).unwrap_err();
+    assert_eq!(err("rserve m --convert reward"), CliError::Convert("reward".into()));
+    assert!(err("rserve m --convert reward").to_string().contains("use auto, none, embed or classify"));
+    assert_eq!(err("rserve m --runner draft"), CliError::Runner("draft".into()));
+    assert_eq!(err("rserve m --task reward"), CliError::Task("reward".into()));
+    assert_eq!(err("rserve m --task transcription"), CliError::Task("transcription".into()));
+    let e = err(r#"rserve m --pooler-config {"pooling_type":"FIRST"}"#);
+    assert!(matches!(&e, CliError::PoolerConfig(m) if m.contains("pooling_type")), "{e}");
+    assert!(matches!(err("rserve m --pooler-config [1]"), CliError::PoolerConfig(_)));
+}
+
+#[test]
+fn pooling_flags_pass_the_vllm_compatibility_layer() {
+    for line in ["rserve m --task embed", "rserve m --runner pooling --convert classify", "rserve m --pooler-config {}"]
+    {
+        assert!(parse_from(args(line)).is_ok(), "{line}");
+    }
+}

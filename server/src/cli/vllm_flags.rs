@@ -144,7 +144,8 @@ const NO_USAGE_DETAILS: &str = "usage always carries prompt_tokens_details; no p
 const NO_WATERMARK: &str = "no output watermarking";
 const NUMA: &str = "bind CPUs / NUMA nodes with the launcher (numactl, mpiexec --bind-to)";
 const ONE_SERVER: &str = "one HTTP server process (async, all cores) serves every request";
-const POOLING: &str = "rserve serves generative models only (no pooling / scoring)";
+const LATE_INTERACTION: &str =
+    "rserve serves no late-interaction (ColBERT) models, so there is no such kernel to choose";
 const PREFIX_HASH: &str = "prefix-cache blocks are hashed with rserve's own hash chain";
 const PROFILER: &str = "use rserve's --profile (CUDA step timings) instead of vLLM's torch profiler";
 const PROMPT_EMBEDS: &str = "prompt embeddings as input are not supported";
@@ -167,7 +168,6 @@ const TOOL_STRICT: &str = "tool calls follow the request's tool_choice and stric
 const TUNING: &str = "a vLLM tuning knob with no counterpart in rserve's engine";
 const USAGE_ON_REQUEST: &str = "usage is included when the request asks for it (stream_options.include_usage)";
 const VLLM_INTERNAL: &str = "internal to vLLM's Rust frontend";
-const GENERATE_ONLY: &str = "rserve serves generative models only (no pooling, embedding or classification)";
 const CONFIG_FORMAT: &str = "rserve reads Hugging Face config.json (or GGUF metadata) only";
 const LOGPROBS_MODE: &str = "log-probs are the model's raw log-softmax (vLLM's raw_logprobs)";
 const FCFS: &str = "requests are scheduled first come, first served (no priorities)";
@@ -245,11 +245,11 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--h11-max-incomplete-event-size"], V, Implemented),
     v(&["--h11-max-header-count"], V, Implemented),
     v(&["--enable-offline-docs", "--disable-offline-docs"], S, Ignored(NO_DOCS)),
-    v(&["--enable-flash-late-interaction", "--disable-flash-late-interaction"], S, Ignored(POOLING)),
+    v(&["--enable-flash-late-interaction", "--disable-flash-late-interaction"], S, Ignored(LATE_INTERACTION)),
     // ModelConfig
     v(&["--model"], V, Implemented),
-    v(&["--runner"], V, Only(&["auto", "generate"], GENERATE_ONLY)),
-    v(&["--convert"], V, Only(&["auto", "none"], GENERATE_ONLY)),
+    v(&["--runner"], V, Implemented),
+    v(&["--convert"], V, Implemented),
     v(&["--tokenizer"], V, Implemented),
     v(&["--tokenizer-mode"], V, Only(&["auto", "hf"], TOKENIZER_MODE)),
     v(&["--trust-remote-code", "--no-trust-remote-code"], S, Implemented),
@@ -281,7 +281,7 @@ pub static FLAGS: &[VllmFlag] = &[
     v(&["--hf-token"], O, Implemented),
     v(&["--hf-overrides"], V, Refused(HF_CONFIG)),
     v(&["--model-class-overrides"], V, Refused(NO_PLUGINS)),
-    v(&["--pooler-config"], V, Refused(POOLING)),
+    v(&["--pooler-config"], V, Implemented),
     v(&["--generation-config"], V, Implemented),
     v(&["--override-generation-config"], V, Implemented),
     v(&["--enable-sleep-mode", "--disable-sleep-mode"], S, Ignored(NO_SLEEP)),
@@ -538,7 +538,7 @@ pub static FLAGS: &[VllmFlag] = &[
     legacy(&["--disable-frontend-multiprocessing"], S, Ignored(ONE_SERVER)),
     legacy(&["--guided-decoding-backend"], V, Ignored(STRUCTURED_OUTPUTS)),
     legacy(&["--enable-reasoning"], S, Refused(NO_REASONING_PARSER)),
-    legacy(&["--task"], V, Only(&["auto", "generate"], GENERATE_ONLY)),
+    legacy(&["--task"], V, Implemented),
     legacy(&["--tokenizer-pool-size"], V, Ignored(TUNING)),
     // rserve's own (`--no-enable-prefix-caching` is also older vLLM's spelling)
     VllmFlag { names: &["--no-enable-prefix-caching"], arity: S, support: Implemented, origin: Origin::VllmLegacy },

@@ -2,6 +2,7 @@
 //! conversion of engine events into response bodies and stream chunks (`render`, `logprobs`); the Responses API on top of chat (`responses`).
 
 pub mod logprobs;
+pub mod pooling;
 pub mod reasoning;
 pub mod render;
 pub mod request_extras;

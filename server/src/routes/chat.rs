@@ -8,6 +8,8 @@ use serde_json::{Map, Value};
 use crate::error::ApiError;
 use crate::fanout;
 use crate::json::ApiJson;
+use crate::openai::pooling::validate::refuse_on_pooling_model;
+use crate::openai::pooling::Api;
 use crate::openai::render::{self, ChatStream, ResponseMeta};
 use crate::openai::types::ChatCompletionRequest;
 use crate::openai::validate;
@@ -35,6 +37,8 @@ pub async fn create(
     State(state): State<AppState>,
     ApiJson(mut req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
+    // A pooling model serves no generation (vLLM has no handler for it).
+    refuse_on_pooling_model(state.engine.info(), Api::ChatCompletions)?;
     with_default_kwargs(&mut req, &state.settings.default_chat_template_kwargs);
     let model = state.resolve_model(req.model.as_deref())?;
     let valid = validate::chat(&req, state.engine.as_ref(), &state.settings.tools, state.settings.reasoning)?;

@@ -7,6 +7,8 @@ use axum::Json;
 use crate::error::ApiError;
 use crate::fanout;
 use crate::json::ApiJson;
+use crate::openai::pooling::validate::refuse_on_pooling_model;
+use crate::openai::pooling::Api;
 use crate::openai::render::{self, CompletionStream, ResponseMeta};
 use crate::openai::types::CompletionRequest;
 use crate::openai::validate;
@@ -17,6 +19,8 @@ pub async fn create(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
+    // A pooling model serves no generation (vLLM has no handler for it).
+    refuse_on_pooling_model(state.engine.info(), Api::Completions)?;
     let model = state.resolve_model(req.model.as_deref())?;
     let valid = validate::completion(&req, state.engine.as_ref())?;
     let meta = ResponseMeta::new("cmpl", model);

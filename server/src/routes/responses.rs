@@ -11,6 +11,8 @@ use axum::Json;
 use crate::error::ApiError;
 use crate::fanout;
 use crate::json::ApiJson;
+use crate::openai::pooling::validate::refuse_on_pooling_model;
+use crate::openai::pooling::Api;
 use crate::openai::render::{self, ChatStream, ResponseMeta};
 use crate::openai::responses::convert;
 use crate::openai::responses::render::{answer_message, echo, from_chat, Draft};
@@ -25,6 +27,8 @@ pub async fn create(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ResponsesRequest>,
 ) -> Result<Response, ApiError> {
+    // A pooling model serves no generation (vLLM has no handler for it).
+    refuse_on_pooling_model(state.engine.info(), Api::Responses)?;
     let previous = match req.previous_response_id.as_deref() {
         None | Some("") => None,
         Some(id) => Some(
