@@ -35,7 +35,7 @@ where
 {
     // Whole prompts in one step: every row of the first, the last row of the second.
     let batch: Vec<ScheduledSeq> = PROMPTS.iter().enumerate().map(|(i, p)| seq(i, p, 0)).collect();
-    let whole = r.pool(&batch, &[PoolRows::All, PoolRows::Last]).unwrap();
+    let whole = r.pool(&batch, &[PoolRows::All, PoolRows::Last], &[]).unwrap();
     assert_eq!(whole[0].len(), PROMPTS[0].len() * hidden);
     assert_eq!(whole[1].len(), hidden);
     // The last row times the LM head: the logits a generation step computes for that sequence.
@@ -48,12 +48,12 @@ where
     }
     // The first prompt in two chunks of 6 and 4 tokens: the same rows, the second chunk's keys from the cache.
     let split = 6;
-    let first = r.pool(&[seq(0, &PROMPTS[0][..split], 0)], &[PoolRows::All]).unwrap();
-    let second = r.pool(&[seq(0, &PROMPTS[0][split..], split)], &[PoolRows::All]).unwrap();
+    let first = r.pool(&[seq(0, &PROMPTS[0][..split], 0)], &[PoolRows::All], &[]).unwrap();
+    let second = r.pool(&[seq(0, &PROMPTS[0][split..], split)], &[PoolRows::All], &[]).unwrap();
     let chunked: Vec<f32> = first[0].iter().chain(&second[0]).copied().collect();
     assert!(close(&chunked, &whole[0], 1e-4), "two chunks vs one step");
     // First and nothing.
-    let rows = r.pool(&batch, &[PoolRows::First, PoolRows::Nothing]).unwrap();
+    let rows = r.pool(&batch, &[PoolRows::First, PoolRows::Nothing], &[]).unwrap();
     assert!(close(&rows[0], &whole[0][..hidden], 1e-4));
     assert!(rows[1].is_empty());
 }
@@ -84,6 +84,6 @@ fn pooled_rows_on_opencl_are_the_lm_heads_input_in_any_chunking() {
 fn pooling_rows_must_match_the_batch() {
     let (params, weights) = load();
     let mut r = ModelRunner::new(CpuBackend::new(), &params, &weights, 8, BS).unwrap();
-    let e = r.pool(&[seq(0, PROMPTS[0], 0)], &[]).unwrap_err();
+    let e = r.pool(&[seq(0, PROMPTS[0], 0)], &[], &[]).unwrap_err();
     assert!(e.to_string().contains("pooling rows"), "{e}");
 }

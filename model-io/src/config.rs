@@ -5,6 +5,7 @@
 //! checked into `ModelParams`. Code outside `config/` never looks at raw config keys, except the planner's own
 //! any-architecture readers (`plan::shape`, `plan::shape_gguf`).
 
+pub mod encoder;
 pub mod gguf_meta;
 pub mod hf;
 pub mod pooling;

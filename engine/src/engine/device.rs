@@ -178,6 +178,34 @@ impl Device {
     }
 
     /// `build_runner` with the engine's limits (`ModelRunner::with_options`).
+    /// An encoder's runner on this device (pooling only): its weights through `take` (Hugging Face names without
+    /// the model's prefix), matmul weights in `dtype`.
+    pub fn build_encoder_runner(
+        self,
+        params: &rserve_model_io::config::encoder::EncoderParams,
+        take: &dyn Fn(&str) -> Result<candle_core::Tensor>,
+        dtype: candle_core::DType,
+    ) -> Result<Box<dyn StepRunner>> {
+        use crate::model::bert::EncoderModel;
+        use crate::runner::EncoderRunner;
+        macro_rules! build {
+            ($b:expr) => {{
+                let b = $b;
+                let model = EncoderModel::load(&b, params, take, dtype)?;
+                Ok(Box::new(EncoderRunner::new(b, model)))
+            }};
+        }
+        match self {
+            Device::Cpu(b) => build!(b),
+            #[cfg(feature = "level-zero")]
+            Device::LevelZero(b) => build!(b),
+            #[cfg(feature = "opencl")]
+            Device::OpenCl(b) => build!(b),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(b) => build!(b),
+        }
+    }
+
     pub fn build_runner_with(
         self,
         params: &ModelParams,

@@ -17,6 +17,7 @@ mod pool_step;
 mod pooling_setup;
 pub mod replicas;
 mod start;
+mod start_encoder;
 mod thread;
 mod warmup;
 

@@ -58,7 +58,15 @@ impl EngineLoop {
         let Some(state) = self.pooling.as_mut() else { return };
         state.apply_ends(&out);
         let rows: Vec<PoolRows> = out.seqs.iter().map(|q| state.pooler.rows(q.start_position == 0, q.sample)).collect();
-        let result = self.hooks.before_step().and_then(|()| self.runner.pool(&out.seqs, &rows));
+        let segments: Vec<&[u32]> = out
+            .seqs
+            .iter()
+            .map(|q| {
+                let types = state.pending.get(&q.request_id).and_then(|p| p.params.token_type_ids.as_deref());
+                types.and_then(|t| t.get(q.start_position..q.start_position + q.token_ids.len())).unwrap_or(&[])
+            })
+            .collect();
+        let result = self.hooks.before_step().and_then(|()| self.runner.pool(&out.seqs, &rows, &segments));
         let hidden = match result {
             Ok(h) => h,
             Err(e) => {
@@ -85,6 +93,7 @@ impl EngineLoop {
             self.scheduler.abort(id);
             match done {
                 Some(Ok(data)) => {
+                    self.observe_pooled(id);
                     self.outbox.push(ToOutput::Pooled { id, data });
                     self.finish(id, FinishReason::Stop, None, false);
                 }

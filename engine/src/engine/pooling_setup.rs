@@ -33,7 +33,7 @@ pub(super) fn pooler_for(cfg: &EngineConfig, resolved: &ResolvedModel, params: &
 }
 
 /// The config's Matryoshka support: `matryoshka_dimensions` (the sizes allowed) or `is_matryoshka: true` (any size).
-fn matryoshka_dimensions(dir: &Path) -> Option<Vec<usize>> {
+pub(super) fn matryoshka_dimensions(dir: &Path) -> Option<Vec<usize>> {
     let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     if let Some(dims) = v.get("matryoshka_dimensions").and_then(|d| d.as_array()) {

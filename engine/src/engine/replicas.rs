@@ -47,6 +47,10 @@ pub fn start_over_mpi(cfg: &EngineConfig, n: usize) -> Result<Vec<super::EngineH
         let _span = tracing::info_span!("dp", engine = 0).entered();
         super::start::start_sized(first, None)?
     };
+    let Some(sizing) = sizing else {
+        first.shutdown();
+        return Err(EngineError::InvalidArgument("an encoder is not served with -dp over MPI".into()));
+    };
     let rest: Vec<Result<super::EngineHandle>> = std::thread::scope(|s| {
         let starts: Vec<_> = configs
             .map(|c| {

@@ -146,7 +146,8 @@ pub fn start(cfg: EngineConfig) -> Result<EngineHandle> {
 
 /// `start`, returning how the model was sized; with `remote`, the engine of a `-dp` replica whose ranks are other
 /// MPI processes (rank 0 loads no weights for it and opens no device: it schedules and samples).
-pub(crate) fn start_sized(cfg: EngineConfig, remote: Option<&Sizing>) -> Result<(EngineHandle, Sizing)> {
+/// The sizing is None for an encoder (no KV cache to size).
+pub(crate) fn start_sized(cfg: EngineConfig, remote: Option<&Sizing>) -> Result<(EngineHandle, Option<Sizing>)> {
     // The engine's CPU work (weights upload, every step) runs on `--cpu-threads` threads, one per physical core by
     // default (a core's second hardware thread shares its FMA units and cache: it only adds contention), or on a
     // replica's share of the cores (`-dp` on the CPU). The engine loop itself runs inside the pool (`install`), so
@@ -168,7 +169,7 @@ fn start_in(
     cfg: EngineConfig,
     pool: Arc<rayon::ThreadPool>,
     remote: Option<&Sizing>,
-) -> Result<(EngineHandle, Sizing)> {
+) -> Result<(EngineHandle, Option<Sizing>)> {
     let role = distributed::role(&cfg)?;
     if role == Role::Worker {
         return Err(EngineError::InvalidArgument("start() runs on MPI rank 0; other ranks call run_if_worker".into()));
@@ -188,6 +189,14 @@ fn start_in(
         "dummy" => crate::weights::dummy::resolve(&cfg.model).or_else(|_| resolve_model(&cfg.model, &opts))?,
         _ => resolve_model(&cfg.model, &opts)?,
     };
+    if let Some(encoder) = super::start_encoder::encoder_params(&resolved)? {
+        let Some(device) = device else {
+            return Err(EngineError::InvalidArgument("an encoder runs in one process".into()));
+        };
+        let tokenizer = Arc::new(load_tokenizer(&cfg, &resolved, &opts)?);
+        let handle = super::start_encoder::start_encoder(&cfg, pool, device, &resolved, encoder, tokenizer)?;
+        return Ok((handle, None));
+    }
     let params = resolved.load_params()?;
     distributed::check_split(&params, &cfg)?;
     let pooler = super::pooling_setup::pooler_for(&cfg, &resolved, &params)?.map(Arc::new);
@@ -311,15 +320,47 @@ fn start_in(
         pooling: pooler.as_ref().map(|p| p.info().clone()),
         max_num_batched_tokens,
     };
+    let parts = EngineParts {
+        scheduler,
+        runner,
+        tokenizer,
+        chat_template,
+        info,
+        eos,
+        sampling_defaults,
+        pooler,
+        num_blocks: plan.num_blocks,
+    };
+    let handle = spawn(&cfg, pool, parts)?;
+    Ok((handle, Some(sizing)))
+}
+
+/// What a loaded engine is made of, handed to `spawn`.
+pub(super) struct EngineParts {
+    pub scheduler: Scheduler,
+    pub runner: Box<dyn crate::runner::StepRunner>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub chat_template: Option<ChatTemplate>,
+    pub info: EngineInfo,
+    pub eos: Vec<TokenId>,
+    pub sampling_defaults: SamplingParams,
+    pub pooler: Option<Arc<crate::pooling::Pooler>>,
+    pub num_blocks: usize,
+}
+
+/// Starts the engine thread (and its metrics) over a loaded model, in `pool`.
+pub(super) fn spawn(cfg: &EngineConfig, pool: Arc<rayon::ThreadPool>, parts: EngineParts) -> Result<EngineHandle> {
+    let EngineParts { scheduler, runner, tokenizer, chat_template, info, eos, sampling_defaults, pooler, num_blocks } =
+        parts;
     let setup = MetricsSetup {
         model_name: cfg.served_model_name.clone().unwrap_or_else(|| cfg.model.clone()),
-        max_model_len: plan.max_model_len,
+        max_model_len: info.max_model_len,
         cache: CacheInfo {
             block_size: cfg.block_size,
             gpu_memory_utilization: cfg.gpu_memory_utilization,
             cache_dtype: cfg.kv_cache_dtype.clone(),
             enable_prefix_caching: cfg.enable_prefix_caching,
-            num_gpu_blocks: plan.num_blocks,
+            num_gpu_blocks: num_blocks,
             kv_cache_memory_bytes: cfg.kv_cache_memory_bytes,
         },
         engine: cfg.data_parallel_rank,
@@ -357,7 +398,7 @@ fn start_in(
         grammars: Arc::default(),
     };
     handle.prepare_grammars();
-    Ok((handle, sizing))
+    Ok(handle)
 }
 
 /// Loads this process's weights (rank 0's shard under MPI), sizes the KV cache and builds the runner on `device`.

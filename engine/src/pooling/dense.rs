@@ -1,5 +1,6 @@
 //! A sentence-transformers `Dense` module on the host: `act(x . W^T + b)`, its weights read from the module's
-//! folder (`model.safetensors`, tensors `linear.weight` `[out, in]` and `linear.bias`, any float type, kept as f32).
+//! folder (`model.safetensors`, tensors `linear.weight` `[out, in]` and `linear.bias`, any float type, kept as f32);
+//! a classifier head's layers are the same computation.
 
 use rserve_model_io::config::pooling::{DenseActivation, DenseLayer};
 use safetensors::{Dtype, SafeTensors};
@@ -44,6 +45,23 @@ impl Dense {
         let weight = to_f32(layer, "linear.weight", &st, i * o)?;
         let bias = if layer.bias { Some(to_f32(layer, "linear.bias", &st, o)?) } else { None };
         Ok(Self { weight, bias, in_features: i, out_features: o, activation: layer.activation })
+    }
+
+    /// A layer from weights already read (`weight` `[out, in]`), e.g. a classifier head's.
+    pub fn from_parts(
+        weight: Vec<f32>,
+        bias: Vec<f32>,
+        in_features: usize,
+        activation: DenseActivation,
+    ) -> Result<Self> {
+        let out_features = bias.len();
+        if weight.len() != in_features * out_features {
+            return Err(EngineError::InvalidArgument(format!(
+                "a head layer of {} weights for {in_features} inputs and {out_features} outputs",
+                weight.len()
+            )));
+        }
+        Ok(Self { weight, bias: Some(bias), in_features, out_features, activation })
     }
 
     pub fn in_features(&self) -> usize {

@@ -20,11 +20,20 @@ pub use dense::Dense;
 #[derive(Debug, Clone)]
 pub struct Pooler {
     pooling: PoolingType,
+    /// Embed: sentence-transformers' Dense layers; Classify: the classifier head's layers.
     dense: Vec<Dense>,
     normalize: bool,
     default_dimensions: Option<usize>,
+    /// Classify: whether the head's logits become probabilities by default (vLLM's `use_activation`).
+    activation: bool,
     hidden: usize,
     info: PoolingInfo,
+}
+
+/// An encoder's classifier head, its layers in order (the last gives one logit per label).
+pub struct ClassifierHead {
+    pub layers: Vec<Dense>,
+    pub labels: Vec<String>,
 }
 
 impl Pooler {
@@ -77,7 +86,55 @@ impl Pooler {
             cross_encoder: false,
             bidirectional: false,
         };
-        Ok(Self { pooling, dense, normalize, default_dimensions: over.dimensions, hidden, info })
+        Ok(Self { pooling, dense, normalize, default_dimensions: over.dimensions, activation: true, hidden, info })
+    }
+
+    /// An encoder embedder: as a decoder's, but CLS pooling when the folder says nothing (vLLM's default for BERT),
+    /// and bidirectional (each input runs whole).
+    pub fn encoder_embedder(
+        dir: Option<&Path>,
+        hidden: usize,
+        matryoshka: Option<Vec<usize>>,
+        over: &PoolerOverride,
+    ) -> Result<Self> {
+        let has_st = dir.is_some_and(|d| d.join("modules.json").exists());
+        let over = PoolerOverride {
+            pooling_type: over.pooling_type.or(if has_st { None } else { Some(PoolingType::Cls) }),
+            ..over.clone()
+        };
+        let mut p = Self::decoder_embedder(dir, hidden, matryoshka, &over)?;
+        p.info.bidirectional = true;
+        Ok(p)
+    }
+
+    /// An encoder classifier (`...ForSequenceClassification`): the first token's state through the head. One label
+    /// is a cross-encoder's relevance score (sigmoid; `/score` and `/rerank` feed it query-document pairs); more are
+    /// classes (softmax).
+    pub fn encoder_classifier(head: ClassifierHead, hidden: usize, over: &PoolerOverride) -> Result<Self> {
+        if head.layers.first().is_some_and(|d| d.in_features() != hidden)
+            || head.layers.last().is_none_or(|d| d.out_features() != head.labels.len())
+        {
+            return Err(EngineError::InvalidArgument(
+                "the classifier head does not fit the model's width and labels".into(),
+            ));
+        }
+        let info = PoolingInfo {
+            tasks: vec![PoolingTask::Classify],
+            embed_dim: hidden,
+            matryoshka: None,
+            cross_encoder: head.labels.len() == 1,
+            labels: head.labels,
+            bidirectional: true,
+        };
+        Ok(Self {
+            pooling: over.pooling_type.unwrap_or(PoolingType::Cls),
+            dense: head.layers,
+            normalize: false,
+            default_dimensions: None,
+            activation: over.activation.unwrap_or(true),
+            hidden,
+            info,
+        })
     }
 
     pub fn info(&self) -> &PoolingInfo {
@@ -128,6 +185,9 @@ impl Pooler {
             v = d.apply(&v);
         }
         match params.task {
+            PoolingTask::Embed if !self.info.tasks.contains(&PoolingTask::Embed) => {
+                Err(EngineError::InvalidArgument("this model classifies; it does not embed".into()))
+            }
             PoolingTask::Embed => {
                 if let Some(d) = params.dimensions.or(self.default_dimensions) {
                     if d == 0 || d > v.len() {
@@ -143,11 +203,29 @@ impl Pooler {
                 }
                 Ok(v)
             }
+            PoolingTask::Classify if self.info.tasks.contains(&PoolingTask::Classify) => {
+                if params.activation && self.activation {
+                    activate(&mut v);
+                }
+                Ok(v)
+            }
             PoolingTask::Classify => {
                 Err(EngineError::InvalidArgument("this model embeds; it has no classifier".into()))
             }
         }
     }
+}
+
+/// A classifier's probabilities: sigmoid of a single logit, softmax over several (as sentence-transformers'
+/// CrossEncoder and vLLM's classify do).
+fn activate(v: &mut [f32]) {
+    if let [x] = v {
+        *x = 1.0 / (1.0 + (-*x).exp());
+        return;
+    }
+    let max = v.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = v.iter().map(|x| (x - max).exp()).sum();
+    v.iter_mut().for_each(|x| *x = (*x - max).exp() / sum);
 }
 
 /// `v / max(|v|, 1e-12)`, as torch's `F.normalize`.

@@ -4,9 +4,11 @@
 //! trait to a sharded model. `StepMasks`: a step's grammar masks (structured outputs), which a runner applies to the
 //! logits on its device.
 
+mod encoder;
 mod model;
 mod recorded;
 
+pub use encoder::EncoderRunner;
 pub use model::ModelRunner;
 pub use recorded::buckets;
 
@@ -158,10 +160,11 @@ pub trait StepRunner: Send {
         false
     }
     /// A pooling model's step: runs the batch to the model's final norm (no LM head, no token chosen) and returns,
-    /// per sequence, the hidden states of the rows `rows[i]` names, `[rows, hidden]` flattened. This default: the
-    /// runner cannot pool.
-    fn pool(&mut self, batch: &[ScheduledSeq], rows: &[PoolRows]) -> Result<Vec<Vec<f32>>> {
-        let _ = (batch, rows);
+    /// per sequence, the hidden states of the rows `rows[i]` names, `[rows, hidden]` flattened. `segments[i]`: the
+    /// token types of sequence `i`'s tokens in the step (an encoder's `token_type_ids`; empty: all 0; decoders have
+    /// none). This default: the runner cannot pool.
+    fn pool(&mut self, batch: &[ScheduledSeq], rows: &[PoolRows], segments: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        let _ = (batch, rows, segments);
         Err(crate::error::EngineError::InvalidArgument("this runner cannot run a pooling model".into()))
     }
     /// Forgets the launched steps not collected (their engine step failed or their requests are gone).

@@ -672,7 +672,7 @@ where
         self.opts.async_scheduling
     }
 
-    fn pool(&mut self, batch: &[ScheduledSeq], rows: &[PoolRows]) -> Result<Vec<Vec<f32>>> {
+    fn pool(&mut self, batch: &[ScheduledSeq], rows: &[PoolRows], _segments: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         if batch.len() != rows.len() {
             return Err(EngineError::InvalidArgument(format!(
                 "{} pooling rows for {} sequences",

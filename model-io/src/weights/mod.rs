@@ -6,6 +6,7 @@
 //! `expected_tensors(params)` lists, each with the shape it gives, so models can index without further checks.
 
 pub mod dummy;
+pub mod encoder;
 pub mod gguf;
 pub mod gpt_oss;
 pub mod names;

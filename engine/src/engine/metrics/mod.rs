@@ -469,6 +469,14 @@ impl EngineMetrics {
         }
     }
 
+    /// A pooling request's result, `ttft` after it arrived: its prompt tokens are counted as a generation request's
+    /// are at its first token (all computed: pooling requests skip the prefix cache); no token is generated.
+    pub fn observe_pooled(&self, ttft: f64, prompt_tokens: usize) {
+        self.time_to_first_token.observe(ttft);
+        self.prompt_tokens.inc_by(prompt_tokens as u64);
+        self.prompt_tokens_by_source.with_label_values(&["local_compute"]).inc_by(prompt_tokens as u64);
+    }
+
     /// One request that ended at `now`, whatever the reason.
     pub fn observe_finished(&self, f: Finished<'_>, now: std::time::Instant) {
         let t = f.stats.finished(now);
