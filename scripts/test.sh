@@ -24,16 +24,21 @@ cargo test --locked -p level-zero-sys --features regenerate --test bindings
 cargo test --locked --workspace ${RSERVE_CARGO_FEATURES:+--features "$RSERVE_CARGO_FEATURES"}
 export RSERVE_BIN="$REPO/target/debug/rserve"
 .venv/bin/python -m pytest -q tests/python
-# The same end-to-end suite on the SPIR-V kernels (--device opencl, Intel's OpenCL CPU runtime), when it is installed
-# (the HTTP front's own tests, test_http.py, and the command line's, test_cli_flags.py, do not depend on the device
-# and run once, above).
+# The device legs: the suites whose outcome depends on the device or the runner (the model's numbers, the sampler,
+# grammar masks, prompt log-probs, batching and chunking, pooling, faults and aborts in a step, start-up), on the
+# SPIR-V kernels (--device opencl, Intel's OpenCL CPU runtime) when it is installed, and against a tensor-parallel
+# server. The HTTP front, the API shapes, parsers and the command line are the same code on every device and run
+# once, above.
+DEVICE_SUITES=()
+for s in api sampling structured prompt_logprobs concurrency partial_prefills pooling model_shelf faults disconnect \
+  lifecycle; do
+  DEVICE_SUITES+=("tests/python/test_$s.py")
+done
 if [ -n "${OCL_ICD_VENDORS:-}" ]; then
-  RSERVE_E2E_ARGS="--device opencl" .venv/bin/python -m pytest -q tests/python --ignore=tests/python/test_parallel.py \
-    --ignore=tests/python/test_http.py --ignore=tests/python/test_cli_flags.py
+  RSERVE_E2E_ARGS="--device opencl" .venv/bin/python -m pytest -q "${DEVICE_SUITES[@]}"
 fi
-# And against a tensor-parallel server: rank 0 serves, three MPI ranks hold a third of the heads each.
+# Rank 0 serves, three MPI ranks hold a third of the heads each.
 if [ "${RSERVE_MPI:-0}" = 1 ]; then
   RSERVE_E2E_LAUNCH="mpirun --allow-run-as-root --oversubscribe -n 3 -x RAYON_NUM_THREADS=1 --mca mpi_yield_when_idle 1" \
-    RSERVE_E2E_ARGS="-tp 3" .venv/bin/python -m pytest -q tests/python --ignore=tests/python/test_parallel.py \
-      --ignore=tests/python/test_http.py --ignore=tests/python/test_cli_flags.py
+    RSERVE_E2E_ARGS="-tp 3" .venv/bin/python -m pytest -q "${DEVICE_SUITES[@]}"
 fi
