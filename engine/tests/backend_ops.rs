@@ -554,7 +554,8 @@ op_parity!(gelu_erf, tol = F32_TOL, |b, rng| {
         let x = b.upload_f32(&random(&mut rng, len, 6.0)).unwrap();
         let out = poisoned(b, len);
         b.run(Op::Gelu { x: &x, out: &out, len }).unwrap();
-        outs.push(("out", b.download_f32(&out).unwrap(), len.min(1000)));
+        // Compared whole: far below zero, 1 + erf is a difference of nearly equal values on either side.
+        outs.push(("out", b.download_f32(&out).unwrap(), len));
     }
     outs
 });
