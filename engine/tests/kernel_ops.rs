@@ -316,7 +316,8 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     // The encoder ops: LayerNorm with and without the residual, GELU, attention over two sequences.
     for residual in [Some(&res), None] {
         let (bias, out) = (f(h), f(40 * h));
-        let op = Op::LayerNorm { x: &x, residual, weight: &norm, bias: &bias, out: &out, rows: 40, hidden: h, eps: 1e-12 };
+        let op =
+            Op::LayerNorm { x: &x, residual, weight: &norm, bias: &bias, out: &out, rows: 40, hidden: h, eps: 1e-12 };
         kernels::run(d, op).unwrap();
     }
     kernels::run(d, Op::Gelu { x: &x, out: &f(40 * h), len: 40 * h }).unwrap();
