@@ -47,6 +47,7 @@ fn run_all(engine: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<(Vec<TokenI
                     }
                     RequestEvent::Error(e) => panic!("engine error: {e}"),
                     RequestEvent::PromptLogprobs { .. } => panic!("prompt log-probs nobody asked for"),
+                    RequestEvent::Pooled { .. } => panic!("a pooled result from a generation request"),
                 }
             }
         }
