@@ -512,6 +512,98 @@ op_parity!(attention_batch_shape_changes_between_calls, tol = F32_TOL, |b, rng| 
     vec![attention(b, &mut rng, "a", &a), attention(b, &mut rng, "c", &c), attention(b, &mut rng, "a again", &a)]
 });
 
+// ------------------------------------------------------------------------------------------------ encoder ops
+
+/// LayerNorm with a bias over hidden sizes odd and even, below and above one work-group's width, with and without
+/// the residual folded in.
+fn layer_norm<B: Backend>(b: &B, rng: &mut StdRng, with_residual: bool) -> Vec<backends::Output> {
+    let mut outs = Vec::new();
+    for (rows, hidden) in [(7, 384), (3, 1001), (1, 768), (5, 37), (2, 4099)] {
+        // An offset mean, so the variance is not the mean square.
+        let x: Vec<f32> = random(rng, rows * hidden, 2.0).into_iter().map(|v| v + 0.75).collect();
+        let x = b.upload_f32(&x).unwrap();
+        let vector = |v: Vec<f32>| b.upload_weight(&Tensor::from_vec(v, hidden, &Device::Cpu).unwrap()).unwrap();
+        let (w, bias) = (vector(random(rng, hidden, 1.5)), vector(random(rng, hidden, 0.5)));
+        let residual = with_residual.then(|| b.upload_f32(&random(rng, rows * hidden, 2.0)).unwrap());
+        let out = poisoned(b, rows * hidden);
+        let op = Op::LayerNorm {
+            x: &x,
+            residual: residual.as_ref(),
+            weight: &w,
+            bias: &bias,
+            out: &out,
+            rows,
+            hidden,
+            eps: 1e-12,
+        };
+        b.run(op).unwrap();
+        outs.push(("out", b.download_f32(&out).unwrap(), hidden));
+        if let Some(r) = &residual {
+            outs.push(("residual (unchanged)", b.download_f32(r).unwrap(), hidden));
+        }
+    }
+    outs
+}
+
+op_parity!(layer_norm_plain, tol = F32_TOL, |b, rng| { layer_norm(b, &mut rng, false) });
+op_parity!(layer_norm_residual, tol = F32_TOL, |b, rng| { layer_norm(b, &mut rng, true) });
+
+op_parity!(gelu_erf, tol = F32_TOL, |b, rng| {
+    let mut outs = Vec::new();
+    for len in [64, 1001, 10_007] {
+        let x = b.upload_f32(&random(&mut rng, len, 6.0)).unwrap();
+        let out = poisoned(b, len);
+        b.run(Op::Gelu { x: &x, out: &out, len }).unwrap();
+        // Compared whole: far below zero, 1 + erf is a difference of nearly equal values on either side.
+        outs.push(("out", b.download_f32(&out).unwrap(), len));
+    }
+    outs
+});
+
+/// Encoder attention over sequences of the given lengths (`num_heads` heads of `head_dim`), compared per head.
+fn encoder_attention<B: Backend>(
+    b: &B,
+    rng: &mut StdRng,
+    lens: &[u32],
+    num_heads: usize,
+    head_dim: usize,
+) -> backends::Output {
+    let mut starts = vec![0u32];
+    lens.iter().for_each(|l| starts.push(starts.last().unwrap() + l));
+    let num_tokens = *starts.last().unwrap() as usize;
+    let width = num_heads * head_dim;
+    let qkv = b.upload_f32(&random(rng, num_tokens * 3 * width, 2.0)).unwrap();
+    let query_start = b.upload_u32(&starts).unwrap();
+    let out = poisoned(b, num_tokens * width);
+    let op = Op::EncoderAttention {
+        qkv: &qkv,
+        query_start: &query_start,
+        out: &out,
+        num_seqs: lens.len(),
+        num_tokens,
+        num_heads,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+    };
+    b.run(op).unwrap();
+    ("out", b.download_f32(&out).unwrap(), head_dim)
+}
+
+op_parity!(encoder_attention_shapes, tol = F32_TOL, |b, rng| {
+    vec![
+        // One token alone; several sequences of 1 to 70 rows (more keys than one step of the online softmax).
+        encoder_attention(b, &mut rng, &[1], 2, 64),
+        encoder_attention(b, &mut rng, &[5, 1, 70, 3], 4, 64),
+        // BERT-base's heads over a sequence longer than two steps; a head dim not a multiple of 4.
+        encoder_attention(b, &mut rng, &[130, 2], 12, 64),
+        encoder_attention(b, &mut rng, &[4, 7], 3, 6),
+        // Head dims of one pass (128) and of several (200, 258: the keys are scored once a pass).
+        encoder_attention(b, &mut rng, &[65, 9], 2, 128),
+        encoder_attention(b, &mut rng, &[12, 1], 1, 200),
+        encoder_attention(b, &mut rng, &[3, 20], 1, 258),
+    ]
+});
+
 // ------------------------------------------------------------------------------------------------ bad input
 
 #[test]
@@ -578,6 +670,20 @@ fn out_of_range_indices_are_errors() {
         sinks: None,
     };
     assert!(b.run(op).unwrap_err().to_string().contains("outside the cache"));
+
+    // Encoder attention whose query starts run past its rows.
+    let (qkv, qs) = (b.upload_f32(&[0.5; 2 * 3 * 4]).unwrap(), b.upload_u32(&[0, 3]).unwrap());
+    let op = Op::EncoderAttention {
+        qkv: &qkv,
+        query_start: &qs,
+        out: &out,
+        num_seqs: 1,
+        num_tokens: 2,
+        num_heads: 1,
+        head_dim: 4,
+        scale: 1.0,
+    };
+    assert!(b.run(op).unwrap_err().to_string().contains("query start 3"));
 }
 
 // ------------------------------------------------------------------------------------------------ routed experts

@@ -313,6 +313,26 @@ fn exercise(d: &Fake, act: Option<WeightDType>) {
     .unwrap();
     kernels::run(d, Op::SoftCap { x: &f(3 * vocab), rows: 3, width: vocab, cap: 30.0 }).unwrap();
     kernels::run(d, Op::GatherRows { x: &x, rows: &u(vec![3, 39]), out: &f(2 * h), num_rows: 2, width: h }).unwrap();
+    // The encoder ops: LayerNorm with and without the residual, GELU, attention over two sequences.
+    for residual in [Some(&res), None] {
+        let (bias, out) = (f(h), f(40 * h));
+        let op =
+            Op::LayerNorm { x: &x, residual, weight: &norm, bias: &bias, out: &out, rows: 40, hidden: h, eps: 1e-12 };
+        kernels::run(d, op).unwrap();
+    }
+    kernels::run(d, Op::Gelu { x: &x, out: &f(40 * h), len: 40 * h }).unwrap();
+    let (qkv, starts, enc_out) = (f(40 * 3 * heads * hd), u(vec![0, 38, 40]), f(40 * heads * hd));
+    let op = Op::EncoderAttention {
+        qkv: &qkv,
+        query_start: &starts,
+        out: &enc_out,
+        num_seqs: 2,
+        num_tokens: 40,
+        num_heads: heads,
+        head_dim: hd,
+        scale: 0.25,
+    };
+    kernels::run(d, op).unwrap();
     let feed = (u(vec![0; 4]), u(vec![7, 8]), u(vec![1, u32::MAX, 0, 5]));
     kernels::run(d, Op::FeedTokens { ids: &feed.0, prev: &feed.1, from: &feed.2, count: 4, prev_len: 2 }).unwrap();
     kernels::run(d, Op::MaskLogits { logits: &f(3 * 1000), mask: &u(vec![u32::MAX; 3 * 32]), rows: 3, vocab: 1000 })
@@ -484,5 +504,35 @@ fn indices_outside_their_buffers_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("row 2"), "{e}");
+    let op = Op::EncoderAttention {
+        qkv: &f(2 * 3 * 8),
+        query_start: &u(vec![0, 3]),
+        out: &f(16),
+        num_seqs: 1,
+        num_tokens: 2,
+        num_heads: 1,
+        head_dim: 8,
+        scale: 1.0,
+    };
+    let e = kernels::run(&d, op).unwrap_err().to_string();
+    assert!(e.contains("query start 3"), "{e}");
     assert!(d.launches.borrow().is_empty());
+}
+
+#[test]
+fn encoder_attention_takes_a_work_group_per_row_and_head() {
+    let d = Fake::new(KernelTuning::level_zero());
+    let op = Op::EncoderAttention {
+        qkv: &f(37 * 3 * 12 * 64),
+        query_start: &u(vec![0, 1, 30, 37]),
+        out: &f(37 * 12 * 64),
+        num_seqs: 3,
+        num_tokens: 37,
+        num_heads: 12,
+        head_dim: 64,
+        scale: 0.125,
+    };
+    kernels::run(&d, op).unwrap();
+    let wg = rserve_kernels::launch::ENC_ATTN_WG;
+    assert_eq!(d.launches.borrow().as_slice(), [("encoder_attention".to_string(), 7, [37 * wg, 12, 1], wg)]);
 }

@@ -5,9 +5,9 @@
 //! Every constant here is a capacity, not a model shape: head dims, block sizes and sequence lengths stay kernel
 //! arguments, so no model fails with "kernel not compiled".
 
-/// Work-group size of the row kernels (RMSNorm, argmax).
+/// Work-group size of the row kernels (RMSNorm, LayerNorm).
 pub const ROW_WG: usize = 256;
-/// Work-group size of the 1-D / 2-D elementwise kernels (embedding, rope_write_kv, silu, gather).
+/// Work-group size of the 1-D / 2-D elementwise kernels (embedding, rope_write_kv, silu, gelu, gather).
 pub const ELEM_WG: usize = 256;
 /// Heads of a fused q/k/v row per work-group of `rope_write_kv` (one sub-group a head: ELEM_WG / 32 on CUDA).
 pub const ROPE_HEADS: usize = 8;
@@ -24,6 +24,9 @@ pub const ATTN_DIM_CHUNK: usize = 256;
 /// Loads of 4 key or value elements a work-item of the latency variant of the decode attention
 /// (`paged_attention_decode_lat*`) keeps in flight; its first value loads are issued with the key loads.
 pub const ATTN_LOADS: usize = 4;
+/// Work-group size of the encoder attention kernel (`encoder_attention`, one work-group per (query row, head)):
+/// keys scored per step of its online softmax.
+pub const ENC_ATTN_WG: usize = 64;
 /// Work-group size of the prefill attention kernel.
 pub const PREFILL_WG: usize = 256;
 /// (query token, head) pairs per prefill work-group.
@@ -107,6 +110,7 @@ pub const DEFINES: &[(&str, usize)] = &[
     ("ATTN_MAX_PARTITION", ATTN_MAX_PARTITION),
     ("ATTN_DIM_CHUNK", ATTN_DIM_CHUNK),
     ("ATTN_LOADS", ATTN_LOADS),
+    ("ENC_ATTN_WG", ENC_ATTN_WG),
     ("PREFILL_WG", PREFILL_WG),
     ("PREFILL_ROWS", PREFILL_ROWS),
     ("PREFILL_KEYS", PREFILL_KEYS),

@@ -47,6 +47,7 @@ pub const KERNELS: &[(&str, &[&str])] = &[
     ("attention_prefill", &["paged_attention_prefill", "paged_attention_prefill_bf16", "paged_attention_prefill_f16"]),
     ("elementwise", &["gated_act", "gated_act_bf16", "gated_act_f16", "soft_cap", "gather_rows", "feed_tokens"]),
     ("embedding", &["embedding_f32", "embedding_bf16", "embedding_f16"]),
+    ("encoder", &["layer_norm", "gelu", "encoder_attention"]),
     ("kv_cache", &["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"]),
     (
         "matmul",
@@ -166,6 +167,12 @@ pub mod names {
     pub const SOFT_CAP: &str = "soft_cap";
     pub const GATHER_ROWS: &str = "gather_rows";
     pub const FEED_TOKENS: &str = "feed_tokens";
+    /// One work-group (`ROW_WG`) per row: LayerNorm with a bias, the residual added first when given.
+    pub const LAYER_NORM: &str = "layer_norm";
+    /// The exact (erf) GELU, elementwise.
+    pub const GELU: &str = "gelu";
+    /// One work-group (`ENC_ATTN_WG`) per (query row, head): bidirectional attention within a sequence.
+    pub const ENCODER_ATTENTION: &str = "encoder_attention";
     /// By KV-cache type.
     pub const ROPE_WRITE_KV: ByType = ["rope_write_kv", "rope_write_kv_bf16", "rope_write_kv_f16"];
     /// By KV-cache type.
@@ -226,7 +233,8 @@ pub mod names {
 pub fn work_group(kernel: &str) -> usize {
     use launch::*;
     match kernel {
-        k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") => ROW_WG,
+        k if k.starts_with("rms_norm") || k.starts_with("add_rms_norm") || k == "layer_norm" => ROW_WG,
+        "encoder_attention" => ENC_ATTN_WG,
         k if k.starts_with("paged_attention_decode") => ATTN_WG,
         k if k.starts_with("paged_attention_prefill") => PREFILL_WG,
         k if k.starts_with("moe_matmul_tiled") => GEMM_WG,
@@ -307,6 +315,7 @@ const _: () = {
     assert!(XMX_TILE_M.is_multiple_of(8) && XMX_TILE_N.is_multiple_of(16) && XMX_WG.is_multiple_of(64));
     // Work-group sizes are multiples of 64, so sub-groups are full.
     assert!(ROW_WG.is_multiple_of(64) && ELEM_WG.is_multiple_of(64) && ATTN_WG.is_multiple_of(64));
+    assert!(ENC_ATTN_WG.is_multiple_of(64));
     assert!(PREFILL_WG.is_multiple_of(64) && GEMV_WG.is_multiple_of(64) && GEMM_WG.is_multiple_of(64));
 };
 

@@ -9,6 +9,7 @@ use super::be;
 use crate::error::Result;
 
 /// `out = layernorm(x + residual) * weight + bias` per row of `hidden` values (biased variance, as torch's).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn layer_norm(
     x: &[f32],
     residual: Option<&[f32]>,

@@ -13,6 +13,7 @@
 
 mod attention;
 mod contents;
+mod encoder;
 mod matmul;
 mod moe;
 mod ops;
@@ -143,8 +144,12 @@ pub fn run<D: KernelDevice>(d: &D, op: Op<'_, D::Buf>) -> Result<()> {
         Op::GatedAct { gate_up, out, rows, width, act } => ops::gated_act(d, gate_up, out, [rows, width], act),
         Op::SoftCap { x, rows, width, cap } => ops::soft_cap(d, x, [rows, width], cap),
         Op::GatherRows { x, rows, out, num_rows, width } => ops::gather_rows(d, x, rows, out, num_rows, width),
-        Op::LayerNorm { .. } | Op::Gelu { .. } | Op::EncoderAttention { .. } => {
-            Err(be("the encoder ops have no kernels yet"))
+        Op::LayerNorm { x, residual, weight, bias, out, rows, hidden, eps } => {
+            encoder::layer_norm(d, [x, weight, bias, out], residual, [rows, hidden], eps)
+        }
+        Op::Gelu { x, out, len } => encoder::gelu(d, x, out, len),
+        Op::EncoderAttention { qkv, query_start, out, num_seqs, num_tokens, num_heads, head_dim, scale } => {
+            encoder::encoder_attention(d, [qkv, query_start, out], [num_seqs, num_tokens, num_heads, head_dim], scale)
         }
         Op::FeedTokens { ids, prev, from, count, prev_len } => ops::feed_tokens(d, [ids, prev, from], count, prev_len),
         Op::MaskLogits { logits, mask, rows, vocab } => ops::mask_logits(d, logits, mask, rows, vocab),

@@ -47,6 +47,7 @@ INLINE float load_f16(GLOBAL const ushort* p, ulong i) {
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(p[i]));
     return f;
 }
+INLINE float erf_f32(float x) { return erff(x); }
 #else
 // ---------------------------------------------------------------- OpenCL C 2.0 (SPIR-V)
 #define KERNEL __kernel
@@ -68,6 +69,7 @@ INLINE float sub_reduce_max(float v) { return sub_group_reduce_max(v); }
 INLINE float bits_to_f32(uint u) { return as_float(u); }
 INLINE uint f32_to_bits(float f) { return as_uint(f); }
 INLINE float load_f16(GLOBAL const ushort* p, ulong i) { return vload_half(i, (GLOBAL const half*)p); }
+INLINE float erf_f32(float x) { return erf(x); }
 #endif
 
 // ---------------------------------------------------------------- launch ordering
