@@ -45,9 +45,30 @@ pub(super) fn layer_norm(
     Ok(())
 }
 
+/// erf on f32 as a rational function of x^2 on [-4, 4] (+-1 beyond, where erf is 1 in f32): only multiplies, adds
+/// and one division, so a loop of it vectorises, where a call to `erff` per value is most of a GELU layer's time.
+/// Within 1e-6 of libm's `erff` (the unit test below).
+pub(super) fn erf_f32(x: f32) -> f32 {
+    let x = x.clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let mut p = -2.726_142_3e-10_f32;
+    p = p * x2 + 2.770_681_4e-8;
+    p = p * x2 + -2.101_024e-6;
+    p = p * x2 + -5.692_506_4e-5;
+    p = p * x2 + -7.349_906_3e-4;
+    p = p * x2 + -2.954_6e-3;
+    p = p * x2 + -1.609_603_3e-2;
+    let mut q = -1.456_607_2e-5_f32;
+    q = q * x2 + -2.133_740_6e-4;
+    q = q * x2 + -1.682_827e-3;
+    q = q * x2 + -7.373_329e-3;
+    q = q * x2 + -1.426_474e-2;
+    x * p / q
+}
+
 /// The exact GELU of one value.
 pub(super) fn gelu_erf(x: f32) -> f32 {
-    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+    0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// `out = gelu(x)` over `len` values.
@@ -59,6 +80,20 @@ pub(super) fn gelu(x: &[f32], out: &mut [f32], len: usize) -> Result<()> {
         o.iter_mut().zip(x).for_each(|(o, &v)| *o = gelu_erf(v));
     });
     Ok(())
+}
+
+/// `a . b` in 16 independent lanes (summed at the end), which the compiler vectorises; a plain running sum is a
+/// chain of dependent scalar adds.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// Bidirectional attention of every row of each sequence over that sequence's keys (`Op::EncoderAttention`).
@@ -103,7 +138,7 @@ pub(super) fn encoder_attention(
                 let mut max = f32::NEG_INFINITY;
                 for (j, sc) in (t0..t1).zip(scores.iter_mut()) {
                     let k = &qkv[j * row + width + h * head_dim..][..head_dim];
-                    *sc = q.iter().zip(k).map(|(a, b)| a * b).sum::<f32>() * scale;
+                    *sc = dot(q, k) * scale;
                     max = max.max(*sc);
                 }
                 let mut sum = 0f32;
@@ -139,6 +174,15 @@ mod tests {
         let s = 1.25f32.sqrt();
         let want = [-1.5 / s, 2.0 * -0.5 / s, 0.5 / s + 1.0, 1.5 / s];
         out.iter().zip(want).for_each(|(a, b)| assert!((a - b).abs() < 1e-6, "{out:?} vs {want:?}"));
+    }
+
+    #[test]
+    fn the_rational_erf_is_libms_within_1e_6() {
+        let worst = (-8000..=8000)
+            .map(|i| i as f32 * 1e-3)
+            .map(|x| (erf_f32(x) - libm::erff(x)).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-6, "largest difference {worst}");
     }
 
     #[test]
