@@ -178,10 +178,8 @@ mod tests {
 
     #[test]
     fn the_rational_erf_is_libms_within_1e_6() {
-        let worst = (-8000..=8000)
-            .map(|i| i as f32 * 1e-3)
-            .map(|x| (erf_f32(x) - libm::erff(x)).abs())
-            .fold(0f32, f32::max);
+        let worst =
+            (-8000..=8000).map(|i| i as f32 * 1e-3).map(|x| (erf_f32(x) - libm::erff(x)).abs()).fold(0f32, f32::max);
         assert!(worst < 1e-6, "largest difference {worst}");
     }
 
