@@ -148,7 +148,7 @@ pub fn parse_encoder_config(text: &str) -> Result<Option<EncoderParams>> {
     if raw.position_embedding_type != "absolute" {
         return bad(format!("position_embedding_type {:?} is not supported (absolute)", raw.position_embedding_type));
     }
-    if raw.num_attention_heads == 0 || raw.hidden_size % raw.num_attention_heads != 0 {
+    if raw.num_attention_heads == 0 || !raw.hidden_size.is_multiple_of(raw.num_attention_heads) {
         return bad(format!(
             "hidden_size {} is not a multiple of num_attention_heads {}",
             raw.hidden_size, raw.num_attention_heads
