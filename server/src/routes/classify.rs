@@ -21,6 +21,7 @@ pub async fn create(
     let engine = state.engine.as_ref();
     let info = engine.info();
     let pooling = validate::pooling_info(info, PoolingTask::Classify, Api::Classification)?;
+    validate::served_options(&req)?;
     let labels = pooling.labels.clone();
     let mut params = PoolingParams::new(PoolingTask::Classify);
     params.activation = req.activation().unwrap_or(true);

@@ -22,6 +22,7 @@ pub async fn create(
     let info = engine.info();
     let pooling = validate::pooling_info(info, PoolingTask::Embed, Api::Embeddings)?;
     let format = validate::encoding_format(req.encoding_format.as_deref())?;
+    validate::served_options(&req)?;
     let mut params = PoolingParams::new(PoolingTask::Embed);
     params.dimensions = validate::dimensions(req.dimensions, pooling, &model)?;
     params.normalize = req.normalize.or(req.use_activation);

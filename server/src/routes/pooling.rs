@@ -28,6 +28,7 @@ pub async fn create(
     };
     let pooling = validate::pooling_info(info, task, Api::Pooling)?;
     let format = validate::encoding_format(req.encoding_format.as_deref())?;
+    validate::served_options(&req)?;
     let mut params = PoolingParams::new(task);
     match task {
         PoolingTask::Embed => {

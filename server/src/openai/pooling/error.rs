@@ -50,6 +50,9 @@ pub enum PoolingError {
     EncodingFormat(String),
     #[error("task must be \"embed\" or \"classify\", got {0:?}")]
     Task(String),
+    /// A field vLLM acts on, with a value this server does not produce.
+    #[error("{field} {value:?} is not supported (served: {served})")]
+    UnsupportedValue { field: &'static str, value: String, served: &'static str },
     #[error(
         "Model \"{model}\" does not support matryoshka representation, changing output dimensions will lead to poor \
          results."
@@ -103,6 +106,7 @@ impl PoolingError {
             P::Empty(field) => field,
             P::EncodingFormat(_) => "encoding_format",
             P::Task(_) => "task",
+            P::UnsupportedValue { field, .. } => field,
             P::NotMatryoshka { .. }
             | P::DimensionsOutOfRange { .. }
             | P::DimensionsNotAllowed { .. }

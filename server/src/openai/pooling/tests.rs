@@ -7,7 +7,7 @@ use rserve_engine::api::PoolingTask;
 use super::error::{Api, PoolingError};
 use super::render;
 use super::score;
-use super::types::{RerankDocument, Vector};
+use super::types::{EncodeRequest, RerankDocument, Vector};
 use super::validate::{self, EncodingFormat, Limits};
 use crate::testing::{self, ids};
 
@@ -35,6 +35,26 @@ fn encoding_formats() {
     assert_eq!(validate::encoding_format(Some("base64")), Ok(EncodingFormat::Base64));
     let e = validate::encoding_format(Some("binary")).unwrap_err();
     assert_eq!(e.param().as_deref(), Some("encoding_format"));
+}
+
+#[test]
+fn output_options_vllm_acts_on_pass_only_with_the_values_served() {
+    let served = EncodeRequest {
+        embed_dtype: Some("float32".into()),
+        endianness: Some("little".into()),
+        truncation_side: Some("left".into()),
+        ..EncodeRequest::default()
+    };
+    assert!(validate::served_options(&served).is_ok());
+    assert!(validate::served_options(&EncodeRequest::default()).is_ok());
+    for (field, req) in [
+        ("embed_dtype", EncodeRequest { embed_dtype: Some("float16".into()), ..EncodeRequest::default() }),
+        ("endianness", EncodeRequest { endianness: Some("big".into()), ..EncodeRequest::default() }),
+        ("truncation_side", EncodeRequest { truncation_side: Some("right".into()), ..EncodeRequest::default() }),
+    ] {
+        let e = validate::served_options(&req).unwrap_err();
+        assert_eq!(e.param().as_deref(), Some(field), "{e}");
+    }
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The pooling routes' wire types, in vLLM's shapes: request bodies as clients send them (lenient: unknown fields
 //! are ignored, values are checked in `validate`), and the response bodies of `/v1/embeddings`, `/pooling`,
 //! `/classify`, `/score` and `/rerank`. Fields no server acts on (`user`, `priority`, ...) are accepted by being
-//! ignored, as serde ignores any unknown field.
+//! ignored, as serde ignores any unknown field; the output options vLLM acts on are read and checked.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -43,6 +43,12 @@ pub struct EncodeRequest {
     pub chat_template_kwargs: Option<Map<String, Value>>,
     /// `/pooling`: `embed` or `classify` (default: the model's first task).
     pub task: Option<String>,
+    /// vLLM's output type of a base64 vector; only `float32` is served (`validate::served_options`).
+    pub embed_dtype: Option<String>,
+    /// vLLM's byte order of a base64 vector; `native` and `little` are served.
+    pub endianness: Option<String>,
+    /// vLLM's side `truncate_prompt_tokens` cuts; `left` (keep the last tokens) is served.
+    pub truncation_side: Option<String>,
 }
 
 impl EncodeRequest {

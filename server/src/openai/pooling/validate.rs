@@ -46,6 +46,18 @@ pub fn encoding_format(format: Option<&str>) -> Result<EncodingFormat> {
     }
 }
 
+/// vLLM's output options of `/v1/embeddings` and `/pooling` that change the result (`embed_dtype`, `endianness`,
+/// `truncation_side`): the values this server produces pass, any other is refused rather than ignored.
+pub fn served_options(req: &EncodeRequest) -> Result<()> {
+    let check = |field: &'static str, value: &Option<String>, ok: &[&str], served: &'static str| match value {
+        Some(v) if !ok.contains(&v.as_str()) => Err(PoolingError::UnsupportedValue { field, value: v.clone(), served }),
+        _ => Ok(()),
+    };
+    check("embed_dtype", &req.embed_dtype, &["float32"], "float32")?;
+    check("endianness", &req.endianness, &["native", "little"], "native, little")?;
+    check("truncation_side", &req.truncation_side, &["left"], "left: the last tokens are kept")
+}
+
 /// `dimensions`, checked against the model's Matryoshka support (`model`: the served name, for the message).
 pub fn dimensions(value: Option<i64>, pooling: &PoolingInfo, model: &str) -> Result<Option<usize>> {
     let Some(value) = value else { return Ok(None) };
