@@ -766,9 +766,8 @@ impl EngineLoop {
     /// Counts a pooling request's result in the metrics (its time to the result, its prompt tokens).
     pub(super) fn observe_pooled(&mut self, id: RequestId) {
         let Some(live) = self.live.get_mut(&id) else { return };
-        if let super::metrics::TokenTiming::First(ttft) = live.stats.token(Instant::now()) {
-            self.metrics.observe_pooled(ttft, live.prompt.len());
-        }
+        let ttft = live.stats.pooled(Instant::now());
+        self.metrics.observe_pooled(ttft, live.prompt.len());
     }
 
     /// Has the output thread send the request's last text (when `flush`) and its `Finished` event, and forgets it.

@@ -53,6 +53,14 @@ impl RequestStats {
         self.scheduled.get_or_insert(at);
     }
 
+    /// A pooling request's result at `now`: its time to first output (the prefill ends there), with no token
+    /// generated. Returns the seconds since arrival.
+    pub fn pooled(&mut self, now: Instant) -> f64 {
+        self.first_token = Some(now);
+        self.last_token = Some(now);
+        secs(now, self.arrival)
+    }
+
     /// Counts one generated token produced at `now`.
     pub fn token(&mut self, now: Instant) -> TokenTiming {
         self.generated += 1;
@@ -105,6 +113,18 @@ mod tests {
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         assert!(close(f.e2e, 0.75) && close(f.queue, 0.1) && close(f.prefill, 0.2), "{f:?}");
         assert!(close(f.decode, 0.4) && close(f.inference, 0.6) && close(f.time_per_output_token, 0.2), "{f:?}");
+    }
+
+    #[test]
+    fn a_pooled_result_ends_the_prefill_and_generates_nothing() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut s = RequestStats::new(t0, 1);
+        s.scheduled(at(100));
+        assert!((s.pooled(at(250)) - 0.25).abs() < 1e-9);
+        assert_eq!(s.generated, 0);
+        let f = s.finished(at(250));
+        assert!((f.prefill - 0.15).abs() < 1e-9 && f.decode == 0.0, "{f:?}");
     }
 
     #[test]
