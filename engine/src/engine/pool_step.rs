@@ -70,10 +70,8 @@ impl EngineLoop {
         let hidden = match result {
             Ok(h) => h,
             Err(e) => {
-                for q in &out.seqs {
-                    if let Some(s) = self.pooling.as_mut() {
-                        s.forget(q.request_id);
-                    }
+                if let Some(s) = self.pooling.as_mut() {
+                    out.seqs.iter().for_each(|q| s.forget(q.request_id));
                 }
                 return self.fail_step(&out, &e.to_string());
             }

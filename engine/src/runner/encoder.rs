@@ -69,16 +69,7 @@ where
         let batch = EncoderBatch { ids: &ids, types: &types, query_start: &query_start, rows: &out_rows };
         let hidden = self.model.forward(&self.backend, &batch)?;
         let all = self.backend.download_f32(&hidden)?;
-        let h = self.model.params().hidden_size;
-        let mut at = 0;
-        Ok(spans
-            .into_iter()
-            .map(|len| {
-                let v = all[at..at + len * h].to_vec();
-                at += len * h;
-                v
-            })
-            .collect())
+        Ok(super::split_pooled(&all, spans, self.model.params().hidden_size))
     }
 
     fn vocab_size(&self) -> usize {

@@ -83,6 +83,20 @@ impl PoolRows {
     }
 }
 
+/// A pooling step's returned rows (`[rows, width]`, sequence after sequence) cut into each sequence's, `counts[i]`
+/// rows for sequence `i`.
+pub(crate) fn split_pooled(all: &[f32], counts: impl IntoIterator<Item = usize>, width: usize) -> Vec<Vec<f32>> {
+    let mut at = 0;
+    counts
+        .into_iter()
+        .map(|n| {
+            let v = all[at..at + n * width].to_vec();
+            at += n * width;
+            v
+        })
+        .collect()
+}
+
 /// What a constrained step reads back.
 #[derive(Debug)]
 pub enum StepOutput {

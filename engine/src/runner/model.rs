@@ -695,17 +695,7 @@ where
         let dev = DeviceBatch::upload(&self.backend, &flat)?;
         let hidden = self.model.forward_hidden(&self.backend, &flat, &dev, &self.cache)?;
         let all = self.backend.download_f32(&hidden)?;
-        let h = self.model.params().hidden_size;
-        let mut at = 0;
-        Ok(spans
-            .iter()
-            .map(|r| {
-                let len = (r.end - r.start) as usize * h;
-                let v = all[at..at + len].to_vec();
-                at += len;
-                v
-            })
-            .collect())
+        Ok(super::split_pooled(&all, spans.iter().map(|r| r.len()), self.model.params().hidden_size))
     }
 
     fn abandon(&mut self) {
